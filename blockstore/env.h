@@ -1,0 +1,104 @@
+// Env: the one narrow interface through which every backing-store (export) I/O goes.
+//
+// In LevelDB's sense (include/leveldb/env.h): production code uses Env::Posix(); tests wrap it with a
+// FaultInjectionEnv (fault_env.h) that injects errors, hangs and short writes, counts operations and can
+// drop every write that was not synced (a power cut / NFS client crash).
+//
+// Paths are absolute host paths. Every method is thread-safe. BackingFile methods are thread-safe too
+// (pread/pwrite at explicit offsets; callers serialize writers of one file themselves).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "blockstore/status.h"
+
+namespace kvfs {
+
+// One pwrite of a batch: len bytes from data at offset. With OpenOptions::direct, offset, len and data
+// must be 4 KiB aligned.
+struct WriteOp {
+  uint64_t offset = 0;
+  const void* data = nullptr;
+  size_t len = 0;
+};
+
+struct OpenOptions {
+  bool write = false;      // O_RDWR instead of O_RDONLY
+  bool create = false;     // O_CREAT
+  bool exclusive = false;  // O_EXCL (with create)
+  bool truncate = false;   // O_TRUNC (only for private files such as OWNER.tmp; never segments/journals)
+  bool direct = false;     // O_DIRECT (bypasses the page cache; on NFS, reads see peers' growth at once)
+  mode_t mode = 0644;
+};
+
+struct FileInfo {
+  uint64_t size = 0;
+  bool is_dir = false;
+  int64_t mtime_ns = 0;
+};
+
+// Operation counters, by kind. "Metadata" operations are the ones a network file system turns into
+// round trips; kvfs exists to make them rare.
+struct EnvCounters {
+  std::atomic<uint64_t> open{0}, close{0}, read{0}, write{0}, write_batches{0}, sync{0}, mkdir{0},
+      rename{0}, remove{0}, stat{0}, list{0}, syncdir{0};
+  std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
+  uint64_t MetadataOps() const {
+    return open + close + mkdir + rename + remove + stat + list;
+  }
+};
+
+class BackingFile {
+ public:
+  virtual ~BackingFile() = default;
+  // Reads up to n bytes at offset into buf; *got = bytes read (< n only at end of file).
+  virtual Status Read(uint64_t offset, size_t n, void* buf, size_t* got) = 0;
+  // Writes every op fully (one io_uring submission for the batch in the Posix Env), or fails.
+  // ENOSPC -> Status::NoSpace; a short write that cannot complete -> IOError.
+  virtual Status Write(std::span<const WriteOp> ops) = 0;
+  Status Write(uint64_t offset, const void* data, size_t len) {
+    WriteOp op{offset, data, len};
+    return Write(std::span<const WriteOp>(&op, 1));
+  }
+  // fdatasync: everything written so far is durable when this returns OK.
+  virtual Status Sync() = 0;
+  // fstat size. On NFS this flushes the writer's dirty pages first: never on a hot path.
+  virtual Result<uint64_t> Size() = 0;
+  virtual const std::string& path() const = 0;
+};
+
+class Env {
+ public:
+  virtual ~Env() = default;
+  // The process-wide POSIX Env (liburing for batched writes). Never deleted.
+  static Env* Posix();
+
+  virtual Result<std::unique_ptr<BackingFile>> Open(const std::string& path, const OpenOptions& opts) = 0;
+  // mkdir; OK if it already exists as a directory.
+  virtual Status CreateDir(const std::string& path) = 0;
+  // rename(2): atomic replace.
+  virtual Status Rename(const std::string& from, const std::string& to) = 0;
+  virtual Status Remove(const std::string& path) = 0;
+  virtual Status GetChildren(const std::string& dir, std::vector<std::string>* names) = 0;  // no . / ..
+  virtual Result<FileInfo> Stat(const std::string& path) = 0;
+  virtual Status SyncDir(const std::string& dir) = 0;
+  // statvfs of the file system holding path: total and available bytes.
+  virtual Status StatFs(const std::string& path, uint64_t* total_bytes, uint64_t* avail_bytes) = 0;
+  virtual EnvCounters& counters() = 0;
+
+  // Helpers built on the primitives above.
+  Status CreateDirs(const std::string& path);  // mkdir -p
+  Status ReadFileToString(const std::string& path, std::string* out);
+  // Writes data to path.tmp, syncs it, renames over path, syncs the directory.
+  Status WriteFileAtomic(const std::string& path, const std::string& data);
+};
+
+}  // namespace kvfs

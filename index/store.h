@@ -1,0 +1,165 @@
+// Store: the kvfs engine that the FUSE layer drives. Namespace (RocksDB index + journal) and data
+// (segments + LRU) of one node over one backing directory. No FUSE in here.
+//
+// Inode numbers are the index's: root is 1 (kRootIno), never reused for other content within a mount's
+// life. Names are single path components. Paths in the journal are computed from the parent chain.
+//
+// Lifecycle of a file (DESIGN §4):
+//   CreateFile        -> a *staged* dentry + inode in the index: visible to Lookup/ReadDir/Rename/Unlink
+//                        on this node, nothing journaled, gone after a crash.
+//   WriteRecord       -> the bytes of a version appended as a record (group commit); readable at once
+//                        through Read(); not durable until the next group commit.
+//   CommitFile        -> journal PUT under the inode's current name; the inode becomes *committed*.
+//   Sync              -> returns when every record and journal entry enqueued before it is durable.
+// A group commit runs every StoreOptions::group_commit_interval_ms even without Sync, so a file closed
+// more than one interval before a crash survives it.
+//
+// Errors: Status codes map to errno with Status::ToErrno (ENOENT, EEXIST, ENOTEMPTY, ENOTDIR, EISDIR,
+// EINVAL, ENOSPC, EIO, ...). Thread safety: every method may be called concurrently from many threads.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "blockstore/env.h"
+#include "blockstore/status.h"
+#include "blockstore/types.h"
+
+namespace kvfs {
+
+inline constexpr uint64_t kRootIno = 1;
+
+struct StoreOptions {
+  std::string backing_dir;              // the export (or any POSIX directory)
+  std::string index_dir;                // local RocksDB directory; default /var/lib/kvfs/<fs-id>-<node>
+  std::string node_id;                  // default: host name
+  uint64_t segment_size = 256ull << 20; // bytes; a record larger than this gets a segment of its own
+  uint64_t cache_size = 1ull << 30;     // LRU of record values, bytes
+  uint32_t group_commit_interval_ms = 20;
+  bool direct_io = false;               // O_DIRECT for segment writes
+  bool force_takeover = false;          // take over the node directory even if its owner looks alive
+  Env* env = nullptr;                   // default Env::Posix()
+};
+
+// Attributes of an inode (what stat(2) shows). Times in ns since the epoch.
+struct Attr {
+  uint64_t ino = 0;
+  uint32_t mode = 0;  // S_IFREG / S_IFDIR / S_IFLNK | permission bits
+  uint32_t uid = 0, gid = 0;
+  uint64_t size = 0;  // bytes
+  int64_t atime_ns = 0, mtime_ns = 0, ctime_ns = 0;
+  uint32_t nlink = 1;
+};
+
+struct Node {
+  Attr attr;
+  Location location;       // files only; empty for 0-byte files and staged files without a record
+  bool committed = false;  // journaled (files); directories are always committed
+  uint64_t parent = 0;
+  std::string name;
+};
+
+// SetAttr mask bits (the subset of FUSE_SET_ATTR_* that the index keeps).
+enum SetAttrMask : uint32_t {
+  kSetMode = 1u << 0,
+  kSetUid = 1u << 1,
+  kSetGid = 1u << 2,
+  kSetSize = 1u << 3,
+  kSetAtime = 1u << 4,
+  kSetMtime = 1u << 5,
+  kSetCtime = 1u << 6,
+};
+
+struct DirEntry {
+  std::string name;
+  uint64_t ino = 0;
+  uint32_t mode = 0;     // S_IFMT bits at least
+  uint64_t cookie = 0;   // stable: pass it back as `after` to continue behind this entry
+};
+
+struct StoreStats {
+  uint64_t files = 0, directories = 0, live_bytes = 0;
+  uint64_t segments = 0, segment_bytes = 0;
+  uint64_t records_written = 0, journal_entries = 0, group_commits = 0;
+  uint64_t cache_hits = 0, cache_misses = 0, cache_bytes = 0;
+  uint64_t checksum_failures = 0;
+  uint64_t backing_metadata_ops = 0, backing_syncs = 0, backing_bytes_written = 0, backing_bytes_read = 0;
+  uint64_t backing_files_created = 0;
+};
+
+class Store {
+ public:
+  // Opens (creating if needed) the store: validates the backing dir and its FORMAT, takes over the node
+  // directory by the rule of DESIGN §2 (Busy if a live owner holds it and !force_takeover), opens or
+  // rebuilds the index (rebuild when it is missing or was not closed cleanly), starts the group commit
+  // and heartbeat threads.
+  static Result<std::unique_ptr<Store>> Open(const StoreOptions& opts);
+  virtual ~Store() = default;
+
+  // Flushes everything (a final group commit), writes the clean-shutdown mark, stops threads.
+  virtual Status Close() = 0;
+
+  // ---- namespace ----
+  virtual Result<Node> Lookup(uint64_t parent, std::string_view name) = 0;
+  virtual Result<Node> GetInode(uint64_t ino) = 0;
+  virtual Result<Node> Mkdir(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid,
+                             uint32_t gid) = 0;
+  virtual Status Rmdir(uint64_t parent, std::string_view name) = 0;  // ENOTEMPTY, ENOTDIR, ENOENT
+  // Creates a staged regular file (mode includes S_IFREG). If the name exists: Exists when exclusive,
+  // else returns the existing node (a lost race with another creator) — EISDIR if it is a directory.
+  virtual Result<Node> CreateFile(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid,
+                                  uint32_t gid, bool exclusive) = 0;
+  virtual Result<Node> Symlink(uint64_t parent, std::string_view name, std::string_view target,
+                               uint32_t uid, uint32_t gid) = 0;
+  virtual Result<std::string> ReadLink(uint64_t ino) = 0;
+  // Removes a non-directory name (EISDIR for directories). *ino_out = the inode it named. Journals an
+  // UNLINK if the entry was committed; a staged entry is just dropped.
+  virtual Status Unlink(uint64_t parent, std::string_view name, uint64_t* ino_out) = 0;
+  // flags: 0 or RENAME_NOREPLACE (RENAME_EXCHANGE -> InvalidArgument). Replaces an existing non-directory
+  // destination atomically; *replaced_ino = the inode the destination named before (0 if none).
+  // Renaming a directory to another parent may answer EXDEV.
+  virtual Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
+                        std::string_view new_name, unsigned flags, uint64_t* replaced_ino) = 0;
+  // Updates the masked attributes (kSetSize only changes the recorded size of a *staged* file or is used
+  // together with CommitFile; data is the FUSE layer's business). Journals SETATTR for committed inodes.
+  virtual Result<Attr> SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) = 0;
+  // Lists a directory in cookie order, starting after `after` (0 = from the start). fn returns false to
+  // stop. Entries created or removed during a listing never make others skip or repeat.
+  virtual Status ReadDir(uint64_t dir, uint64_t after, const std::function<bool(const DirEntry&)>& fn) = 0;
+
+  // User xattrs (journaled). flags: XATTR_CREATE / XATTR_REPLACE.
+  virtual Status SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags) = 0;
+  virtual Result<std::string> GetXattr(uint64_t ino, std::string_view name) = 0;  // NotFound -> ENODATA
+  virtual Result<std::vector<std::string>> ListXattr(uint64_t ino) = 0;
+  virtual Status RemoveXattr(uint64_t ino, std::string_view name) = 0;
+
+  // ---- data ----
+  // Appends the value (concatenation of parts) as one record, tagged with the inode's current path.
+  // Readable through Read() as soon as this returns; durable after the next group commit.
+  // NoSpace when the backing store is full.
+  virtual Result<Location> WriteRecord(uint64_t ino, const std::vector<std::string_view>& parts) = 0;
+  // Makes `loc` (may be empty for a 0-byte file) the committed content of ino with attrs `attr`
+  // (size, mode, times): journals PUT under the inode's current path. A staged inode becomes committed.
+  virtual Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr) = 0;
+  // Reads [offset, offset+len) of the value at loc into buf, verified against the block checksums
+  // (Corruption -> EIO, never wrong bytes). Served from the LRU when cached. *got < len only at the end
+  // of the value.
+  virtual Status Read(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) = 0;
+  // Durability barrier: returns once everything enqueued before the call is durable on the backing store.
+  virtual Status Sync() = 0;
+
+  // ---- info ----
+  // statfs figures: bytes used by live files, bytes the backing file system has free.
+  virtual Status StatFs(uint64_t* live_bytes, uint64_t* files, uint64_t* backing_total,
+                        uint64_t* backing_avail) = 0;
+  virtual StoreStats GetStats() = 0;
+};
+
+}  // namespace kvfs

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs kvfs's build and test dependencies from Debian 12 packages. Safe to re-run.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config git
+      libfuse3-dev fuse3 librocksdb-dev liburing-dev libxxhash-dev libcli11-dev
+      libgtest-dev libgmock-dev libbenchmark-dev libspdlog-dev nlohmann-json3-dev
+      python3 clang-format)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# FUSE needs the device; load the module if it is not there yet (no-op in most containers).
+[ -e /dev/fuse ] || modprobe fuse 2>/dev/null || true

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The two README commands.
+#   tools/dev.sh demo   install deps, build, mount kvfs over a local backing directory and run a
+#                       vLLM-like workload (1,000 chunks of 2,359,296 B), print `kvfs stats`, unmount.
+#   tools/dev.sh test   install deps, build (plus an ASan/UBSan build of the unit tests) and run every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+top=$PWD
+jobs=$(nproc)
+
+build() {  # build DIR [cmake args...]
+  local dir=$1; shift
+  cmake -S "$top" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake --build "$dir" -j"$jobs"
+}
+
+case "${1:-}" in
+  demo)
+    packaging/install-deps.sh
+    build build -DKVFS_BUILD_TESTS=OFF
+    exec tools/demo.sh build
+    ;;
+  test)
+    packaging/install-deps.sh
+    build build
+    build build-asan -DKVFS_SANITIZE=ON -DKVFS_BUILD_BENCHMARKS=OFF
+    echo "== unit tests (ASan/UBSan) =="
+    (cd build-asan && ctest -L unit --output-on-failure -j"$jobs" --timeout 600)
+    echo "== all tests =="
+    (cd build && ctest --output-on-failure --timeout 900)
+    ;;
+  *)
+    echo "usage: tools/dev.sh demo|test" >&2
+    exit 2
+    ;;
+esac
