@@ -1,0 +1,296 @@
+// IndexDb: the local RocksDB namespace + location index of one kvfs node (DESIGN §3). It is a cache of
+// the journals and segments: deleting the directory loses nothing; Store rebuilds it from the export.
+//
+// Two faces:
+//   * namespace by inode (Lookup, Mkdir, CreateFile, Rename, ...), mirroring index/store.h: what the
+//     local FUSE operations do; and
+//   * journal application by PATH (ApplyBatch / ApplyPut / ApplyUnlink / ...): replaying our own journal
+//     at rebuild and peers' journals later. Last writer wins per path by (stamp, node).
+//
+// ---- On-disk layout (RocksDB 7.8, column families). Bump kIndexFormatVersion if you change it. ----
+// Integers in keys are big-endian (so they sort numerically); in values little-endian fixed-width.
+// Strings in values are <u32 length><bytes>.
+//
+//   CF          key                                   value
+//   ----------  ------------------------------------  ----------------------------------------------------
+//   dentries    parent u64 BE | name                  ino u64, mode u32, cookie u64, stamp u64, node str
+//   dircookies  parent u64 BE | cookie u64 BE         name str, ino u64, mode u32        (readdir order)
+//   inodes      ino u64 BE                            InodeRecord (index_db.cc: EncodeInode; versioned)
+//   xattrs      ino u64 BE | name                     value bytes
+//   staged      ino u64 BE                            (empty)  uncommitted files; dropped at Open
+//   segments    node | 0x00 | gen u64 BE | seq u64 BE  state u8, live_bytes u64, live_records u64
+//   segfiles    <segments key> | ino u64 BE           (empty)  which inodes are located in a segment
+//   tombstones  full path                             stamp u64, node str
+//   meta        "format" "node" "ino_limit" "hlc" "clean" "stats" "applied/<node>"  (see index_db.cc)
+//
+// Dentries have a whole-key bloom filter (negative lookups of a hash fan-out never touch a data block).
+//
+// ---- readdir cookies ----
+// Every dentry owns a cookie unique within its directory: XXH3-64 of the name with the top bit cleared,
+// values 0/1/2 mapped to 3+ (0 = "from the start"; 1 and 2 are left to the caller for "." and "..").
+// On a collision with another live name of the same directory the cookie is probed linearly (c+1, ...,
+// wrapping to 3) until free. The cookie is stored in the dentry, so it is stable for the life of the
+// dentry (across reopen too), and ReadDir iterates `dircookies` in cookie order from `after + 1`:
+// since cookies are unique per directory, a continuation from the last returned cookie never repeats or
+// skips an entry that existed for the whole listing, whatever is created or removed meanwhile.
+// A rename gets a new cookie for the new name (or keeps the replaced destination's cookie).
+//
+// ---- stamps, LWW, tombstones, staged files ----
+// A stamp is a hybrid-logical-clock value (u64) plus the node id that issued it; (stamp, node) pairs
+// compare lexicographically. Stamp 0 means "not journaled" (a staged file, a local-only change). Each
+// dentry carries the stamp of the event that bound its name; applied PUT / RENAME-to / UNLINK of a path
+// act only if their (stamp, node) is greater than the dentry's and than the path's tombstone. An UNLINK
+// (and the source of a RENAME) leaves a tombstone {path -> stamp, node} so a PUT with an older stamp
+// applied later does not resurrect the file; a PUT that wins removes the tombstone. Tombstones live until
+// PruneTombstones. Directories have no stamps (MKDIR creates if missing, RMDIR removes only if empty).
+// A staged (uncommitted, local) file counts as newer than anything applied: an applied UNLINK does not
+// remove it; an applied PUT / RENAME-to over it rebinds the name to the peer's committed file and leaves
+// the staged inode *detached* (its record keeps parent + name); CommitFile of a detached staged inode
+// links it back under that name (its stamp is newer by HLC). Staged inodes vanish at Open (DESIGN §4).
+//
+// ---- segments and drops ----
+// Committing a file located in a segment registers the segment as open if unknown and adds to its live
+// bytes/records. ApplyDrop marks the segment dropped and DELETES every file located in it (dentry, inode,
+// xattrs; no tombstone); a later PUT / RENAME / MOVE that points into a dropped segment is skipped, so a
+// dropped segment's files stay absent (ENOENT).
+//
+// ---- counters ----
+// files (committed regular files + symlinks), directories (root included), live_bytes (sum of the sizes
+// of committed regular files) are kept exactly in memory and persisted in meta "stats" in the same
+// WriteBatch as the change that moves them.
+//
+// ---- inode numbers ----
+// Root is 1 (kRootIno, mode S_IFDIR|0755, created with the index). Numbers increase monotonically and are
+// never reused within the life of the index dir: ranges of 1M are reserved in meta (synced) before use.
+// A file whose content changes through an applied PUT gets a new inode number (DESIGN §3).
+//
+// ---- thread safety ----
+// Every method is thread-safe. Writes are serialized by one namespace mutex and each is one atomic
+// WriteBatch (WAL on, sync off). Reads take no lock: multi-key reads use a RocksDB snapshot; ReadDir
+// pages use an iterator (its own consistent view).
+//
+// Paths: absolute, "/" is the root, components separated by single '/', no trailing '/'.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "blockstore/status.h"
+#include "blockstore/types.h"
+#include "index/store.h"
+
+namespace rocksdb {
+class DB;
+class ColumnFamilyHandle;
+}  // namespace rocksdb
+
+namespace kvfs {
+
+inline constexpr uint32_t kIndexFormatVersion = 1;
+
+struct IndexDbOptions {
+  std::string dir;                          // local directory (never on NFS); created if missing
+  std::string node_id;                      // this node; must match the one recorded in the index
+  uint64_t block_cache_bytes = 64ull << 20; // RocksDB block cache, bytes
+};
+
+enum class SegmentState : uint8_t { kOpen = 0, kSealed = 1, kDropped = 2 };
+
+struct SegmentInfo {
+  SegmentId id;
+  SegmentState state = SegmentState::kOpen;
+  uint64_t live_bytes = 0;    // sum of lengths of committed files located in it
+  uint64_t live_records = 0;  // number of committed files located in it
+};
+
+struct IndexStats {
+  uint64_t files = 0, directories = 0, live_bytes = 0;
+  uint64_t staged_files = 0;  // in memory only
+};
+
+struct Tombstone {
+  uint64_t stamp = 0;
+  std::string node;
+};
+
+// One journal entry to apply (DESIGN §2 "Journal"). Fields not used by a kind are ignored.
+struct ApplyOp {
+  enum class Kind : uint8_t { kPut, kRename, kUnlink, kMkdir, kRmdir, kSetattr, kXattr, kMove, kSeal, kDrop };
+  Kind kind = Kind::kPut;
+  std::string path;        // PUT/UNLINK/MKDIR/RMDIR/SETATTR/XATTR/MOVE; RENAME: from
+  std::string to;          // RENAME: destination
+  Location location;       // PUT, RENAME (the moved file's location; may be empty), MOVE: new location
+  Location old_location;   // MOVE: applies only if the current location equals this
+  Attr attr;               // PUT: mode (S_IFREG or S_IFLNK | perms), uid, gid, size, times; MKDIR; SETATTR
+  uint32_t mask = 0;       // SETATTR: SetAttrMask bits
+  std::string symlink;     // PUT of a symlink: the target
+  std::string xattr_name;  // XATTR
+  std::string xattr_value; // XATTR
+  bool xattr_remove = false;
+  SegmentId segment;       // SEAL / DROP
+  uint64_t stamp = 0;      // HLC stamp of the entry (PUT/RENAME/UNLINK/SETATTR/XATTR)
+};
+
+// What an apply changed, for kernel invalidation (fuse_lowlevel_notify_inval_entry / _inode).
+struct ApplyResult {
+  struct Changed {
+    uint64_t parent = 0;
+    std::string name;
+    uint64_t old_ino = 0;  // 0 if the name did not exist before
+    uint64_t new_ino = 0;  // 0 if the name does not exist after
+  };
+  std::vector<Changed> changed;      // names whose binding changed (in order of application)
+  std::vector<uint64_t> attr_changed;  // inodes whose attributes / xattrs changed in place
+  uint64_t applied = 0, skipped = 0;   // ops that changed something / were superseded or conflicting
+};
+
+// Content of one path for comparing two indexes (inode numbers excluded).
+struct DumpEntry {
+  uint32_t mode = 0;  // full st_mode
+  Location location;  // regular files
+  uint64_t size = 0;  // regular files
+  uint32_t uid = 0, gid = 0;
+  int64_t mtime_ns = 0;  // regular files and symlinks (journaled)
+  std::string symlink;
+  std::map<std::string, std::string> xattrs;
+  bool operator==(const DumpEntry&) const = default;
+};
+
+struct RenameResult {
+  Node moved;                  // the source node, as it is after the rename
+  bool replaced = false;       // a destination was replaced
+  Node replaced_node;          // valid when replaced (committed tells whether to journal / account it)
+};
+
+class IndexDb {
+ public:
+  // Opens (creating if missing) the index at opts.dir. Busy "index dir ... is in use by another kvfs
+  // mount" if another process holds its RocksDB LOCK; InvalidArgument if it belongs to another node;
+  // NotSupported on a different format version. Drops staged inodes left by the previous run.
+  static Result<std::unique_ptr<IndexDb>> Open(const IndexDbOptions& opts);
+  // Removes the index directory (for rebuild). Busy if it is open (by any process).
+  static Status Destroy(const std::string& dir);
+  ~IndexDb();
+
+  // Closes the database (idempotent). The destructor calls it.
+  Status Close();
+
+  // ---- lifecycle flags ----
+  bool Created() const { return created_; }         // the index did not exist before this Open
+  bool WasCleanlyClosed() const { return was_clean_; }  // as read at Open (false for a new index)
+  Status MarkOpen();   // sets the dirty flag (synced)
+  Status MarkClean();  // flushes the WAL, sets the clean flag (synced)
+  Status SyncWal();    // makes every write so far durable in the local WAL
+  const std::string& node_id() const { return node_id_; }
+
+  // ---- namespace by inode (errors as store.h; stamp 0 = not journaled; node = this node) ----
+  Result<Node> Lookup(uint64_t parent, std::string_view name);
+  Result<Node> GetInode(uint64_t ino);
+  Result<Node> Mkdir(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid, uint32_t gid,
+                     uint64_t stamp = 0);
+  Status Rmdir(uint64_t parent, std::string_view name);  // ENOTEMPTY, ENOTDIR, ENOENT, EBUSY for root
+  // Staged regular file. Existing name: Exists when exclusive, else the existing node (EISDIR if a dir).
+  Result<Node> CreateFile(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid, uint32_t gid,
+                          bool exclusive);
+  // Symlinks are committed at creation (the caller journals a PUT of S_IFLNK with the target).
+  Result<Node> Symlink(uint64_t parent, std::string_view name, std::string_view target, uint32_t uid,
+                       uint32_t gid, uint64_t stamp = 0);
+  Result<std::string> ReadLink(uint64_t ino);  // InvalidArgument if not a symlink
+  // Removes a non-directory (EISDIR for a dir) and returns what it was. With stamp != 0 (the caller
+  // journals an UNLINK) a tombstone is written for the path.
+  Result<Node> Unlink(uint64_t parent, std::string_view name, uint64_t stamp = 0);
+  // rename(2) rules: ENOENT, ENOTDIR, EISDIR, ENOTEMPTY, EINVAL (dir into its own subtree, bad flags,
+  // RENAME_EXCHANGE), EEXIST (RENAME_NOREPLACE). Directories may move across parents (never EXDEV here).
+  // With stamp != 0 the source path gets a tombstone and the destination dentry that stamp.
+  Result<RenameResult> Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
+                              std::string_view new_name, unsigned flags, uint64_t stamp = 0);
+  // Sets the masked fields (the caller sets ctime via kSetCtime). Returns the new Attr.
+  Result<Attr> SetAttr(uint64_t ino, const Attr& attr, uint32_t mask, uint64_t stamp = 0);
+  // Staged -> committed (or a new commit of a committed file): location, size/mode/uid/gid/times from
+  // attr (ino/nlink ignored), dentry stamp (stamp, node; node empty = this node). Relinks a detached
+  // staged inode under its remembered name. NotFound if the inode is gone (unlinked before commit).
+  Result<Node> CommitFile(uint64_t ino, const Location& loc, const Attr& attr, uint64_t stamp,
+                          std::string_view node = {});
+  // Lists dir in cookie order after `after` (0 = from the start); fn returns false to stop.
+  Status ReadDir(uint64_t dir, uint64_t after, const std::function<bool(const DirEntry&)>& fn);
+
+  // ---- xattrs (flags: XATTR_CREATE -> Exists, XATTR_REPLACE -> NotFound when missing) ----
+  Status SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags, uint64_t stamp = 0);
+  Result<std::string> GetXattr(uint64_t ino, std::string_view name);  // NotFound (-> ENODATA)
+  Result<std::vector<std::string>> ListXattr(uint64_t ino);           // sorted by name
+  Status RemoveXattr(uint64_t ino, std::string_view name, uint64_t stamp = 0);  // NotFound if missing
+
+  // ---- paths ----
+  Result<std::string> FullPath(uint64_t ino);       // "/a/b"; "/" for root; NotFound if detached/gone
+  Result<uint64_t> ResolvePath(std::string_view path);  // ENOENT, ENOTDIR for a file in the middle
+
+  // ---- journal application by path ----
+  // Applies ops in order as ONE atomic WriteBatch; if position is non-empty it is recorded as the applied
+  // journal position of `node` in the same batch. Superseded (LWW) or conflicting ops (e.g. a file where a
+  // directory is needed) are skipped and counted, never an error. Errors only for I/O or corruption.
+  Result<ApplyResult> ApplyBatch(std::span<const ApplyOp> ops, std::string_view node,
+                                 std::string_view position = {});
+  Result<std::string> GetAppliedPosition(std::string_view node);  // NotFound if none recorded
+  std::map<std::string, std::string> GetAppliedPositions();
+
+  // Single-op conveniences (no position recorded).
+  Result<ApplyResult> ApplyPut(std::string_view path, const Location& loc, const Attr& attr, uint64_t stamp,
+                               std::string_view node);
+  Result<ApplyResult> ApplyRename(std::string_view from, std::string_view to, const Location& loc,
+                                  uint64_t stamp, std::string_view node);
+  Result<ApplyResult> ApplyUnlink(std::string_view path, uint64_t stamp, std::string_view node);
+  Result<ApplyResult> ApplyMkdir(std::string_view path, const Attr& attr);
+  Result<ApplyResult> ApplyRmdir(std::string_view path);
+  Result<ApplyResult> ApplySetattr(std::string_view path, const Attr& attr, uint32_t mask, uint64_t stamp,
+                                   std::string_view node);
+  Result<ApplyResult> ApplyXattr(std::string_view path, std::string_view name, std::string_view value,
+                                 bool remove, uint64_t stamp, std::string_view node);
+  Result<ApplyResult> ApplyMove(std::string_view path, const Location& old_loc, const Location& new_loc);
+  Result<ApplyResult> ApplySeal(const SegmentId& seg);
+  Result<ApplyResult> ApplyDrop(const SegmentId& seg);
+
+  Result<Tombstone> GetTombstone(std::string_view path);  // NotFound if none
+  // Deletes tombstones with stamp < older_than. Returns how many.
+  Result<uint64_t> PruneTombstones(uint64_t older_than);
+
+  // ---- segments ----
+  Status SetSegmentState(const SegmentId& seg, SegmentState state);  // registers if unknown
+  Result<SegmentInfo> GetSegment(const SegmentId& seg);                // NotFound
+  // All segments ordered by (node, generation, seq) — i.e. oldest first per node.
+  Status ListSegments(const std::function<bool(const SegmentInfo&)>& fn);
+
+  // ---- HLC floor and stats ----
+  // Highest stamp ever written (applied or local) or set; persisted in the batch that raised it.
+  uint64_t HlcFloor() const;
+  Status SetHlcFloor(uint64_t stamp);  // raises only
+  IndexStats GetStats() const;
+
+  // ---- tests / fsck ----
+  // Every committed path (dirs, files, symlinks; staged files excluded; root excluded) -> content.
+  Result<std::map<std::string, DumpEntry>> DumpByPath();
+
+  IndexDb(const IndexDb&) = delete;
+  IndexDb& operator=(const IndexDb&) = delete;
+
+  struct Impl;  // index_db.cc
+
+ private:
+  IndexDb();
+  std::unique_ptr<Impl> impl_;
+  std::string node_id_;
+  bool created_ = false;
+  bool was_clean_ = false;
+};
+
+// The readdir cookie of a name before collision probing (XXH3-64, top bit cleared, < 3 -> +3).
+uint64_t DirCookieOf(std::string_view name);
+
+}  // namespace kvfs
