@@ -5,7 +5,7 @@
 // the operation and the path, e.g. "pwrite /x/seg/1-2.kseg @4096+8192: No space left on device".
 //
 // Writes: BackingFile::Write(ops) with one op is a pwrite(2) loop (one system call, same as one SQE).
-// With two or more ops the whole batch goes to the kernel in one io_uring_submit() on a ring owned by
+// With two or more ops the whole batch goes to the kernel in one io_uring_submit_and_wait() on a ring owned by
 // the file (created lazily on the first batch, guarded by a mutex, kRingEntries SQEs; a batch larger
 // than that is submitted in waves of kRingEntries). Short writes are resubmitted for the remainder until
 // complete; a write that makes no progress twice in a row is an IOError. If io_uring_queue_init fails
@@ -167,7 +167,7 @@ class PosixFile final : public BackingFile {
         }
         int submitted;
         do {
-          submitted = io_uring_submit(&ring_);
+          submitted = io_uring_submit_and_wait(&ring_, static_cast<unsigned>(n));  // one enter: submit + reap
         } while (submitted == -EINTR);
         // SQEs are consumed in order: the first `submitted` are in flight, the rest were not taken.
         const size_t taken = submitted < 0 ? 0 : static_cast<size_t>(submitted);
