@@ -1,0 +1,433 @@
+#include "blockstore/segment_writer.h"
+
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+
+namespace kvfs {
+namespace {
+
+// Zeros used for the value's tail padding in buffered mode (never written to).
+alignas(4096) const char kZeros[kAlignment] = {};
+
+uint64_t RandomNonce() {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}() ^
+                             static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())};
+  std::lock_guard<std::mutex> lk(mu);
+  return rng();
+}
+
+// Block checksums of the value given as parts (a block may span parts).
+void ChecksumParts(const std::vector<std::string_view>& parts, uint64_t value_len, uint64_t* table) {
+  size_t pi = 0, po = 0;  // current part and offset in it
+  XXH3_state_t st;
+  for (uint64_t b = 0, left = value_len; left > 0; ++b) {
+    uint64_t want = std::min<uint64_t>(kChecksumBlock, left);
+    while (pi < parts.size() && po == parts[pi].size()) ++pi, po = 0;
+    if (parts[pi].size() - po >= want) {  // block inside one part: one-shot hash
+      table[b] = XXH3_64bits(parts[pi].data() + po, want);
+      po += want;
+    } else {
+      XXH3_64bits_reset(&st);
+      for (uint64_t need = want; need > 0;) {
+        while (po == parts[pi].size()) ++pi, po = 0;
+        size_t take = std::min<uint64_t>(need, parts[pi].size() - po);
+        XXH3_64bits_update(&st, parts[pi].data() + po, take);
+        po += take;
+        need -= take;
+      }
+      table[b] = XXH3_64bits_digest(&st);
+    }
+    left -= want;
+  }
+}
+
+}  // namespace
+
+// One Append waiting in (or leading) the queue. Lives on the appender's stack.
+struct SegmentWriter::Pending {
+  std::string_view path;
+  uint64_t stamp = 0;
+  uint16_t flags = 0;
+  const std::vector<std::string_view>* parts = nullptr;
+  uint64_t value_len = 0;
+  uint64_t value_delta = 0;  // ValueDelta: meta bytes padded to 4 KiB
+  uint64_t span = 0;         // RecordSpan
+  uint64_t path_hash = 0;
+  // Buffered: value_delta bytes (meta + zero pad). Direct: span bytes (meta + pad + value + pad).
+  AlignedBuf buf;
+  Status status;
+  Location loc;
+  bool done = false;
+  std::condition_variable cv;
+};
+
+void SegmentWriter::AlignedFree::operator()(char* p) const { free(p); }
+
+SegmentWriter::AlignedBuf SegmentWriter::AllocAligned(size_t n) {
+  void* p = nullptr;
+  if (posix_memalign(&p, kAlignment, std::max<size_t>(n, kAlignment)) != 0) return AlignedBuf(nullptr);
+  return AlignedBuf(static_cast<char*>(p));
+}
+
+SegmentWriter::SegmentWriter(Env* env, std::string seg_dir, std::string node, uint64_t generation,
+                             SegmentWriterOptions opts)
+    : env_(env),
+      seg_dir_(std::move(seg_dir)),
+      node_(std::move(node)),
+      generation_(generation),
+      opts_(std::move(opts)),
+      next_seq_(opts_.first_seq),
+      active_seq_for_readers_(opts_.first_seq) {}
+
+SegmentWriter::~SegmentWriter() = default;
+
+Result<std::unique_ptr<SegmentWriter>> SegmentWriter::Open(Env* env, std::string seg_dir, std::string node,
+                                                           uint64_t generation, SegmentWriterOptions opts) {
+  if (env == nullptr) env = Env::Posix();
+  if (node.empty() || node.size() > format::kMaxNodeIdLength) {
+    return Status::InvalidArgument("segment writer: node id must be 1..256 bytes: '" + node + "'");
+  }
+  if (opts.segment_size < 16 * kAlignment || opts.segment_size % kAlignment != 0) {
+    return Status::InvalidArgument("segment writer: segment_size must be a multiple of 4096 and >= 64 KiB, got " +
+                                   std::to_string(opts.segment_size));
+  }
+  while (!seg_dir.empty() && seg_dir.size() > 1 && seg_dir.back() == '/') seg_dir.pop_back();
+  KVFS_RETURN_IF_ERROR(env->CreateDirs(seg_dir));
+  return std::unique_ptr<SegmentWriter>(
+      new SegmentWriter(env, std::move(seg_dir), std::move(node), generation, std::move(opts)));
+}
+
+std::string SegmentWriter::SegmentPath(uint64_t seq) const {
+  return seg_dir_ + "/" + format::SegmentFileName(generation_, seq);
+}
+
+SegmentId SegmentWriter::ActiveSegment() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return SegmentId{node_, generation_, active_seq_for_readers_};
+}
+
+SegmentWriterStats SegmentWriter::GetStats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+std::vector<SealedSegment> SegmentWriter::TakeSealed() {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<SealedSegment> out;
+  out.swap(sealed_);
+  return out;
+}
+
+Status SegmentWriter::Prepare(Pending* p) {
+  if (p->path.empty() || p->path.size() > format::kMaxPathLength) {
+    return Status::InvalidArgument("segment writer: path length must be 1..65535");
+  }
+  if (p->flags & ~format::kRecordKnownFlags) return Status::InvalidArgument("segment writer: unknown record flags");
+  uint64_t len = 0;
+  for (auto part : *p->parts) len += part.size();
+  const uint64_t blocks = format::BlockCount(len);
+  if (blocks > UINT32_MAX) return Status::InvalidArgument("segment writer: value too large");
+  p->value_len = len;
+  p->value_delta = format::ValueDelta(p->path.size(), len);
+  p->span = format::RecordSpan(p->path.size(), len);
+  p->path_hash = format::Hash64(p->path.data(), p->path.size());
+
+  const size_t buf_len = opts_.direct_io ? p->span : p->value_delta;
+  p->buf = AllocAligned(buf_len);
+  if (!p->buf) return Status::IOError("segment writer: out of memory for a staging buffer", ENOMEM);
+  char* b = p->buf.get();
+  uint64_t* table = reinterpret_cast<uint64_t*>(b + format::kRecordHeaderSize + p->path.size());
+  // table may be unaligned for uint64_t: compute into a local vector then memcpy.
+  std::vector<uint64_t> sums(blocks);
+  if (opts_.direct_io) {
+    // The one copy of the value: into the aligned staging buffer (O_DIRECT needs aligned memory).
+    char* v = b + p->value_delta;
+    for (auto part : *p->parts) {
+      std::memcpy(v, part.data(), part.size());
+      v += part.size();
+    }
+    std::memset(v, 0, p->span - p->value_delta - len);  // tail padding
+    const char* value = b + p->value_delta;
+    for (uint64_t i = 0; i < blocks; ++i) {
+      sums[i] = XXH3_64bits(value + i * kChecksumBlock, std::min<uint64_t>(kChecksumBlock, len - i * kChecksumBlock));
+    }
+  } else {
+    ChecksumParts(*p->parts, len, sums.data());
+  }
+  format::RecordHeader h;
+  h.flags = p->flags;
+  h.path_len = static_cast<uint32_t>(p->path.size());
+  h.value_len = len;
+  h.stamp = p->stamp;
+  h.block_count = static_cast<uint32_t>(blocks);
+  h.meta_checksum = format::MetaChecksum(p->path, sums.data(), blocks);
+  format::EncodeRecordHeader(h, b);
+  std::memcpy(b + format::kRecordHeaderSize, p->path.data(), p->path.size());
+  if (blocks) std::memcpy(static_cast<void*>(table), sums.data(), blocks * sizeof(uint64_t));
+  const uint64_t meta = format::RecordMetaSize(p->path.size(), len);
+  std::memset(b + meta, 0, p->value_delta - meta);
+  return Status::OK();
+}
+
+Result<Location> SegmentWriter::Append(std::string_view path, uint64_t stamp,
+                                       const std::vector<std::string_view>& parts, uint16_t flags) {
+  Pending p;
+  p.path = path;
+  p.stamp = stamp;
+  p.flags = flags;
+  p.parts = &parts;
+  KVFS_RETURN_IF_ERROR(Prepare(&p));
+
+  std::unique_lock<std::mutex> lk(mu_);
+  if (closed_) return Status::InvalidArgument("segment writer: closed");
+  if (!broken_.ok()) return broken_;
+  queue_.push_back(&p);
+  while (!p.done && queue_.front() != &p) p.cv.wait(lk);
+  if (p.done) {
+    if (!p.status.ok()) return p.status;
+    return p.loc;
+  }
+  // Leader: take a batch from the front of the queue.
+  std::vector<Pending*> batch;
+  uint64_t bytes = 0;
+  for (Pending* w : queue_) {
+    if (!batch.empty() && bytes + w->span > opts_.max_batch_bytes) break;
+    batch.push_back(w);
+    bytes += w->span;
+  }
+  const Status broken = broken_;
+  lk.unlock();
+  if (broken.ok()) {
+    WriteBatch(batch);
+  } else {
+    for (Pending* w : batch) w->status = broken;
+  }
+  lk.lock();
+  for (Pending* w : batch) {
+    queue_.pop_front();
+    if (w != &p) {
+      w->done = true;
+      w->cv.notify_one();
+    }
+  }
+  if (!queue_.empty()) queue_.front()->cv.notify_one();
+  if (!p.status.ok()) return p.status;
+  return p.loc;
+}
+
+void SegmentWriter::WriteBatch(const std::vector<Pending*>& batch) {
+  std::vector<WriteOp> ops;
+  std::vector<Pending*> group;  // records of `ops`, all in the active segment
+  uint64_t group_start = next_offset_;
+
+  auto flush = [&]() -> Status {
+    if (group.empty()) return Status::OK();
+    Status s = active_->Write(ops);
+    if (s.ok()) {
+      uint64_t value_bytes = 0;
+      for (Pending* w : group) {
+        footer_.push_back(format::FooterEntry{w->loc.record_offset, w->loc.value_offset, w->value_len, w->stamp,
+                                              w->path_hash});
+        w->status = Status::OK();
+        value_bytes += w->value_len;
+      }
+      active_data_bytes_ += value_bytes;
+      MarkDirty();
+      std::lock_guard<std::mutex> lk(mu_);
+      stats_.records += group.size();
+      stats_.value_bytes += value_bytes;
+      stats_.batches += 1;
+    } else {
+      for (Pending* w : group) {
+        w->status = s;
+        w->loc = Location{};
+      }
+      next_offset_ = group_start;  // reuse the space: nothing points into it
+    }
+    ops.clear();
+    group.clear();
+    return s;
+  };
+
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Pending* w = batch[i];
+    // Does w fit in the active segment (with the footer and trailer it would need)?
+    const bool has_records = !footer_.empty() || !group.empty();
+    if (active_ && has_records) {
+      const uint64_t count = footer_.size() + group.size() + 1;
+      if (next_offset_ + w->span + format::FooterBytes(count) + format::kTrailerBlockSize > opts_.segment_size) {
+        // Write what goes before the seal, then seal. If the seal's write fails the segment is left
+        // unsealed (recovery scans it; its records are still synced by Sync) and we move on.
+        if (flush().ok()) SealActive();
+        active_.reset();
+        Status broken;
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          broken = broken_;
+        }
+        if (!broken.ok()) {  // the seal's fdatasync failed
+          for (size_t j = i; j < batch.size(); ++j) batch[j]->status = broken;
+          return;
+        }
+      }
+    }
+    if (!active_) {
+      Status o = OpenNextSegment();
+      if (!o.ok()) {
+        for (size_t j = i; j < batch.size(); ++j) batch[j]->status = o;
+        return;
+      }
+      group_start = next_offset_;
+    }
+    if (group.empty()) group_start = next_offset_;
+    w->loc = Location{SegmentId{node_, generation_, active_seq_}, next_offset_, next_offset_ + w->value_delta,
+                      w->value_len};
+    if (opts_.direct_io) {
+      ops.push_back(WriteOp{next_offset_, w->buf.get(), w->span});
+    } else {
+      ops.push_back(WriteOp{next_offset_, w->buf.get(), w->value_delta});
+      uint64_t off = next_offset_ + w->value_delta;
+      for (auto part : *w->parts) {
+        if (part.empty()) continue;
+        ops.push_back(WriteOp{off, part.data(), part.size()});
+        off += part.size();
+      }
+      const uint64_t pad = AlignUp(w->value_len) - w->value_len;
+      if (pad) ops.push_back(WriteOp{off, kZeros, pad});
+    }
+    group.push_back(w);
+    next_offset_ += w->span;
+  }
+  flush();
+}
+
+Status SegmentWriter::OpenNextSegment() {
+  const uint64_t seq = next_seq_;
+  OpenOptions o;
+  o.write = o.create = o.exclusive = true;
+  o.direct = opts_.direct_io;
+  auto f = env_->Open(SegmentPath(seq), o);
+  if (!f.ok()) return f.status();
+  std::shared_ptr<BackingFile> file(std::move(*f));
+  format::SegmentHeader h;
+  h.node = node_;
+  h.generation = generation_;
+  h.seq = seq;
+  h.create_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  h.nonce = RandomNonce();
+  AlignedBuf hb = AllocAligned(format::kSegmentHeaderSize);
+  if (!hb) return Status::IOError("segment writer: out of memory", ENOMEM);
+  format::EncodeSegmentHeader(h, hb.get());
+  // The file exists from here on: never reuse its seq, even if writing the header fails.
+  next_seq_ = seq + 1;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    dir_dirty_ = true;
+  }
+  KVFS_RETURN_IF_ERROR(file->Write(0, hb.get(), format::kSegmentHeaderSize));
+  active_ = std::move(file);
+  active_seq_ = seq;
+  active_nonce_ = h.nonce;
+  next_offset_ = format::kSegmentHeaderSize;
+  active_data_bytes_ = 0;
+  footer_.clear();
+  MarkDirty();
+  std::lock_guard<std::mutex> lk(mu_);
+  active_seq_for_readers_ = seq;
+  stats_.segments_created += 1;
+  return Status::OK();
+}
+
+Status SegmentWriter::SealActive() {
+  const uint64_t count = footer_.size();
+  const uint64_t footer_bytes = format::FooterBytes(count);
+  AlignedBuf fb = AllocAligned(footer_bytes + format::kTrailerBlockSize);
+  if (!fb) return Status::IOError("segment writer: out of memory", ENOMEM);
+  char* p = fb.get();
+  for (uint64_t i = 0; i < count; ++i) format::EncodeFooterEntry(footer_[i], p + i * format::kFooterEntrySize);
+  std::memset(p + count * format::kFooterEntrySize, 0, footer_bytes - count * format::kFooterEntrySize);
+  format::Trailer t;
+  t.footer_offset = next_offset_;
+  t.record_count = count;
+  t.footer_checksum = format::Hash64(p, count * format::kFooterEntrySize);
+  t.nonce = active_nonce_;
+  format::EncodeTrailerBlock(t, p + footer_bytes);
+  KVFS_RETURN_IF_ERROR(active_->Write(next_offset_, p, footer_bytes + format::kTrailerBlockSize));
+  Status s = active_->Sync();
+  SealedSegment sealed{SegmentId{node_, generation_, active_seq_},
+                       format::SealedFileSize(next_offset_, count), count, active_data_bytes_};
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!s.ok()) {
+      broken_ = s;
+      return s;
+    }
+    // Durable now; a concurrent Sync that already took it just syncs it again.
+    dirty_.erase(active_seq_);
+    sealed_.push_back(sealed);
+    stats_.segments_sealed += 1;
+  }
+  if (opts_.on_seal) opts_.on_seal(sealed);
+  return Status::OK();
+}
+
+void SegmentWriter::MarkDirty() {
+  std::lock_guard<std::mutex> lk(mu_);
+  dirty_[active_seq_] = active_;
+}
+
+Status SegmentWriter::Sync() {
+  std::lock_guard<std::mutex> sync_lk(sync_mu_);
+  std::map<uint64_t, std::shared_ptr<BackingFile>> files;
+  bool dir = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!broken_.ok()) return broken_;
+    files.swap(dirty_);
+    std::swap(dir, dir_dirty_);
+    stats_.syncs += 1;
+  }
+  for (auto& [seq, f] : files) {
+    Status s = f->Sync();
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lk(mu_);
+      broken_ = s;
+      return s;
+    }
+  }
+  if (dir) {
+    Status s = env_->SyncDir(seg_dir_);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lk(mu_);
+      dir_dirty_ = true;
+      return s;
+    }
+  }
+  return Status::OK();
+}
+
+Status SegmentWriter::Close() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (closed_) return Status::OK();
+    closed_ = true;  // new Appends fail from here on
+  }
+  Status s = Sync();
+  if (s.ok() && opts_.seal_on_close && active_ && !footer_.empty()) s = SealActive();
+  active_.reset();
+  std::lock_guard<std::mutex> lk(mu_);
+  dirty_.clear();
+  return s;
+}
+
+}  // namespace kvfs

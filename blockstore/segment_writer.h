@@ -1,0 +1,149 @@
+// SegmentWriter: appends records (blockstore/format.h) to the segments of one node directory,
+// <backing>/.kvfs/v1/nodes/<node>/seg/, as files named format::SegmentFileName(generation, seq)
+// ("0000000003-0000000017.kseg"). Single writer per directory and generation (DESIGN §2): two
+// SegmentWriters must never share (seg_dir, generation).
+//
+// Group commit (LevelDB db_impl.cc writer queue): every Append prepares its record (header, path,
+// checksum table; for O_DIRECT also the aligned copy of the value) in the calling thread, then joins a
+// queue. The thread at the front is the leader: it takes the queued records (up to max_batch_bytes),
+// places them at consecutive offsets and writes them with ONE BackingFile::Write batch, then wakes the
+// followers. A value is copied at most once: into an aligned staging buffer with O_DIRECT (required by
+// the kernel), not at all without it (the batch points into the caller's parts).
+//
+// Segments: the first Append creates segment first_seq (O_CREAT|O_EXCL; a header block is written).
+// When a record does not fit (segment_size would be exceeded counting the footer and trailer), the
+// leader seals the segment (footer + trailer written, then fdatasync), reports it (TakeSealed and
+// on_seal), and creates the next seq. A record larger than segment_size goes alone into a segment of
+// its own (that segment is sealed before the next record).
+//
+// Durability: Append returns once the record is written (readable through the Env by this process,
+// not durable). Sync() makes every record whose Append returned before the call durable (fdatasync of
+// every segment file written since the last Sync, sealed ones included, and of the directory when a
+// segment file was created). A failed fdatasync breaks the writer for good (the kernel may have
+// dropped the dirty pages; "fsyncgate"): every later Append/Sync returns that error and the caller opens
+// a new writer with a new seq/generation. A failed write (ENOSPC, EIO) only fails the Appends of that
+// batch; the space they would have used is reused by the next batch, so no torn record is left in the
+// middle of a segment.
+//
+// Close(): Sync(), then seals the active segment if SegmentWriterOptions::seal_on_close (default: the
+// active segment stays unsealed; recovery scans it), then closes the files. The destructor closes files
+// without syncing.
+//
+// Thread safety: Append, Sync, TakeSealed and GetStats may be called concurrently. Close must not race
+// with Append.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "blockstore/env.h"
+#include "blockstore/format.h"
+#include "blockstore/status.h"
+#include "blockstore/types.h"
+
+namespace kvfs {
+
+struct SealedSegment {
+  SegmentId id;
+  uint64_t file_size = 0;     // bytes, header to trailer
+  uint64_t record_count = 0;
+  uint64_t data_bytes = 0;    // sum of value lengths
+};
+
+struct SegmentWriterOptions {
+  uint64_t segment_size = 256ull << 20;  // bytes; a multiple of 4096, >= 64 KiB
+  bool direct_io = false;                // O_DIRECT for segment files
+  uint64_t first_seq = 1;                // seq of the first segment this writer creates
+  uint64_t max_batch_bytes = 64ull << 20;  // group commit cap per leader round (at least one record)
+  bool seal_on_close = false;
+  // Called by the leader thread (no lock held) right after a segment is sealed and synced.
+  std::function<void(const SealedSegment&)> on_seal;
+};
+
+struct SegmentWriterStats {
+  uint64_t records = 0, value_bytes = 0, batches = 0, segments_created = 0, segments_sealed = 0, syncs = 0;
+};
+
+class SegmentWriter {
+ public:
+  // Creates seg_dir if needed (mkdir -p). No segment file is created until the first Append.
+  // InvalidArgument on a bad node id (empty / > 256 bytes) or segment_size.
+  static Result<std::unique_ptr<SegmentWriter>> Open(Env* env, std::string seg_dir, std::string node,
+                                                     uint64_t generation, SegmentWriterOptions opts);
+  ~SegmentWriter();
+  SegmentWriter(const SegmentWriter&) = delete;
+  SegmentWriter& operator=(const SegmentWriter&) = delete;
+
+  // Appends one record: value = concatenation of parts (pointers must stay valid until return), tagged
+  // with the full virtual path (1..65535 bytes) and the HLC stamp. Returns where the value lives.
+  // NoSpace / IOError when the batch write failed; the writer stays usable (unless broken by Sync).
+  Result<Location> Append(std::string_view path, uint64_t stamp, const std::vector<std::string_view>& parts,
+                          uint16_t flags = 0);
+
+  // Durability barrier (see above). Concurrent Syncs are serialized.
+  Status Sync();
+
+  // Sync + optional seal + close. Idempotent. Appends after Close fail with InvalidArgument.
+  Status Close();
+
+  // Segments sealed since the last call (oldest first); the Store journals SEAL{segment} for each.
+  std::vector<SealedSegment> TakeSealed();
+
+  // Path of segment `seq` of this writer's generation.
+  std::string SegmentPath(uint64_t seq) const;
+  const std::string& seg_dir() const { return seg_dir_; }
+  // The segment the next record goes to if it fits (it may not exist yet).
+  SegmentId ActiveSegment() const;
+  SegmentWriterStats GetStats() const;
+
+ private:
+  struct Pending;
+  struct AlignedFree {
+    void operator()(char* p) const;
+  };
+  using AlignedBuf = std::unique_ptr<char, AlignedFree>;
+  static AlignedBuf AllocAligned(size_t n);
+
+  SegmentWriter(Env* env, std::string seg_dir, std::string node, uint64_t generation, SegmentWriterOptions opts);
+  Status Prepare(Pending* p);
+  void WriteBatch(const std::vector<Pending*>& batch);  // leader only
+  Status OpenNextSegment();                             // leader only
+  Status SealActive();                                  // leader only
+  void MarkDirty();                                     // leader only; takes mu_
+
+  Env* const env_;
+  const std::string seg_dir_;
+  const std::string node_;
+  const uint64_t generation_;
+  const SegmentWriterOptions opts_;
+
+  // Leader-owned state (only the thread at the front of queue_ touches it; Close when idle).
+  std::shared_ptr<BackingFile> active_;
+  uint64_t active_seq_ = 0;
+  uint64_t active_nonce_ = 0;
+  uint64_t next_offset_ = 0;
+  uint64_t active_data_bytes_ = 0;
+  std::vector<format::FooterEntry> footer_;
+  uint64_t next_seq_;
+
+  mutable std::mutex mu_;
+  std::deque<Pending*> queue_;                                  // guarded by mu_
+  std::map<uint64_t, std::shared_ptr<BackingFile>> dirty_;      // seq -> file; guarded by mu_
+  bool dir_dirty_ = false;                                      // guarded by mu_
+  Status broken_;                                               // guarded by mu_
+  bool closed_ = false;                                         // guarded by mu_
+  std::vector<SealedSegment> sealed_;                           // guarded by mu_
+  SegmentWriterStats stats_;                                    // guarded by mu_
+  uint64_t active_seq_for_readers_;                             // guarded by mu_
+  std::mutex sync_mu_;                                          // serializes Sync
+};
+
+}  // namespace kvfs
