@@ -48,9 +48,10 @@ struct FileInfo {
 // Operation counters, by kind. "Metadata" operations are the ones a network file system turns into
 // round trips; kvfs exists to make them rare.
 struct EnvCounters {
-  std::atomic<uint64_t> open{0}, close{0}, read{0}, write{0}, write_batches{0}, sync{0}, mkdir{0},
+  std::atomic<uint64_t> open{0}, create{0}, close{0}, read{0}, write{0}, write_batches{0}, sync{0}, mkdir{0},
       rename{0}, remove{0}, stat{0}, list{0}, syncdir{0};
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
+  // create counts the opens with O_CREAT (also counted in open).
   uint64_t MetadataOps() const {
     return open + close + mkdir + rename + remove + stat + list;
   }

@@ -24,7 +24,7 @@ std::string StripTrailingSlash(std::string dir) {
 }
 
 void ZeroCounters(EnvCounters& c) {
-  for (auto* a : {&c.open, &c.close, &c.read, &c.write, &c.write_batches, &c.sync, &c.mkdir, &c.rename,
+  for (auto* a : {&c.open, &c.create, &c.close, &c.read, &c.write, &c.write_batches, &c.sync, &c.mkdir, &c.rename,
                   &c.remove, &c.stat, &c.list, &c.syncdir, &c.bytes_read, &c.bytes_written}) {
     a->store(0, std::memory_order_relaxed);
   }
@@ -340,6 +340,7 @@ void FaultInjectionEnv::ResetState() {
 
 Result<std::unique_ptr<BackingFile>> FaultInjectionEnv::Open(const std::string& path, const OpenOptions& opts) {
   counters_.open.fetch_add(1, std::memory_order_relaxed);
+  if (opts.create) counters_.create.fetch_add(1, std::memory_order_relaxed);
   auto inj = Check(kFaultOpen, path);
   if (inj.err) return Inject(inj, "open", path);
   bool tracked = false;

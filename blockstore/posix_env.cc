@@ -238,6 +238,7 @@ class PosixEnv final : public Env {
     if (o.truncate) flags |= O_TRUNC;
     if (o.direct) flags |= O_DIRECT;
     counters_.open.fetch_add(1, std::memory_order_relaxed);
+    if (o.create) counters_.create.fetch_add(1, std::memory_order_relaxed);
     int fd;
     do {
       fd = ::open(path.c_str(), flags, o.mode);
