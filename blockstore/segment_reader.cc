@@ -1,0 +1,377 @@
+#include "blockstore/segment_reader.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+namespace kvfs {
+namespace {
+
+constexpr uint64_t B = kChecksumBlock;
+constexpr size_t kScratchKeep = 8u << 20;  // a thread keeps up to this much scratch between calls
+
+struct FreeDeleter {
+  void operator()(char* p) const { free(p); }
+};
+using AlignedBuf = std::unique_ptr<char, FreeDeleter>;
+
+AlignedBuf AllocAligned(size_t n) {
+  void* p = nullptr;
+  if (posix_memalign(&p, kAlignment, std::max<size_t>(AlignUp(n), kAlignment)) != 0) return nullptr;
+  return AlignedBuf(static_cast<char*>(p));
+}
+
+// An aligned buffer of at least n bytes: the thread's cached scratch when small enough, else owned.
+class Scratch {
+ public:
+  explicit Scratch(size_t n) {
+    thread_local AlignedBuf cached;
+    thread_local size_t cached_cap = 0;
+    if (n <= kScratchKeep) {
+      if (cached_cap < n) {
+        size_t cap = std::max<size_t>(AlignUp(n), 256 * 1024);
+        cached = AllocAligned(cap);
+        cached_cap = cached ? cap : 0;
+      }
+      p_ = cached.get();
+    } else {
+      owned_ = AllocAligned(n);
+      p_ = owned_.get();
+    }
+  }
+  char* get() const { return p_; }
+
+ private:
+  char* p_ = nullptr;
+  AlignedBuf owned_;
+};
+
+std::string At(const BackingFile* f, uint64_t off) { return f->path() + " @" + std::to_string(off); }
+
+// Parses record metadata from buf (avail bytes read at record offset `off`). On failure *why says how.
+// NeedMore (returned as kTruncated with *need set) when avail < the metadata size.
+Status ParseMeta(const BackingFile* f, const char* buf, size_t avail, uint64_t off, RecordMeta* m, ScanStop* why,
+                 uint64_t* need) {
+  *need = 0;
+  if (avail >= 4 && !format::HasRecordMagic(buf)) {
+    *why = ScanStop::kBadMagic;
+    return Status::Corruption("segment " + At(f, off) + ": no record (bad magic)");
+  }
+  if (avail < format::kRecordHeaderSize) {
+    *why = ScanStop::kTruncated;
+    return Status::Corruption("segment " + At(f, off) + ": file ends inside the record header");
+  }
+  format::RecordHeader h;
+  Status s = format::DecodeRecordHeader(buf, &h);
+  if (!s.ok()) {
+    *why = ScanStop::kBadHeader;
+    return Status::Corruption("segment " + At(f, off) + ": " + s.message());
+  }
+  const uint64_t meta = format::RecordMetaSize(h.path_len, h.value_len);
+  if (avail < meta) {
+    *why = ScanStop::kTruncated;
+    *need = format::ValueDelta(h.path_len, h.value_len);
+    return Status::Corruption("segment " + At(f, off) + ": file ends inside the record path/checksum table");
+  }
+  m->record_offset = off;
+  m->header = h;
+  m->value_offset = off + format::ValueDelta(h.path_len, h.value_len);
+  m->end_offset = off + format::RecordSpan(h.path_len, h.value_len);
+  m->path.assign(buf + format::kRecordHeaderSize, h.path_len);
+  m->checksums.resize(h.block_count);
+  if (h.block_count) {
+    std::memcpy(m->checksums.data(), buf + format::kRecordHeaderSize + h.path_len, h.block_count * sizeof(uint64_t));
+  }
+  if (format::MetaChecksum(m->path, m->checksums.data(), h.block_count) != h.meta_checksum) {
+    *why = ScanStop::kBadMeta;
+    return Status::Corruption("segment " + At(f, off) + ": record path/checksum table checksum mismatch");
+  }
+  return Status::OK();
+}
+
+// Reads and parses the record at off; limit = file end (or footer) when known, else UINT64_MAX.
+Status ReadMetaImpl(BackingFile* f, uint64_t off, uint64_t limit, RecordMeta* m, ScanStop* why) {
+  *why = ScanStop::kIOError;
+  if (off % kAlignment != 0) {
+    *why = ScanStop::kBadMagic;
+    return Status::Corruption("segment " + At(f, off) + ": record offset not 4 KiB aligned");
+  }
+  uint64_t need = 0;
+  {
+    Scratch sb(kAlignment);
+    size_t got = 0;
+    KVFS_RETURN_IF_ERROR(f->Read(off, kAlignment, sb.get(), &got));
+    Status s = ParseMeta(f, sb.get(), got, off, m, why, &need);
+    if (s.ok() || need == 0 || got < kAlignment) {
+      if (s.ok() && m->end_offset > limit) {
+        *why = ScanStop::kTruncated;
+        return Status::Corruption("segment " + At(f, off) + ": record (value " + std::to_string(m->value_len()) +
+                                  " bytes) extends past the end at " + std::to_string(limit));
+      }
+      return s;
+    }
+  }
+  // Metadata larger than one block (long value: big checksum table): read all of it.
+  Scratch sb(need);
+  size_t got = 0;
+  *why = ScanStop::kIOError;
+  KVFS_RETURN_IF_ERROR(f->Read(off, need, sb.get(), &got));
+  uint64_t need2 = 0;
+  KVFS_RETURN_IF_ERROR(ParseMeta(f, sb.get(), got, off, m, why, &need2));
+  if (m->end_offset > limit) {
+    *why = ScanStop::kTruncated;
+    return Status::Corruption("segment " + At(f, off) + ": record extends past the end at " + std::to_string(limit));
+  }
+  return Status::OK();
+}
+
+// Verifies blocks [b0, b1] held in buf (buf = start of block b0) against meta.
+Status VerifyBlocks(const BackingFile* f, const RecordMeta& m, const char* buf, uint64_t b0, uint64_t b1) {
+  const uint64_t len = m.value_len();
+  for (uint64_t i = b0; i <= b1; ++i) {
+    const uint64_t n = std::min<uint64_t>(B, len - i * B);
+    if (format::Hash64(buf + (i - b0) * B, n) != m.checksums[i]) {
+      return Status::Corruption("segment " + At(f, m.value_offset + i * B) + ": value block " + std::to_string(i) +
+                                " of record @" + std::to_string(m.record_offset) + " (" + m.path +
+                                ") checksum mismatch");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+const char* ScanStopName(ScanStop s) {
+  switch (s) {
+    case ScanStop::kNone: return "none";
+    case ScanStop::kEndOfFile: return "end-of-file";
+    case ScanStop::kFooter: return "footer";
+    case ScanStop::kTruncated: return "truncated";
+    case ScanStop::kBadMagic: return "bad-magic";
+    case ScanStop::kBadHeader: return "bad-header";
+    case ScanStop::kBadMeta: return "bad-meta";
+    case ScanStop::kBadValue: return "bad-value";
+    case ScanStop::kIOError: return "io-error";
+  }
+  return "?";
+}
+
+Result<format::SegmentHeader> ReadSegmentHeader(BackingFile* file) {
+  Scratch sb(format::kSegmentHeaderSize);
+  size_t got = 0;
+  KVFS_RETURN_IF_ERROR(file->Read(0, format::kSegmentHeaderSize, sb.get(), &got));
+  format::SegmentHeader h;
+  Status s = format::DecodeSegmentHeader(sb.get(), got, &h);
+  if (!s.ok()) return Status::Corruption("segment " + file->path() + ": " + s.message());
+  return h;
+}
+
+Result<RecordMeta> ReadRecordMeta(BackingFile* file, uint64_t record_offset) {
+  RecordMeta m;
+  ScanStop why;
+  KVFS_RETURN_IF_ERROR(ReadMetaImpl(file, record_offset, UINT64_MAX, &m, &why));
+  return m;
+}
+
+Status ReadValue(BackingFile* file, const RecordMeta& m, uint64_t offset, size_t len, char* out, size_t* got) {
+  *got = 0;
+  const uint64_t vlen = m.value_len();
+  if (offset >= vlen || len == 0) return Status::OK();
+  const uint64_t n = std::min<uint64_t>(len, vlen - offset);
+  const uint64_t b0 = offset / B, b1 = (offset + n - 1) / B;
+  const uint64_t want = std::min((b1 + 1) * B, vlen) - b0 * B;  // value bytes of the blocks
+  const uint64_t read_len = AlignUp(want);                        // padded: aligned for O_DIRECT
+  // Read straight into the caller's buffer when it is aligned and the read fits in the range.
+  const bool direct = offset == b0 * B && read_len <= n && reinterpret_cast<uintptr_t>(out) % kAlignment == 0;
+  Scratch sb(direct ? 0 : read_len);
+  char* buf = direct ? out : sb.get();
+  if (buf == nullptr) return Status::IOError("segment reader: out of memory", ENOMEM);
+  size_t r = 0;
+  KVFS_RETURN_IF_ERROR(file->Read(m.value_offset + b0 * B, read_len, buf, &r));
+  if (r < want) {
+    if (direct) std::memset(out, 0, n);
+    return Status::Corruption("segment " + At(file, m.value_offset + b0 * B + r) + ": file ends inside the value of record @" +
+                              std::to_string(m.record_offset));
+  }
+  Status s = VerifyBlocks(file, m, buf, b0, b1);
+  if (!s.ok()) {
+    if (direct) std::memset(out, 0, n);
+    return s;
+  }
+  if (!direct) std::memcpy(out, buf + (offset - b0 * B), n);
+  *got = n;
+  return Status::OK();
+}
+
+Status ReadValue(BackingFile* file, const Location& loc, uint64_t offset, size_t len, char* out, size_t* got) {
+  *got = 0;
+  if (loc.empty() || loc.value_offset <= loc.record_offset) {
+    return Status::InvalidArgument("segment reader: empty or malformed location");
+  }
+  auto check = [&](const RecordMeta& m) -> Status {
+    if (m.value_offset != loc.value_offset || m.value_len() != loc.length) {
+      return Status::Corruption("segment " + At(file, loc.record_offset) + ": record does not match its location (value @" +
+                                std::to_string(m.value_offset) + "+" + std::to_string(m.value_len()) + ")");
+    }
+    return Status::OK();
+  };
+  const uint64_t delta = loc.value_offset - loc.record_offset;
+  if (offset < std::min<uint64_t>(B, loc.length) && len > 0 && delta <= B) {
+    // One read for metadata + the blocks the range needs (the common whole-value or first-block read).
+    const uint64_t n = std::min<uint64_t>(len, loc.length - offset);
+    const uint64_t b1 = (offset + n - 1) / B;
+    const uint64_t want = std::min((b1 + 1) * B, loc.length);
+    Scratch sb(delta + AlignUp(want));
+    if (sb.get() == nullptr) return Status::IOError("segment reader: out of memory", ENOMEM);
+    size_t r = 0;
+    KVFS_RETURN_IF_ERROR(file->Read(loc.record_offset, delta + AlignUp(want), sb.get(), &r));
+    RecordMeta m;
+    ScanStop why;
+    uint64_t need = 0;
+    KVFS_RETURN_IF_ERROR(ParseMeta(file, sb.get(), std::min<uint64_t>(r, delta), loc.record_offset, &m, &why, &need));
+    KVFS_RETURN_IF_ERROR(check(m));
+    if (r < delta + want) {
+      return Status::Corruption("segment " + At(file, loc.record_offset + r) + ": file ends inside the value of record @" +
+                                std::to_string(loc.record_offset));
+    }
+    KVFS_RETURN_IF_ERROR(VerifyBlocks(file, m, sb.get() + delta, 0, b1));
+    std::memcpy(out, sb.get() + delta + offset, n);
+    *got = n;
+    return Status::OK();
+  }
+  auto m = ReadRecordMeta(file, loc.record_offset);
+  if (!m.ok()) return m.status();
+  KVFS_RETURN_IF_ERROR(check(*m));
+  return ReadValue(file, *m, offset, len, out, got);
+}
+
+Result<SegmentFooter> ReadFooter(BackingFile* file, uint64_t file_size) {
+  if (file_size < format::kSegmentHeaderSize + format::kTrailerBlockSize || file_size % kAlignment != 0) {
+    return Status::NotFound("segment " + file->path() + ": not sealed (size " + std::to_string(file_size) + ")");
+  }
+  format::Trailer t;
+  {
+    Scratch sb(format::kTrailerBlockSize);
+    size_t got = 0;
+    KVFS_RETURN_IF_ERROR(file->Read(file_size - format::kTrailerBlockSize, format::kTrailerBlockSize, sb.get(), &got));
+    if (got < format::kTrailerBlockSize) return Status::NotFound("segment " + file->path() + ": not sealed (short)");
+    Status s = format::DecodeTrailer(sb.get() + format::kTrailerBlockSize - format::kTrailerSize, &t);
+    if (s.IsNotFound()) return Status::NotFound("segment " + file->path() + ": not sealed");
+    if (!s.ok()) return Status::Corruption("segment " + file->path() + ": " + s.message());
+  }
+  if (format::SealedFileSize(t.footer_offset, t.record_count) != file_size) {
+    return Status::Corruption("segment " + file->path() + ": trailer (footer @" + std::to_string(t.footer_offset) + ", " +
+                              std::to_string(t.record_count) + " records) does not match file size " +
+                              std::to_string(file_size));
+  }
+  auto h = ReadSegmentHeader(file);
+  if (!h.ok()) return h.status();
+  if (h->nonce != t.nonce) return Status::Corruption("segment " + file->path() + ": trailer nonce does not match header");
+  SegmentFooter footer;
+  footer.trailer = t;
+  const uint64_t bytes = t.record_count * format::kFooterEntrySize;
+  if (bytes) {
+    Scratch sb(format::FooterBytes(t.record_count));
+    size_t got = 0;
+    KVFS_RETURN_IF_ERROR(file->Read(t.footer_offset, format::FooterBytes(t.record_count), sb.get(), &got));
+    if (got < bytes || format::Hash64(sb.get(), bytes) != t.footer_checksum) {
+      return Status::Corruption("segment " + At(file, t.footer_offset) + ": footer checksum mismatch");
+    }
+    footer.entries.reserve(t.record_count);
+    uint64_t prev_end = format::kSegmentHeaderSize;
+    for (uint64_t i = 0; i < t.record_count; ++i) {
+      auto e = format::DecodeFooterEntry(sb.get() + i * format::kFooterEntrySize);
+      if (e.record_offset < prev_end || e.value_offset < e.record_offset ||
+          e.value_offset + e.value_length > t.footer_offset) {
+        return Status::Corruption("segment " + At(file, t.footer_offset) + ": footer entry " + std::to_string(i) +
+                                  " out of order or out of range");
+      }
+      prev_end = e.value_offset + AlignUp(e.value_length);
+      footer.entries.push_back(e);
+    }
+  } else if (t.footer_checksum != format::Hash64(nullptr, 0)) {
+    return Status::Corruption("segment " + file->path() + ": footer checksum mismatch");
+  }
+  return footer;
+}
+
+SegmentScanner::SegmentScanner(BackingFile* file, uint64_t file_size, ScanOptions opts)
+    : file_(file), file_size_(file_size), opts_(opts) {}
+
+Status SegmentScanner::Init() {
+  auto h = ReadSegmentHeader(file_);
+  if (!h.ok()) {
+    Stop(h.status().IsCorruption() ? ScanStop::kBadHeader : ScanStop::kIOError, h.status());
+    return h.status();
+  }
+  header_ = std::move(*h);
+  auto f = ReadFooter(file_, file_size_);
+  if (f.ok()) {
+    sealed_ = true;
+    footer_ = std::move(*f);
+    limit_ = footer_.trailer.footer_offset;
+  } else if (f.status().IsNotFound() || f.status().IsCorruption()) {
+    limit_ = file_size_;  // unsealed (or a damaged trailer): scan to the end
+  } else {
+    Stop(ScanStop::kIOError, f.status());
+    return f.status();
+  }
+  offset_ = format::kSegmentHeaderSize;
+  init_ = true;
+  return Status::OK();
+}
+
+void SegmentScanner::Stop(ScanStop why, Status s) {
+  stop_ = why;
+  stop_status_ = std::move(s);
+}
+
+bool SegmentScanner::Next(ScannedRecord* rec) {
+  if (!init_ || stop_ != ScanStop::kNone) return false;
+  if (offset_ >= limit_) {
+    Stop(sealed_ ? ScanStop::kFooter : ScanStop::kEndOfFile, Status::OK());
+    return false;
+  }
+  RecordMeta m;
+  ScanStop why = ScanStop::kIOError;
+  Status s = ReadMetaImpl(file_, offset_, limit_, &m, &why);
+  if (!s.ok()) {
+    Stop(why, s);
+    return false;
+  }
+  if (opts_.verify_values && m.value_len() > 0) {
+    constexpr uint64_t kChunk = 64 * B;  // 4 MiB per read
+    for (uint64_t b0 = 0; b0 < m.checksums.size(); b0 += kChunk / B) {
+      const uint64_t b1 = std::min<uint64_t>(b0 + kChunk / B, m.checksums.size()) - 1;
+      const uint64_t want = std::min((b1 + 1) * B, m.value_len()) - b0 * B;
+      Scratch sb(AlignUp(want));
+      size_t r = 0;
+      s = file_->Read(m.value_offset + b0 * B, AlignUp(want), sb.get(), &r);
+      if (!s.ok()) {
+        Stop(ScanStop::kIOError, s);
+        return false;
+      }
+      if (r < want) {
+        Stop(ScanStop::kTruncated, Status::Corruption("segment " + At(file_, offset_) + ": file ends inside the value"));
+        return false;
+      }
+      s = VerifyBlocks(file_, m, sb.get(), b0, b1);
+      if (!s.ok()) {
+        Stop(ScanStop::kBadValue, s);
+        return false;
+      }
+    }
+  }
+  rec->loc = Location{SegmentId{header_.node, header_.generation, header_.seq}, m.record_offset, m.value_offset,
+                      m.value_len()};
+  rec->path = std::move(m.path);
+  rec->stamp = m.header.stamp;
+  rec->flags = m.header.flags;
+  offset_ = m.end_offset;
+  ++records_;
+  return true;
+}
+
+}  // namespace kvfs
