@@ -1,0 +1,478 @@
+#include "index/journal_format.h"
+
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
+#include <xxhash.h>
+
+#include <cstdio>
+#include <cstring>
+
+namespace kvfs {
+namespace {
+
+// ---- fixed-width little endian ----
+void PutFixed16(std::string* out, uint16_t v) {
+  char b[2] = {static_cast<char>(v & 0xff), static_cast<char>(v >> 8)};
+  out->append(b, 2);
+}
+void PutFixed32(std::string* out, uint32_t v) {
+  char b[4];
+  for (int i = 0; i < 4; i++) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out->append(b, 4);
+}
+void PutFixed64(std::string* out, uint64_t v) {
+  char b[8];
+  for (int i = 0; i < 8; i++) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out->append(b, 8);
+}
+uint64_t GetFixed(const char* p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; i++) v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+
+// ---- varints (LevelDB util/coding) ----
+void PutVarint64(std::string* out, uint64_t v) {
+  char b[10];
+  int n = 0;
+  while (v >= 0x80) {
+    b[n++] = static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  b[n++] = static_cast<char>(v);
+  out->append(b, n);
+}
+void PutSvarint64(std::string* out, int64_t v) {
+  PutVarint64(out, (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63));
+}
+void PutStr(std::string* out, std::string_view s) {
+  PutVarint64(out, s.size());
+  out->append(s.data(), s.size());
+}
+void PutLocation(std::string* out, const Location& l) {
+  if (l.empty()) {
+    out->push_back(0);
+    return;
+  }
+  out->push_back(1);
+  PutStr(out, l.segment.node);
+  PutVarint64(out, l.segment.generation);
+  PutVarint64(out, l.segment.seq);
+  PutVarint64(out, l.record_offset);
+  PutVarint64(out, l.value_offset);
+  PutVarint64(out, l.length);
+}
+void PutSegment(std::string* out, const SegmentId& s) {
+  PutStr(out, s.node);
+  PutVarint64(out, s.generation);
+  PutVarint64(out, s.seq);
+}
+void PutAttrs(std::string* out, const EntryAttrs& a) {
+  PutVarint64(out, a.mode);
+  PutVarint64(out, a.uid);
+  PutVarint64(out, a.gid);
+  PutVarint64(out, a.size);
+  PutSvarint64(out, a.atime_ns);
+  PutSvarint64(out, a.mtime_ns);
+  PutSvarint64(out, a.ctime_ns);
+}
+
+// A bounds-checked cursor; the first failure sticks and every later read fails too.
+class Decoder {
+ public:
+  explicit Decoder(std::string_view in) : p_(in.data()), end_(in.data() + in.size()) {}
+  bool ok() const { return ok_; }
+  bool done() const { return p_ == end_; }
+  const char* what() const { return what_; }
+
+  uint8_t U8(const char* field) {
+    if (!ok_ || p_ == end_) return Fail(field), 0;
+    return static_cast<uint8_t>(*p_++);
+  }
+  uint64_t Varint(const char* field) {
+    uint64_t v = 0;
+    for (int shift = 0; shift <= 63; shift += 7) {
+      if (!ok_ || p_ == end_) return Fail(field), 0;
+      const uint64_t b = static_cast<unsigned char>(*p_++);
+      if (shift == 63 && b > 1) return Fail(field), 0;  // would overflow 64 bits
+      v |= (b & 0x7f) << shift;
+      if (b < 0x80) return v;
+    }
+    return Fail(field), 0;  // more than 10 bytes
+  }
+  uint32_t Varint32(const char* field) {
+    const uint64_t v = Varint(field);
+    if (v > UINT32_MAX) return Fail(field), 0;
+    return static_cast<uint32_t>(v);
+  }
+  int64_t Svarint(const char* field) {
+    const uint64_t u = Varint(field);
+    return static_cast<int64_t>((u >> 1) ^ (~(u & 1) + 1));
+  }
+  bool Bool(const char* field) {
+    const uint8_t b = U8(field);
+    if (b > 1) return Fail(field), false;
+    return b == 1;
+  }
+  std::string Str(const char* field) {
+    const uint64_t n = Varint(field);
+    if (!ok_ || n > static_cast<uint64_t>(end_ - p_)) return Fail(field), std::string();
+    std::string s(p_, n);
+    p_ += n;
+    return s;
+  }
+  Location Loc(const char* field) {
+    Location l;
+    if (!Bool(field)) return l;
+    l.segment.node = Str(field);
+    l.segment.generation = Varint(field);
+    l.segment.seq = Varint(field);
+    l.record_offset = Varint(field);
+    l.value_offset = Varint(field);
+    l.length = Varint(field);
+    if (ok_ && l.segment.node.empty()) Fail(field);  // a present Location names its node
+    return l;
+  }
+  SegmentId Seg(const char* field) {
+    SegmentId s;
+    s.node = Str(field);
+    s.generation = Varint(field);
+    s.seq = Varint(field);
+    return s;
+  }
+  EntryAttrs Attrs() {
+    EntryAttrs a;
+    a.mode = Varint32("attrs.mode");
+    a.uid = Varint32("attrs.uid");
+    a.gid = Varint32("attrs.gid");
+    a.size = Varint("attrs.size");
+    a.atime_ns = Svarint("attrs.atime");
+    a.mtime_ns = Svarint("attrs.mtime");
+    a.ctime_ns = Svarint("attrs.ctime");
+    return a;
+  }
+
+ private:
+  void Fail(const char* field) {
+    if (ok_) what_ = field;
+    ok_ = false;
+  }
+  const char* p_;
+  const char* end_;
+  bool ok_ = true;
+  const char* what_ = "";
+};
+
+}  // namespace
+
+uint32_t JournalFragmentChecksum(uint8_t type, const char* payload, size_t length) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  const char head[3] = {static_cast<char>(length & 0xff), static_cast<char>((length >> 8) & 0xff),
+                        static_cast<char>(type)};
+  XXH3_64bits_update(&state, head, 3);
+  if (length) XXH3_64bits_update(&state, payload, length);
+  return static_cast<uint32_t>(XXH3_64bits_digest(&state));
+}
+
+std::string EncodeJournalFileHeader(const JournalFileHeader& h) {
+  std::string out(kJournalMagic, sizeof(kJournalMagic));
+  PutFixed32(&out, h.format_version);
+  PutFixed32(&out, h.block_size);
+  PutFixed64(&out, h.generation);
+  PutFixed64(&out, h.file_number);
+  const size_t n = h.node.size() > UINT16_MAX ? UINT16_MAX : h.node.size();
+  PutFixed16(&out, static_cast<uint16_t>(n));
+  out.append(h.node.data(), n);
+  return out;
+}
+
+Status DecodeJournalFileHeader(std::string_view in, JournalFileHeader* h) {
+  constexpr size_t kFixed = 34;
+  if (in.size() < kFixed || memcmp(in.data(), kJournalMagic, sizeof(kJournalMagic)) != 0) {
+    return Status::Corruption("journal file header: bad magic or size");
+  }
+  const char* p = in.data();
+  h->format_version = static_cast<uint32_t>(GetFixed(p + 8, 4));
+  h->block_size = static_cast<uint32_t>(GetFixed(p + 12, 4));
+  h->generation = GetFixed(p + 16, 8);
+  h->file_number = GetFixed(p + 24, 8);
+  const size_t n = GetFixed(p + 32, 2);
+  if (in.size() != kFixed + n) return Status::Corruption("journal file header: bad node length");
+  h->node.assign(p + kFixed, n);
+  if (h->format_version != kJournalFormatVersion) {
+    return Status::NotSupported("journal format version " + std::to_string(h->format_version));
+  }
+  if (h->block_size != kJournalBlockSize) {
+    return Status::NotSupported("journal block size " + std::to_string(h->block_size));
+  }
+  return Status::OK();
+}
+
+const char* JournalOpName(JournalOp op) {
+  switch (op) {
+    case JournalOp::kPut: return "PUT";
+    case JournalOp::kRename: return "RENAME";
+    case JournalOp::kUnlink: return "UNLINK";
+    case JournalOp::kMkdir: return "MKDIR";
+    case JournalOp::kRmdir: return "RMDIR";
+    case JournalOp::kSetattr: return "SETATTR";
+    case JournalOp::kXattr: return "XATTR";
+    case JournalOp::kSeal: return "SEAL";
+    case JournalOp::kDrop: return "DROP";
+    case JournalOp::kMove: return "MOVE";
+    case JournalOp::kCut: return "CUT";
+    case JournalOp::kSymlink: return "SYMLINK";
+  }
+  return "UNKNOWN";
+}
+
+// ---- constructors ----
+JournalEntry JournalEntry::Put(std::string path, Location loc, EntryAttrs attrs, uint64_t stamp,
+                               std::string inline_value) {
+  JournalEntry e;
+  e.op = JournalOp::kPut;
+  e.path = std::move(path);
+  e.location = std::move(loc);
+  e.attrs = attrs;
+  e.stamp = stamp;
+  e.inline_value = std::move(inline_value);
+  return e;
+}
+JournalEntry JournalEntry::Rename(std::string from, std::string to, Location loc, uint64_t stamp) {
+  JournalEntry e;
+  e.op = JournalOp::kRename;
+  e.path = std::move(from);
+  e.path2 = std::move(to);
+  e.location = std::move(loc);
+  e.stamp = stamp;
+  return e;
+}
+JournalEntry JournalEntry::Unlink(std::string path, uint64_t stamp) {
+  JournalEntry e;
+  e.op = JournalOp::kUnlink;
+  e.path = std::move(path);
+  e.stamp = stamp;
+  return e;
+}
+JournalEntry JournalEntry::Mkdir(std::string path, EntryAttrs attrs, uint64_t stamp) {
+  JournalEntry e;
+  e.op = JournalOp::kMkdir;
+  e.path = std::move(path);
+  e.attrs = attrs;
+  e.stamp = stamp;
+  return e;
+}
+JournalEntry JournalEntry::Rmdir(std::string path, uint64_t stamp) {
+  JournalEntry e;
+  e.op = JournalOp::kRmdir;
+  e.path = std::move(path);
+  e.stamp = stamp;
+  return e;
+}
+JournalEntry JournalEntry::Setattr(std::string path, EntryAttrs attrs, uint32_t mask, uint64_t stamp) {
+  JournalEntry e;
+  e.op = JournalOp::kSetattr;
+  e.path = std::move(path);
+  e.attrs = attrs;
+  e.mask = mask;
+  e.stamp = stamp;
+  return e;
+}
+JournalEntry JournalEntry::Xattr(std::string path, std::string name, std::string value, bool remove,
+                                 uint64_t stamp) {
+  JournalEntry e;
+  e.op = JournalOp::kXattr;
+  e.path = std::move(path);
+  e.xattr_name = std::move(name);
+  e.xattr_value = std::move(value);
+  e.xattr_remove = remove;
+  e.stamp = stamp;
+  return e;
+}
+JournalEntry JournalEntry::Seal(SegmentId seg, uint64_t stamp) {
+  JournalEntry e;
+  e.op = JournalOp::kSeal;
+  e.segment = std::move(seg);
+  e.stamp = stamp;
+  return e;
+}
+JournalEntry JournalEntry::Drop(SegmentId seg, uint64_t stamp) {
+  JournalEntry e;
+  e.op = JournalOp::kDrop;
+  e.segment = std::move(seg);
+  e.stamp = stamp;
+  return e;
+}
+JournalEntry JournalEntry::Move(std::string path, Location old_loc, Location new_loc, uint64_t original_stamp) {
+  JournalEntry e;
+  e.op = JournalOp::kMove;
+  e.path = std::move(path);
+  e.old_location = std::move(old_loc);
+  e.location = std::move(new_loc);
+  e.stamp = original_stamp;
+  return e;
+}
+JournalEntry JournalEntry::Cut(FileRef file, uint64_t offset, uint64_t stamp) {
+  JournalEntry e;
+  e.op = JournalOp::kCut;
+  e.cut_file = std::move(file);
+  e.cut_offset = offset;
+  e.stamp = stamp;
+  return e;
+}
+JournalEntry JournalEntry::Symlink(std::string path, std::string target, EntryAttrs attrs, uint64_t stamp) {
+  JournalEntry e;
+  e.op = JournalOp::kSymlink;
+  e.path = std::move(path);
+  e.path2 = std::move(target);
+  e.attrs = attrs;
+  e.stamp = stamp;
+  return e;
+}
+
+// ---- codec ----
+void EncodeJournalEntry(const JournalEntry& e, std::string* out) {
+  out->push_back(static_cast<char>(kJournalEntryVersion));
+  out->push_back(static_cast<char>(e.op));
+  PutVarint64(out, e.stamp);
+  switch (e.op) {
+    case JournalOp::kPut:
+      PutStr(out, e.path);
+      PutLocation(out, e.location);
+      PutAttrs(out, e.attrs);
+      PutStr(out, e.inline_value);
+      break;
+    case JournalOp::kRename:
+      PutStr(out, e.path);
+      PutStr(out, e.path2);
+      PutLocation(out, e.location);
+      break;
+    case JournalOp::kUnlink:
+    case JournalOp::kRmdir:
+      PutStr(out, e.path);
+      break;
+    case JournalOp::kMkdir:
+      PutStr(out, e.path);
+      PutAttrs(out, e.attrs);
+      break;
+    case JournalOp::kSetattr:
+      PutStr(out, e.path);
+      PutAttrs(out, e.attrs);
+      PutVarint64(out, e.mask);
+      break;
+    case JournalOp::kXattr:
+      PutStr(out, e.path);
+      PutStr(out, e.xattr_name);
+      PutStr(out, e.xattr_value);
+      out->push_back(e.xattr_remove ? 1 : 0);
+      break;
+    case JournalOp::kSeal:
+    case JournalOp::kDrop:
+      PutSegment(out, e.segment);
+      break;
+    case JournalOp::kMove:
+      PutStr(out, e.path);
+      PutLocation(out, e.old_location);
+      PutLocation(out, e.location);
+      break;
+    case JournalOp::kCut:
+      out->push_back(static_cast<char>(e.cut_file.kind));
+      PutStr(out, e.cut_file.node);
+      PutVarint64(out, e.cut_file.generation);
+      PutVarint64(out, e.cut_file.number);
+      PutVarint64(out, e.cut_offset);
+      break;
+    case JournalOp::kSymlink:
+      PutStr(out, e.path);
+      PutStr(out, e.path2);
+      PutAttrs(out, e.attrs);
+      break;
+  }
+}
+
+Status DecodeJournalEntry(std::string_view in, JournalEntry* e) {
+  Decoder d(in);
+  const uint8_t version = d.U8("version");
+  if (!d.ok()) return Status::Corruption("journal entry: empty");
+  if (version == 0) return Status::Corruption("journal entry: version 0");
+  if (version > kJournalEntryVersion) {
+    return Status::NotSupported("journal entry version " + std::to_string(version) + " (this build knows " +
+                                std::to_string(kJournalEntryVersion) + ")");
+  }
+  const uint8_t op = d.U8("op");
+  if (d.ok() && (op == 0 || op > kMaxJournalOp)) {
+    return Status::Corruption("journal entry: unknown op " + std::to_string(op));
+  }
+  *e = JournalEntry();
+  e->op = static_cast<JournalOp>(op);
+  e->stamp = d.Varint("stamp");
+  switch (e->op) {
+    case JournalOp::kPut:
+      e->path = d.Str("path");
+      e->location = d.Loc("location");
+      e->attrs = d.Attrs();
+      e->inline_value = d.Str("inline_value");
+      break;
+    case JournalOp::kRename:
+      e->path = d.Str("from");
+      e->path2 = d.Str("to");
+      e->location = d.Loc("location");
+      break;
+    case JournalOp::kUnlink:
+    case JournalOp::kRmdir:
+      e->path = d.Str("path");
+      break;
+    case JournalOp::kMkdir:
+      e->path = d.Str("path");
+      e->attrs = d.Attrs();
+      break;
+    case JournalOp::kSetattr:
+      e->path = d.Str("path");
+      e->attrs = d.Attrs();
+      e->mask = d.Varint32("mask");
+      break;
+    case JournalOp::kXattr:
+      e->path = d.Str("path");
+      e->xattr_name = d.Str("xattr_name");
+      e->xattr_value = d.Str("xattr_value");
+      e->xattr_remove = d.Bool("xattr_remove");
+      break;
+    case JournalOp::kSeal:
+    case JournalOp::kDrop:
+      e->segment = d.Seg("segment");
+      break;
+    case JournalOp::kMove:
+      e->path = d.Str("path");
+      e->old_location = d.Loc("old_location");
+      e->location = d.Loc("location");
+      break;
+    case JournalOp::kCut: {
+      const uint8_t kind = d.U8("cut_file.kind");
+      if (d.ok() && kind != static_cast<uint8_t>(FileRef::Kind::kJournal) &&
+          kind != static_cast<uint8_t>(FileRef::Kind::kSegment)) {
+        return Status::Corruption("journal entry: bad CUT file kind " + std::to_string(kind));
+      }
+      e->cut_file.kind = static_cast<FileRef::Kind>(kind);
+      e->cut_file.node = d.Str("cut_file.node");
+      e->cut_file.generation = d.Varint("cut_file.generation");
+      e->cut_file.number = d.Varint("cut_file.number");
+      e->cut_offset = d.Varint("cut_offset");
+      break;
+    }
+    case JournalOp::kSymlink:
+      e->path = d.Str("path");
+      e->path2 = d.Str("target");
+      e->attrs = d.Attrs();
+      break;
+  }
+  if (!d.ok()) {
+    return Status::Corruption(std::string("journal entry (") + JournalOpName(e->op) + "): truncated or bad " +
+                              d.what());
+  }
+  if (!d.done()) {
+    return Status::Corruption(std::string("journal entry (") + JournalOpName(e->op) + "): trailing bytes");
+  }
+  return Status::OK();
+}
+
+}  // namespace kvfs

@@ -1,0 +1,207 @@
+// Journal on-disk format: file names, physical blocks/fragments, the file header, and the entry codec.
+// Prose spec: docs/format.md "## Journal". Semantics of the entries: DESIGN §2 "Journal".
+//
+// BUMP kJournalFormatVersion (physical layout, file header) OR kJournalEntryVersion (entry encoding) IF
+// YOU CHANGE ANYTHING BELOW, and keep docs/format.md in sync.
+//
+// ---- File ----------------------------------------------------------------------------------------------
+// <backing>/.kvfs/v1/nodes/<node>/journal-<gen>-<n>   gen, n: 20-digit zero-padded decimal (uint64).
+// One writer per file (the node's current generation); files are written with pwrite at explicit
+// offsets, never truncated, never rewritten (a torn tail is cut logically by a CUT entry elsewhere).
+//
+// ---- Physical layout (LevelDB's log format, doc/log_format.md) ------------------------------------------
+// The file is a sequence of 32 KiB blocks (kJournalBlockSize); the last one may be short. A record (the
+// file header or one encoded entry) is split into fragments that never cross a block boundary:
+//
+//   +----------+--------+------+----------------+
+//   | checksum | length | type | payload        |     header: 7 bytes (kJournalFragmentHeaderSize)
+//   | u32 LE   | u16 LE | u8   | `length` bytes |
+//   +----------+--------+------+----------------+
+//
+//   checksum = low 32 bits of XXH3_64bits(bytes [4, 7 + length)), i.e. over length, type and payload.
+//   type     = 1 FULL | 2 FIRST | 3 MIDDLE | 4 LAST (a record = FULL, or FIRST MIDDLE* LAST)
+//              5 FILE_HEADER (only as the first fragment of the file, at offset 0; a whole record)
+//              0 is never written: an all-zero header is a "zero region" (a hole / unwritten tail).
+//   When fewer than 7 bytes are left in a block, they are zero padding (the trailer) and the next
+//   fragment starts at the next block. A record may be empty in principle; entries never are.
+//
+// A reader that meets an invalid fragment (bad checksum, type, or a length crossing the block) skips to
+// the next block boundary and resynchronises there; what is lost is stated in journal.h (JournalReader).
+//
+// ---- File header record (payload of the FILE_HEADER fragment at offset 0) -------------------------------
+//   offset size
+//   0      8    magic "KVFSJRNL"
+//   8      4    format version (u32 LE) = kJournalFormatVersion
+//   12     4    block size (u32 LE) = 32768
+//   16     8    generation (u64 LE)       must equal <gen> of the file name
+//   24     8    file number (u64 LE)      must equal <n> of the file name
+//   32     2    node id length L (u16 LE)
+//   34     L    node id bytes
+//
+// ---- Entry record (payload of FULL, or concatenated FIRST..LAST) ----------------------------------------
+//   u8 entry version (= kJournalEntryVersion), u8 op (JournalOp), varint64 stamp (HLC, index/hlc.h),
+//   then the op's fields in the order of the table below. Encodings:
+//     varint   LEB128 (7 bits per byte, low first, LevelDB's PutVarint64), at most 10 bytes
+//     svarint  zigzag then varint (signed times)
+//     str      varint length + bytes
+//     bool     one byte, 0 or 1
+//     loc      (Location, blockstore/types.h) u8 present (0: empty Location, nothing follows;
+//              1: str node, varint generation, varint seq, varint record_offset, varint value_offset,
+//              varint length)
+//     seg      (SegmentId) str node, varint generation, varint seq
+//     attrs    varint mode, varint uid, varint gid, varint size, svarint atime_ns, svarint mtime_ns,
+//              svarint ctime_ns
+//     file     (FileRef) u8 kind (1 journal, 2 segment), str node, varint generation, varint number
+//   op          fields
+//   1 PUT       str path, loc location, attrs, str inline_value
+//   2 RENAME    str path (from), str path2 (to), loc location
+//   3 UNLINK    str path
+//   4 MKDIR     str path, attrs
+//   5 RMDIR     str path
+//   6 SETATTR   str path, attrs, varint mask (SetAttrMask bits of index/store.h)
+//   7 XATTR     str path, str xattr_name, str xattr_value, bool xattr_remove
+//   8 SEAL      seg segment
+//   9 DROP      seg segment
+//   10 MOVE     str path, loc old_location, loc location (new)
+//   11 CUT      file cut_file, varint cut_offset
+//   12 SYMLINK  str path, str path2 (target), attrs
+// Decoding rejects (Corruption) an unknown op, a truncated field, a varint longer than 10 bytes or
+// overflowing its type, a bool other than 0/1, and trailing bytes; an entry version > the one this build
+// knows is NotSupported (a newer peer), not Corruption.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "blockstore/node_dir.h"
+#include "blockstore/status.h"
+#include "blockstore/types.h"
+
+namespace kvfs {
+
+// ---- physical constants ----
+inline constexpr size_t kJournalBlockSize = 32768;
+inline constexpr size_t kJournalFragmentHeaderSize = 7;
+inline constexpr size_t kJournalMaxFragmentPayload = kJournalBlockSize - kJournalFragmentHeaderSize;
+inline constexpr uint32_t kJournalFormatVersion = 1;
+inline constexpr uint8_t kJournalEntryVersion = 1;
+inline constexpr char kJournalMagic[8] = {'K', 'V', 'F', 'S', 'J', 'R', 'N', 'L'};
+inline constexpr uint64_t kJournalDefaultMaxFileSize = 64ull << 20;
+
+enum class FragmentType : uint8_t {
+  kZero = 0,  // never written
+  kFull = 1,
+  kFirst = 2,
+  kMiddle = 3,
+  kLast = 4,
+  kFileHeader = 5,
+};
+inline constexpr uint8_t kMaxFragmentType = 5;
+
+// Checksum of a fragment: low 32 bits of XXH3-64 over [length u16 LE][type u8][payload].
+uint32_t JournalFragmentChecksum(uint8_t type, const char* payload, size_t length);
+
+// ---- file names ----
+// JournalFileName(gen, n) / ParseJournalFileName(name, &gen, &n) ("journal-<gen20>-<n20>", strict) come
+// from blockstore/node_dir.h (the one owner of the backing layout), included here.
+
+// ---- file header ----
+struct JournalFileHeader {
+  uint32_t format_version = kJournalFormatVersion;
+  uint32_t block_size = kJournalBlockSize;
+  uint64_t generation = 0;
+  uint64_t file_number = 0;
+  std::string node;
+  bool operator==(const JournalFileHeader&) const = default;
+};
+std::string EncodeJournalFileHeader(const JournalFileHeader& h);
+// Corruption on a bad magic/size; NotSupported on an unknown format version or block size.
+Status DecodeJournalFileHeader(std::string_view in, JournalFileHeader* h);
+
+// ---- entries ----
+enum class JournalOp : uint8_t {
+  kPut = 1,
+  kRename = 2,
+  kUnlink = 3,
+  kMkdir = 4,
+  kRmdir = 5,
+  kSetattr = 6,
+  kXattr = 7,
+  kSeal = 8,
+  kDrop = 9,
+  kMove = 10,
+  kCut = 11,
+  kSymlink = 12,
+};
+inline constexpr uint8_t kMaxJournalOp = 12;
+const char* JournalOpName(JournalOp op);
+
+// Attributes carried by PUT / MKDIR / SETATTR / SYMLINK (no inode number: inodes are node-local).
+struct EntryAttrs {
+  uint32_t mode = 0;  // S_IFREG / S_IFDIR / S_IFLNK | permission bits
+  uint32_t uid = 0, gid = 0;
+  uint64_t size = 0;  // bytes
+  int64_t atime_ns = 0, mtime_ns = 0, ctime_ns = 0;  // ns since the epoch
+  bool operator==(const EntryAttrs&) const = default;
+};
+
+// A file a CUT refers to: a journal file journal-<generation>-<number> or a segment
+// seg/<generation>-<number>.kseg, of `node`.
+struct FileRef {
+  enum class Kind : uint8_t { kJournal = 1, kSegment = 2 };
+  Kind kind = Kind::kJournal;
+  std::string node;
+  uint64_t generation = 0;
+  uint64_t number = 0;
+  bool operator==(const FileRef&) const = default;
+};
+
+// One namespace operation. A flat struct: each op uses the fields listed in the table above; the others
+// stay default (the codec neither writes nor reads them, so a round trip of a well-formed entry is exact).
+// `stamp` (HLC) is encoded for every op: PUT/RENAME/UNLINK/MKDIR/RMDIR/SETATTR/XATTR/SYMLINK use it for
+// last-writer-wins by (stamp, node); MOVE carries the ORIGINAL PUT's stamp; SEAL/DROP/CUT carry the local
+// clock when written (informational).
+struct JournalEntry {
+  JournalOp op = JournalOp::kPut;
+  uint64_t stamp = 0;
+  std::string path;   // every op except SEAL/DROP/CUT; RENAME: the source
+  std::string path2;  // RENAME: destination; SYMLINK: target
+  Location location;  // PUT, RENAME (the renamed file's location, for checks), MOVE (the new location)
+  Location old_location;  // MOVE: applies only while the path still has this location
+  EntryAttrs attrs;       // PUT, MKDIR, SETATTR, SYMLINK
+  uint32_t mask = 0;      // SETATTR: SetAttrMask bits (index/store.h)
+  std::string inline_value;  // PUT: the whole value of a small file when `location` is empty (else "")
+  std::string xattr_name, xattr_value;  // XATTR
+  bool xattr_remove = false;            // XATTR: true = removexattr (xattr_value empty)
+  SegmentId segment;                    // SEAL, DROP
+  FileRef cut_file;                     // CUT
+  uint64_t cut_offset = 0;              // CUT: bytes of cut_file that remain valid
+
+  bool operator==(const JournalEntry&) const = default;
+
+  // Constructors of well-formed entries.
+  static JournalEntry Put(std::string path, Location loc, EntryAttrs attrs, uint64_t stamp,
+                          std::string inline_value = {});
+  static JournalEntry Rename(std::string from, std::string to, Location loc, uint64_t stamp);
+  static JournalEntry Unlink(std::string path, uint64_t stamp);
+  static JournalEntry Mkdir(std::string path, EntryAttrs attrs, uint64_t stamp);
+  static JournalEntry Rmdir(std::string path, uint64_t stamp);
+  static JournalEntry Setattr(std::string path, EntryAttrs attrs, uint32_t mask, uint64_t stamp);
+  static JournalEntry Xattr(std::string path, std::string name, std::string value, bool remove,
+                            uint64_t stamp);
+  static JournalEntry Seal(SegmentId seg, uint64_t stamp);
+  static JournalEntry Drop(SegmentId seg, uint64_t stamp);
+  static JournalEntry Move(std::string path, Location old_loc, Location new_loc, uint64_t original_stamp);
+  static JournalEntry Cut(FileRef file, uint64_t offset, uint64_t stamp);
+  static JournalEntry Symlink(std::string path, std::string target, EntryAttrs attrs, uint64_t stamp);
+};
+
+// Appends the encoding of e to *out.
+void EncodeJournalEntry(const JournalEntry& e, std::string* out);
+// Decodes exactly one entry that fills `in`. Corruption on malformed input, NotSupported on a newer
+// entry version. *e is unspecified on error.
+Status DecodeJournalEntry(std::string_view in, JournalEntry* e);
+
+}  // namespace kvfs
