@@ -54,18 +54,19 @@ def mount_unavailable():
     wanted = os.environ.get("KVFS_TARGETS")
     if wanted and "mount" not in wanted.split(","):
         return "KVFS_TARGETS=%s excludes the mount" % wanted
-    binary = os.environ.get("KVFS_BINARY")
-    if not binary:
-        return "KVFS_BINARY not set"
-    if not os.path.exists(binary):
-        return "KVFS_BINARY=%s does not exist" % binary
-    if not os.path.exists("/dev/fuse"):
-        return "/dev/fuse missing"
     fx, why = _fixture()
     if fx is None:
         return why
     if not hasattr(fx, "mounted"):
         return "kvfs_fixture has no mounted()"
+    try:
+        binary = fx.kvfs_binary()
+    except Exception as e:
+        return "no kvfs binary: %s" % e
+    if not os.path.exists(binary):
+        return "kvfs binary %s does not exist" % binary
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse missing"
     return None
 
 
@@ -113,38 +114,6 @@ def _plain(name="plain"):
         shutil.rmtree(d, ignore_errors=True)
 
 
-class _MountHolder:
-    """Keeps the fixture's context manager so the target can be remounted over the same backing."""
-
-    def __init__(self, fx, flags):
-        self.fx = fx
-        self.flags = dict(flags)
-        self.cm = None
-
-    def enter(self, backing=None):
-        flags = dict(self.flags)
-        if backing is not None:
-            flags.update(self._backing_flag(backing))
-        self.cm = self.fx.mounted(**flags)
-        return self.cm.__enter__()
-
-    def _backing_flag(self, backing):
-        import inspect
-        try:
-            params = inspect.signature(self.fx.mounted).parameters
-        except (TypeError, ValueError):
-            params = {}
-        for name in ("backing", "backing_dir", "backing_path"):
-            if name in params:
-                return {name: backing}
-        raise unittest.SkipTest("kvfs_fixture.mounted() cannot reuse a backing dir (remount)")
-
-    def exit(self, exc=None):
-        cm, self.cm = self.cm, None
-        if cm is not None:
-            cm.__exit__(type(exc) if exc else None, exc, None)
-
-
 @contextlib.contextmanager
 def _mount(flags):
     why = mount_unavailable()
@@ -153,23 +122,37 @@ def _mount(flags):
             raise AssertionError("kvfs mount required but unavailable: " + why)
         raise unittest.SkipTest("kvfs mount unavailable: " + why)
     fx, _ = _fixture()
-    holder = _MountHolder(fx, flags)
-    mp, backing, proc = holder.enter()
-    t = Target("mount", mp, backing=backing, proc=proc, mountpoint=mp, flags=flags)
+    backing = fx.Backing()  # one backing + index dir for the target's life (remount keeps the data)
+    state = {"cm": None}
 
-    def remount(target):
-        # Leave the mountpoint (callers must hold no fd in it) and mount again over the same backing.
-        holder.exit()
-        mp2, backing2, proc2 = holder.enter(backing=target.backing)
-        target.root = target.mountpoint = mp2
-        target.backing = backing2
-        target.proc = proc2
+    def enter():
+        state["cm"] = fx.mounted(backing=backing, **flags)
+        return state["cm"].__enter__()
 
-    t._remount = remount
+    def leave():
+        cm, state["cm"] = state["cm"], None
+        if cm is not None:
+            cm.__exit__(None, None, None)
+
     try:
+        mp, backing_dir, proc = enter()
+        t = Target("mount", mp, backing=backing_dir, proc=proc, mountpoint=mp, flags=flags)
+
+        def remount(target):
+            # Callers must hold no fd under the mountpoint.
+            leave()
+            mp2, backing2, proc2 = enter()
+            target.root = target.mountpoint = mp2
+            target.backing = backing2
+            target.proc = proc2
+
+        t._remount = remount
         yield t
     finally:
-        holder.exit()
+        try:
+            leave()
+        finally:
+            backing.cleanup()
 
 
 @contextlib.contextmanager
