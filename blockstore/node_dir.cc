@@ -463,7 +463,6 @@ Result<std::unique_ptr<NodeDir>> NodeDir::Acquire(NodeDirOptions opts) {
     return Status::Busy("node directory " + dir + " is owned by " + who + ", " + hb_desc + " (timeout " +
                         FormatAge(timeout_ns) + "); the owner looks alive; use --force to take over");
   }
-  if (opts.force && reason != "fresh" && reason != "released") reason += " (force)";
 
   // New generation: above everything this node directory has ever used.
   uint64_t max_gen = prev ? prev->generation : 0;
@@ -544,7 +543,7 @@ void NodeDir::StartHeartbeat(std::chrono::milliseconds interval) {
   StopHeartbeat();
   heartbeat_ = std::make_unique<Heartbeat>(
       [this]() -> Status {
-        if (lost_.load()) return Status::Busy("ownership lost");
+        if (lost_.load()) return Status::OK();  // already reported once; nothing to write any more
         Status s = CheckOwnership();
         if (s.IsBusy()) {
           spdlog::error("kvfs: {}; stopping heartbeat", s.message());
