@@ -178,7 +178,7 @@ Status DecodeTrailer(const char* src, Trailer* out) {
 
 std::string SegmentFileName(uint64_t generation, uint64_t seq) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%010" PRIu64 "-%010" PRIu64 ".kseg", generation, seq);
+  std::snprintf(buf, sizeof(buf), "%020" PRIu64 "-%020" PRIu64 ".kseg", generation, seq);
   return buf;
 }
 

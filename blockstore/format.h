@@ -212,8 +212,8 @@ inline constexpr uint64_t SealedFileSize(uint64_t footer_offset, uint64_t count)
 }
 
 // ---------------------------------------------------------------------------------------------------
-// File names: "<generation>-<seq>.kseg", both zero padded decimal to 10 digits (wider numbers are
-// written unpadded), so names sort in (generation, seq) order.
+// File names: "<generation>-<seq>.kseg", both zero padded decimal to 20 digits (fits every u64), so
+// names sort in (generation, seq) order. Same names as blockstore/node_dir.h SegmentFileName.
 // ---------------------------------------------------------------------------------------------------
 std::string SegmentFileName(uint64_t generation, uint64_t seq);
 // Parses a segment file name; nullopt when the name is not one (e.g. a .tmp file).

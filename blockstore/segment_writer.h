@@ -1,6 +1,6 @@
 // SegmentWriter: appends records (blockstore/format.h) to the segments of one node directory,
 // <backing>/.kvfs/v1/nodes/<node>/seg/, as files named format::SegmentFileName(generation, seq)
-// ("0000000003-0000000017.kseg"). Single writer per directory and generation (DESIGN §2): two
+// ("00000000000000000003-00000000000000000017.kseg"). Single writer per directory and generation (DESIGN §2): two
 // SegmentWriters must never share (seg_dir, generation).
 //
 // Group commit (LevelDB db_impl.cc writer queue): every Append prepares its record (header, path,

@@ -307,7 +307,7 @@ TEST_F(SegmentTest, FormatCodecsRoundTrip) {
   format::EncodeFooterEntry(e, eb);
   EXPECT_EQ(format::DecodeFooterEntry(eb), e);
 
-  EXPECT_EQ(format::SegmentFileName(3, 17), "0000000003-0000000017.kseg");
+  EXPECT_EQ(format::SegmentFileName(3, 17), "00000000000000000003-00000000000000000017.kseg");
   auto p = format::ParseSegmentFileName("0000000003-0000000017.kseg");
   ASSERT_TRUE(p);
   EXPECT_EQ(p->first, 3u);
