@@ -1,0 +1,712 @@
+#include "index/index_db.h"
+
+#include <gtest/gtest.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/xattr.h>
+
+#include <atomic>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+namespace kvfs {
+namespace {
+
+class IndexDbTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kvfs_index_db_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    dir_ += "/idx";
+    Reopen();
+  }
+  void TearDown() override {
+    db_.reset();
+    std::filesystem::remove_all(std::filesystem::path(dir_).parent_path());
+  }
+  void Reopen(const std::string& node = "n1") {
+    db_.reset();
+    IndexDbOptions o;
+    o.dir = dir_;
+    o.node_id = node;
+    auto r = IndexDb::Open(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    db_ = std::move(*r);
+  }
+  uint64_t MkdirP(uint64_t parent, const std::string& name) {
+    auto r = db_->Mkdir(parent, name, 0755, 0, 0);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->attr.ino : 0;
+  }
+  // Creates and commits a file at parent/name located at loc.
+  Node CommitNew(uint64_t parent, const std::string& name, const Location& loc, uint64_t stamp) {
+    auto c = db_->CreateFile(parent, name, 0644, 1000, 1000, true);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    Attr a = c->attr;
+    a.size = loc.length;
+    auto n = db_->CommitFile(c->attr.ino, loc, a, stamp);
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    return *n;
+  }
+  static Location Loc(const std::string& node, uint64_t seq, uint64_t off, uint64_t len) {
+    Location l;
+    l.segment = {node, 1, seq};
+    l.record_offset = off;
+    l.value_offset = off + 4096;
+    l.length = len;
+    return l;
+  }
+  std::vector<std::string> List(uint64_t dir) {
+    std::vector<std::string> names;
+    EXPECT_TRUE(db_->ReadDir(dir, 0, [&](const DirEntry& e) {
+                       names.push_back(e.name);
+                       return true;
+                     })
+                    .ok());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  std::string dir_;
+  std::unique_ptr<IndexDb> db_;
+};
+
+TEST_F(IndexDbTest, RootExistsAndNamespaceOps) {
+  EXPECT_TRUE(db_->Created());
+  EXPECT_FALSE(db_->WasCleanlyClosed());
+  auto root = db_->GetInode(kRootIno);
+  ASSERT_TRUE(root.ok());
+  EXPECT_EQ(root->attr.mode, uint32_t(S_IFDIR | 0755));
+  EXPECT_EQ(db_->GetStats().directories, 1u);
+
+  auto d = db_->Mkdir(kRootIno, "a", 0750, 7, 8);
+  ASSERT_TRUE(d.ok());
+  EXPECT_GT(d->attr.ino, kRootIno);
+  EXPECT_EQ(d->attr.mode, uint32_t(S_IFDIR | 0750));
+  EXPECT_EQ(d->attr.uid, 7u);
+  EXPECT_EQ(db_->Mkdir(kRootIno, "a", 0755, 0, 0).status().code(), Status::Code::kExists);
+  EXPECT_EQ(db_->GetInode(kRootIno)->attr.nlink, 3u);
+  EXPECT_EQ(db_->Mkdir(999999, "x", 0755, 0, 0).status().ToErrno(), ENOENT);
+  EXPECT_EQ(db_->Mkdir(kRootIno, "", 0755, 0, 0).status().ToErrno(), EINVAL);
+  EXPECT_EQ(db_->Mkdir(kRootIno, "..", 0755, 0, 0).status().ToErrno(), EINVAL);
+  EXPECT_EQ(db_->Mkdir(kRootIno, "a/b", 0755, 0, 0).status().ToErrno(), EINVAL);
+  EXPECT_EQ(db_->Mkdir(kRootIno, std::string(256, 'x'), 0755, 0, 0).status().ToErrno(), ENAMETOOLONG);
+
+  auto l = db_->Lookup(kRootIno, "a");
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->attr.ino, d->attr.ino);
+  EXPECT_EQ(l->parent, kRootIno);
+  EXPECT_EQ(l->name, "a");
+  EXPECT_TRUE(l->committed);
+  EXPECT_TRUE(db_->Lookup(kRootIno, "nope").status().IsNotFound());
+
+  // Files: staged on create.
+  auto f = db_->CreateFile(d->attr.ino, "f", 0640, 1, 2, true);
+  ASSERT_TRUE(f.ok());
+  EXPECT_FALSE(f->committed);
+  EXPECT_EQ(f->attr.mode, uint32_t(S_IFREG | 0640));
+  EXPECT_EQ(db_->GetStats().staged_files, 1u);
+  EXPECT_EQ(db_->GetStats().files, 0u);
+  EXPECT_TRUE(db_->CreateFile(d->attr.ino, "f", 0640, 1, 2, true).status().IsExists());
+  auto again = db_->CreateFile(d->attr.ino, "f", 0600, 1, 2, false);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->attr.ino, f->attr.ino);
+  EXPECT_EQ(db_->CreateFile(kRootIno, "a", 0644, 0, 0, false).status().ToErrno(), EISDIR);
+  EXPECT_EQ(db_->CreateFile(f->attr.ino, "x", 0644, 0, 0, false).status().ToErrno(), ENOTDIR);
+
+  // Symlinks.
+  auto s = db_->Symlink(kRootIno, "ln", "a/f", 0, 0, 5);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(S_ISLNK(s->attr.mode));
+  EXPECT_EQ(s->attr.size, 3u);
+  EXPECT_EQ(*db_->ReadLink(s->attr.ino), "a/f");
+  EXPECT_EQ(db_->ReadLink(f->attr.ino).status().ToErrno(), EINVAL);
+  EXPECT_TRUE(db_->Symlink(kRootIno, "ln", "x", 0, 0).status().IsExists());
+
+  // Rmdir / Unlink errors.
+  EXPECT_EQ(db_->Rmdir(kRootIno, "a").ToErrno(), ENOTEMPTY);
+  EXPECT_EQ(db_->Rmdir(kRootIno, "ln").ToErrno(), ENOTDIR);
+  EXPECT_EQ(db_->Rmdir(kRootIno, "zz").ToErrno(), ENOENT);
+  EXPECT_EQ(db_->Unlink(kRootIno, "a").status().ToErrno(), EISDIR);
+  EXPECT_EQ(db_->Unlink(kRootIno, "zz").status().ToErrno(), ENOENT);
+
+  auto u = db_->Unlink(d->attr.ino, "f");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->attr.ino, f->attr.ino);
+  EXPECT_FALSE(u->committed);
+  EXPECT_TRUE(db_->GetInode(f->attr.ino).status().IsNotFound());
+  EXPECT_EQ(db_->GetStats().staged_files, 0u);
+  EXPECT_TRUE(db_->Rmdir(kRootIno, "a").ok());
+  EXPECT_EQ(db_->GetInode(kRootIno)->attr.nlink, 2u);
+  EXPECT_TRUE(db_->Lookup(kRootIno, "a").status().IsNotFound());
+  EXPECT_TRUE(db_->GetInode(d->attr.ino).status().IsNotFound());
+  EXPECT_EQ(List(kRootIno), std::vector<std::string>{"ln"});
+
+  // Unlink of a committed file with a stamp leaves a tombstone at its path.
+  auto ul = db_->Unlink(kRootIno, "ln", 77);
+  ASSERT_TRUE(ul.ok());
+  EXPECT_TRUE(ul->committed);
+  auto tb = db_->GetTombstone("/ln");
+  ASSERT_TRUE(tb.ok());
+  EXPECT_EQ(tb->stamp, 77u);
+  EXPECT_EQ(tb->node, "n1");
+  EXPECT_EQ(db_->GetStats().files, 0u);
+}
+
+TEST_F(IndexDbTest, CommitSetAttrAndStats) {
+  uint64_t d = MkdirP(kRootIno, "d");
+  auto f = db_->CreateFile(d, "chunk", 0644, 0, 0, true);
+  ASSERT_TRUE(f.ok());
+  Location loc = Loc("n1", 1, 4096, 10000);
+  Attr a = f->attr;
+  a.size = 10000;
+  a.mtime_ns = 123;
+  auto c = db_->CommitFile(f->attr.ino, loc, a, 10);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->committed);
+  EXPECT_EQ(c->location, loc);
+  EXPECT_EQ(c->attr.size, 10000u);
+  auto st = db_->GetStats();
+  EXPECT_EQ(st.files, 1u);
+  EXPECT_EQ(st.directories, 2u);
+  EXPECT_EQ(st.live_bytes, 10000u);
+  EXPECT_EQ(st.staged_files, 0u);
+  auto seg = db_->GetSegment(loc.segment);
+  ASSERT_TRUE(seg.ok());
+  EXPECT_EQ(seg->state, SegmentState::kOpen);
+  EXPECT_EQ(seg->live_bytes, 10000u);
+  EXPECT_EQ(seg->live_records, 1u);
+  EXPECT_EQ(*db_->FullPath(f->attr.ino), "/d/chunk");
+  EXPECT_EQ(*db_->ResolvePath("/d/chunk"), f->attr.ino);
+  EXPECT_EQ(*db_->ResolvePath("/"), kRootIno);
+  EXPECT_EQ(db_->ResolvePath("/d/chunk/x").status().ToErrno(), ENOTDIR);
+  EXPECT_EQ(db_->ResolvePath("/d/nope").status().ToErrno(), ENOENT);
+  EXPECT_GE(db_->HlcFloor(), 10u);
+
+  Attr na;
+  na.mode = 0600;
+  na.uid = 42;
+  na.mtime_ns = 999;
+  auto sa = db_->SetAttr(f->attr.ino, na, kSetMode | kSetUid | kSetMtime);
+  ASSERT_TRUE(sa.ok());
+  EXPECT_EQ(sa->mode, uint32_t(S_IFREG | 0600));
+  EXPECT_EQ(sa->uid, 42u);
+  EXPECT_EQ(sa->gid, 0u);
+  EXPECT_EQ(sa->mtime_ns, 999);
+  EXPECT_EQ(sa->size, 10000u);
+  na.size = 5000;
+  ASSERT_TRUE(db_->SetAttr(f->attr.ino, na, kSetSize).ok());
+  EXPECT_EQ(db_->GetStats().live_bytes, 5000u);
+  EXPECT_TRUE(db_->SetAttr(123456, na, kSetSize).status().IsNotFound());
+
+  // Unlinked before commit -> NotFound.
+  auto g = db_->CreateFile(d, "g", 0644, 0, 0, true);
+  ASSERT_TRUE(db_->Unlink(d, "g").ok());
+  EXPECT_TRUE(db_->CommitFile(g->attr.ino, loc, a, 11).status().IsNotFound());
+
+  auto u = db_->Unlink(d, "chunk", 12);
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(db_->GetStats().files, 0u);
+  EXPECT_EQ(db_->GetStats().live_bytes, 0u);
+  EXPECT_EQ(db_->GetSegment(loc.segment)->live_bytes, 0u);
+  EXPECT_EQ(db_->GetSegment(loc.segment)->live_records, 0u);
+}
+
+TEST_F(IndexDbTest, Xattrs) {
+  auto f = db_->CreateFile(kRootIno, "f", 0644, 0, 0, true);
+  uint64_t ino = f->attr.ino;
+  EXPECT_TRUE(db_->GetXattr(ino, "user.a").status().IsNotFound());
+  EXPECT_TRUE(db_->SetXattr(ino, "user.a", "1", XATTR_REPLACE).IsNotFound());
+  ASSERT_TRUE(db_->SetXattr(ino, "user.a", "1", XATTR_CREATE).ok());
+  EXPECT_TRUE(db_->SetXattr(ino, "user.a", "2", XATTR_CREATE).IsExists());
+  ASSERT_TRUE(db_->SetXattr(ino, "user.a", "2", XATTR_REPLACE).ok());
+  ASSERT_TRUE(db_->SetXattr(ino, "user.b", std::string("x\0y", 3), 0).ok());
+  EXPECT_EQ(*db_->GetXattr(ino, "user.a"), "2");
+  EXPECT_EQ(*db_->GetXattr(ino, "user.b"), std::string("x\0y", 3));
+  EXPECT_EQ(*db_->ListXattr(ino), (std::vector<std::string>{"user.a", "user.b"}));
+  ASSERT_TRUE(db_->RemoveXattr(ino, "user.a").ok());
+  EXPECT_TRUE(db_->RemoveXattr(ino, "user.a").IsNotFound());
+  EXPECT_EQ(*db_->ListXattr(ino), std::vector<std::string>{"user.b"});
+  EXPECT_TRUE(db_->SetXattr(987654, "user.a", "1", 0).IsNotFound());
+  // xattrs go with the inode
+  ASSERT_TRUE(db_->Unlink(kRootIno, "f").ok());
+  EXPECT_TRUE(db_->GetXattr(ino, "user.b").status().IsNotFound());
+}
+
+TEST_F(IndexDbTest, RenameRules) {
+  uint64_t a = MkdirP(kRootIno, "a");
+  uint64_t b = MkdirP(kRootIno, "b");
+  uint64_t a1 = MkdirP(a, "a1");
+  Node f1 = CommitNew(a, "f1", Loc("n1", 1, 0, 100), 5);
+  Node f2 = CommitNew(b, "f2", Loc("n1", 1, 8192, 200), 6);
+  uint64_t empty = MkdirP(b, "empty");
+  uint64_t full = MkdirP(b, "full");
+  MkdirP(full, "x");
+
+  EXPECT_EQ(db_->Rename(a, "nope", b, "x", 0).status().ToErrno(), ENOENT);
+  EXPECT_EQ(db_->Rename(a, "f1", 424242, "x", 0).status().ToErrno(), ENOENT);
+  EXPECT_EQ(db_->Rename(a, "f1", f2.attr.ino, "x", 0).status().ToErrno(), ENOTDIR);
+  EXPECT_EQ(db_->Rename(a, "f1", b, "f2", RENAME_NOREPLACE).status().ToErrno(), EEXIST);
+  EXPECT_EQ(db_->Rename(a, "f1", b, "f2", RENAME_EXCHANGE).status().ToErrno(), EINVAL);
+  EXPECT_EQ(db_->Rename(a, "f1", b, "empty", 0).status().ToErrno(), EISDIR);
+  EXPECT_EQ(db_->Rename(a, "a1", b, "f2", 0).status().ToErrno(), ENOTDIR);
+  EXPECT_EQ(db_->Rename(a, "a1", b, "full", 0).status().ToErrno(), ENOTEMPTY);
+  EXPECT_EQ(db_->Rename(kRootIno, "a", a1, "sub", 0).status().ToErrno(), EINVAL);
+  EXPECT_EQ(db_->Rename(kRootIno, "a", a, "self", 0).status().ToErrno(), EINVAL);
+
+  // same name: no-op
+  auto same = db_->Rename(a, "f1", a, "f1", 0);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->moved.attr.ino, f1.attr.ino);
+
+  // Replace a file atomically.
+  auto r = db_->Rename(a, "f1", b, "f2", 0, 9);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->replaced);
+  EXPECT_EQ(r->replaced_node.attr.ino, f2.attr.ino);
+  EXPECT_TRUE(r->replaced_node.committed);
+  EXPECT_EQ(r->moved.attr.ino, f1.attr.ino);
+  EXPECT_EQ(db_->Lookup(b, "f2")->attr.ino, f1.attr.ino);
+  EXPECT_EQ(db_->Lookup(b, "f2")->location, Loc("n1", 1, 0, 100));
+  EXPECT_TRUE(db_->Lookup(a, "f1").status().IsNotFound());
+  EXPECT_TRUE(db_->GetInode(f2.attr.ino).status().IsNotFound());
+  EXPECT_EQ(*db_->FullPath(f1.attr.ino), "/b/f2");
+  EXPECT_EQ(db_->GetTombstone("/a/f1")->stamp, 9u);
+  EXPECT_EQ(db_->GetStats().files, 1u);
+  EXPECT_EQ(db_->GetStats().live_bytes, 100u);
+
+  // Directory over an empty directory, across parents; nlink follows.
+  uint32_t root_nlink = db_->GetInode(kRootIno)->attr.nlink;
+  uint32_t b_nlink = db_->GetInode(b)->attr.nlink;
+  auto rd = db_->Rename(a, "a1", b, "empty", 0);
+  ASSERT_TRUE(rd.ok()) << rd.status().ToString();
+  EXPECT_TRUE(rd->replaced);
+  EXPECT_EQ(rd->replaced_node.attr.ino, empty);
+  EXPECT_EQ(db_->Lookup(b, "empty")->attr.ino, a1);
+  EXPECT_EQ(db_->GetInode(a)->attr.nlink, 2u);
+  EXPECT_EQ(db_->GetInode(b)->attr.nlink, b_nlink);  // -1 replaced, +1 moved in
+  EXPECT_EQ(db_->GetInode(kRootIno)->attr.nlink, root_nlink);
+
+  // Whole subtree moves with its directory.
+  ASSERT_TRUE(db_->Rename(kRootIno, "b", a, "b2", 0).ok());
+  EXPECT_EQ(*db_->ResolvePath("/a/b2/full/x"), *db_->ResolvePath("/a/b2/full/x"));
+  EXPECT_EQ(*db_->FullPath(db_->Lookup(full, "x")->attr.ino), "/a/b2/full/x");
+  EXPECT_EQ(db_->GetInode(a)->attr.nlink, 3u);
+  EXPECT_EQ(List(kRootIno), std::vector<std::string>{"a"});
+
+  // Rename of a staged file (temp + rename): no tombstone, stays staged.
+  auto tmp = db_->CreateFile(a, "k.tmp", 0644, 0, 0, true);
+  auto rt = db_->Rename(a, "k.tmp", a, "k", 0);
+  ASSERT_TRUE(rt.ok());
+  EXPECT_FALSE(rt->replaced);
+  EXPECT_FALSE(rt->moved.committed);
+  EXPECT_TRUE(db_->GetTombstone("/a/k.tmp").status().IsNotFound());
+  EXPECT_EQ(*db_->FullPath(tmp->attr.ino), "/a/k");
+  // Commit then lands under the new name.
+  Attr at = tmp->attr;
+  at.size = 1;
+  ASSERT_TRUE(db_->CommitFile(tmp->attr.ino, Loc("n1", 2, 0, 1), at, 20).ok());
+  EXPECT_TRUE(db_->Lookup(a, "k")->committed);
+}
+
+TEST_F(IndexDbTest, ReadDirPagedWhileMutating) {
+  uint64_t d = MkdirP(kRootIno, "big");
+  constexpr int kStable = 100000;
+  for (int i = 0; i < kStable; i++) {
+    auto r = db_->CreateFile(d, "stable-" + std::to_string(i), 0644, 0, 0, true);
+    ASSERT_TRUE(r.ok());
+  }
+  std::atomic<bool> stop{false};
+  std::thread mutator([&] {
+    int i = 0;
+    while (!stop) {
+      std::string n = "churn-" + std::to_string(i);
+      EXPECT_TRUE(db_->CreateFile(d, n, 0644, 0, 0, true).ok());
+      if (i >= 50) EXPECT_TRUE(db_->Unlink(d, "churn-" + std::to_string(i - 50)).ok());
+      i++;
+    }
+  });
+  std::set<std::string> seen_stable;
+  uint64_t after = 0, last_cookie = 0;
+  int pages = 0;
+  for (;;) {
+    int n = 0;
+    uint64_t last = after;
+    ASSERT_TRUE(db_->ReadDir(d, after, [&](const DirEntry& e) {
+                       EXPECT_GT(e.cookie, last_cookie);  // strictly increasing: never repeats
+                       EXPECT_GE(e.cookie, 3u);
+                       last_cookie = e.cookie;
+                       last = e.cookie;
+                       if (e.name.rfind("stable-", 0) == 0) EXPECT_TRUE(seen_stable.insert(e.name).second) << e.name;
+                       return ++n < 100;
+                     })
+                    .ok());
+    if (n == 0) break;
+    after = last;
+    pages++;
+  }
+  stop = true;
+  mutator.join();
+  EXPECT_EQ(seen_stable.size(), size_t(kStable));
+  EXPECT_GE(pages, kStable / 100);
+
+  // Cookies are stable across reopen and a continuation after reopen resumes at the same place.
+  std::map<std::string, uint64_t> cookies;
+  ASSERT_TRUE(db_->ReadDir(d, 0, [&](const DirEntry& e) {
+                     cookies[e.name] = e.cookie;
+                     return true;
+                   })
+                  .ok());
+  Reopen();
+  // staged files are dropped at reopen; use committed ones for the stability check
+  uint64_t d2 = MkdirP(kRootIno, "small");
+  for (int i = 0; i < 500; i++) CommitNew(d2, "c" + std::to_string(i), Loc("n1", 3, i * 4096, 1), 100 + i);
+  std::map<std::string, uint64_t> before;
+  ASSERT_TRUE(db_->ReadDir(d2, 0, [&](const DirEntry& e) {
+                     before[e.name] = e.cookie;
+                     EXPECT_EQ(e.cookie, DirCookieOf(e.name));  // no collisions among 500 names
+                     return true;
+                   })
+                  .ok());
+  Reopen();
+  std::map<std::string, uint64_t> afterm;
+  ASSERT_TRUE(db_->ReadDir(d2, 0, [&](const DirEntry& e) {
+                     afterm[e.name] = e.cookie;
+                     return true;
+                   })
+                  .ok());
+  EXPECT_EQ(before, afterm);
+  EXPECT_EQ(before.size(), 500u);
+  EXPECT_EQ(List(d).size(), 0u);  // every entry there was staged
+}
+
+TEST_F(IndexDbTest, ApplyLastWriterWins) {
+  Attr a;
+  a.mode = S_IFREG | 0644;
+  a.size = 10;
+  a.mtime_ns = 1;
+  Location l1 = Loc("p", 1, 0, 10), l2 = Loc("p", 1, 4096, 10), l3 = Loc("p", 1, 8192, 10);
+
+  // PUT creates missing parents.
+  auto r = db_->ApplyPut("/x/y/k", l1, a, 100, "p");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->applied, 1u);
+  EXPECT_EQ(r->changed.size(), 3u);  // x, y, k
+  auto k = db_->ResolvePath("/x/y/k");
+  ASSERT_TRUE(k.ok());
+  EXPECT_EQ(db_->GetInode(*k)->location, l1);
+  EXPECT_TRUE(db_->GetInode(*k)->committed);
+
+  // An older PUT loses to the current entry.
+  r = db_->ApplyPut("/x/y/k", l2, a, 90, "p");
+  EXPECT_EQ(r->skipped, 1u);
+  EXPECT_EQ(db_->GetInode(*db_->ResolvePath("/x/y/k"))->location, l1);
+  // Same stamp: node breaks the tie.
+  r = db_->ApplyPut("/x/y/k", l2, a, 100, "q");
+  EXPECT_EQ(r->applied, 1u);
+  auto k2 = *db_->ResolvePath("/x/y/k");
+  EXPECT_NE(k2, *k);  // new content -> new inode number
+  EXPECT_EQ(db_->GetInode(k2)->location, l2);
+  EXPECT_TRUE(db_->GetInode(*k).status().IsNotFound());
+  // Re-applying the same entry changes nothing.
+  r = db_->ApplyPut("/x/y/k", l2, a, 100, "q");
+  EXPECT_EQ(r->skipped, 1u);
+  EXPECT_EQ(*db_->ResolvePath("/x/y/k"), k2);
+
+  // UNLINK newer than the entry removes it and leaves a tombstone.
+  r = db_->ApplyUnlink("/x/y/k", 200, "p");
+  EXPECT_EQ(r->applied, 1u);
+  ASSERT_EQ(r->changed.size(), 1u);
+  EXPECT_EQ(r->changed[0].old_ino, k2);
+  EXPECT_EQ(r->changed[0].new_ino, 0u);
+  EXPECT_TRUE(db_->ResolvePath("/x/y/k").status().IsNotFound());
+  // An older PUT applied after the UNLINK does not resurrect it.
+  r = db_->ApplyPut("/x/y/k", l3, a, 150, "p");
+  EXPECT_EQ(r->skipped, 1u);
+  EXPECT_TRUE(db_->ResolvePath("/x/y/k").status().IsNotFound());
+  // A newer one does, and clears the tombstone.
+  r = db_->ApplyPut("/x/y/k", l3, a, 250, "p");
+  EXPECT_EQ(r->applied, 1u);
+  EXPECT_EQ(db_->GetInode(*db_->ResolvePath("/x/y/k"))->location, l3);
+  EXPECT_TRUE(db_->GetTombstone("/x/y/k").status().IsNotFound());
+  // An older UNLINK does not remove the newer file.
+  r = db_->ApplyUnlink("/x/y/k", 240, "p");
+  EXPECT_EQ(r->skipped, 1u);
+  EXPECT_TRUE(db_->ResolvePath("/x/y/k").ok());
+  EXPECT_GE(db_->HlcFloor(), 250u);
+
+  // A PUT where a directory is: skipped, not an error.
+  r = db_->ApplyPut("/x/y", l1, a, 1000, "p");
+  EXPECT_EQ(r->skipped, 1u);
+  // A PUT under a file: skipped.
+  r = db_->ApplyPut("/x/y/k/z", l1, a, 1000, "p");
+  EXPECT_EQ(r->skipped, 1u);
+
+  // Stats follow applied entries.
+  auto st = db_->GetStats();
+  EXPECT_EQ(st.files, 1u);
+  EXPECT_EQ(st.live_bytes, 10u);
+  EXPECT_EQ(st.directories, 3u);
+}
+
+TEST_F(IndexDbTest, ApplyStagedLocalFileAndOrderIndependence) {
+  // A staged local file is newer than anything applied: an UNLINK leaves it, a PUT detaches it and the
+  // commit takes the name back.
+  auto s = db_->CreateFile(kRootIno, "k", 0644, 0, 0, true);
+  ASSERT_TRUE(s.ok());
+  Attr a;
+  a.mode = S_IFREG | 0644;
+  a.size = 5;
+  ASSERT_EQ(db_->ApplyUnlink("/k", 50, "p")->skipped, 0u);
+  EXPECT_EQ(db_->Lookup(kRootIno, "k")->attr.ino, s->attr.ino);
+  auto r = db_->ApplyPut("/k", Loc("p", 1, 0, 5), a, 60, "p");
+  EXPECT_EQ(r->applied, 1u);
+  auto peer = db_->Lookup(kRootIno, "k");
+  EXPECT_NE(peer->attr.ino, s->attr.ino);
+  EXPECT_TRUE(peer->committed);
+  EXPECT_FALSE(db_->GetInode(s->attr.ino)->committed);  // detached, still there
+  Attr mine = s->attr;
+  mine.size = 7;
+  auto c = db_->CommitFile(s->attr.ino, Loc("n1", 1, 0, 7), mine, 70);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(db_->Lookup(kRootIno, "k")->attr.ino, s->attr.ino);
+  EXPECT_TRUE(db_->GetInode(peer->attr.ino).status().IsNotFound());
+  EXPECT_EQ(db_->GetStats().files, 1u);
+  EXPECT_EQ(db_->GetStats().live_bytes, 7u);
+
+  // Two indexes that apply the same entries in different orders end with the same content.
+  std::vector<ApplyOp> ops;
+  auto put = [&](std::string p, uint64_t stamp, uint64_t off) {
+    ApplyOp o;
+    o.kind = ApplyOp::Kind::kPut;
+    o.path = p;
+    o.attr = a;
+    o.location = Loc("p", 2, off, 5);
+    o.stamp = stamp;
+    ops.push_back(o);
+  };
+  auto unl = [&](std::string p, uint64_t stamp) {
+    ApplyOp o;
+    o.kind = ApplyOp::Kind::kUnlink;
+    o.path = p;
+    o.stamp = stamp;
+    ops.push_back(o);
+  };
+  put("/d/a", 10, 0);
+  put("/d/a", 20, 4096);
+  unl("/d/a", 15);
+  put("/d/b", 10, 8192);
+  unl("/d/b", 30);
+  put("/d/b", 25, 12288);
+  put("/d/c", 5, 16384);
+  IndexDbOptions o2;
+  o2.dir = dir_ + "2";
+  o2.node_id = "n2";
+  auto other = IndexDb::Open(o2);
+  ASSERT_TRUE(other.ok());
+  std::vector<ApplyOp> rev(ops.rbegin(), ops.rend());
+  ASSERT_TRUE(db_->ApplyBatch(ops, "p").ok());
+  for (auto& op : rev) ASSERT_TRUE((*other)->ApplyBatch({&op, 1}, "p").ok());
+  auto d1 = db_->DumpByPath();
+  auto d2 = (*other)->DumpByPath();
+  ASSERT_TRUE(d1.ok() && d2.ok());
+  d1->erase("/k");
+  EXPECT_EQ(*d1, *d2);
+  EXPECT_EQ(d2->count("/d/a"), 1u);
+  EXPECT_EQ((*d2)["/d/a"].location.record_offset, 4096u);
+  EXPECT_EQ(d2->count("/d/b"), 0u);
+  EXPECT_EQ(d2->count("/d/c"), 1u);
+  other->reset();
+  ASSERT_TRUE(IndexDb::Destroy(o2.dir).ok());
+  EXPECT_FALSE(std::filesystem::exists(o2.dir));
+}
+
+TEST_F(IndexDbTest, ApplyRenameMkdirRmdirSetattrXattrMove) {
+  Attr a;
+  a.mode = S_IFREG | 0644;
+  a.size = 5;
+  Location l1 = Loc("p", 1, 0, 5);
+  ASSERT_TRUE(db_->ApplyPut("/d/k.tmp", l1, a, 10, "p").ok());
+  uint64_t ino = *db_->ResolvePath("/d/k.tmp");
+  auto r = db_->ApplyRename("/d/k.tmp", "/e/k", l1, 11, "p");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->applied, 1u);
+  EXPECT_TRUE(db_->ResolvePath("/d/k.tmp").status().IsNotFound());
+  EXPECT_EQ(*db_->ResolvePath("/e/k"), ino);  // same content keeps its inode
+  EXPECT_EQ(db_->GetTombstone("/d/k.tmp")->stamp, 11u);
+  // RENAME whose source we never saw: links the destination from the location.
+  r = db_->ApplyRename("/d/other.tmp", "/e/other", Loc("p", 1, 4096, 5), 12, "p");
+  EXPECT_EQ(r->applied, 1u);
+  EXPECT_EQ(db_->GetInode(*db_->ResolvePath("/e/other"))->attr.size, 5u);
+  // An older PUT of the renamed-away temp name stays dead.
+  EXPECT_EQ(db_->ApplyPut("/d/k.tmp", l1, a, 10, "p")->skipped, 1u);
+
+  // MKDIR creates parents; RMDIR ignores a non-empty directory.
+  Attr da;
+  da.mode = 0700;
+  ASSERT_TRUE(db_->ApplyMkdir("/m/n/o", da).ok());
+  EXPECT_EQ(db_->GetInode(*db_->ResolvePath("/m/n/o"))->attr.mode, uint32_t(S_IFDIR | 0700));
+  EXPECT_EQ(db_->ApplyRmdir("/m/n")->skipped, 1u);
+  EXPECT_EQ(db_->ApplyRmdir("/m/n/o")->applied, 1u);
+  EXPECT_TRUE(db_->ResolvePath("/m/n/o").status().IsNotFound());
+  // Directory rename via apply.
+  EXPECT_EQ(db_->ApplyRename("/m", "/mm", Location(), 13, "p")->applied, 1u);
+  EXPECT_TRUE(db_->ResolvePath("/mm/n").ok());
+
+  // SETATTR / XATTR newer than the entry apply; older ones do not.
+  Attr sa;
+  sa.mode = 0600;
+  sa.mtime_ns = 77;
+  EXPECT_EQ(db_->ApplySetattr("/e/k", sa, kSetMode | kSetMtime, 20, "p")->applied, 1u);
+  EXPECT_EQ(db_->GetInode(ino)->attr.mode, uint32_t(S_IFREG | 0600));
+  EXPECT_EQ(db_->GetInode(ino)->attr.mtime_ns, 77);
+  EXPECT_EQ(db_->ApplySetattr("/e/k", sa, kSetUid, 5, "p")->skipped, 1u);
+  EXPECT_EQ(db_->ApplyXattr("/e/k", "user.x", "v", false, 21, "p")->applied, 1u);
+  EXPECT_EQ(*db_->GetXattr(ino, "user.x"), "v");
+  EXPECT_EQ(db_->ApplyXattr("/e/k", "user.x", "", true, 22, "p")->applied, 1u);
+  EXPECT_TRUE(db_->GetXattr(ino, "user.x").status().IsNotFound());
+
+  // MOVE only if the current location matches.
+  Location l9 = Loc("p", 9, 0, 5);
+  EXPECT_EQ(db_->ApplyMove("/e/k", Loc("p", 1, 4096, 5), l9)->skipped, 1u);
+  EXPECT_EQ(db_->ApplyMove("/e/k", l1, l9)->applied, 1u);
+  EXPECT_EQ(db_->GetInode(ino)->location, l9);
+  EXPECT_EQ(db_->GetSegment(l9.segment)->live_records, 1u);
+  EXPECT_EQ(db_->GetSegment(l1.segment)->live_records, 1u);  // /e/other
+
+  // SEAL, then DROP: the segment's files vanish; later entries pointing into it are skipped.
+  ASSERT_TRUE(db_->ApplySeal(l1.segment).ok());
+  EXPECT_EQ(db_->GetSegment(l1.segment)->state, SegmentState::kSealed);
+  r = db_->ApplyDrop(l1.segment);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(db_->GetSegment(l1.segment)->state, SegmentState::kDropped);
+  EXPECT_EQ(db_->GetSegment(l1.segment)->live_records, 0u);
+  EXPECT_TRUE(db_->ResolvePath("/e/other").status().IsNotFound());
+  EXPECT_TRUE(db_->ResolvePath("/e/k").ok());  // moved out before the drop
+  EXPECT_EQ(db_->ApplyPut("/e/late", Loc("p", 1, 8192, 5), a, 100, "p")->skipped, 1u);
+  EXPECT_TRUE(db_->ResolvePath("/e/late").status().IsNotFound());
+  std::vector<SegmentInfo> segs;
+  ASSERT_TRUE(db_->ListSegments([&](const SegmentInfo& s) {
+                     segs.push_back(s);
+                     return true;
+                   })
+                  .ok());
+  ASSERT_EQ(segs.size(), 2u);
+  EXPECT_EQ(segs[0].id.seq, 1u);
+  EXPECT_EQ(segs[1].id.seq, 9u);
+
+  EXPECT_EQ(*db_->PruneTombstones(12), 1u);  // /d/k.tmp (11)
+  EXPECT_TRUE(db_->GetTombstone("/d/k.tmp").status().IsNotFound());
+}
+
+TEST_F(IndexDbTest, ApplyPositionIsAtomicWithBatch) {
+  EXPECT_TRUE(db_->GetAppliedPosition("p").status().IsNotFound());
+  Attr a;
+  a.mode = S_IFREG | 0644;
+  a.size = 1;
+  std::atomic<bool> done{false};
+  std::atomic<int> violations{0}, checks{0};
+  std::thread reader([&] {
+    while (!done) {
+      auto pos = db_->GetAppliedPosition("p");
+      if (!pos.ok()) continue;
+      int n = std::stoi(*pos);
+      // every file of batches <= n must exist
+      for (int f = 0; f < 10; f++)
+        if (!db_->ResolvePath("/b" + std::to_string(n) + "/f" + std::to_string(f)).ok()) violations++;
+      checks++;
+    }
+  });
+  for (int b = 1; b <= 300; b++) {
+    std::vector<ApplyOp> ops;
+    for (int f = 0; f < 10; f++) {
+      ApplyOp o;
+      o.kind = ApplyOp::Kind::kPut;
+      o.path = "/b" + std::to_string(b) + "/f" + std::to_string(f);
+      o.attr = a;
+      o.location = Loc("p", b, f * 4096, 1);
+      o.stamp = b * 100 + f;
+      ops.push_back(o);
+    }
+    auto r = db_->ApplyBatch(ops, "p", std::to_string(b));
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->applied, 10u);
+  }
+  done = true;
+  reader.join();
+  EXPECT_EQ(violations.load(), 0);
+  EXPECT_GT(checks.load(), 0);
+  EXPECT_EQ(*db_->GetAppliedPosition("p"), "300");
+  Reopen();
+  EXPECT_EQ(*db_->GetAppliedPosition("p"), "300");
+  EXPECT_EQ(db_->GetAppliedPositions().size(), 1u);
+  EXPECT_EQ(db_->GetStats().files, 3000u);
+  EXPECT_TRUE(db_->ResolvePath("/b300/f9").ok());
+}
+
+TEST_F(IndexDbTest, ReopenPersistsEverything) {
+  uint64_t d = MkdirP(kRootIno, "d");
+  Node f = CommitNew(d, "f", Loc("n1", 1, 0, 300), 40);
+  ASSERT_TRUE(db_->SetXattr(f.attr.ino, "user.k", "v", 0).ok());
+  ASSERT_TRUE(db_->Symlink(d, "s", "f", 0, 0, 41).ok());
+  auto staged = db_->CreateFile(d, "staged", 0644, 0, 0, true);
+  ASSERT_TRUE(db_->SetHlcFloor(5000).ok());
+  ASSERT_TRUE(db_->MarkOpen().ok());
+  auto dump = db_->DumpByPath();
+  ASSERT_TRUE(dump.ok());
+  EXPECT_EQ(dump->size(), 3u);  // d, d/f, d/s (staged excluded)
+  auto stats = db_->GetStats();
+  // unclean close (no MarkClean)
+  Reopen();
+  EXPECT_FALSE(db_->Created());
+  EXPECT_FALSE(db_->WasCleanlyClosed());
+  EXPECT_EQ(*db_->DumpByPath(), *dump);
+  EXPECT_EQ(db_->GetStats().files, stats.files);
+  EXPECT_EQ(db_->GetStats().live_bytes, stats.live_bytes);
+  EXPECT_EQ(db_->GetStats().directories, stats.directories);
+  EXPECT_EQ(db_->GetStats().staged_files, 0u);
+  EXPECT_TRUE(db_->Lookup(d, "staged").status().IsNotFound());
+  EXPECT_TRUE(db_->GetInode(staged->attr.ino).status().IsNotFound());
+  EXPECT_EQ(db_->HlcFloor(), 5000u);
+  EXPECT_EQ(*db_->GetXattr(f.attr.ino, "user.k"), "v");
+  EXPECT_EQ(db_->Lookup(d, "f")->location, Loc("n1", 1, 0, 300));
+  // inode numbers never go back
+  auto n = db_->Mkdir(kRootIno, "new", 0755, 0, 0);
+  EXPECT_GT(n->attr.ino, staged->attr.ino);
+  ASSERT_TRUE(db_->MarkClean().ok());
+  Reopen();
+  EXPECT_TRUE(db_->WasCleanlyClosed());
+  ASSERT_TRUE(db_->MarkOpen().ok());
+  Reopen();
+  EXPECT_FALSE(db_->WasCleanlyClosed());
+}
+
+TEST_F(IndexDbTest, SecondOpenIsBusyAndNodeChecked) {
+  IndexDbOptions o;
+  o.dir = dir_;
+  o.node_id = "n1";
+  auto second = IndexDb::Open(o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_TRUE(second.status().IsBusy()) << second.status().ToString();
+  EXPECT_NE(second.status().message().find("in use by another kvfs mount"), std::string::npos);
+  EXPECT_TRUE(IndexDb::Destroy(dir_).IsBusy());
+  db_.reset();
+  o.node_id = "other";
+  auto wrong = IndexDb::Open(o);
+  EXPECT_TRUE(wrong.status().IsInvalidArgument()) << wrong.status().ToString();
+  Reopen();
+}
+
+TEST(DirCookieTest, NeverReserved) {
+  for (int i = 0; i < 10000; i++) {
+    uint64_t c = DirCookieOf("name" + std::to_string(i));
+    EXPECT_GE(c, 3u);
+    EXPECT_LT(c, 1ull << 63);
+  }
+  EXPECT_EQ(DirCookieOf("abc"), DirCookieOf("abc"));
+}
+
+}  // namespace
+}  // namespace kvfs
