@@ -1,0 +1,788 @@
+// Store implementation: the glue between the RocksDB index (index_db.h), the journal (journal.h), the
+// segment writer/reader (blockstore/) and the LRU. See store.h for the contract and DESIGN §2-§4, §7.
+//
+// Ordering rules this file keeps:
+//  * ns_mu_ serializes every namespace mutation together with the enqueueing of its journal entry, so
+//    the journal order equals the order in which the index applied the changes.
+//  * Commit protocol (DESIGN §2): a group commit round takes the entries queued so far, syncs the
+//    segments first (every record those entries point to was appended before the entry was queued),
+//    then appends + syncs the journal, then acknowledges Sync() callers. One fdatasync per file per round.
+//  * The index is updated at once (local visibility); the journal follows within one group-commit
+//    interval. After a crash the index may be ahead of the journal, so an index that was not closed
+//    cleanly is rebuilt from the journals (it is a cache: DESIGN §3).
+#include "index/store.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+#include <xxhash.h>
+
+#include "blockstore/format.h"
+#include "blockstore/lru_cache.h"
+#include "blockstore/node_dir.h"
+#include "blockstore/segment_reader.h"
+#include "blockstore/segment_writer.h"
+#include "index/hlc.h"
+#include "index/index_db.h"
+#include "index/journal.h"
+#include "index/journal_format.h"
+
+namespace kvfs {
+namespace {
+
+// Values up to this size are loaded whole into the LRU on a miss (one backing read per value, shared by
+// concurrent readers); larger ones are read block-range by block-range.
+constexpr uint64_t kWholeValueLoadMax = 64ull << 20;
+// Entries per ApplyBatch during a rebuild.
+constexpr size_t kRebuildBatch = 1024;
+
+EntryAttrs ToEntryAttrs(const Attr& a) {
+  EntryAttrs e;
+  e.mode = a.mode;
+  e.uid = a.uid;
+  e.gid = a.gid;
+  e.size = a.size;
+  e.atime_ns = a.atime_ns;
+  e.mtime_ns = a.mtime_ns;
+  e.ctime_ns = a.ctime_ns;
+  return e;
+}
+
+Attr FromEntryAttrs(const EntryAttrs& e) {
+  Attr a;
+  a.mode = e.mode;
+  a.uid = e.uid;
+  a.gid = e.gid;
+  a.size = e.size;
+  a.atime_ns = e.atime_ns;
+  a.mtime_ns = e.mtime_ns;
+  a.ctime_ns = e.ctime_ns;
+  return a;
+}
+
+std::string JoinPath(const std::string& dir, std::string_view name) {
+  std::string p = dir == "/" ? std::string() : dir;
+  p += '/';
+  p.append(name);
+  return p;
+}
+
+// Translates a journal entry into an index ApplyOp. Returns false for entries the index does not apply
+// (CUT: handled by the reader's stop position).
+bool ToApplyOp(const JournalEntry& e, ApplyOp* op) {
+  op->stamp = e.stamp;
+  op->path = e.path;
+  switch (e.op) {
+    case JournalOp::kPut:
+      op->kind = ApplyOp::Kind::kPut;
+      op->location = e.location;
+      op->attr = FromEntryAttrs(e.attrs);
+      return true;
+    case JournalOp::kSymlink:
+      op->kind = ApplyOp::Kind::kPut;
+      op->attr = FromEntryAttrs(e.attrs);
+      op->symlink = e.path2;
+      return true;
+    case JournalOp::kRename:
+      op->kind = ApplyOp::Kind::kRename;
+      op->to = e.path2;
+      op->location = e.location;
+      return true;
+    case JournalOp::kUnlink:
+      op->kind = ApplyOp::Kind::kUnlink;
+      return true;
+    case JournalOp::kMkdir:
+      op->kind = ApplyOp::Kind::kMkdir;
+      op->attr = FromEntryAttrs(e.attrs);
+      return true;
+    case JournalOp::kRmdir:
+      op->kind = ApplyOp::Kind::kRmdir;
+      return true;
+    case JournalOp::kSetattr:
+      op->kind = ApplyOp::Kind::kSetattr;
+      op->attr = FromEntryAttrs(e.attrs);
+      op->mask = e.mask;
+      return true;
+    case JournalOp::kXattr:
+      op->kind = ApplyOp::Kind::kXattr;
+      op->xattr_name = e.xattr_name;
+      op->xattr_value = e.xattr_value;
+      op->xattr_remove = e.xattr_remove;
+      return true;
+    case JournalOp::kSeal:
+      op->kind = ApplyOp::Kind::kSeal;
+      op->segment = e.segment;
+      return true;
+    case JournalOp::kDrop:
+      op->kind = ApplyOp::Kind::kDrop;
+      op->segment = e.segment;
+      return true;
+    case JournalOp::kMove:
+      op->kind = ApplyOp::Kind::kMove;
+      op->location = e.location;
+      op->old_location = e.old_location;
+      return true;
+    case JournalOp::kCut:
+      return false;
+  }
+  return false;
+}
+
+std::string DefaultNodeId() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') return "node";
+  std::string id;
+  for (const char* p = host; *p; ++p) {
+    char c = *p;
+    id += (isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  }
+  return id;
+}
+
+}  // namespace
+
+class StoreImpl final : public Store {
+ public:
+  explicit StoreImpl(const StoreOptions& opts)
+      : opts_(opts), env_(opts.env ? opts.env : Env::Posix()), cache_(opts.cache_size) {}
+  ~StoreImpl() override {
+    if (!closed_) {
+      // A Store destroyed without Close behaves like a crash of the mount (tests use this), except that
+      // threads are stopped.
+      StopThreads();
+    }
+  }
+
+  Status Init();
+  Status Close() override;
+
+  // ---- namespace ----
+  Result<Node> Lookup(uint64_t parent, std::string_view name) override { return index_->Lookup(parent, name); }
+  Result<Node> GetInode(uint64_t ino) override { return index_->GetInode(ino); }
+  Result<Node> Mkdir(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid,
+                     uint32_t gid) override;
+  Status Rmdir(uint64_t parent, std::string_view name) override;
+  Result<Node> CreateFile(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid, uint32_t gid,
+                          bool exclusive) override {
+    std::lock_guard<std::mutex> l(ns_mu_);
+    return index_->CreateFile(parent, name, mode, uid, gid, exclusive);
+  }
+  Result<Node> Symlink(uint64_t parent, std::string_view name, std::string_view target, uint32_t uid,
+                       uint32_t gid) override;
+  Result<std::string> ReadLink(uint64_t ino) override { return index_->ReadLink(ino); }
+  Status Unlink(uint64_t parent, std::string_view name, uint64_t* ino_out) override;
+  Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent, std::string_view new_name,
+                unsigned flags, uint64_t* replaced_ino) override;
+  Result<Attr> SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) override;
+  Status ReadDir(uint64_t dir, uint64_t after, const std::function<bool(const DirEntry&)>& fn) override {
+    return index_->ReadDir(dir, after, fn);
+  }
+  Status SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags) override;
+  Result<std::string> GetXattr(uint64_t ino, std::string_view name) override {
+    return index_->GetXattr(ino, name);
+  }
+  Result<std::vector<std::string>> ListXattr(uint64_t ino) override { return index_->ListXattr(ino); }
+  Status RemoveXattr(uint64_t ino, std::string_view name) override;
+
+  // ---- data ----
+  Result<Location> WriteRecord(uint64_t ino, const std::vector<std::string_view>& parts) override;
+  Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr) override;
+  Status Read(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) override;
+  Status Sync() override;
+
+  Status StatFs(uint64_t* live_bytes, uint64_t* files, uint64_t* backing_total,
+                uint64_t* backing_avail) override;
+  StoreStats GetStats() override;
+
+ private:
+  // Queues a journal entry for the next group commit. Requires ns_mu_ (journal order = index order).
+  void EnqueueLocked(JournalEntry e);
+  void GroupCommitLoop();
+  // One round: segments durable, then the given entries appended and durable.
+  Status CommitRound(std::vector<JournalEntry>* batch);
+  void StopThreads();
+  Status Rebuild();
+  Status ReplayNode(const std::string& node, std::vector<JournalEntry>* cuts);
+  Result<std::shared_ptr<BackingFile>> SegmentFile(const SegmentId& id);
+  Result<LruCache::Value> LoadValue(const Location& loc);
+  Result<std::string> PathOf(uint64_t parent, std::string_view name) {
+    auto dir = index_->FullPath(parent);
+    if (!dir.ok()) return dir.status();
+    return JoinPath(*dir, name);
+  }
+
+  StoreOptions opts_;
+  Env* env_;
+  LruCache cache_;
+  HybridClock hlc_;
+  std::unique_ptr<NodeDir> node_dir_;
+  std::unique_ptr<IndexDb> index_;
+  std::unique_ptr<SegmentWriter> segments_;
+  std::unique_ptr<JournalWriter> journal_;
+  bool closed_ = false;
+  std::vector<JournalEntry> startup_cuts_;  // CUTs found by the rebuild, journaled at start
+
+  std::mutex ns_mu_;  // namespace mutations + their journal entries
+
+  // Group commit state, guarded by gc_mu_.
+  std::mutex gc_mu_;
+  std::condition_variable gc_cv_;    // wakes the commit thread
+  std::condition_variable done_cv_;  // wakes Sync() waiters
+  std::vector<JournalEntry> pending_;
+  uint64_t rounds_started_ = 0, rounds_done_ = 0, last_ok_round_ = 0;
+  Status last_round_status_;
+  bool sync_requested_ = false;
+  bool stop_ = false;
+  std::thread gc_thread_;
+
+  // Read side: open segment files, shared loads.
+  std::mutex files_mu_;
+  std::map<SegmentId, std::shared_ptr<BackingFile>> files_;
+  struct Flight {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status status;
+    LruCache::Value value;
+  };
+  std::mutex flights_mu_;
+  std::map<std::string, std::shared_ptr<Flight>> flights_;
+
+  std::atomic<uint64_t> records_written_{0}, journal_entries_{0}, group_commits_{0}, checksum_failures_{0};
+  std::atomic<uint64_t> cache_hits_{0}, cache_misses_{0};
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Open / rebuild / close
+
+Result<std::unique_ptr<Store>> Store::Open(const StoreOptions& opts) {
+  auto store = std::make_unique<StoreImpl>(opts);
+  Status s = store->Init();
+  if (!s.ok()) return s;
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+Status StoreImpl::Init() {
+  if (opts_.backing_dir.empty()) return Status::InvalidArgument("no backing directory given");
+  if (opts_.node_id.empty()) opts_.node_id = DefaultNodeId();
+  KVFS_RETURN_IF_ERROR(ValidateNodeId(opts_.node_id));
+  if (opts_.segment_size < (1ull << 20) || opts_.segment_size % kAlignment != 0) {
+    return Status::InvalidArgument("segment size must be a multiple of 4 KiB and at least 1 MiB");
+  }
+  if (opts_.index_dir.empty()) {
+    uint64_t h = XXH3_64bits(opts_.backing_dir.data(), opts_.backing_dir.size());
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+    opts_.index_dir = std::string("/var/lib/kvfs/") + buf + "-" + opts_.node_id;
+  }
+
+  NodeDirOptions nd;
+  nd.env = env_;
+  nd.backing_dir = opts_.backing_dir;
+  nd.node_id = opts_.node_id;
+  nd.force = opts_.force_takeover;
+  auto acquired = NodeDir::Acquire(nd);
+  if (!acquired.ok()) return acquired.status();
+  node_dir_ = std::move(*acquired);
+  spdlog::info("kvfs: node {} generation {} ({})", opts_.node_id, node_dir_->generation(),
+               node_dir_->takeover_reason());
+
+  // The index: open; rebuild when new, not closed cleanly, or unusable.
+  KVFS_RETURN_IF_ERROR(Env::Posix()->CreateDirs(opts_.index_dir));
+  IndexDbOptions io;
+  io.dir = opts_.index_dir;
+  io.node_id = opts_.node_id;
+  auto idx = IndexDb::Open(io);
+  if (!idx.ok() && idx.status().IsBusy()) return idx.status();
+  bool rebuild = !idx.ok() || (*idx)->Created() || !(*idx)->WasCleanlyClosed();
+  if (!idx.ok()) spdlog::warn("kvfs: index {} unusable ({}); rebuilding", io.dir, idx.status().ToString());
+  if (rebuild) {
+    if (idx.ok()) (*idx)->Close();
+    KVFS_RETURN_IF_ERROR(IndexDb::Destroy(io.dir));
+    auto fresh = IndexDb::Open(io);
+    if (!fresh.ok()) return fresh.status();
+    index_ = std::move(*fresh);
+    KVFS_RETURN_IF_ERROR(Rebuild());
+  } else {
+    index_ = std::move(*idx);
+  }
+  KVFS_RETURN_IF_ERROR(index_->MarkOpen());
+  hlc_.SetFloor(index_->HlcFloor());
+
+  SegmentWriterOptions so;
+  so.segment_size = opts_.segment_size;
+  so.direct_io = opts_.direct_io;
+  so.seal_on_close = true;
+  auto sw = SegmentWriter::Open(env_, node_dir_->seg_dir(), opts_.node_id, node_dir_->generation(), so);
+  if (!sw.ok()) return sw.status();
+  segments_ = std::move(*sw);
+
+  JournalWriterOptions jo;
+  jo.env = env_;
+  jo.dir = node_dir_->dir();
+  jo.node = opts_.node_id;
+  jo.generation = node_dir_->generation();
+  auto jw = JournalWriter::Open(jo);
+  if (!jw.ok()) return jw.status();
+  journal_ = std::move(*jw);
+
+  {
+    std::lock_guard<std::mutex> l(ns_mu_);
+    for (auto& cut : startup_cuts_) EnqueueLocked(std::move(cut));
+    startup_cuts_.clear();
+  }
+  gc_thread_ = std::thread([this] { GroupCommitLoop(); });
+  node_dir_->StartHeartbeat(std::chrono::milliseconds(5000));
+  // Make the fresh journal file, the CUTs and the directory entries durable before serving.
+  return Sync();
+}
+
+Status StoreImpl::Rebuild() {
+  auto t0 = std::chrono::steady_clock::now();
+  auto nodes = ListNodes(env_, opts_.backing_dir);
+  if (!nodes.ok()) return nodes.status();
+  for (const auto& node : *nodes) KVFS_RETURN_IF_ERROR(ReplayNode(node, &startup_cuts_));
+  auto st = index_->GetStats();
+  spdlog::info("kvfs: index rebuilt from {} node(s): {} files, {} dirs, {} live bytes in {} ms", nodes->size(),
+               st.files, st.directories, st.live_bytes,
+               std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+                   .count());
+  return Status::OK();
+}
+
+// Replays every journal file of `node` in (generation, number) order into the index. A torn tail of one
+// of this node's own files (a crash) yields a CUT entry in *cuts, journaled by the new generation.
+Status StoreImpl::ReplayNode(const std::string& node, std::vector<JournalEntry>* cuts) {
+  std::vector<JournalFile> files;
+  Status s = ListJournalFiles(env_, NodeDirPath(opts_.backing_dir, node), &files);
+  if (s.IsNotFound()) return Status::OK();
+  KVFS_RETURN_IF_ERROR(s);
+  uint64_t max_stamp = 0;
+  for (const auto& f : files) {
+    JournalReaderOptions ro;
+    ro.skip_damage = true;
+    auto reader = JournalReader::Open(env_, f.path, 0, ro);
+    if (!reader.ok()) {
+      spdlog::error("kvfs: journal {} unreadable: {}", f.path, reader.status().ToString());
+      continue;
+    }
+    std::vector<ApplyOp> ops;
+    JournalPosition last;
+    auto flush = [&]() -> Status {
+      if (ops.empty()) return Status::OK();
+      auto r = index_->ApplyBatch(ops, node, last.ToString());
+      ops.clear();
+      return r.ok() ? Status::OK() : r.status();
+    };
+    JournalEntry e;
+    JournalPosition end;
+    for (;;) {
+      auto more = (*reader)->Next(&e, &end);
+      if (!more.ok()) {
+        spdlog::error("kvfs: journal {}: {}", f.path, more.status().ToString());
+        break;
+      }
+      if (!*more) break;
+      max_stamp = std::max(max_stamp, e.stamp);
+      ApplyOp op;
+      if (ToApplyOp(e, &op)) ops.push_back(std::move(op));
+      last = end;
+      if (ops.size() >= kRebuildBatch) KVFS_RETURN_IF_ERROR(flush());
+    }
+    KVFS_RETURN_IF_ERROR(flush());
+    const auto& rep = (*reader)->report();
+    if (rep.corrupt_regions > 0) {
+      spdlog::error("kvfs: journal {}: {} damaged region(s), {} bytes skipped", f.path, rep.corrupt_regions,
+                    rep.corrupt_bytes);
+    }
+    if (rep.end == JournalEnd::kTorn && node == opts_.node_id) {
+      spdlog::warn("kvfs: journal {}: torn tail of {} bytes at offset {}; cutting", f.path, rep.tail_bytes,
+                   rep.valid_end.offset);
+      FileRef ref;
+      ref.kind = FileRef::Kind::kJournal;
+      ref.node = node;
+      ref.generation = f.generation;
+      ref.number = f.number;
+      cuts->push_back(JournalEntry::Cut(ref, rep.valid_end.offset, 0));
+    }
+  }
+  if (max_stamp) KVFS_RETURN_IF_ERROR(index_->SetHlcFloor(max_stamp));
+  return Status::OK();
+}
+
+void StoreImpl::StopThreads() {
+  if (node_dir_) node_dir_->StopHeartbeat();
+  {
+    std::lock_guard<std::mutex> l(gc_mu_);
+    stop_ = true;
+  }
+  gc_cv_.notify_all();
+  if (gc_thread_.joinable()) gc_thread_.join();
+}
+
+Status StoreImpl::Close() {
+  if (closed_) return Status::OK();
+  Status s = Sync();
+  StopThreads();
+  closed_ = true;
+  if (s.ok()) s = segments_->Close();
+  std::vector<JournalEntry> sealed;
+  for (const auto& seg : segments_->TakeSealed()) sealed.push_back(JournalEntry::Seal(seg.id, hlc_.Now()));
+  for (auto& e : sealed) journal_->Append(e);
+  if (s.ok()) s = journal_->Sync();
+  for (const auto& e : sealed) index_->SetSegmentState(e.segment, SegmentState::kSealed);
+  if (s.ok()) {
+    index_->SetHlcFloor(hlc_.Now());
+    s = index_->MarkClean();
+  }
+  if (s.ok()) s = node_dir_->Release();
+  index_->Close();
+  if (!s.ok()) spdlog::error("kvfs: close: {}", s.ToString());
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Group commit
+
+void StoreImpl::EnqueueLocked(JournalEntry e) {
+  std::lock_guard<std::mutex> l(gc_mu_);
+  pending_.push_back(std::move(e));
+}
+
+void StoreImpl::GroupCommitLoop() {
+  const auto interval = std::chrono::milliseconds(std::max<uint32_t>(1, opts_.group_commit_interval_ms));
+  std::unique_lock<std::mutex> l(gc_mu_);
+  for (;;) {
+    // Wait for work: a Sync() caller, or queued entries (then wait out the interval to gather a group).
+    gc_cv_.wait(l, [&] { return stop_ || sync_requested_ || !pending_.empty(); });
+    if (!sync_requested_ && !stop_) {
+      gc_cv_.wait_for(l, interval, [&] { return stop_ || sync_requested_; });
+    }
+    if (stop_ && pending_.empty() && !sync_requested_) break;
+    sync_requested_ = false;
+    std::vector<JournalEntry> batch;
+    batch.swap(pending_);
+    const uint64_t round = ++rounds_started_;
+    l.unlock();
+    Status s = CommitRound(&batch);
+    l.lock();
+    if (!s.ok()) {
+      // Keep the entries for the next round (they are still owed to the journal); report the error to
+      // the waiters of this round.
+      pending_.insert(pending_.begin(), std::make_move_iterator(batch.begin()),
+                      std::make_move_iterator(batch.end()));
+      spdlog::error("kvfs: group commit failed: {}", s.ToString());
+    } else {
+      last_ok_round_ = round;
+    }
+    last_round_status_ = s;
+    rounds_done_ = round;
+    done_cv_.notify_all();
+    if (stop_ && (pending_.empty() || !s.ok())) break;
+    if (!s.ok()) {
+      // Do not spin on a failing backing store.
+      gc_cv_.wait_for(l, interval, [&] { return stop_; });
+    }
+  }
+}
+
+Status StoreImpl::CommitRound(std::vector<JournalEntry>* batch) {
+  // 1. Records first: every entry in the batch points at a record appended before it was queued.
+  KVFS_RETURN_IF_ERROR(segments_->Sync());
+  // 2. Segments sealed since the last round are journaled as SEAL.
+  for (const auto& seg : segments_->TakeSealed()) {
+    batch->push_back(JournalEntry::Seal(seg.id, hlc_.Now()));
+    index_->SetSegmentState(seg.id, SegmentState::kSealed);
+  }
+  if (batch->empty()) return Status::OK();
+  // 3. The journal entries, durable.
+  for (const auto& e : *batch) journal_->Append(e);
+  KVFS_RETURN_IF_ERROR(journal_->Sync());
+  journal_entries_ += batch->size();
+  group_commits_++;
+  batch->clear();
+  return Status::OK();
+}
+
+Status StoreImpl::Sync() {
+  std::unique_lock<std::mutex> l(gc_mu_);
+  if (stop_ && !gc_thread_.joinable()) return Status::OK();
+  // The round that starts after this point covers everything enqueued before the call.
+  const uint64_t target = rounds_started_ + 1;
+  sync_requested_ = true;
+  gc_cv_.notify_all();
+  done_cv_.wait(l, [&] { return rounds_done_ >= target || (stop_ && !gc_thread_.joinable()); });
+  if (last_ok_round_ >= target) return Status::OK();
+  return last_round_status_.ok() ? Status::IOError("group commit did not complete") : last_round_status_;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Namespace mutations
+
+Result<Node> StoreImpl::Mkdir(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid,
+                              uint32_t gid) {
+  std::lock_guard<std::mutex> l(ns_mu_);
+  auto path = PathOf(parent, name);
+  if (!path.ok()) return path.status();
+  const uint64_t stamp = hlc_.Now();
+  auto n = index_->Mkdir(parent, name, mode, uid, gid, stamp);
+  if (!n.ok()) return n;
+  EnqueueLocked(JournalEntry::Mkdir(*path, ToEntryAttrs(n->attr), stamp));
+  return n;
+}
+
+Status StoreImpl::Rmdir(uint64_t parent, std::string_view name) {
+  std::lock_guard<std::mutex> l(ns_mu_);
+  auto path = PathOf(parent, name);
+  if (!path.ok()) return path.status();
+  KVFS_RETURN_IF_ERROR(index_->Rmdir(parent, name));
+  EnqueueLocked(JournalEntry::Rmdir(*path, hlc_.Now()));
+  return Status::OK();
+}
+
+Result<Node> StoreImpl::Symlink(uint64_t parent, std::string_view name, std::string_view target, uint32_t uid,
+                                uint32_t gid) {
+  std::lock_guard<std::mutex> l(ns_mu_);
+  auto path = PathOf(parent, name);
+  if (!path.ok()) return path.status();
+  const uint64_t stamp = hlc_.Now();
+  auto n = index_->Symlink(parent, name, target, uid, gid, stamp);
+  if (!n.ok()) return n;
+  EnqueueLocked(JournalEntry::Symlink(*path, std::string(target), ToEntryAttrs(n->attr), stamp));
+  return n;
+}
+
+Status StoreImpl::Unlink(uint64_t parent, std::string_view name, uint64_t* ino_out) {
+  std::lock_guard<std::mutex> l(ns_mu_);
+  auto existing = index_->Lookup(parent, name);
+  if (!existing.ok()) return existing.status();
+  auto path = PathOf(parent, name);
+  if (!path.ok()) return path.status();
+  const bool journaled = existing->committed;
+  const uint64_t stamp = journaled ? hlc_.Now() : 0;
+  auto removed = index_->Unlink(parent, name, stamp);
+  if (!removed.ok()) return removed.status();
+  if (ino_out) *ino_out = removed->attr.ino;
+  if (journaled) EnqueueLocked(JournalEntry::Unlink(*path, stamp));
+  return Status::OK();
+}
+
+Status StoreImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
+                         std::string_view new_name, unsigned flags, uint64_t* replaced_ino) {
+  std::lock_guard<std::mutex> l(ns_mu_);
+  if (replaced_ino) *replaced_ino = 0;
+  auto src = index_->Lookup(parent, name);
+  if (!src.ok()) return src.status();
+  auto from = PathOf(parent, name);
+  if (!from.ok()) return from.status();
+  auto to = PathOf(new_parent, new_name);
+  if (!to.ok()) return to.status();
+  // A committed source (or a directory: its entries are journaled by path) is journaled as RENAME; a
+  // staged file is not in the journal yet: its later PUT goes under the new name.
+  const bool journaled = src->committed || S_ISDIR(src->attr.mode);
+  const uint64_t stamp = hlc_.Now();
+  auto r = index_->Rename(parent, name, new_parent, new_name, flags, journaled ? stamp : 0);
+  if (!r.ok()) return r.status();
+  if (r->replaced && replaced_ino) *replaced_ino = r->replaced_node.attr.ino;
+  if (journaled) {
+    EnqueueLocked(JournalEntry::Rename(*from, *to, src->location, stamp));
+  } else if (r->replaced && r->replaced_node.committed) {
+    // The destination's committed file is gone now even if the staged source is never committed.
+    EnqueueLocked(JournalEntry::Unlink(*to, stamp));
+  }
+  return Status::OK();
+}
+
+Result<Attr> StoreImpl::SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) {
+  std::lock_guard<std::mutex> l(ns_mu_);
+  auto n = index_->GetInode(ino);
+  if (!n.ok()) return n.status();
+  const bool journaled = n->committed || S_ISDIR(n->attr.mode);
+  const uint64_t stamp = journaled ? hlc_.Now() : 0;
+  auto a = index_->SetAttr(ino, attr, mask, stamp);
+  if (!a.ok() || !journaled || ino == kRootIno) return a;
+  auto path = index_->FullPath(ino);
+  if (path.ok()) EnqueueLocked(JournalEntry::Setattr(*path, ToEntryAttrs(*a), mask, stamp));
+  return a;
+}
+
+Status StoreImpl::SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags) {
+  std::lock_guard<std::mutex> l(ns_mu_);
+  const uint64_t stamp = hlc_.Now();
+  KVFS_RETURN_IF_ERROR(index_->SetXattr(ino, name, value, flags, stamp));
+  auto path = index_->FullPath(ino);
+  if (path.ok() && ino != kRootIno) {
+    EnqueueLocked(JournalEntry::Xattr(*path, std::string(name), std::string(value), false, stamp));
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::RemoveXattr(uint64_t ino, std::string_view name) {
+  std::lock_guard<std::mutex> l(ns_mu_);
+  const uint64_t stamp = hlc_.Now();
+  KVFS_RETURN_IF_ERROR(index_->RemoveXattr(ino, name, stamp));
+  auto path = index_->FullPath(ino);
+  if (path.ok() && ino != kRootIno) EnqueueLocked(JournalEntry::Xattr(*path, std::string(name), "", true, stamp));
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Data
+
+Result<Location> StoreImpl::WriteRecord(uint64_t ino, const std::vector<std::string_view>& parts) {
+  auto path = index_->FullPath(ino);
+  // A staged file that was unlinked (or detached) still writes its record: it may be renamed back or
+  // committed; the record tag is informational.
+  std::string tag = path.ok() ? *path : "/.kvfs-detached/" + std::to_string(ino);
+  auto loc = segments_->Append(tag, hlc_.Now(), parts);
+  if (loc.ok()) records_written_++;
+  return loc;
+}
+
+Status StoreImpl::CommitFile(uint64_t ino, const Location& loc, const Attr& attr) {
+  std::lock_guard<std::mutex> l(ns_mu_);
+  const uint64_t stamp = hlc_.Now();
+  auto n = index_->CommitFile(ino, loc, attr, stamp);
+  if (!n.ok()) return n.status();
+  auto path = index_->FullPath(ino);
+  if (!path.ok()) return path.status();
+  EnqueueLocked(JournalEntry::Put(*path, loc, ToEntryAttrs(n->attr), stamp));
+  return Status::OK();
+}
+
+Result<std::shared_ptr<BackingFile>> StoreImpl::SegmentFile(const SegmentId& id) {
+  std::lock_guard<std::mutex> l(files_mu_);
+  auto it = files_.find(id);
+  if (it != files_.end()) return it->second;
+  OpenOptions o;
+  auto f = env_->Open(SegmentFilePath(opts_.backing_dir, id), o);
+  if (!f.ok()) return f.status();
+  std::shared_ptr<BackingFile> file(std::move(*f));
+  files_.emplace(id, file);
+  return file;
+}
+
+Result<LruCache::Value> StoreImpl::LoadValue(const Location& loc) {
+  auto file = SegmentFile(loc.segment);
+  if (!file.ok()) return file.status();
+  auto value = std::make_shared<std::string>();
+  value->resize(loc.length);
+  size_t got = 0;
+  Status s = ReadValue(file->get(), loc, 0, loc.length, value->data(), &got);
+  if (!s.ok()) return s;
+  if (got != loc.length) return Status::Corruption("short value in " + (*file)->path());
+  return LruCache::Value(std::move(value));
+}
+
+Status StoreImpl::Read(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) {
+  *got = 0;
+  if (loc.empty() || offset >= loc.length || len == 0) return Status::OK();
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(len, loc.length - offset));
+  const std::string key = CacheKey(loc);
+  if (auto v = cache_.Lookup(key)) {
+    cache_hits_++;
+    memcpy(buf, v->data() + offset, n);
+    *got = n;
+    return Status::OK();
+  }
+  cache_misses_++;
+  if (loc.length > kWholeValueLoadMax || loc.length > cache_.ShardCapacity()) {
+    // Too large to cache: read and verify just the blocks covering the range.
+    auto file = SegmentFile(loc.segment);
+    if (!file.ok()) return file.status();
+    Status s = ReadValue(file->get(), loc, offset, n, buf, got);
+    if (s.IsCorruption()) checksum_failures_++;
+    return s;
+  }
+  // One backing load per value, shared by concurrent readers.
+  std::shared_ptr<Flight> flight;
+  bool leader = false;
+  {
+    std::lock_guard<std::mutex> l(flights_mu_);
+    auto& slot = flights_[key];
+    if (!slot) {
+      slot = std::make_shared<Flight>();
+      leader = true;
+    }
+    flight = slot;
+  }
+  if (leader) {
+    auto v = LoadValue(loc);
+    if (!v.ok() && v.status().IsCorruption()) {
+      // Retry once (the damage may be a transient read fault), then report EIO.
+      v = LoadValue(loc);
+    }
+    if (v.ok()) cache_.Insert(key, *v);
+    {
+      std::lock_guard<std::mutex> l(flight->mu);
+      flight->done = true;
+      flight->status = v.ok() ? Status::OK() : v.status();
+      if (v.ok()) flight->value = *v;
+    }
+    flight->cv.notify_all();
+    std::lock_guard<std::mutex> l(flights_mu_);
+    flights_.erase(key);
+  } else {
+    std::unique_lock<std::mutex> l(flight->mu);
+    flight->cv.wait(l, [&] { return flight->done; });
+  }
+  if (!flight->status.ok()) {
+    if (flight->status.IsCorruption() && leader) {
+      checksum_failures_++;
+      spdlog::error("kvfs: checksum mismatch reading {}: {}", key.size(), flight->status.ToString());
+    }
+    return flight->status;
+  }
+  memcpy(buf, flight->value->data() + offset, n);
+  *got = n;
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Info
+
+Status StoreImpl::StatFs(uint64_t* live_bytes, uint64_t* files, uint64_t* backing_total,
+                         uint64_t* backing_avail) {
+  auto st = index_->GetStats();
+  *live_bytes = st.live_bytes;
+  *files = st.files + st.directories;
+  return env_->StatFs(opts_.backing_dir, backing_total, backing_avail);
+}
+
+StoreStats StoreImpl::GetStats() {
+  StoreStats s;
+  auto st = index_->GetStats();
+  s.files = st.files;
+  s.directories = st.directories;
+  s.live_bytes = st.live_bytes;
+  auto sw = segments_->GetStats();
+  s.segments = sw.segments_created;
+  s.segment_bytes = sw.value_bytes;
+  s.records_written = records_written_;
+  s.journal_entries = journal_entries_;
+  s.group_commits = group_commits_;
+  s.cache_hits = cache_hits_;
+  s.cache_misses = cache_misses_;
+  s.cache_bytes = cache_.Usage();
+  s.checksum_failures = checksum_failures_;
+  auto& c = env_->counters();
+  s.backing_metadata_ops = c.MetadataOps();
+  s.backing_syncs = c.sync + c.syncdir;
+  s.backing_bytes_written = c.bytes_written;
+  s.backing_bytes_read = c.bytes_read;
+  s.backing_files_created = c.create.load();
+  return s;
+}
+
+}  // namespace kvfs
