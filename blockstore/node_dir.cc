@@ -58,6 +58,25 @@ bool ParseTwoIds(std::string_view name, std::string_view prefix, std::string_vie
   return true;
 }
 
+// Lenient form for the generation scan: "<prefix><digits>-<digits><suffix>" with 1..20 digits each, so
+// that files named by any past or future zero-padding width still raise the generation (over-counting
+// is harmless, missing one could reuse a generation).
+bool ParseGenerationLenient(std::string_view name, std::string_view prefix, std::string_view suffix,
+                            uint64_t* gen) {
+  if (name.size() < prefix.size() + suffix.size() + 3) return false;
+  if (name.substr(0, prefix.size()) != prefix || name.substr(name.size() - suffix.size()) != suffix) return false;
+  name = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  auto dash = name.find('-');
+  if (dash == std::string_view::npos || dash == 0 || dash > kIdDigits) return false;
+  std::string_view rest = name.substr(dash + 1);
+  if (rest.empty() || rest.size() > kIdDigits) return false;
+  for (char c : rest) {
+    if (c < '0' || c > '9') return false;
+  }
+  auto r = std::from_chars(name.data(), name.data() + dash, *gen);
+  return r.ec == std::errc() && r.ptr == name.data() + dash;
+}
+
 // key=value lines -> map. Lines without '=' are ignored (e.g. the "kvfs-format" magic line).
 std::map<std::string, std::string> ParseKv(std::string_view text) {
   std::map<std::string, std::string> kv;
@@ -470,14 +489,16 @@ Result<std::unique_ptr<NodeDir>> NodeDir::Acquire(NodeDirOptions opts) {
     std::vector<std::string> names;
     KVFS_RETURN_IF_ERROR(env->GetChildren(dir, &names));
     for (const auto& n : names) {
-      uint64_t g, x;
-      if (ParseJournalFileName(n, &g, &x) || ParseSnapshotFileName(n, &g, &x)) max_gen = std::max(max_gen, g);
+      uint64_t g;
+      if (ParseGenerationLenient(n, "journal-", "", &g) || ParseGenerationLenient(n, "snapshot-", "", &g)) {
+        max_gen = std::max(max_gen, g);
+      }
     }
     names.clear();
     KVFS_RETURN_IF_ERROR(env->GetChildren(SegmentDirPath(backing, opts.node_id), &names));
     for (const auto& n : names) {
-      uint64_t g, x;
-      if (ParseSegmentFileName(n, &g, &x)) max_gen = std::max(max_gen, g);
+      uint64_t g;
+      if (ParseGenerationLenient(n, "", ".kseg", &g)) max_gen = std::max(max_gen, g);
     }
   }
 

@@ -214,6 +214,12 @@ TEST_F(NodeDirTest, GenerationIsAboveEveryFileName) {
   auto nd = NodeDir::Acquire(Opts());
   ASSERT_TRUE(nd.ok());
   EXPECT_EQ((*nd)->generation(), 10u);
+  ASSERT_TRUE((*nd)->Release().ok());
+  // Names of another zero-padding width still count (the scan is lenient on purpose).
+  Put(SegmentDirPath(dir_, "n1") + "/0000000012-0000000001.kseg", "");
+  auto again = NodeDir::Acquire(Opts());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->generation(), 13u);
 }
 
 TEST_F(NodeDirTest, NewerFormatIsRefused) {
