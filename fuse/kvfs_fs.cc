@@ -1,0 +1,1359 @@
+// libfuse3 low-level operations of kvfs. See kvfs_fs.h for the model and docs/semantics.md for the rules.
+//
+// Structure follows libfuse's example/passthrough_hp.cc: an inode table holding only the inodes the
+// kernel knows (lookup counts, FORGET), a Handle per open file in fi->fh, and replies that set entry/attr
+// timeouts and open flags (keep_cache, direct_io) deliberately; the comments say why.
+#define FUSE_USE_VERSION 312
+
+#include "fuse/kvfs_fs.h"
+
+#include <fuse_lowlevel.h>
+#include <linux/fs.h>  // RENAME_NOREPLACE, RENAME_EXCHANGE
+#include <spdlog/spdlog.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <shared_mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "fuse/chunk_buffer.h"
+
+#ifndef FALLOC_FL_KEEP_SIZE
+#define FALLOC_FL_KEEP_SIZE 0x01
+#endif
+
+namespace kvfs {
+namespace {
+
+constexpr std::string_view kUserPrefix = "user.";
+// Virtual xattrs of the mount root (answered by the daemon, hidden from listxattr, not settable).
+constexpr std::string_view kStatsXattr = "user.kvfs.stats";
+constexpr std::string_view kPidXattr = "user.kvfs.pid";
+
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+int64_t TsNs(const timespec& ts) { return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec; }
+timespec NsTs(int64_t ns) {
+  timespec ts;
+  ts.tv_sec = ns / 1000000000;
+  ts.tv_nsec = ns % 1000000000;
+  if (ts.tv_nsec < 0) {
+    ts.tv_nsec += 1000000000;
+    ts.tv_sec -= 1;
+  }
+  return ts;
+}
+
+// Where an error is reported: xattr calls answer ENODATA for a missing attribute, not ENOENT.
+enum class ErrCtx { kDefault, kXattr };
+
+// THE one place where a Status becomes an errno for a FUSE reply.
+int ToErrno(const Status& s, ErrCtx ctx = ErrCtx::kDefault) {
+  if (s.ok()) return 0;
+  if (ctx == ErrCtx::kXattr && s.IsNotFound()) return ENODATA;
+  int e = s.ToErrno();
+  return e > 0 ? e : EIO;
+}
+
+void FillStat(const Attr& a, struct stat* st) {
+  std::memset(st, 0, sizeof(*st));
+  st->st_ino = a.ino;
+  st->st_mode = a.mode;
+  st->st_nlink = a.nlink;
+  st->st_uid = a.uid;
+  st->st_gid = a.gid;
+  st->st_size = static_cast<off_t>(a.size);
+  st->st_blksize = 4096;
+  st->st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
+  st->st_atim = NsTs(a.atime_ns);
+  st->st_mtim = NsTs(a.mtime_ns);
+  st->st_ctim = NsTs(a.ctime_ns);
+}
+
+// A staged version of a file's content (DESIGN §4 "Versions").
+struct Version {
+  Version(uint64_t s, bool sh, std::atomic<int64_t>* staged) : seq(s), shadow(sh), staged_bytes(staged) {}
+  ~Version() { staged_bytes->fetch_sub(static_cast<int64_t>(data.capacity())); }
+
+  const uint64_t seq;   // creation order among this daemon's versions
+  const bool shadow;    // a concurrent O_TRUNC version: invisible until it commits
+  std::atomic<int64_t>* staged_bytes;
+
+  // mu guards data, attr and gen. Writers take it exclusively, readers and flush shared.
+  std::shared_mutex mu;
+  ChunkBuffer data;
+  Attr attr;          // mode, uid, gid, times; attr.size is ignored (data.size() is the size)
+  uint64_t gen = 1;   // bumped on every change of the bytes or the size
+
+  // io_mu serializes record writes and commits of this version; guards the fields below.
+  std::mutex io_mu;
+  bool has_record = false;
+  uint64_t record_gen = 0;
+  Location record;
+  uint64_t committed_gen = 0;  // gen of the last successful CommitFile (0 = never)
+
+  // Guarded by the owning Inode's mu.
+  int writers = 0;
+};
+
+// One inode the kernel knows (or that an open handle still uses).
+struct Inode {
+  Inode(uint64_t i, uint32_t t) : ino(i), type(t) {}
+  const uint64_t ino;
+  const uint32_t type;  // S_IFMT bits
+
+  // Guarded by Impl::table_mu.
+  uint64_t nlookup = 0;
+  uint64_t open_handles = 0;
+
+  std::mutex mu;  // guards the fields below
+  bool unlinked = false;             // its name was unlinked or replaced: staged versions are discarded
+  std::shared_ptr<Version> primary;  // the staged version that opens join and stat shows
+  std::vector<std::shared_ptr<Version>> writing;  // versions with writers > 0 (primary + shadows)
+  uint64_t committed_seq = 0;        // seq of the newest committed version
+  bool contended = false;            // a shadow version existed: page cache may mix versions
+  Attr last_attr;                    // last attributes seen (answers fstat of an unlinked file)
+};
+
+struct Handle {
+  std::shared_ptr<Inode> inode;
+  std::shared_ptr<Version> version;  // writable handles; readers of a staged version
+  bool writable = false;
+  Location loc;      // readers of committed content: pinned at open
+  uint64_t size = 0;
+};
+
+Handle* H(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
+
+}  // namespace
+
+struct KvfsFs::Impl {
+  Impl(Store* s, FsOptions o) : store(s), opts(o) {}
+
+  Store* store;
+  FsOptions opts;
+  KvfsFs* owner = nullptr;  // for StatsJson
+  fuse_session* se = nullptr;
+  bool mounted = false;
+  bool signals = false;
+
+  std::mutex table_mu;
+  std::unordered_map<uint64_t, std::shared_ptr<Inode>> table;
+  std::atomic<uint64_t> next_seq{1};
+  std::atomic<int64_t> staged_bytes{0};
+  std::atomic<uint64_t> open_handles{0}, staged_versions{0}, shadows{0}, committed{0}, discarded{0},
+      flush_records{0}, flush_errors{0}, commit_errors{0};
+
+  // Kernel page-cache invalidations run on their own thread: fuse_lowlevel_notify_inval_inode must not
+  // be called from a worker that the kernel may be waiting on.
+  std::mutex nq_mu;
+  std::condition_variable nq_cv;
+  std::deque<uint64_t> nq;
+  bool nq_stop = false;
+  std::thread notifier;
+
+  // ---- inode table ----
+  std::shared_ptr<Inode> Ref(uint64_t ino, uint32_t type) {
+    std::lock_guard<std::mutex> g(table_mu);
+    auto& p = table[ino];
+    if (!p) p = std::make_shared<Inode>(ino, type & S_IFMT);
+    p->nlookup++;
+    return p;
+  }
+  std::shared_ptr<Inode> Get(uint64_t ino) {
+    std::lock_guard<std::mutex> g(table_mu);
+    auto it = table.find(ino);
+    return it == table.end() ? nullptr : it->second;
+  }
+  // Get, or create an entry without a lookup reference (a handle or an op on an inode we dropped).
+  std::shared_ptr<Inode> GetOrMake(uint64_t ino, uint32_t type) {
+    std::lock_guard<std::mutex> g(table_mu);
+    auto& p = table[ino];
+    if (!p) p = std::make_shared<Inode>(ino, type & S_IFMT);
+    return p;
+  }
+  void MaybeEraseLocked(const std::shared_ptr<Inode>& in) {
+    if (in->nlookup == 0 && in->open_handles == 0 && in->ino != kRootIno) {
+      auto it = table.find(in->ino);
+      if (it != table.end() && it->second == in) table.erase(it);
+    }
+  }
+  void Forget(uint64_t ino, uint64_t n) {
+    std::lock_guard<std::mutex> g(table_mu);
+    auto it = table.find(ino);
+    if (it == table.end()) return;
+    auto in = it->second;
+    in->nlookup = n >= in->nlookup ? 0 : in->nlookup - n;
+    MaybeEraseLocked(in);
+  }
+  void AddHandle(const std::shared_ptr<Inode>& in) {
+    std::lock_guard<std::mutex> g(table_mu);
+    in->open_handles++;
+    open_handles++;
+  }
+  void DropHandle(const std::shared_ptr<Inode>& in) {
+    std::lock_guard<std::mutex> g(table_mu);
+    in->open_handles--;
+    open_handles--;
+    MaybeEraseLocked(in);
+  }
+  void MarkUnlinked(uint64_t ino) {
+    if (ino == 0) return;
+    auto in = Get(ino);
+    if (!in) return;
+    std::lock_guard<std::mutex> g(in->mu);
+    in->unlinked = true;
+    in->last_attr.nlink = 0;
+  }
+
+  void QueueInval(uint64_t ino) {
+    std::lock_guard<std::mutex> g(nq_mu);
+    nq.push_back(ino);
+    nq_cv.notify_one();
+  }
+  void NotifierMain() {
+    std::unique_lock<std::mutex> lk(nq_mu);
+    for (;;) {
+      nq_cv.wait(lk, [&] { return nq_stop || !nq.empty(); });
+      if (nq_stop) return;
+      uint64_t ino = nq.front();
+      nq.pop_front();
+      lk.unlock();
+      if (se) {
+        int r = fuse_lowlevel_notify_inval_inode(se, ino, 0, 0);
+        if (r != 0 && r != -ENOENT) spdlog::debug("inval_inode {}: {}", ino, strerror(-r));
+      }
+      lk.lock();
+    }
+  }
+
+  // ---- attributes ----
+  static void VersionAttr(Version& v, Attr* a) {
+    std::shared_lock<std::shared_mutex> g(v.mu);
+    *a = v.attr;
+    a->size = v.data.size();
+  }
+
+  // Attributes stat shows for ino: the primary staged version if any, else the Store's. *timeout: how
+  // long the kernel may cache them (0 while staged: st_size must be exact).
+  Status GetAttr(uint64_t ino, Attr* out, double* timeout) {
+    auto in = Get(ino);
+    if (in) {
+      std::lock_guard<std::mutex> g(in->mu);
+      if (in->primary) {
+        VersionAttr(*in->primary, out);
+        out->ino = ino;
+        if (in->unlinked) out->nlink = 0;
+        in->last_attr = *out;
+        *timeout = 0;
+        return Status::OK();
+      }
+    }
+    auto n = store->GetInode(ino);
+    if (!n.ok()) {
+      if (in && n.status().IsNotFound()) {
+        std::lock_guard<std::mutex> g(in->mu);
+        if (in->unlinked && in->last_attr.ino == ino) {
+          *out = in->last_attr;
+          out->nlink = 0;
+          *timeout = 0;
+          return Status::OK();
+        }
+      }
+      return n.status();
+    }
+    *out = n->attr;
+    out->ino = ino;
+    bool cacheable = S_ISDIR(out->mode) || S_ISLNK(out->mode) || n->committed;
+    *timeout = cacheable ? opts.attr_timeout_s : 0;
+    if (in) {
+      std::lock_guard<std::mutex> g(in->mu);
+      in->last_attr = *out;
+    }
+    return Status::OK();
+  }
+
+  // Replies with a positive entry for node (one lookup reference).
+  void ReplyEntry(fuse_req_t req, const Node& n) {
+    auto in = Ref(n.attr.ino, n.attr.mode);
+    fuse_entry_param e;
+    std::memset(&e, 0, sizeof(e));
+    e.ino = n.attr.ino;
+    e.generation = 0;
+    Attr a = n.attr;
+    double at = (S_ISDIR(a.mode) || S_ISLNK(a.mode) || n.committed) ? opts.attr_timeout_s : 0;
+    {
+      std::lock_guard<std::mutex> g(in->mu);
+      if (in->primary) {
+        VersionAttr(*in->primary, &a);
+        a.ino = n.attr.ino;
+        at = 0;
+      }
+      in->last_attr = a;
+    }
+    FillStat(a, &e.attr);
+    e.attr_timeout = at;
+    e.entry_timeout = opts.entry_timeout_s;
+    fuse_reply_entry(req, &e);
+  }
+  void ReplyNegative(fuse_req_t req) {
+    // ino 0 = a negative entry the kernel caches for entry_timeout (connectors probe absent keys a lot).
+    fuse_entry_param e;
+    std::memset(&e, 0, sizeof(e));
+    e.ino = 0;
+    e.entry_timeout = opts.negative_timeout_s;
+    fuse_reply_entry(req, &e);
+  }
+
+  // ---- versions ----
+  std::shared_ptr<Version> NewVersion(bool shadow) {
+    staged_versions++;
+    if (shadow) shadows++;
+    return std::make_shared<Version>(next_seq.fetch_add(1), shadow, &staged_bytes);
+  }
+
+  // Fills v (exclusively owned, not yet shared) with the committed content of ino.
+  Status LoadCommitted(uint64_t ino, Version* v, Attr* attr) {
+    auto n = store->GetInode(ino);
+    if (!n.ok()) return n.status();
+    *attr = n->attr;
+    uint64_t size = n->attr.size;
+    if (size == 0) return Status::OK();
+    if (n->location.empty()) return Status::Corruption("committed file without a location");
+    size = std::min<uint64_t>(size, n->location.length);
+    v->data.ReserveFor(size);
+    staged_bytes += static_cast<int64_t>(v->data.capacity());
+    uint64_t off = 0;
+    while (off < size) {
+      size_t want = std::min<uint64_t>(ChunkBuffer::kChunk, size - off);
+      size_t got = 0;
+      Status s = store->Read(n->location, off, want, v->data.ChunkData(off / ChunkBuffer::kChunk), &got);
+      if (!s.ok()) return s;
+      if (got != want) return Status::Corruption("short read of committed value");
+      off += want;
+    }
+    v->data.SetSizeUnchecked(size);
+    attr->size = size;
+    return Status::OK();
+  }
+
+  // A version for a new writable handle of `in` (writers already counted). trunc: O_TRUNC/O_CREAT
+  // semantics (a new empty version) — see docs/semantics.md for the rule with concurrent writers.
+  Result<std::shared_ptr<Version>> AcquireWritable(const std::shared_ptr<Inode>& in, bool trunc,
+                                                   const fuse_ctx* ctx) {
+    std::lock_guard<std::mutex> g(in->mu);
+    auto& p = in->primary;
+    if (p && !trunc) {  // join the newest version (POSIX: handles of one file see each other's writes)
+      p->writers++;
+      if (p->writers == 1) in->writing.push_back(p);
+      return p;
+    }
+    if (p && trunc && p->writers > 0) {
+      // A second O_TRUNC writer while the first still writes (LMCache's deterministic <key>.tmp):
+      // give it a shadow version so each writer produces a whole version and nobody sees a mix.
+      auto v = NewVersion(true);
+      VersionAttr(*p, &v->attr);
+      int64_t now = NowNs();
+      v->attr.mtime_ns = v->attr.ctime_ns = now;
+      v->writers = 1;
+      in->writing.push_back(v);
+      in->contended = true;
+      return v;
+    }
+    auto v = NewVersion(false);
+    int64_t now = NowNs();
+    Attr a;
+    if (trunc) {
+      auto n = store->GetInode(in->ino);
+      if (n.ok()) {
+        a = n->attr;
+      } else if (p) {
+        VersionAttr(*p, &a);
+      } else {
+        a.mode = S_IFREG | 0644;
+        a.uid = ctx ? ctx->uid : 0;
+        a.gid = ctx ? ctx->gid : 0;
+        a.atime_ns = now;
+      }
+      a.size = 0;
+      if (n.ok() && n->attr.size != 0) a.mtime_ns = a.ctime_ns = now;
+    } else {
+      // Copy-on-write: a non-truncating writable open of a committed file starts from its content.
+      Status s = LoadCommitted(in->ino, v.get(), &a);
+      if (!s.ok()) return s;
+    }
+    a.ino = in->ino;
+    v->attr = a;
+    v->writers = 1;
+    in->writing.push_back(v);
+    p = v;
+    return v;
+  }
+
+  bool IsUnlinked(Inode& in) {
+    std::lock_guard<std::mutex> g(in.mu);
+    return in.unlinked;
+  }
+
+  // Writes v's bytes as a record if they changed since the last record. Requires v.io_mu.
+  Status FlushLocked(Inode& in, Version& v) {
+    if (IsUnlinked(in)) return Status::OK();  // discarded at release: nothing to publish
+    std::shared_lock<std::shared_mutex> g(v.mu);
+    if (v.has_record && v.record_gen == v.gen) return Status::OK();
+    if (v.data.size() == 0) {
+      v.record = Location{};
+      v.has_record = true;
+      v.record_gen = v.gen;
+      return Status::OK();
+    }
+    auto r = store->WriteRecord(in.ino, v.data.Parts());
+    if (!r.ok()) {
+      flush_errors++;
+      spdlog::warn("write record of inode {} ({} bytes): {}", in.ino, v.data.size(), r.status().ToString());
+      return r.status();
+    }
+    flush_records++;
+    v.record = *r;
+    v.has_record = true;
+    v.record_gen = v.gen;
+    return Status::OK();
+  }
+
+  Status Flush(Inode& in, Version& v) {
+    std::lock_guard<std::mutex> g(v.io_mu);
+    return FlushLocked(in, v);
+  }
+
+  // Commits v (record + journal PUT under the inode's current name) unless its name is gone.
+  Status Commit(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v) {
+    std::lock_guard<std::mutex> g(v->io_mu);
+    for (int attempt = 0;; ++attempt) {
+      if (IsUnlinked(*in)) return Status::OK();
+      KVFS_RETURN_IF_ERROR(FlushLocked(*in, *v));
+      Attr a;
+      uint64_t gen;
+      {
+        std::shared_lock<std::shared_mutex> rg(v->mu);
+        gen = v->gen;
+        if (v->record_gen != gen && attempt < 3) continue;  // a write landed after the record: again
+        a = v->attr;
+        a.size = v->data.size();
+      }
+      if (v->committed_gen == gen) return Status::OK();
+      a.ino = in->ino;
+      if (a.nlink == 0) a.nlink = 1;
+      Location loc = a.size == 0 ? Location{} : v->record;
+      Status s = store->CommitFile(in->ino, loc, a);
+      if (!s.ok()) {
+        if (s.IsNotFound() || IsUnlinked(*in)) return Status::OK();  // unlinked meanwhile: discarded
+        commit_errors++;
+        spdlog::warn("commit of inode {}: {}", in->ino, s.ToString());
+        return s;
+      }
+      committed++;
+      v->committed_gen = gen;
+      bool inval = false;
+      {
+        std::lock_guard<std::mutex> lg(in->mu);
+        in->committed_seq = std::max(in->committed_seq, v->seq);
+        // A newer commit hides an older staged primary (its writers keep writing; it commits later).
+        if (in->primary && in->primary != v && in->primary->seq < v->seq) in->primary = nullptr;
+        inval = in->contended;
+        in->last_attr = a;
+      }
+      // Versions that did not write through the page cache (shadows) or raced with one: drop the
+      // kernel's cached pages/attrs so nobody reads a mix of versions.
+      if (inval) QueueInval(in->ino);
+      return Status::OK();
+    }
+  }
+
+  // Drops one writer of v; the last one commits it (DESIGN §4 "Commit").
+  Status ReleaseWritable(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v) {
+    {
+      std::lock_guard<std::mutex> g(in->mu);
+      if (--v->writers > 0) return Status::OK();
+    }
+    bool unl = IsUnlinked(*in);
+    Status s = Commit(in, v);
+    std::lock_guard<std::mutex> g(in->mu);
+    if (v->writers == 0) {
+      auto& w = in->writing;
+      w.erase(std::remove(w.begin(), w.end(), v), w.end());
+      if (in->primary == v) in->primary = nullptr;
+      if (w.empty()) in->contended = false;
+      if (unl || in->unlinked) discarded++;
+    }
+    return s;
+  }
+};
+
+// ======================================================================================================
+// FUSE callbacks
+// ======================================================================================================
+namespace {
+
+KvfsFs::Impl* FS(fuse_req_t req) { return static_cast<KvfsFs::Impl*>(fuse_req_userdata(req)); }
+
+bool NameTooLong(const char* name) { return std::strlen(name) > 255; }
+
+void Reply(fuse_req_t req, const Status& s, ErrCtx ctx = ErrCtx::kDefault) {
+  fuse_reply_err(req, ToErrno(s, ctx));
+}
+
+void OpInit(void* userdata, fuse_conn_info* conn) {
+  auto* fs = static_cast<KvfsFs::Impl*>(userdata);
+  auto want = [&](unsigned cap) {
+    if (conn->capable & cap) conn->want |= cap;
+  };
+  // The daemon must see O_TRUNC at open: a truncating open starts a new version (DESIGN §4).
+  want(FUSE_CAP_ATOMIC_O_TRUNC);
+  want(FUSE_CAP_ASYNC_READ);
+  want(FUSE_CAP_ASYNC_DIO);        // large O_DIRECT requests are split and sent concurrently
+  want(FUSE_CAP_PARALLEL_DIROPS);  // lookups/creates in one directory in parallel (hash fan-out)
+  want(FUSE_CAP_READDIRPLUS);
+  want(FUSE_CAP_READDIRPLUS_AUTO);
+  // No writeback cache: every write reaches the daemon, so FLUSH sees all bytes of close(2), and
+  // the kernel never writes back pages after RELEASE.
+  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  // Locks stay node-local in the kernel (we implement no lock ops).
+  conn->want &= ~(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS);
+  if (fs->opts.splice) {
+    want(FUSE_CAP_SPLICE_READ);
+    want(FUSE_CAP_SPLICE_WRITE);
+    want(FUSE_CAP_SPLICE_MOVE);
+  } else {
+    conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
+  }
+  conn->max_write = fs->opts.max_write;
+  conn->max_readahead = fs->opts.max_readahead;
+  conn->max_background = 128;          // async reads / direct I/O in flight
+  conn->congestion_threshold = 96;
+  conn->time_gran = 1;
+}
+
+void OpDestroy(void*) {}
+
+void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  auto* fs = FS(req);
+  if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  auto r = fs->store->Lookup(parent, name);
+  if (!r.ok()) {
+    if (r.status().IsNotFound()) return fs->ReplyNegative(req);
+    return Reply(req, r.status());
+  }
+  fs->ReplyEntry(req, *r);
+}
+
+void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  FS(req)->Forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  auto* fs = FS(req);
+  for (size_t i = 0; i < count; ++i) fs->Forget(forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
+}
+
+void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  auto* fs = FS(req);
+  Attr a;
+  double timeout = 0;
+  Handle* h = fi ? H(fi) : nullptr;
+  if (h && h->version) {  // fstat-like getattr through a handle: that version's own view
+    KvfsFs::Impl::VersionAttr(*h->version, &a);
+    a.ino = ino;
+    struct stat st;
+    FillStat(a, &st);
+    return (void)fuse_reply_attr(req, &st, 0);
+  }
+  Status s = fs->GetAttr(ino, &a, &timeout);
+  if (!s.ok()) return Reply(req, s);
+  struct stat st;
+  FillStat(a, &st);
+  fuse_reply_attr(req, &st, timeout);
+}
+
+void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi) {
+  auto* fs = FS(req);
+  Handle* h = fi ? H(fi) : nullptr;
+  auto in = h ? h->inode : fs->Get(ino);
+  int64_t now = NowNs();
+  Attr na;
+  uint32_t mask = 0;
+  uint32_t type = 0;
+  if (!in) {
+    auto n = fs->store->GetInode(ino);
+    if (!n.ok()) return Reply(req, n.status());
+    in = fs->GetOrMake(ino, n->attr.mode);
+  }
+  type = in->type;
+  if (to_set & FUSE_SET_ATTR_MODE) {
+    na.mode = (attr->st_mode & 07777) | type;
+    mask |= kSetMode;
+  }
+  if (to_set & FUSE_SET_ATTR_UID) {
+    na.uid = attr->st_uid;
+    mask |= kSetUid;
+  }
+  if (to_set & FUSE_SET_ATTR_GID) {
+    na.gid = attr->st_gid;
+    mask |= kSetGid;
+  }
+  if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW)) {
+    na.atime_ns = (to_set & FUSE_SET_ATTR_ATIME_NOW) ? now : TsNs(attr->st_atim);
+    mask |= kSetAtime;
+  }
+  if (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)) {
+    na.mtime_ns = (to_set & FUSE_SET_ATTR_MTIME_NOW) ? now : TsNs(attr->st_mtim);
+    mask |= kSetMtime;
+  }
+  na.ctime_ns = (to_set & FUSE_SET_ATTR_CTIME) ? TsNs(attr->st_ctim) : now;
+  mask |= kSetCtime;
+
+  if (to_set & FUSE_SET_ATTR_SIZE) {
+    if (S_ISDIR(type)) return (void)fuse_reply_err(req, EISDIR);
+    if (!S_ISREG(type)) return (void)fuse_reply_err(req, EINVAL);
+    uint64_t size = static_cast<uint64_t>(attr->st_size);
+    std::shared_ptr<Version> v = (h && h->writable) ? h->version : nullptr;
+    if (!v) {
+      std::lock_guard<std::mutex> g(in->mu);
+      v = in->primary;
+    }
+    if (v) {
+      std::unique_lock<std::shared_mutex> g(v->mu);
+      uint64_t cap = v->data.capacity();
+      v->data.Resize(size);
+      fs->staged_bytes += static_cast<int64_t>(v->data.capacity()) - static_cast<int64_t>(cap);
+      v->gen++;
+      v->attr.mtime_ns = v->attr.ctime_ns = now;
+    } else {
+      // truncate(2) of a committed file nobody writes: a new version, committed at once.
+      auto r = fs->AcquireWritable(in, size == 0, fuse_req_ctx(req));
+      if (!r.ok()) return Reply(req, r.status());
+      auto nv = *r;
+      {
+        std::unique_lock<std::shared_mutex> g(nv->mu);
+        uint64_t cap = nv->data.capacity();
+        nv->data.Resize(size);
+        fs->staged_bytes += static_cast<int64_t>(nv->data.capacity()) - static_cast<int64_t>(cap);
+        nv->gen++;
+        nv->attr.mtime_ns = nv->attr.ctime_ns = now;
+      }
+      Status s = fs->ReleaseWritable(in, nv);
+      if (!s.ok()) return Reply(req, s);
+    }
+  }
+  // Other attributes: into every staged version (so a later commit carries them) and into the Store
+  // (journaled SETATTR for committed inodes).
+  uint32_t amask = mask & ~static_cast<uint32_t>(kSetSize);
+  {
+    std::lock_guard<std::mutex> g(in->mu);
+    for (auto& v : in->writing) {
+      std::unique_lock<std::shared_mutex> vg(v->mu);
+      if (amask & kSetMode) v->attr.mode = na.mode;
+      if (amask & kSetUid) v->attr.uid = na.uid;
+      if (amask & kSetGid) v->attr.gid = na.gid;
+      if (amask & kSetAtime) v->attr.atime_ns = na.atime_ns;
+      if (amask & kSetMtime) v->attr.mtime_ns = na.mtime_ns;
+      v->attr.ctime_ns = na.ctime_ns;
+    }
+  }
+  if (amask & ~static_cast<uint32_t>(kSetCtime)) {
+    auto r = fs->store->SetAttr(ino, na, amask);
+    if (!r.ok() && !(r.status().IsNotFound() && fs->IsUnlinked(*in))) return Reply(req, r.status());
+  }
+  Attr a;
+  double timeout = 0;
+  if (h && h->version) {
+    KvfsFs::Impl::VersionAttr(*h->version, &a);
+    a.ino = ino;
+  } else {
+    Status s = fs->GetAttr(ino, &a, &timeout);
+    if (!s.ok()) return Reply(req, s);
+  }
+  struct stat st;
+  FillStat(a, &st);
+  fuse_reply_attr(req, &st, timeout);
+}
+
+void OpAccess(fuse_req_t req, fuse_ino_t ino, int mask) {
+  auto* fs = FS(req);
+  Attr a;
+  double t;
+  Status s = fs->GetAttr(ino, &a, &t);
+  if (!s.ok()) return Reply(req, s);
+  if (mask == F_OK) return (void)fuse_reply_err(req, 0);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  if (ctx->uid == 0) {
+    // root: X needs some x bit on regular files.
+    bool ok = !(mask & X_OK) || S_ISDIR(a.mode) || (a.mode & 0111);
+    return (void)fuse_reply_err(req, ok ? 0 : EACCES);
+  }
+  unsigned bits;
+  if (ctx->uid == a.uid) bits = (a.mode >> 6) & 7;
+  else if (ctx->gid == a.gid) bits = (a.mode >> 3) & 7;
+  else bits = a.mode & 7;
+  bool ok = ((mask & R_OK) == 0 || (bits & 4)) && ((mask & W_OK) == 0 || (bits & 2)) &&
+            ((mask & X_OK) == 0 || (bits & 1));
+  fuse_reply_err(req, ok ? 0 : EACCES);
+}
+
+void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
+  auto r = FS(req)->store->ReadLink(ino);
+  if (!r.ok()) return Reply(req, r.status());
+  fuse_reply_readlink(req, r->c_str());
+}
+
+void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  auto* fs = FS(req);
+  if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  auto r = fs->store->Mkdir(parent, name, (mode & 07777) | S_IFDIR, ctx->uid, ctx->gid);
+  if (!r.ok()) return Reply(req, r.status());
+  fs->ReplyEntry(req, *r);
+}
+
+void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Reply(req, FS(req)->store->Rmdir(parent, name));
+}
+
+void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  auto* fs = FS(req);
+  uint64_t ino = 0;
+  Status s = fs->store->Unlink(parent, name, &ino);
+  if (s.ok()) fs->MarkUnlinked(ino);
+  Reply(req, s);
+}
+
+void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  auto* fs = FS(req);
+  if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  if (std::strlen(link) >= 4096) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  auto r = fs->store->Symlink(parent, name, link, ctx->uid, ctx->gid);
+  if (!r.ok()) return Reply(req, r.status());
+  fs->ReplyEntry(req, *r);
+}
+
+void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
+              unsigned flags) {
+  auto* fs = FS(req);
+  if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) return (void)fuse_reply_err(req, EINVAL);
+  if (NameTooLong(newname)) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  uint64_t replaced = 0;
+  Status s = fs->store->Rename(parent, name, newparent, newname, flags, &replaced);
+  // The destination's old inode lost its name: its staged versions are discarded, its readers go on.
+  if (s.ok() && replaced != 0) fs->MarkUnlinked(replaced);
+  Reply(req, s);
+}
+
+void OpLink(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) {
+  fuse_reply_err(req, EPERM);  // DESIGN §3: hard links are refused
+}
+
+void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t) {
+  auto* fs = FS(req);
+  if (!S_ISREG(mode)) return (void)fuse_reply_err(req, EPERM);
+  if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  auto r = fs->store->CreateFile(parent, name, (mode & 07777) | S_IFREG, ctx->uid, ctx->gid, true);
+  if (!r.ok()) return Reply(req, r.status());
+  auto in = fs->GetOrMake(r->attr.ino, S_IFREG);
+  auto v = fs->AcquireWritable(in, true, ctx);  // an empty version, committed at once
+  if (!v.ok()) return Reply(req, v.status());
+  Status s = fs->ReleaseWritable(in, *v);
+  if (!s.ok()) return Reply(req, s);
+  auto n = fs->store->GetInode(r->attr.ino);
+  if (!n.ok()) return Reply(req, n.status());
+  fs->ReplyEntry(req, *n);
+}
+
+// Opens a handle of a regular file inode (shared by open and create).
+Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>& in, fuse_file_info* fi,
+                  bool force_trunc) {
+  int acc = fi->flags & O_ACCMODE;
+  bool writable = acc == O_WRONLY || acc == O_RDWR;
+  bool trunc = force_trunc || (fi->flags & O_TRUNC);
+  auto h = std::make_unique<Handle>();
+  h->inode = in;
+  bool direct = (fi->flags & O_DIRECT) || fs->opts.direct_io_all;
+  fi->keep_cache = 0;
+  if (writable) {
+    auto r = fs->AcquireWritable(in, trunc, fuse_req_ctx(req));
+    if (!r.ok()) return r.status();
+    h->version = *r;
+    h->writable = true;
+    // A shadow version does not share the inode's page cache with the primary one.
+    if (h->version->shadow) direct = true;
+  } else {
+    if (trunc) {  // O_RDONLY|O_TRUNC truncates on Linux
+      auto r = fs->AcquireWritable(in, true, fuse_req_ctx(req));
+      if (!r.ok()) return r.status();
+      Status s = fs->ReleaseWritable(in, *r);
+      if (!s.ok()) return s;
+    }
+    bool contended = false;
+    {
+      std::lock_guard<std::mutex> g(in->mu);
+      h->version = in->primary;  // a file being written: read the staged bytes (POSIX)
+      contended = in->contended;
+    }
+    if (!h->version) {
+      auto n = fs->store->GetInode(in->ino);
+      if (!n.ok()) return n.status();
+      h->loc = n->location;
+      h->size = n->attr.size;
+      // Committed content never changes under this inode except through this daemon, which writes
+      // through the page cache or invalidates it: keep the cache across opens.
+      fi->keep_cache = (n->committed && !contended) ? 1 : 0;
+    }
+  }
+  fi->direct_io = direct ? 1 : 0;
+  if (direct) fi->keep_cache = 0;
+  fs->AddHandle(in);
+  fi->fh = reinterpret_cast<uint64_t>(h.release());
+  return Status::OK();
+}
+
+void ReleaseHandle(KvfsFs::Impl* fs, Handle* h) {
+  if (h->writable && h->version) {
+    Status s = fs->ReleaseWritable(h->inode, h->version);
+    if (!s.ok()) spdlog::error("release of inode {}: {} (version not published)", h->inode->ino, s.ToString());
+  }
+  auto in = h->inode;
+  delete h;
+  fs->DropHandle(in);
+}
+
+void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  auto* fs = FS(req);
+  auto in = fs->Get(ino);
+  if (!in) {
+    auto n = fs->store->GetInode(ino);
+    if (!n.ok()) return Reply(req, n.status());
+    in = fs->GetOrMake(ino, n->attr.mode);
+  }
+  if (S_ISDIR(in->type)) return (void)fuse_reply_err(req, EISDIR);
+  Status s = OpenHandle(fs, req, in, fi, false);
+  if (!s.ok()) return Reply(req, s);
+  if (fuse_reply_open(req, fi) != 0) ReleaseHandle(fs, H(fi));  // the kernel never saw the handle
+}
+
+void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  auto* fs = FS(req);
+  if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  bool excl = fi->flags & O_EXCL;
+  auto r = fs->store->CreateFile(parent, name, (mode & 07777) | S_IFREG, ctx->uid, ctx->gid, excl);
+  if (!r.ok()) return Reply(req, r.status());
+  const Node& n = *r;
+  if (S_ISDIR(n.attr.mode)) return (void)fuse_reply_err(req, EISDIR);
+  if (!S_ISREG(n.attr.mode)) return (void)fuse_reply_err(req, EEXIST);
+  // A new staged file starts an empty version; an existing one (a lost race, or the kernel had no
+  // dentry) is opened like open(2) with these flags.
+  auto in = fs->Ref(n.attr.ino, n.attr.mode);
+  Status s = OpenHandle(fs, req, in, fi, false);
+  if (!s.ok()) {
+    fs->Forget(n.attr.ino, 1);
+    return Reply(req, s);
+  }
+  fuse_entry_param e;
+  std::memset(&e, 0, sizeof(e));
+  e.ino = n.attr.ino;
+  Attr a = n.attr;
+  Handle* h = H(fi);
+  if (h->version) KvfsFs::Impl::VersionAttr(*h->version, &a);
+  a.ino = n.attr.ino;
+  FillStat(a, &e.attr);
+  e.attr_timeout = 0;
+  e.entry_timeout = fs->opts.entry_timeout_s;
+  if (fuse_reply_create(req, &e, fi) != 0) {
+    ReleaseHandle(fs, h);
+    fs->Forget(n.attr.ino, 1);
+  }
+}
+
+void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  auto* fs = FS(req);
+  Handle* h = H(fi);
+  if (off < 0) return (void)fuse_reply_err(req, EINVAL);
+  if (h->version) {
+    Version& v = *h->version;
+    std::shared_lock<std::shared_mutex> g(v.mu);
+    std::vector<iovec> iov;
+    v.data.Iov(static_cast<uint64_t>(off), size, &iov);
+    fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));  // copies before the lock drops
+    return;
+  }
+  uint64_t uoff = static_cast<uint64_t>(off);
+  if (uoff >= h->size || h->loc.empty()) return (void)fuse_reply_buf(req, nullptr, 0);
+  size_t want = std::min<uint64_t>(size, h->size - uoff);
+  thread_local std::vector<char> buf;
+  if (buf.size() < want) buf.resize(want);
+  size_t got = 0;
+  Status s = fs->store->Read(h->loc, uoff, want, buf.data(), &got);
+  if (!s.ok()) {
+    spdlog::error("read of inode {} at {}+{}: {}", h->inode->ino, uoff, want, s.ToString());
+    return Reply(req, s);
+  }
+  fuse_reply_buf(req, buf.data(), got);
+}
+
+void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
+  auto* fs = FS(req);
+  Handle* h = H(fi);
+  if (!h || !h->version) return (void)fuse_reply_err(req, EBADF);
+  if (off < 0) return (void)fuse_reply_err(req, EINVAL);
+  // Writeback of shared-mmap pages (fi->writepage) may arrive on any writable handle of the inode, also
+  // after its FLUSH: it marks the version dirty, so the next flush or the last release writes a record.
+  Version& v = *h->version;
+  {
+    std::unique_lock<std::shared_mutex> g(v.mu);
+    uint64_t cap = v.data.capacity();
+    v.data.Write(static_cast<uint64_t>(off), buf, size);
+    fs->staged_bytes += static_cast<int64_t>(v.data.capacity()) - static_cast<int64_t>(cap);
+    v.gen++;
+    v.attr.mtime_ns = v.attr.ctime_ns = NowNs();
+  }
+  fuse_reply_write(req, size);
+}
+
+void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  auto* fs = FS(req);
+  Handle* h = H(fi);
+  if (!h->writable || !h->version) return (void)fuse_reply_err(req, 0);
+  Reply(req, fs->Flush(*h->inode, *h->version));
+}
+
+void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  ReleaseHandle(FS(req), H(fi));
+  fuse_reply_err(req, 0);
+}
+
+void OpFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
+  auto* fs = FS(req);
+  Handle* h = H(fi);
+  if (h->writable && h->version) {
+    Status s = fs->Commit(h->inode, h->version);
+    if (!s.ok()) return Reply(req, s);
+  }
+  Reply(req, fs->store->Sync());
+}
+
+void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  fi->fh = 0;
+  fuse_reply_open(req, fi);
+}
+
+void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
+
+void OpFsyncdir(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) { Reply(req, FS(req)->store->Sync()); }
+
+// Directory offsets: 0 = start, 1 = after ".", 2 = after "..", otherwise the Store cookie of the last
+// entry returned (stable: entries created or removed during a listing neither skip nor repeat others).
+constexpr off_t kAfterDot = 1, kAfterDotDot = 2;
+
+void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
+  auto* fs = FS(req);
+  std::vector<char> buf(size);
+  size_t used = 0;
+  bool full = false;
+  auto add_plain = [&](const char* name, uint64_t eino, uint32_t mode, off_t next) {
+    struct stat st;
+    std::memset(&st, 0, sizeof(st));
+    st.st_ino = eino;
+    st.st_mode = mode;
+    size_t n = fuse_add_direntry(req, buf.data() + used, size - used, name, &st, next);
+    if (n > size - used) return false;
+    used += n;
+    return true;
+  };
+  auto add_dot = [&](const char* name, uint64_t eino, off_t next) {
+    if (!plus) return add_plain(name, eino, S_IFDIR, next);
+    fuse_entry_param e;
+    std::memset(&e, 0, sizeof(e));  // ino 0: the kernel takes no lookup reference for . and ..
+    e.attr.st_ino = eino;
+    e.attr.st_mode = S_IFDIR;
+    size_t n = fuse_add_direntry_plus(req, buf.data() + used, size - used, name, &e, next);
+    if (n > size - used) return false;
+    used += n;
+    return true;
+  };
+  if (off == 0) {
+    if (!add_dot(".", ino, kAfterDot)) full = true;
+  }
+  if (!full && off <= kAfterDot) {
+    uint64_t parent = ino;
+    if (ino != kRootIno) {
+      auto n = fs->store->GetInode(ino);
+      if (n.ok() && n->parent) parent = n->parent;
+    }
+    if (!add_dot("..", parent, kAfterDotDot)) full = true;
+  }
+  Status s = Status::OK();
+  if (!full) {
+    uint64_t after = off <= kAfterDotDot ? 0 : static_cast<uint64_t>(off);
+    s = fs->store->ReadDir(ino, after, [&](const DirEntry& d) {
+      off_t next = static_cast<off_t>(d.cookie);
+      if (!plus) return add_plain(d.name.c_str(), d.ino, d.mode, next);
+      auto node = fs->store->GetInode(d.ino);
+      if (!node.ok()) return true;  // removed meanwhile: skip it
+      fuse_entry_param e;
+      std::memset(&e, 0, sizeof(e));
+      Attr a = node->attr;
+      double at = (S_ISDIR(a.mode) || S_ISLNK(a.mode) || node->committed) ? fs->opts.attr_timeout_s : 0;
+      auto in = fs->Get(d.ino);
+      if (in) {
+        std::lock_guard<std::mutex> g(in->mu);
+        if (in->primary) {
+          KvfsFs::Impl::VersionAttr(*in->primary, &a);
+          at = 0;
+        }
+      }
+      a.ino = d.ino;
+      e.ino = d.ino;
+      FillStat(a, &e.attr);
+      e.attr_timeout = at;
+      e.entry_timeout = fs->opts.entry_timeout_s;
+      size_t n = fuse_add_direntry_plus(req, buf.data() + used, size - used, d.name.c_str(), &e, next);
+      if (n > size - used) return false;
+      used += n;
+      fs->Ref(d.ino, a.mode);  // the kernel now holds a lookup reference for this entry
+      return true;
+    });
+  }
+  if (!s.ok() && used == 0) return Reply(req, s);
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void OpReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  DoReaddir(req, ino, size, off, false);
+}
+void OpReaddirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  DoReaddir(req, ino, size, off, true);
+}
+
+void OpStatfs(fuse_req_t req, fuse_ino_t) {
+  auto* fs = FS(req);
+  uint64_t live = 0, files = 0, total = 0, avail = 0;
+  Status s = fs->store->StatFs(&live, &files, &total, &avail);
+  if (!s.ok()) return Reply(req, s);
+  struct statvfs st;
+  std::memset(&st, 0, sizeof(st));
+  // f_bsize = f_frsize = 4096: LMCache aligns O_DIRECT buffers to statvfs().f_bsize.
+  st.f_bsize = 4096;
+  st.f_frsize = 4096;
+  uint64_t live_blocks = (live + 4095) / 4096;
+  uint64_t avail_blocks = avail / 4096;
+  st.f_blocks = live_blocks + avail_blocks;  // used = live logical bytes (drops right after unlink)
+  st.f_bfree = avail_blocks;
+  st.f_bavail = avail_blocks;
+  st.f_ffree = 1ull << 32;
+  st.f_favail = st.f_ffree;
+  st.f_files = files + st.f_ffree;
+  st.f_namemax = 255;
+  fuse_reply_statfs(req, &st);
+}
+
+bool IsUserXattr(const char* name) { return std::strncmp(name, kUserPrefix.data(), kUserPrefix.size()) == 0; }
+bool IsVirtualXattr(fuse_ino_t ino, const char* name) {
+  return ino == kRootIno && (name == kStatsXattr || name == kPidXattr);
+}
+
+void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags) {
+  auto* fs = FS(req);
+  if (!IsUserXattr(name)) return (void)fuse_reply_err(req, EOPNOTSUPP);
+  if (IsVirtualXattr(ino, name)) return (void)fuse_reply_err(req, EPERM);
+  Reply(req, fs->store->SetXattr(ino, name, std::string_view(value, size), flags), ErrCtx::kXattr);
+}
+
+void ReplyXattrValue(fuse_req_t req, const std::string& v, size_t size) {
+  if (size == 0) return (void)fuse_reply_xattr(req, v.size());
+  if (size < v.size()) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, v.data(), v.size());
+}
+
+void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  auto* fs = FS(req);
+  if (!IsUserXattr(name)) return (void)fuse_reply_err(req, EOPNOTSUPP);
+  if (ino == kRootIno && name == kStatsXattr && fs->owner) return ReplyXattrValue(req, fs->owner->StatsJson(), size);
+  if (ino == kRootIno && name == kPidXattr) return ReplyXattrValue(req, std::to_string(getpid()), size);
+  auto r = fs->store->GetXattr(ino, name);
+  if (!r.ok()) return Reply(req, r.status(), ErrCtx::kXattr);
+  ReplyXattrValue(req, *r, size);
+}
+
+void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  auto* fs = FS(req);
+  auto r = fs->store->ListXattr(ino);
+  if (!r.ok()) return Reply(req, r.status(), ErrCtx::kXattr);
+  std::string out;
+  for (const auto& n : *r) {
+    if (!IsUserXattr(n.c_str()) || IsVirtualXattr(ino, n.c_str())) continue;
+    out.append(n);
+    out.push_back('\0');
+  }
+  ReplyXattrValue(req, out, size);
+}
+
+void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  auto* fs = FS(req);
+  if (!IsUserXattr(name)) return (void)fuse_reply_err(req, EOPNOTSUPP);
+  if (IsVirtualXattr(ino, name)) return (void)fuse_reply_err(req, EPERM);
+  Reply(req, fs->store->RemoveXattr(ino, name), ErrCtx::kXattr);
+}
+
+void OpIoctl(fuse_req_t req, fuse_ino_t, unsigned int, void*, fuse_file_info*, unsigned, const void*, size_t, size_t) {
+  fuse_reply_err(req, ENOTTY);  // Python's isatty() on every open of numpy.tofile: answer at once
+}
+
+void OpFallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t length, fuse_file_info* fi) {
+  auto* fs = FS(req);
+  Handle* h = H(fi);
+  if (mode & ~FALLOC_FL_KEEP_SIZE) return (void)fuse_reply_err(req, EOPNOTSUPP);
+  if (!h->writable || !h->version) return (void)fuse_reply_err(req, EBADF);
+  if (offset < 0 || length <= 0) return (void)fuse_reply_err(req, EINVAL);
+  if (mode & FALLOC_FL_KEEP_SIZE) return (void)fuse_reply_err(req, 0);  // no holes, nothing to reserve
+  Version& v = *h->version;
+  uint64_t end = static_cast<uint64_t>(offset) + static_cast<uint64_t>(length);
+  std::unique_lock<std::shared_mutex> g(v.mu);
+  if (end > v.data.size()) {
+    uint64_t cap = v.data.capacity();
+    v.data.Resize(end);
+    fs->staged_bytes += static_cast<int64_t>(v.data.capacity()) - static_cast<int64_t>(cap);
+    v.gen++;
+    v.attr.mtime_ns = v.attr.ctime_ns = NowNs();
+  }
+  fuse_reply_err(req, 0);
+}
+
+void OpLseek(fuse_req_t req, fuse_ino_t, off_t off, int whence, fuse_file_info* fi) {
+  Handle* h = H(fi);
+  uint64_t size;
+  if (h->version) {
+    std::shared_lock<std::shared_mutex> g(h->version->mu);
+    size = h->version->data.size();
+  } else {
+    size = h->size;
+  }
+  if (off < 0) return (void)fuse_reply_err(req, EINVAL);
+  uint64_t o = static_cast<uint64_t>(off);
+  // Files have no holes: data is exactly [0, size), the only hole is the virtual one at EOF.
+  if (whence == SEEK_DATA) {
+    if (o >= size) return (void)fuse_reply_err(req, ENXIO);
+    return (void)fuse_reply_lseek(req, off);
+  }
+  if (whence == SEEK_HOLE) {
+    if (o >= size) return (void)fuse_reply_err(req, ENXIO);
+    return (void)fuse_reply_lseek(req, static_cast<off_t>(size));
+  }
+  fuse_reply_err(req, EINVAL);
+}
+
+fuse_lowlevel_ops MakeOps() {
+  fuse_lowlevel_ops ops;
+  std::memset(&ops, 0, sizeof(ops));
+  ops.init = OpInit;
+  ops.destroy = OpDestroy;
+  ops.lookup = OpLookup;
+  ops.forget = OpForget;
+  ops.forget_multi = OpForgetMulti;
+  ops.getattr = OpGetattr;
+  ops.setattr = OpSetattr;
+  ops.readlink = OpReadlink;
+  ops.mknod = OpMknod;
+  ops.mkdir = OpMkdir;
+  ops.unlink = OpUnlink;
+  ops.rmdir = OpRmdir;
+  ops.symlink = OpSymlink;
+  ops.rename = OpRename;
+  ops.link = OpLink;
+  ops.open = OpOpen;
+  ops.read = OpRead;
+  ops.write = OpWrite;
+  ops.flush = OpFlush;
+  ops.release = OpRelease;
+  ops.fsync = OpFsync;
+  ops.opendir = OpOpendir;
+  ops.readdir = OpReaddir;
+  ops.readdirplus = OpReaddirplus;
+  ops.releasedir = OpReleasedir;
+  ops.fsyncdir = OpFsyncdir;
+  ops.statfs = OpStatfs;
+  ops.setxattr = OpSetxattr;
+  ops.getxattr = OpGetxattr;
+  ops.listxattr = OpListxattr;
+  ops.removexattr = OpRemovexattr;
+  ops.access = OpAccess;
+  ops.create = OpCreate;
+  ops.ioctl = OpIoctl;
+  ops.fallocate = OpFallocate;
+  ops.lseek = OpLseek;
+  return ops;
+}
+
+}  // namespace
+
+// ======================================================================================================
+
+KvfsFs::KvfsFs(Store* store, FsOptions opts) : impl_(std::make_unique<Impl>(store, opts)) {
+  // The root is known to the kernel without a LOOKUP and is never forgotten.
+  impl_->Ref(kRootIno, S_IFDIR);
+  impl_->owner = this;
+  impl_->notifier = std::thread([this] { impl_->NotifierMain(); });
+}
+
+KvfsFs::~KvfsFs() {
+  {
+    std::lock_guard<std::mutex> g(impl_->nq_mu);
+    impl_->nq_stop = true;
+    impl_->nq_cv.notify_all();
+  }
+  if (impl_->notifier.joinable()) impl_->notifier.join();
+  if (impl_->se) {
+    if (impl_->signals) fuse_remove_signal_handlers(impl_->se);
+    if (impl_->mounted) fuse_session_unmount(impl_->se);
+    fuse_session_destroy(impl_->se);
+  }
+}
+
+Status KvfsFs::Mount(const std::string& mountpoint, const std::vector<std::string>& fuse_opts,
+                     const std::string& fsname) {
+  static const fuse_lowlevel_ops ops = MakeOps();
+  std::string o = "fsname=" + fsname + ",subtype=kvfs";
+  for (const auto& x : fuse_opts) {
+    if (!x.empty()) o += "," + x;
+  }
+  std::vector<std::string> argv_s = {"kvfs", "-o", o};
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  impl_->se = fuse_session_new(&args, &ops, sizeof(ops), impl_.get());
+  if (!impl_->se) return Status::InvalidArgument("fuse_session_new failed (bad -o option?): " + o);
+  if (fuse_session_mount(impl_->se, mountpoint.c_str()) != 0) {
+    return Status::IOError("cannot mount FUSE at " + mountpoint);
+  }
+  impl_->mounted = true;
+  return Status::OK();
+}
+
+Status KvfsFs::InstallSignalHandlers() {
+  if (!impl_->se) return Status::InvalidArgument("not mounted");
+  if (fuse_set_signal_handlers(impl_->se) != 0) return Status::IOError("fuse_set_signal_handlers");
+  impl_->signals = true;
+  return Status::OK();
+}
+
+int KvfsFs::Loop() {
+  if (!impl_->se) return 1;
+  fuse_loop_config* cfg = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_clone_fd(cfg, impl_->opts.clone_fd ? 1 : 0);
+  fuse_loop_cfg_set_max_threads(cfg, impl_->opts.max_threads);
+  fuse_loop_cfg_set_idle_threads(cfg, std::min(impl_->opts.max_threads, 16u));
+  int r = fuse_session_loop_mt(impl_->se, cfg);
+  fuse_loop_cfg_destroy(cfg);
+  if (impl_->signals) {
+    fuse_remove_signal_handlers(impl_->se);
+    impl_->signals = false;
+  }
+  if (impl_->mounted) {
+    fuse_session_unmount(impl_->se);
+    impl_->mounted = false;
+  }
+  // Versions still open here belong to handles the kernel never released (lazy unmount / abort):
+  // publish what they have, as a release would.
+  std::vector<std::pair<std::shared_ptr<Inode>, std::shared_ptr<Version>>> left;
+  {
+    std::lock_guard<std::mutex> g(impl_->table_mu);
+    for (auto& [ino, in] : impl_->table) {
+      std::lock_guard<std::mutex> ig(in->mu);
+      for (auto& v : in->writing) left.emplace_back(in, v);
+    }
+  }
+  for (auto& [in, v] : left) {
+    Status s = impl_->Commit(in, v);
+    if (!s.ok()) spdlog::error("final commit of inode {}: {}", in->ino, s.ToString());
+  }
+  return r < 0 ? 1 : 0;
+}
+
+void KvfsFs::Exit() {
+  if (impl_->se) fuse_session_exit(impl_->se);
+}
+
+FsStats KvfsFs::GetFsStats() {
+  FsStats s;
+  {
+    std::lock_guard<std::mutex> g(impl_->table_mu);
+    s.known_inodes = impl_->table.size();
+    for (auto& [ino, in] : impl_->table) {
+      std::lock_guard<std::mutex> ig(in->mu);
+      s.staged_versions += in->writing.size();
+    }
+  }
+  s.open_handles = impl_->open_handles.load();
+  int64_t sb = impl_->staged_bytes.load();
+  s.staged_bytes = sb > 0 ? static_cast<uint64_t>(sb) : 0;
+  s.shadow_versions_created = impl_->shadows.load();
+  s.versions_committed = impl_->committed.load();
+  s.versions_discarded = impl_->discarded.load();
+  s.flush_records = impl_->flush_records.load();
+  s.flush_errors = impl_->flush_errors.load();
+  s.commit_errors = impl_->commit_errors.load();
+  return s;
+}
+
+std::string KvfsFs::StatsJson() {
+  StoreStats st = impl_->store->GetStats();
+  FsStats f = GetFsStats();
+  nlohmann::json j;
+  j["pid"] = getpid();
+  j["files"] = st.files;
+  j["directories"] = st.directories;
+  j["live_bytes"] = st.live_bytes;
+  j["segments"] = st.segments;
+  j["segment_bytes"] = st.segment_bytes;
+  j["records_written"] = st.records_written;
+  j["journal_entries"] = st.journal_entries;
+  j["group_commits"] = st.group_commits;
+  j["cache_hits"] = st.cache_hits;
+  j["cache_misses"] = st.cache_misses;
+  j["cache_bytes"] = st.cache_bytes;
+  uint64_t lookups = st.cache_hits + st.cache_misses;
+  j["cache_hit_rate"] = lookups ? double(st.cache_hits) / double(lookups) : 0.0;
+  j["checksum_failures"] = st.checksum_failures;
+  j["backing_metadata_ops"] = st.backing_metadata_ops;
+  j["backing_syncs"] = st.backing_syncs;
+  j["backing_bytes_written"] = st.backing_bytes_written;
+  j["backing_bytes_read"] = st.backing_bytes_read;
+  j["backing_files_created"] = st.backing_files_created;
+  j["fuse"] = {{"known_inodes", f.known_inodes},
+               {"open_handles", f.open_handles},
+               {"staged_versions", f.staged_versions},
+               {"staged_bytes", f.staged_bytes},
+               {"shadow_versions_created", f.shadow_versions_created},
+               {"versions_committed", f.versions_committed},
+               {"versions_discarded", f.versions_discarded},
+               {"flush_records", f.flush_records},
+               {"flush_errors", f.flush_errors},
+               {"commit_errors", f.commit_errors}};
+  return j.dump();
+}
+
+}  // namespace kvfs

@@ -1,0 +1,81 @@
+// KvfsFs: the libfuse3 low-level file system over a Store (DESIGN §4 operation semantics, §8 settings).
+//
+// What lives here: the in-memory inode table (only inodes the kernel knows, with lookup counts and
+// FORGET, as in libfuse's example/passthrough_hp.cc), open handles, and staged *versions* of files.
+// Everything persistent lives in the Store. The exact rules are written down in docs/semantics.md;
+// in short:
+//   - O_TRUNC / O_CREAT opens start a new version, other writable opens join the inode's primary
+//     staged version (copy-on-write from the committed content when there is none).
+//   - A second O_TRUNC open of an inode whose primary version still has writers gets a *shadow*
+//     version of its own (direct_io): both writers produce whole versions, never a mix.
+//   - FLUSH writes the version's bytes as one record (Store::WriteRecord) when they changed since the
+//     last record; fsync and the last RELEASE of a version's writable handles commit it
+//     (Store::CommitFile) under the inode's name at that moment. Unlinked versions are discarded.
+//
+// Thread safety: the FUSE callbacks run on many worker threads (fuse_session_loop_mt); all shared state
+// is guarded by the table mutex (inode map, lookup counts) and per-inode / per-version mutexes, always
+// taken in that order: table -> inode -> version.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "blockstore/status.h"
+#include "index/store.h"
+
+namespace kvfs {
+
+struct FsOptions {
+  unsigned max_threads = 32;            // fuse_loop_cfg_set_max_threads (libfuse's default 10 is too few)
+  bool clone_fd = true;                 // one /dev/fuse fd per worker thread
+  bool splice = false;                  // FUSE_CAP_SPLICE_{READ,WRITE,MOVE}; off by default
+  uint32_t max_write = 1u << 20;        // bytes per WRITE request
+  uint32_t max_readahead = 1u << 20;    // bytes (the kernel caps it at the bdi's read_ahead_kb)
+  double entry_timeout_s = 3600;        // names change only through this daemon on one node
+  double attr_timeout_s = 3600;         // committed files and directories
+  double negative_timeout_s = 1;        // ENOENT answers (connectors mostly probe absent keys)
+  bool direct_io_all = false;           // reply direct_io on every open (debugging / benchmarks)
+};
+
+// Counters of the FUSE layer (exported through the user.kvfs.stats virtual xattr with Store stats).
+struct FsStats {
+  uint64_t known_inodes = 0, open_handles = 0, staged_versions = 0, staged_bytes = 0;
+  uint64_t shadow_versions_created = 0, versions_committed = 0, versions_discarded = 0;
+  uint64_t flush_records = 0, flush_errors = 0, commit_errors = 0;
+};
+
+class KvfsFs {
+ public:
+  // `store` must outlive this object. Does not mount.
+  KvfsFs(Store* store, FsOptions opts);
+  ~KvfsFs();
+  KvfsFs(const KvfsFs&) = delete;
+  KvfsFs& operator=(const KvfsFs&) = delete;
+
+  // Creates the FUSE session and mounts it at `mountpoint`. fuse_opts are "-o" option strings
+  // (e.g. "allow_other,default_permissions"); fsname/subtype are added here. Errors: InvalidArgument
+  // for bad options, IOError when the mount fails.
+  Status Mount(const std::string& mountpoint, const std::vector<std::string>& fuse_opts,
+               const std::string& fsname);
+  // Installs SIGINT/SIGTERM/SIGHUP handlers that end the loop (fuse_set_signal_handlers).
+  Status InstallSignalHandlers();
+  // Runs the multi-threaded loop until the file system is unmounted or a signal arrives. Returns 0 on a
+  // clean exit. Unmounts (if still mounted) before returning.
+  int Loop();
+  // Ends the loop from another thread.
+  void Exit();
+
+  // JSON (one object) with the Store's and this layer's counters; what `kvfs stats` prints.
+  std::string StatsJson();
+  FsStats GetFsStats();
+
+  struct Impl;  // opaque; public only so the FUSE callbacks in kvfs_fs.cc can name it
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvfs

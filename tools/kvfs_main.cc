@@ -1,0 +1,412 @@
+// kvfs: mount / umount / stats.
+//
+//   kvfs mount MOUNTPOINT --backing DIR [--node-id ID] [--index-dir DIR] [--cache-size SIZE]
+//              [--segment-size SIZE] [--foreground] [--threads N] [--group-commit-ms N] [--direct-io]
+//              [--force] [--splice] [-o OPTS]... [--log-level LEVEL] [--config FILE]
+//   kvfs umount MOUNTPOINT [--timeout SECONDS]
+//   kvfs stats MOUNTPOINT [--json]
+//
+// mount daemonises by default. Because the Store starts threads (group commit, heartbeat, RocksDB)
+// and fork(2) keeps only the calling thread, the process forks FIRST: the child opens the Store and
+// mounts, then reports success or a one-line error through a pipe; the parent prints the error and exits
+// with the child's code, so `kvfs mount` fails with a clear message and exit 2 for usage errors
+// (missing backing dir, bad mountpoint, index dir in use, unknown flag, bad size).
+//
+// The daemon answers two virtual xattrs on the mount root (hidden from listxattr):
+//   user.kvfs.pid    the daemon's pid (kvfs umount waits for it to exit after fusermount3 -u)
+//   user.kvfs.stats  one JSON object of Store and FUSE counters (kvfs stats)
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fuse/kvfs_fs.h"
+#include "index/store.h"
+#include "tools/size_parse.h"
+
+namespace {
+
+constexpr int kExitUsage = 2;  // bad invocation or environment the user can fix
+constexpr int kExitFail = 1;   // runtime failure
+
+[[noreturn]] void Die(int code, const std::string& msg) {
+  std::fprintf(stderr, "kvfs: %s\n", msg.c_str());
+  std::exit(code);
+}
+
+std::string RealPath(const std::string& p) {
+  char buf[PATH_MAX];
+  if (!realpath(p.c_str(), buf)) return p;
+  return buf;
+}
+
+bool IsDir(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// True if `path` (a real path) is a mount point in /proc/self/mountinfo.
+bool IsMountPoint(const std::string& path) {
+  std::ifstream f("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    // fields: id parent major:minor root mountpoint ...; octal escapes for spaces
+    size_t p = 0;
+    for (int i = 0; i < 4 && p != std::string::npos; ++i) p = line.find(' ', p + 1);
+    if (p == std::string::npos) continue;
+    size_t e = line.find(' ', p + 1);
+    std::string mp = line.substr(p + 1, e - p - 1);
+    std::string un;
+    for (size_t i = 0; i < mp.size(); ++i) {
+      if (mp[i] == '\\' && i + 3 < mp.size()) {
+        un.push_back(static_cast<char>(std::stoi(mp.substr(i + 1, 3), nullptr, 8)));
+        i += 3;
+      } else {
+        un.push_back(mp[i]);
+      }
+    }
+    if (un == path) return true;
+  }
+  return false;
+}
+
+bool DirEmpty(const std::string& p) {
+  std::error_code ec;
+  return std::filesystem::directory_iterator(p, ec) == std::filesystem::directory_iterator() && !ec;
+}
+
+std::string HostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == 0) return "node";
+  return buf;
+}
+
+struct MountArgs {
+  std::string mountpoint, backing, node_id, index_dir, cache_size = "1GiB", segment_size = "256MiB";
+  bool foreground = false, direct_io = false, force = false, splice = false;
+  unsigned threads = 32;
+  uint32_t group_commit_ms = 20;
+  std::vector<std::string> fuse_opts;
+  std::string log_level = "info";
+};
+
+uint64_t SizeOrDie(const std::string& what, const std::string& text) {
+  uint64_t v = 0;
+  std::string err;
+  if (!kvfs::ParseSize(text, &v, &err)) Die(kExitUsage, what + ": " + err);
+  return v;
+}
+
+// Child -> parent status over a pipe: "<exit code> <message>\n" (0 = mounted).
+void Report(int fd, int code, const std::string& msg) {
+  if (fd < 0) return;
+  std::string s = std::to_string(code) + " " + msg + "\n";
+  ssize_t n = write(fd, s.data(), s.size());
+  (void)n;
+  close(fd);
+}
+
+int RunMount(MountArgs a) {
+  // ---- checks the user can fix: exit 2 with one line ----
+  if (!IsDir(a.backing)) Die(kExitUsage, "backing directory '" + a.backing + "' does not exist or is not a directory");
+  if (!IsDir(a.mountpoint)) Die(kExitUsage, "mountpoint '" + a.mountpoint + "' does not exist or is not a directory");
+  a.backing = RealPath(a.backing);
+  a.mountpoint = RealPath(a.mountpoint);
+  if (IsMountPoint(a.mountpoint)) Die(kExitUsage, "mountpoint '" + a.mountpoint + "' is busy (already mounted)");
+  if (!DirEmpty(a.mountpoint)) Die(kExitUsage, "mountpoint '" + a.mountpoint + "' is not empty");
+  if (a.threads == 0) Die(kExitUsage, "--threads must be at least 1");
+  kvfs::StoreOptions so;
+  so.backing_dir = a.backing;
+  so.node_id = a.node_id.empty() ? HostName() : a.node_id;
+  if (a.index_dir.empty()) {
+    char h[17];
+    std::snprintf(h, sizeof(h), "%016llx",
+                  static_cast<unsigned long long>(XXH64(a.backing.data(), a.backing.size(), 0)));
+    a.index_dir = std::string("/var/lib/kvfs/") + h + "-" + so.node_id;
+  } else {
+    std::filesystem::path ip(a.index_dir);
+    a.index_dir = std::filesystem::absolute(ip).lexically_normal().string();
+  }
+  so.index_dir = a.index_dir;
+  so.cache_size = SizeOrDie("--cache-size", a.cache_size);
+  so.segment_size = SizeOrDie("--segment-size", a.segment_size);
+  if (so.segment_size < (1u << 20)) Die(kExitUsage, "--segment-size must be at least 1MiB");
+  so.group_commit_interval_ms = a.group_commit_ms;
+  so.direct_io = a.direct_io;
+  so.force_takeover = a.force;
+
+  auto lvl = spdlog::level::from_str(a.log_level);
+  spdlog::set_level(lvl);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %L kvfs[%P] %v");
+
+  // ---- fork first (see header comment) ----
+  int report_fd = -1;
+  if (!a.foreground) {
+    int p[2];
+    if (pipe(p) != 0) Die(kExitFail, std::string("pipe: ") + strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0) Die(kExitFail, std::string("fork: ") + strerror(errno));
+    if (pid > 0) {
+      close(p[1]);
+      std::string msg;
+      char buf[512];
+      ssize_t n;
+      while ((n = read(p[0], buf, sizeof(buf))) > 0) msg.append(buf, static_cast<size_t>(n));
+      close(p[0]);
+      if (msg.empty()) {
+        int st = 0;
+        waitpid(pid, &st, 0);
+        Die(kExitFail, "daemon exited before mounting");
+      }
+      int code = std::atoi(msg.c_str());
+      std::string text = msg.substr(msg.find(' ') + 1);
+      while (!text.empty() && text.back() == '\n') text.pop_back();
+      if (code != 0) {
+        waitpid(pid, nullptr, 0);
+        Die(code, text);
+      }
+      return 0;
+    }
+    close(p[0]);
+    report_fd = p[1];
+    setsid();
+  }
+  auto fail = [&](int code, const std::string& msg) -> int {
+    if (report_fd >= 0) {
+      Report(report_fd, code, msg);
+      _exit(code);
+    }
+    Die(code, msg);
+  };
+
+  auto opened = kvfs::Store::Open(so);
+  if (!opened.ok()) {
+    const auto& s = opened.status();
+    if (s.IsBusy()) {
+      return fail(kExitUsage, "index dir '" + so.index_dir + "' or node '" + so.node_id +
+                                  "' is in use by another mount (" + s.message() + "); use --force to take over");
+    }
+    return fail(s.IsInvalidArgument() ? kExitUsage : kExitFail, "cannot open store: " + s.ToString());
+  }
+  std::unique_ptr<kvfs::Store> store = std::move(*opened);
+
+  kvfs::FsOptions fo;
+  fo.max_threads = a.threads;
+  fo.splice = a.splice;
+  auto fs = std::make_unique<kvfs::KvfsFs>(store.get(), fo);
+  std::vector<std::string> fopts = a.fuse_opts;
+  if (fopts.empty()) fopts = {"allow_other", "default_permissions"};  // DESIGN §8 default
+  kvfs::Status ms = fs->Mount(a.mountpoint, fopts, "kvfs:" + a.backing);
+  if (!ms.ok()) {
+    fs.reset();
+    store->Close();
+    return fail(ms.IsInvalidArgument() ? kExitUsage : kExitFail, ms.message());
+  }
+  kvfs::Status ss = fs->InstallSignalHandlers();
+  if (!ss.ok()) spdlog::warn("{}", ss.ToString());
+  if (report_fd >= 0) {
+    // Daemon: stdio off the terminal; the log goes to <index_dir>/kvfs.log.
+    int devnull = open("/dev/null", O_RDWR);
+    std::string log = so.index_dir + "/kvfs.log";
+    int logfd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (devnull >= 0) {
+      dup2(devnull, 0);
+      dup2(devnull, 1);
+      dup2(logfd >= 0 ? logfd : devnull, 2);
+      if (devnull > 2) close(devnull);
+    }
+    if (logfd > 2) close(logfd);
+    Report(report_fd, 0, "mounted");
+    report_fd = -1;
+    if (chdir("/") != 0) spdlog::warn("chdir /: {}", strerror(errno));
+  }
+  spdlog::info("mounted {} over {} (node {}, index {}, {} threads)", a.mountpoint, a.backing, so.node_id,
+               so.index_dir, a.threads);
+
+  int rc = fs->Loop();
+  fs.reset();  // unmounts if still mounted, destroys the session
+  kvfs::Status cs = store->Close();
+  if (!cs.ok()) {
+    spdlog::error("store close: {}", cs.ToString());
+    rc = kExitFail;
+  }
+  spdlog::info("unmounted {}", a.mountpoint);
+  return rc;
+}
+
+bool ReadXattr(const std::string& path, const char* name, std::string* out) {
+  std::vector<char> buf(1 << 16);
+  for (;;) {
+    ssize_t n = getxattr(path.c_str(), name, buf.data(), buf.size());
+    if (n >= 0) {
+      out->assign(buf.data(), static_cast<size_t>(n));
+      return true;
+    }
+    if (errno != ERANGE) return false;
+    buf.resize(buf.size() * 4);
+  }
+}
+
+int RunUmount(const std::string& mp_in, double timeout_s) {
+  if (!IsDir(mp_in)) Die(kExitUsage, "mountpoint '" + mp_in + "' does not exist");
+  std::string mp = RealPath(mp_in);
+  if (!IsMountPoint(mp)) Die(kExitUsage, "'" + mp + "' is not mounted");
+  std::string pid_s;
+  pid_t pid = 0;
+  if (ReadXattr(mp, "user.kvfs.pid", &pid_s)) pid = static_cast<pid_t>(std::atoi(pid_s.c_str()));
+  else Die(kExitUsage, "'" + mp + "' is not a kvfs mount (no user.kvfs.pid: " + strerror(errno) + ")");
+  // fusermount3 -u: a clean (not lazy) unmount; fails with EBUSY while files are open.
+  int errp[2];
+  if (pipe(errp) != 0) Die(kExitFail, std::string("pipe: ") + strerror(errno));
+  pid_t c = fork();
+  if (c == 0) {
+    dup2(errp[1], 2);
+    close(errp[0]);
+    execlp("fusermount3", "fusermount3", "-u", mp.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(errp[1]);
+  std::string err;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(errp[0], buf, sizeof(buf))) > 0) err.append(buf, static_cast<size_t>(n));
+  close(errp[0]);
+  int st = 0;
+  waitpid(c, &st, 0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
+    Die(kExitFail, "unmount of '" + mp + "' failed: " + (err.empty() ? "fusermount3 error" : err));
+  }
+  // Wait for the daemon to flush (Store::Close) and exit.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (pid > 0 && kill(pid, 0) == 0) {
+    // A zombie child of ours would never go away; the daemon is not our child, so kill(0) suffices.
+    if (std::chrono::steady_clock::now() > deadline) {
+      Die(kExitFail, "unmounted, but daemon pid " + std::to_string(pid) + " did not exit within " +
+                         std::to_string(static_cast<int>(timeout_s)) + "s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return 0;
+}
+
+int RunStats(const std::string& mp_in, bool json) {
+  if (!IsDir(mp_in)) Die(kExitUsage, "mountpoint '" + mp_in + "' does not exist");
+  std::string mp = RealPath(mp_in);
+  std::string raw;
+  if (!ReadXattr(mp, "user.kvfs.stats", &raw)) {
+    Die(kExitUsage, "'" + mp + "' is not a kvfs mount (no user.kvfs.stats: " + strerror(errno) + ")");
+  }
+  nlohmann::json j = nlohmann::json::parse(raw, nullptr, false);
+  if (j.is_discarded()) Die(kExitFail, "daemon returned malformed stats");
+  if (json) {
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  auto u = [&](const char* k) { return j.value(k, uint64_t{0}); };
+  std::printf("files                  %llu\n", (unsigned long long)u("files"));
+  std::printf("directories            %llu\n", (unsigned long long)u("directories"));
+  std::printf("live bytes             %llu\n", (unsigned long long)u("live_bytes"));
+  std::printf("segments               %llu (%llu bytes)\n", (unsigned long long)u("segments"),
+              (unsigned long long)u("segment_bytes"));
+  std::printf("records written        %llu\n", (unsigned long long)u("records_written"));
+  std::printf("journal entries        %llu (%llu group commits)\n", (unsigned long long)u("journal_entries"),
+              (unsigned long long)u("group_commits"));
+  std::printf("cache hit rate         %.1f%% (%llu hits, %llu misses, %llu bytes cached)\n",
+              100.0 * j.value("cache_hit_rate", 0.0), (unsigned long long)u("cache_hits"),
+              (unsigned long long)u("cache_misses"), (unsigned long long)u("cache_bytes"));
+  std::printf("checksum failures      %llu\n", (unsigned long long)u("checksum_failures"));
+  std::printf("backing metadata ops   %llu\n", (unsigned long long)u("backing_metadata_ops"));
+  std::printf("backing syncs          %llu\n", (unsigned long long)u("backing_syncs"));
+  std::printf("backing bytes written  %llu\n", (unsigned long long)u("backing_bytes_written"));
+  std::printf("backing bytes read     %llu\n", (unsigned long long)u("backing_bytes_read"));
+  std::printf("backing files created  %llu\n", (unsigned long long)u("backing_files_created"));
+  if (j.contains("fuse")) {
+    const auto& f = j["fuse"];
+    std::printf("open handles           %llu\n", (unsigned long long)f.value("open_handles", uint64_t{0}));
+    std::printf("staged versions        %llu (%llu bytes)\n", (unsigned long long)f.value("staged_versions", uint64_t{0}),
+                (unsigned long long)f.value("staged_bytes", uint64_t{0}));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvfs: a FUSE file system for LLM KV-cache chunk files over a shared export"};
+  app.require_subcommand(1);
+
+  MountArgs ma;
+  auto* mount = app.add_subcommand("mount", "mount kvfs at MOUNTPOINT over a backing directory");
+  mount->set_config("--config", "", "read these options from a config file (TOML/INI, same keys)");
+  mount->add_option("mountpoint", ma.mountpoint, "where to mount")->required();
+  mount->add_option("--backing", ma.backing, "the backing directory (the shared export)")->required();
+  mount->add_option("--node-id", ma.node_id, "this node's id (default: host name)");
+  mount->add_option("--index-dir", ma.index_dir,
+                    "local RocksDB index directory (default /var/lib/kvfs/<hash-of-backing>-<node>)");
+  mount->add_option("--cache-size", ma.cache_size, "LRU cache of values, e.g. 4GiB (default 1GiB)");
+  mount->add_option("--segment-size", ma.segment_size, "segment file size, e.g. 256MiB (default)");
+  mount->add_flag("--foreground,-f", ma.foreground, "stay in the foreground");
+  mount->add_option("--threads", ma.threads, "max FUSE worker threads (default 32)");
+  mount->add_option("--group-commit-ms", ma.group_commit_ms, "group commit interval in ms (default 20)");
+  mount->add_flag("--direct-io", ma.direct_io, "O_DIRECT for segment writes");
+  mount->add_flag("--force", ma.force, "take over the node directory even if its owner looks alive");
+  mount->add_flag("--splice", ma.splice, "enable FUSE splice read/write/move");
+  mount->add_option("-o", ma.fuse_opts,
+                    "FUSE mount options, comma separated (default allow_other,default_permissions)")
+      ->delimiter(',');
+  mount->add_option("--log-level", ma.log_level, "trace|debug|info|warn|error (default info)");
+
+  std::string ump;
+  double utimeout = 120;
+  auto* umount = app.add_subcommand("umount", "unmount and wait for the daemon to flush and exit");
+  umount->add_option("mountpoint", ump, "the kvfs mount point")->required();
+  umount->add_option("--timeout", utimeout, "seconds to wait for the daemon (default 120)");
+
+  std::string smp;
+  bool sjson = false;
+  auto* stats = app.add_subcommand("stats", "print the daemon's counters");
+  stats->add_option("mountpoint", smp, "the kvfs mount point")->required();
+  stats->add_flag("--json", sjson, "print JSON");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    for (auto& ch : what) {
+      if (ch == '\n') ch = ' ';
+    }
+    std::fprintf(stderr, "kvfs: %s (see kvfs --help)\n", what.c_str());
+    return kExitUsage;
+  }
+
+  if (mount->parsed()) return RunMount(ma);
+  if (umount->parsed()) return RunUmount(ump, utimeout);
+  if (stats->parsed()) return RunStats(smp, sjson);
+  return kExitUsage;
+}
