@@ -332,6 +332,7 @@ struct IndexDb::Impl {
   std::mutex mu;          // serializes every write
   uint64_t next_ino = 2;  // under mu
   uint64_t ino_limit = 2; // under mu
+  uint64_t (*cookie_hash)(std::string_view) = nullptr;
   std::atomic<uint64_t> hlc{0};
   std::atomic<uint64_t> files{0}, dirs{0}, live_bytes{0}, staged{0};
 
@@ -575,6 +576,10 @@ struct Ops {
 
   Result<uint64_t> AllocCookie(uint64_t parent, std::string_view name) {
     uint64_t c = DirCookieOf(name);
+    if (im->cookie_hash) {
+      c = im->cookie_hash(name) & kMaxCookie;
+      if (c < 3) c += 3;
+    }
     for (;;) {
       std::string v;
       bool found;
@@ -751,6 +756,7 @@ Result<std::unique_ptr<IndexDb>> IndexDb::Open(const IndexDbOptions& opts) {
   Impl* im = idx->impl_.get();
   im->dir = opts.dir;
   im->node = opts.node_id;
+  im->cookie_hash = opts.cookie_hash_for_test;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   auto s = rocksdb::DB::Open(dbo, opts.dir, cfds, &handles, &im->db);
   if (!s.ok()) {

@@ -100,6 +100,9 @@ struct IndexDbOptions {
   std::string dir;                          // local directory (never on NFS); created if missing
   std::string node_id;                      // this node; must match the one recorded in the index
   uint64_t block_cache_bytes = 64ull << 20; // RocksDB block cache, bytes
+  // Tests only: replaces XXH3-64 as the cookie hash (to force collisions). Its result is still masked to
+  // 63 bits and mapped away from 0/1/2. Never change it for an existing index (cookies are stored).
+  uint64_t (*cookie_hash_for_test)(std::string_view name) = nullptr;
 };
 
 enum class SegmentState : uint8_t { kOpen = 0, kSealed = 1, kDropped = 2 };
@@ -229,7 +232,9 @@ class IndexDb {
   Status RemoveXattr(uint64_t ino, std::string_view name, uint64_t stamp = 0);  // NotFound if missing
 
   // ---- paths ----
-  Result<std::string> FullPath(uint64_t ino);       // "/a/b"; "/" for root; NotFound if detached/gone
+  // "/a/b"; "/" for root; NotFound if the inode is gone. A detached staged inode answers the path it
+  // remembers (where CommitFile will link it).
+  Result<std::string> FullPath(uint64_t ino);
   Result<uint64_t> ResolvePath(std::string_view path);  // ENOENT, ENOTDIR for a file in the middle
 
   // ---- journal application by path ----
