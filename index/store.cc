@@ -307,7 +307,10 @@ Status StoreImpl::Init() {
   if (!idx.ok() && idx.status().IsBusy()) return idx.status();
   bool rebuild = !idx.ok() || (*idx)->Created() || !(*idx)->WasCleanlyClosed();
   if (!idx.ok()) spdlog::warn("kvfs: index {} unusable ({}); rebuilding", io.dir, idx.status().ToString());
-  if (rebuild) {
+  if (rebuild && idx.ok() && (*idx)->Created()) {
+    index_ = std::move(*idx);  // empty: replay straight into it
+    KVFS_RETURN_IF_ERROR(Rebuild());
+  } else if (rebuild) {
     if (idx.ok()) (*idx)->Close();
     KVFS_RETURN_IF_ERROR(IndexDb::Destroy(io.dir));
     auto fresh = IndexDb::Open(io);
