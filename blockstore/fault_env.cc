@@ -24,8 +24,8 @@ std::string StripTrailingSlash(std::string dir) {
 }
 
 void ZeroCounters(EnvCounters& c) {
-  for (auto* a : {&c.open, &c.create, &c.close, &c.read, &c.write, &c.write_batches, &c.sync, &c.mkdir, &c.rename,
-                  &c.remove, &c.stat, &c.list, &c.syncdir, &c.bytes_read, &c.bytes_written}) {
+  for (auto* a : {&c.open, &c.create, &c.close, &c.read, &c.write, &c.write_batches, &c.sync, &c.mkdir,
+                  &c.rename, &c.remove, &c.stat, &c.list, &c.syncdir, &c.bytes_read, &c.bytes_written}) {
     a->store(0, std::memory_order_relaxed);
   }
 }
@@ -161,15 +161,18 @@ uint64_t FaultInjectionEnv::FaultFired(int id) const {
 }
 
 int FaultInjectionEnv::FailWrites(int err, std::string path_substr) {
-  return AddFault(FaultRule{.ops = kFaultWrite, .path_substr = std::move(path_substr), .err = err ? err : EIO});
+  return AddFault(
+      FaultRule{.ops = kFaultWrite, .path_substr = std::move(path_substr), .err = err ? err : EIO});
 }
 
 int FaultInjectionEnv::FailReads(int err, std::string path_substr) {
-  return AddFault(FaultRule{.ops = kFaultRead, .path_substr = std::move(path_substr), .err = err ? err : EIO});
+  return AddFault(
+      FaultRule{.ops = kFaultRead, .path_substr = std::move(path_substr), .err = err ? err : EIO});
 }
 
 int FaultInjectionEnv::FailSyncs(int err, std::string path_substr) {
-  return AddFault(FaultRule{.ops = kFaultSync, .path_substr = std::move(path_substr), .err = err ? err : EIO});
+  return AddFault(
+      FaultRule{.ops = kFaultSync, .path_substr = std::move(path_substr), .err = err ? err : EIO});
 }
 
 int FaultInjectionEnv::FailMetadata(int err, std::string path_substr) {
@@ -191,7 +194,8 @@ int FaultInjectionEnv::Hang(std::chrono::nanoseconds d, uint32_t ops, std::strin
 }
 
 int FaultInjectionEnv::Disappear(std::string path_substr, int err) {
-  return AddFault(FaultRule{.ops = kFaultAll, .path_substr = std::move(path_substr), .err = err ? err : ENOENT});
+  return AddFault(
+      FaultRule{.ops = kFaultAll, .path_substr = std::move(path_substr), .err = err ? err : ENOENT});
 }
 
 FaultInjectionEnv::Injection FaultInjectionEnv::Check(uint32_t op, const std::string& path,
@@ -228,7 +232,8 @@ FaultInjectionEnv::Injection FaultInjectionEnv::Check(uint32_t op, const std::st
 
 Status FaultInjectionEnv::Inject(const Injection& inj, const char* what, const std::string& path) const {
   int err = inj.err ? inj.err : EIO;
-  return Status::FromErrno(err, std::string("injected fault (") + std::strerror(err) + "): " + what + " " + path);
+  return Status::FromErrno(err,
+                           std::string("injected fault (") + std::strerror(err) + "): " + what + " " + path);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -338,7 +343,8 @@ void FaultInjectionEnv::ResetState() {
 // ---------------------------------------------------------------------------------------------------
 // Env
 
-Result<std::unique_ptr<BackingFile>> FaultInjectionEnv::Open(const std::string& path, const OpenOptions& opts) {
+Result<std::unique_ptr<BackingFile>> FaultInjectionEnv::Open(const std::string& path,
+                                                             const OpenOptions& opts) {
   counters_.open.fetch_add(1, std::memory_order_relaxed);
   if (opts.create) counters_.create.fetch_add(1, std::memory_order_relaxed);
   auto inj = Check(kFaultOpen, path);

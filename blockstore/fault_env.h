@@ -14,7 +14,8 @@
 // ClearFaults()/RemoveFault()/ResetState() and the destructor wake hung operations at once.
 //
 // Counting: counters() are this Env's own: every call that reaches this Env is counted once, including
-// calls that fail by injection (the base Env counts only what reaches it). close = a BackingFile destroyed.
+// calls that fail by injection (the base Env counts only what reaches it). close = a BackingFile destroyed;
+// StatFs and BackingFile::Size count as stat; write counts WriteOps, write_batches counts Write calls.
 //
 // Crash model (DropUnsyncedData), for files written through this Env (opened with write=true):
 //  * Data: files are append-only. Per path the Env tracks the length at the last successful Sync()
@@ -72,13 +73,13 @@ enum FaultOp : uint32_t {
 };
 
 struct FaultRule {
-  uint32_t ops = kFaultAll;        // FaultOp mask
-  std::string path_substr;         // empty = every path; Rename matches if either path contains it
-  int err = EIO;                   // errno to fail with (ENOSPC -> Status::NoSpace); 0 = do not fail
+  uint32_t ops = kFaultAll;           // FaultOp mask
+  std::string path_substr;            // empty = every path; Rename matches if either path contains it
+  int err = EIO;                      // errno to fail with (ENOSPC -> Status::NoSpace); 0 = do not fail
   std::chrono::nanoseconds delay{0};  // sleep before the operation (a hung request)
-  uint64_t skip = 0;               // let this many matching operations through first
+  uint64_t skip = 0;                  // let this many matching operations through first
   uint64_t times = std::numeric_limits<uint64_t>::max();  // fire at most this many times
-  size_t short_bytes = 0;          // writes only: bytes written before failing (0 = write nothing)
+  size_t short_bytes = 0;  // writes only: bytes written before failing (0 = write nothing)
 };
 
 class FaultInjectionEnv : public Env {
@@ -162,8 +163,8 @@ class FaultInjectionEnv : public Env {
   };
   struct PendingRename {
     std::string from, to;
-    bool had_old_to = false;          // `to` existed before the rename
-    bool old_to_restorable = false;   // its content is in old_to_content
+    bool had_old_to = false;         // `to` existed before the rename
+    bool old_to_restorable = false;  // its content is in old_to_content
     std::string old_to_content;
   };
 

@@ -52,7 +52,8 @@ bool ParseTwoIds(std::string_view name, std::string_view prefix, std::string_vie
   name.remove_prefix(prefix.size());
   if (name[kIdDigits] != '-') return false;
   uint64_t x, y;
-  if (!ParseId(name.substr(0, kIdDigits), &x) || !ParseId(name.substr(kIdDigits + 1, kIdDigits), &y)) return false;
+  if (!ParseId(name.substr(0, kIdDigits), &x) || !ParseId(name.substr(kIdDigits + 1, kIdDigits), &y))
+    return false;
   *a = x;
   *b = y;
   return true;
@@ -64,7 +65,8 @@ bool ParseTwoIds(std::string_view name, std::string_view prefix, std::string_vie
 bool ParseGenerationLenient(std::string_view name, std::string_view prefix, std::string_view suffix,
                             uint64_t* gen) {
   if (name.size() < prefix.size() + suffix.size() + 3) return false;
-  if (name.substr(0, prefix.size()) != prefix || name.substr(name.size() - suffix.size()) != suffix) return false;
+  if (name.substr(0, prefix.size()) != prefix || name.substr(name.size() - suffix.size()) != suffix)
+    return false;
   name = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
   auto dash = name.find('-');
   if (dash == std::string_view::npos || dash == 0 || dash > kIdDigits) return false;
@@ -178,7 +180,8 @@ std::string SnapshotFileName(uint64_t generation, uint64_t n) {
 std::string SegmentFilePath(std::string_view backing, const SegmentId& id) {
   return Join(SegmentDirPath(backing, id.node), SegmentFileName(id.generation, id.seq));
 }
-std::string JournalFilePath(std::string_view backing, std::string_view node, uint64_t generation, uint64_t n) {
+std::string JournalFilePath(std::string_view backing, std::string_view node, uint64_t generation,
+                            uint64_t n) {
   return Join(NodeDirPath(backing, node), JournalFileName(generation, n));
 }
 std::string SnapshotFilePath(std::string_view backing, std::string_view node, uint64_t generation,
@@ -214,7 +217,8 @@ Status ValidateNodeId(std::string_view node) {
 // ---- FORMAT ----------------------------------------------------------------------------------------
 
 std::string FormatInfo::Serialize() const {
-  return "kvfs-format\nversion=" + std::to_string(version) + "\nalignment=" + std::to_string(alignment) + "\n";
+  return "kvfs-format\nversion=" + std::to_string(version) + "\nalignment=" + std::to_string(alignment) +
+         "\n";
 }
 
 Result<FormatInfo> FormatInfo::Parse(std::string_view text) {
@@ -235,7 +239,8 @@ Status CheckBackingDir(Env* env, const std::string& backing) {
     if (st.status().IsNotFound() || st.status().ToErrno() == ENOTDIR) {
       return Status::InvalidArgument("backing directory " + backing + " does not exist");
     }
-    return Status::IOError("backing directory " + backing + ": " + st.status().ToString(), st.status().ToErrno());
+    return Status::IOError("backing directory " + backing + ": " + st.status().ToString(),
+                           st.status().ToErrno());
   }
   if (!st->is_dir) return Status::InvalidArgument("backing path " + backing + " is not a directory");
   return Status::OK();
@@ -279,7 +284,8 @@ Result<FormatInfo> EnsureFormat(Env* env, const std::string& backing) {
   if (!parsed.ok()) return Status::Corruption(path + ": " + parsed.status().message());
   if (parsed->version > kFormatVersion) {
     return Status::InvalidArgument("backing store format v" + std::to_string(parsed->version) +
-                                   " is newer than this kvfs (v" + std::to_string(kFormatVersion) + "): " + path);
+                                   " is newer than this kvfs (v" + std::to_string(kFormatVersion) +
+                                   "): " + path);
   }
   if (parsed->version == 0) return Status::Corruption(path + ": format version 0");
   if (parsed->alignment != kAlignment) {
@@ -319,7 +325,8 @@ HostIdentity HostIdentity::Current() {
 std::string OwnerRecord::Serialize() const {
   return "host=" + owner.host + "\nboot_id=" + owner.boot_id + "\npid=" + std::to_string(owner.pid) +
          "\npid_start=" + std::to_string(owner.pid_start) + "\ngeneration=" + std::to_string(generation) +
-         "\nacquired_ns=" + std::to_string(acquired_ns) + "\nstate=" + (released ? "released" : "active") + "\n";
+         "\nacquired_ns=" + std::to_string(acquired_ns) + "\nstate=" + (released ? "released" : "active") +
+         "\n";
 }
 
 Result<OwnerRecord> OwnerRecord::Parse(std::string_view text) {
@@ -461,9 +468,11 @@ Result<std::unique_ptr<NodeDir>> NodeDir::Acquire(NodeDirOptions opts) {
 
   // The takeover rule.
   std::string reason;
-  const int64_t timeout_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(opts.heartbeat_timeout).count();
+  const int64_t timeout_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(opts.heartbeat_timeout).count();
   const bool hb_stale = !hb_age_ns || *hb_age_ns > timeout_ns;
-  const std::string hb_desc = hb_age_ns ? "heartbeat " + FormatAge(*hb_age_ns) + " old" : "no readable heartbeat";
+  const std::string hb_desc =
+      hb_age_ns ? "heartbeat " + FormatAge(*hb_age_ns) + " old" : "no readable heartbeat";
   if (!prev && !owner_unreadable) {
     reason = "fresh";
   } else if (prev && prev->released) {
@@ -530,8 +539,12 @@ std::string NodeDir::seg_dir() const { return SegmentDirPath(backing_, node_); }
 std::string NodeDir::SegmentPath(uint64_t seq) const {
   return SegmentFilePath(backing_, SegmentId{node_, generation_, seq});
 }
-std::string NodeDir::JournalPath(uint64_t n) const { return JournalFilePath(backing_, node_, generation_, n); }
-std::string NodeDir::SnapshotPath(uint64_t n) const { return SnapshotFilePath(backing_, node_, generation_, n); }
+std::string NodeDir::JournalPath(uint64_t n) const {
+  return JournalFilePath(backing_, node_, generation_, n);
+}
+std::string NodeDir::SnapshotPath(uint64_t n) const {
+  return SnapshotFilePath(backing_, node_, generation_, n);
+}
 
 Status NodeDir::WriteHeartbeat() {
   HeartbeatRecord hb;
@@ -550,8 +563,8 @@ Status NodeDir::CheckOwnership() {
   auto cur = OwnerRecord::Parse(text);
   if (!cur.ok()) return cur.status();
   const auto& o = cur->owner;
-  if (cur->generation != generation_ || o.host != self_record_.owner.host || o.pid != self_record_.owner.pid ||
-      o.boot_id != self_record_.owner.boot_id) {
+  if (cur->generation != generation_ || o.host != self_record_.owner.host ||
+      o.pid != self_record_.owner.pid || o.boot_id != self_record_.owner.boot_id) {
     lost_.store(true);
     return Status::Busy("node directory " + dir_ + " was taken over by host=" + o.host +
                         " pid=" + std::to_string(o.pid) + " generation=" + std::to_string(cur->generation) +

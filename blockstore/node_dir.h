@@ -7,7 +7,8 @@
 //   <backing>/.kvfs/v1/nodes/<node>/journal-<gen>-<n>         <gen>, <n>: 20-digit zero-padded decimal
 //   <backing>/.kvfs/v1/nodes/<node>/snapshot-<gen>-<n>
 //   <backing>/.kvfs/v1/nodes/<node>/peers
-//   <backing>/.kvfs/v1/nodes/<node>/seg/<gen>-<seq>.kseg      e.g. 00000000000000000003-00000000000000000001.kseg
+//   <backing>/.kvfs/v1/nodes/<node>/seg/<gen>-<seq>.kseg      e.g.
+//   00000000000000000003-00000000000000000001.kseg
 //
 // Zero padding makes lexicographic order = numeric order (a sorted listing is in (gen, seq) order).
 // Bump kFormatVersion (and the directory name v1 only for a layout change) if any of this changes.
@@ -73,7 +74,8 @@ std::string JournalFileName(uint64_t generation, uint64_t n);    // "journal-<ge
 std::string SnapshotFileName(uint64_t generation, uint64_t n);   // "snapshot-<gen20>-<n20>"
 std::string SegmentFilePath(std::string_view backing, const SegmentId& id);
 std::string JournalFilePath(std::string_view backing, std::string_view node, uint64_t generation, uint64_t n);
-std::string SnapshotFilePath(std::string_view backing, std::string_view node, uint64_t generation, uint64_t n);
+std::string SnapshotFilePath(std::string_view backing, std::string_view node, uint64_t generation,
+                             uint64_t n);
 
 // Strict parsers (exactly 20 digits each); false for anything else (e.g. "x.kseg.tmp").
 bool ParseSegmentFileName(std::string_view name, uint64_t* generation, uint64_t* seq);
@@ -144,8 +146,8 @@ class Heartbeat {
   ~Heartbeat();
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
-  void Start();  // idempotent
-  void Stop();   // idempotent
+  void Start();                                           // idempotent
+  void Stop();                                            // idempotent
   uint64_t beats() const { return beats_.load(); }        // calls of beat()
   uint64_t failures() const { return failures_.load(); }  // calls that returned non-OK
   Status last_status() const;

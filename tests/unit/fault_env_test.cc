@@ -139,7 +139,7 @@ TEST_F(FaultEnvTest, NthWriteIsShortThenFails) {
   Status s = f->Write(std::span<const WriteOp>(ops, 2));
   EXPECT_TRUE(s.IsIOError()) << s.ToString();
   EXPECT_NE(s.message().find("short write"), std::string::npos);
-  EXPECT_EQ(Contents("seg"), "firstABC");  // exactly short_bytes of the batch landed
+  EXPECT_EQ(Contents("seg"), "firstABC");                        // exactly short_bytes of the batch landed
   ASSERT_TRUE(f->Write(std::span<const WriteOp>(ops, 2)).ok());  // fires once
   EXPECT_EQ(Contents("seg"), "firstABCDEFGHIJ");
 

@@ -83,7 +83,8 @@ TEST(NodeDirNamesTest, SegmentAndJournalNamesRoundTrip) {
   EXPECT_FALSE(ParseSegmentFileName("99999999999999999999-00000000000000000001.kseg", &g, &s));  // > 2^64
   EXPECT_EQ(SegmentFilePath("/b", SegmentId{"n1", 3, 1}),
             "/b/.kvfs/v1/nodes/n1/seg/00000000000000000003-00000000000000000001.kseg");
-  EXPECT_EQ(JournalFilePath("/b/", "n1", 2, 1), "/b/.kvfs/v1/nodes/n1/journal-00000000000000000002-00000000000000000001");
+  EXPECT_EQ(JournalFilePath("/b/", "n1", 2, 1),
+            "/b/.kvfs/v1/nodes/n1/journal-00000000000000000002-00000000000000000001");
   EXPECT_TRUE(ValidateNodeId("gpu-node_07.a").ok());
   EXPECT_TRUE(ValidateNodeId("a/b").IsInvalidArgument());
   EXPECT_TRUE(ValidateNodeId("..").IsInvalidArgument());
@@ -109,7 +110,8 @@ TEST_F(NodeDirTest, FreshTakeoverIsGenerationOne) {
   ASSERT_TRUE(hb.ok());
   EXPECT_LT(WallClockNs() - hb->time_ns, 10'000'000'000);
   EXPECT_TRUE(std::filesystem::is_directory((*nd)->seg_dir()));
-  EXPECT_EQ((*nd)->SegmentPath(1), dir_ + "/.kvfs/v1/nodes/n1/seg/00000000000000000001-00000000000000000001.kseg");
+  EXPECT_EQ((*nd)->SegmentPath(1),
+            dir_ + "/.kvfs/v1/nodes/n1/seg/00000000000000000001-00000000000000000001.kseg");
   EXPECT_FALSE(std::filesystem::exists(OwnerFilePath(dir_, "n1") + ".tmp"));
 }
 
@@ -227,7 +229,8 @@ TEST_F(NodeDirTest, NewerFormatIsRefused) {
   auto nd = NodeDir::Acquire(Opts());
   ASSERT_FALSE(nd.ok());
   EXPECT_TRUE(nd.status().IsInvalidArgument());
-  EXPECT_NE(nd.status().message().find("backing store format v2 is newer than this kvfs (v1)"), std::string::npos)
+  EXPECT_NE(nd.status().message().find("backing store format v2 is newer than this kvfs (v1)"),
+            std::string::npos)
       << nd.status().message();
   Put(FormatFilePath(dir_), "garbage");
   EXPECT_TRUE(NodeDir::Acquire(Opts()).status().IsCorruption());
