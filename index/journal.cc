@@ -327,11 +327,16 @@ Result<std::pair<const char*, size_t>> JournalReader::Block(uint64_t b) {
   }
   if (buf_ == nullptr) return Status::IOError("journal reader: out of memory", ENOMEM);
   size_t got = 0;
-  KVFS_RETURN_IF_ERROR(file_->Read(b * B, buf_cap_, buf_, &got));
+  const uint64_t off = b * B;
+  const size_t want = opts_.limit <= off ? 0 : static_cast<size_t>(std::min<uint64_t>(buf_cap_, opts_.limit - off));
+  // With O_DIRECT the read length must stay aligned: read the whole window, then clamp to the limit.
+  if (want > 0) KVFS_RETURN_IF_ERROR(file_->Read(off, buf_cap_, buf_, &got));
+  const bool hit_eof = got < buf_cap_;
+  got = std::min(got, want);
   win_valid_ = true;
   win_block_ = b;
   win_len_ = got;
-  win_eof_ = got < buf_cap_;
+  win_eof_ = hit_eof || got < buf_cap_;
   if (win_eof_) report_.file_size = b * B + got;
   if (got == 0) return std::pair<const char*, size_t>(nullptr, 0);
   return std::pair<const char*, size_t>(buf_, std::min<size_t>(B, got));

@@ -157,6 +157,9 @@ struct JournalReaderOptions {
   size_t readahead = 32 * kJournalBlockSize;  // bytes per read (a multiple of the block size)
   // If non-empty, the header's node must equal it (else Corruption).
   std::string expect_node;
+  // Bytes at or beyond this offset are ignored, as if the file ended there: pass the offset of a CUT
+  // {file, offset} that applies to this file, so every reader agrees on what the cut file holds.
+  uint64_t limit = UINT64_MAX;
 };
 
 enum class JournalEnd : uint8_t {

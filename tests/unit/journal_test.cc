@@ -294,6 +294,25 @@ TEST_F(JournalFileTest, TruncatedAtRandomOffsets) {
   }
 }
 
+// Honouring a CUT: a reader limited to offset c of the whole file sees what a file cut at c holds.
+TEST_F(JournalFileTest, LimitActsLikeACut) {
+  const Written w = WriteRandom(200, 13);
+  std::mt19937_64 rng(14);
+  for (int i = 0; i < 40; i++) {
+    const uint64_t c = i % 2 ? w.ends[rng() % w.ends.size()].offset : rng() % (w.ends.back().offset + 1);
+    JournalReaderOptions o;
+    o.limit = c;
+    std::vector<std::pair<JournalEntry, JournalPosition>> got;
+    JournalReadReport rep;
+    ASSERT_TRUE(ReadJournalFile(Env::Posix(), Path(), o, &got, &rep).ok());
+    size_t expect = 0;
+    while (expect < w.ends.size() && w.ends[expect].offset <= c) expect++;
+    ASSERT_EQ(got.size(), expect) << c;
+    EXPECT_EQ(rep.file_size, c);
+    if (i % 2) EXPECT_EQ(rep.end, JournalEnd::kClean);
+  }
+}
+
 // Damage inside block k loses exactly the entries with a fragment in block k at or after the damaged
 // fragment (including entries spanning into or out of block k); everything else is read.
 TEST_F(JournalFileTest, DamagedBlockLosesOnlyItsEntries) {
