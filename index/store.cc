@@ -459,8 +459,14 @@ Status StoreImpl::Close() {
 // Group commit
 
 void StoreImpl::EnqueueLocked(JournalEntry e) {
-  std::lock_guard<std::mutex> l(gc_mu_);
-  pending_.push_back(std::move(e));
+  bool first;
+  {
+    std::lock_guard<std::mutex> l(gc_mu_);
+    first = pending_.empty();
+    pending_.push_back(std::move(e));
+  }
+  // The first entry of a group starts the group-commit interval; later ones just join it.
+  if (first) gc_cv_.notify_one();
 }
 
 void StoreImpl::GroupCommitLoop() {
