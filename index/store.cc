@@ -342,7 +342,10 @@ Status StoreImpl::Init() {
 
   {
     std::lock_guard<std::mutex> l(ns_mu_);
-    for (auto& cut : startup_cuts_) EnqueueLocked(std::move(cut));
+    for (auto& cut : startup_cuts_) {
+      cut.stamp = hlc_.Now();
+      EnqueueLocked(std::move(cut));
+    }
     startup_cuts_.clear();
   }
   gc_thread_ = std::thread([this] { GroupCommitLoop(); });
@@ -364,17 +367,42 @@ Status StoreImpl::Rebuild() {
   return Status::OK();
 }
 
-// Replays every journal file of `node` in (generation, number) order into the index. A torn tail of one
-// of this node's own files (a crash) yields a CUT entry in *cuts, journaled by the new generation.
+// Replays every journal file of `node` in (generation, number) order into the index. CUT entries (which
+// a takeover writes as the first entries of its generation's first journal file) limit the files they
+// name, so bytes behind a cut are never applied even if they become readable later. A torn tail of one
+// of this node's own files that no CUT covers yet yields a CUT entry in *cuts, journaled by the new
+// generation.
 Status StoreImpl::ReplayNode(const std::string& node, std::vector<JournalEntry>* cuts) {
   std::vector<JournalFile> files;
   Status s = ListJournalFiles(env_, NodeDirPath(opts_.backing_dir, node), &files);
   if (s.IsNotFound()) return Status::OK();
   KVFS_RETURN_IF_ERROR(s);
+
+  // Pre-pass: the CUTs at the head of each generation's first file.
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> cut_at;  // (generation, number) -> valid bytes
+  for (const auto& f : files) {
+    if (f.number != 0) continue;
+    auto reader = JournalReader::Open(env_, f.path, 0, JournalReaderOptions{});
+    if (!reader.ok()) continue;
+    JournalEntry e;
+    JournalPosition end;
+    for (;;) {
+      auto more = (*reader)->Next(&e, &end);
+      if (!more.ok() || !*more || e.op != JournalOp::kCut) break;
+      if (e.cut_file.kind == FileRef::Kind::kJournal && e.cut_file.node == node) {
+        auto key = std::make_pair(e.cut_file.generation, e.cut_file.number);
+        auto it = cut_at.find(key);
+        cut_at[key] = it == cut_at.end() ? e.cut_offset : std::min(it->second, e.cut_offset);
+      }
+    }
+  }
+
   uint64_t max_stamp = 0;
   for (const auto& f : files) {
     JournalReaderOptions ro;
     ro.skip_damage = true;
+    auto cut = cut_at.find({f.generation, f.number});
+    if (cut != cut_at.end()) ro.limit = cut->second;
     auto reader = JournalReader::Open(env_, f.path, 0, ro);
     if (!reader.ok()) {
       spdlog::error("kvfs: journal {} unreadable: {}", f.path, reader.status().ToString());
@@ -409,7 +437,7 @@ Status StoreImpl::ReplayNode(const std::string& node, std::vector<JournalEntry>*
       spdlog::error("kvfs: journal {}: {} damaged region(s), {} bytes skipped", f.path, rep.corrupt_regions,
                     rep.corrupt_bytes);
     }
-    if (rep.end == JournalEnd::kTorn && node == opts_.node_id) {
+    if (rep.end == JournalEnd::kTorn && node == opts_.node_id && cut == cut_at.end()) {
       spdlog::warn("kvfs: journal {}: torn tail of {} bytes at offset {}; cutting", f.path, rep.tail_bytes,
                    rep.valid_end.offset);
       FileRef ref;

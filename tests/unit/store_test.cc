@@ -15,6 +15,7 @@
 
 #include "blockstore/fault_env.h"
 #include "index/index_db.h"
+#include "index/journal.h"
 
 namespace kvfs {
 namespace {
@@ -279,6 +280,49 @@ TEST_F(StoreTest, GroupCommitMakesFilesDurableWithoutSync) {
   ASSERT_TRUE(env.DropUnsyncedData().ok());
   OpenStore(&env);
   EXPECT_TRUE(ReadAll(kRootIno, "quiet") == Pattern(20000, 9));
+}
+
+// A torn journal tail (a crash mid-append) is cut logically with one CUT entry, never truncated, and the
+// cut is not repeated by later restarts.
+TEST_F(StoreTest, TornJournalTailIsCutOnce) {
+  OpenStore();
+  WriteFile(kRootIno, "before", Pattern(5000, 1));
+  ASSERT_TRUE(store_->Sync().ok());
+  store_.reset();  // crash
+  const std::string node_dir = backing_ + "/.kvfs/v1/nodes/node-a";
+  std::vector<JournalFile> files;
+  ASSERT_TRUE(ListJournalFiles(Env::Posix(), node_dir, &files).ok());
+  ASSERT_FALSE(files.empty());
+  const std::string torn = files.back().path;
+  const auto size_before = fs::file_size(torn);
+  {
+    FILE* f = fopen(torn.c_str(), "a");
+    fputs("\x01\x02partial-fragment", f);  // a torn fragment header + payload
+    fclose(f);
+  }
+  for (int restart = 0; restart < 3; ++restart) {
+    OpenStore();
+    EXPECT_TRUE(ReadAll(kRootIno, "before") == Pattern(5000, 1));
+    ASSERT_TRUE(store_->Close().ok());
+    store_.reset();
+    fs::remove_all(index_);  // force a rebuild each time
+  }
+  EXPECT_GT(fs::file_size(torn), size_before);  // nothing was truncated
+  ASSERT_TRUE(ListJournalFiles(Env::Posix(), node_dir, &files).ok());
+  int cuts = 0;
+  for (const auto& f : files) {
+    std::vector<std::pair<JournalEntry, JournalPosition>> entries;
+    JournalReadReport rep;
+    ASSERT_TRUE(ReadJournalFile(Env::Posix(), f.path, JournalReaderOptions{}, &entries, &rep).ok());
+    for (const auto& [e, pos] : entries) {
+      if (e.op == JournalOp::kCut) {
+        ++cuts;
+        EXPECT_EQ(e.cut_offset, size_before);
+        EXPECT_NE(e.stamp, 0u);
+      }
+    }
+  }
+  EXPECT_EQ(cuts, 1);
 }
 
 TEST_F(StoreTest, BadBackingDirectoryIsAClearError) {
