@@ -8,26 +8,26 @@ cd "$(dirname "$0")/.."
 top=$PWD
 jobs=$(nproc)
 
-build() {  # build DIR [cmake args...]
-  local dir=$1; shift
+build() {  # build DIR TARGET|all [cmake args...]
+  local dir=$1 target=$2; shift 2
   cmake -S "$top" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
-  cmake --build "$dir" -j"$jobs"
+  cmake --build "$dir" -j"$jobs" --target "$target"
 }
 
 case "${1:-}" in
   demo)
     packaging/install-deps.sh
-    build build -DKVFS_BUILD_TESTS=OFF
+    build build all -DKVFS_BUILD_TESTS=OFF
     exec tools/demo.sh build
     ;;
   test)
     packaging/install-deps.sh
-    build build
-    build build-asan -DKVFS_SANITIZE=ON -DKVFS_BUILD_BENCHMARKS=OFF
+    build build all
+    build build-asan kvfs_unit_tests -DKVFS_SANITIZE=ON -DKVFS_BUILD_BENCHMARKS=OFF
     echo "== unit tests (ASan/UBSan) =="
     (cd build-asan && ctest -L unit --output-on-failure -j"$jobs" --timeout 600)
     echo "== all tests =="
-    (cd build && ctest --output-on-failure --timeout 900)
+    (cd build && ctest --output-on-failure --timeout 900 -j2)
     ;;
   *)
     echo "usage: tools/dev.sh demo|test" >&2
