@@ -205,7 +205,25 @@ class StoreImpl final : public Store {
                 uint64_t* backing_avail) override;
   StoreStats GetStats() override;
 
+  void SetChangeListener(std::function<void(const PeerChanges&)> fn) override {
+    std::lock_guard<std::mutex> l(listener_mu_);
+    listener_ = std::move(fn);
+  }
+  Status RefreshPeers() override;
+  void RequestPeerRefresh() override;
+
  private:
+  // Per-peer tailing state (peer thread only, or RefreshPeers under peer_mu_).
+  struct PeerState {
+    bool have_position = false;
+    JournalPosition position;  // end of the last applied entry
+    uint32_t idle_polls = 0;
+    std::chrono::steady_clock::time_point next_poll{};
+  };
+  void PeerLoop();
+  // Reads and applies whatever is new in node's journals. *changed = entries applied.
+  Status PollPeer(const std::string& node, PeerState* st, uint64_t* changed);
+
   // Queues a journal entry for the next group commit. Requires ns_mu_ (journal order = index order).
   void EnqueueLocked(JournalEntry e);
   void GroupCommitLoop();
@@ -258,6 +276,18 @@ class StoreImpl final : public Store {
   };
   std::mutex flights_mu_;
   std::map<std::string, std::shared_ptr<Flight>> flights_;
+
+  // Peer tailing.
+  std::mutex peer_mu_;  // serializes polls (peer thread vs RefreshPeers); guards peers_
+  std::map<std::string, PeerState> peers_;
+  std::mutex listener_mu_;
+  std::function<void(const PeerChanges&)> listener_;
+  std::mutex peer_wake_mu_;
+  std::condition_variable peer_cv_;
+  bool peer_wake_ = false, peer_stop_ = false;
+  std::chrono::steady_clock::time_point last_early_poll_{};
+  std::thread peer_thread_;
+  std::atomic<uint64_t> peer_entries_applied_{0}, peer_polls_{0};
 
   std::atomic<uint64_t> records_written_{0}, journal_entries_{0}, group_commits_{0}, checksum_failures_{0};
   std::atomic<uint64_t> cache_hits_{0}, cache_misses_{0};
@@ -350,6 +380,18 @@ Status StoreImpl::Init() {
   }
   gc_thread_ = std::thread([this] { GroupCommitLoop(); });
   node_dir_->StartHeartbeat(std::chrono::milliseconds(5000));
+  // Resume tailing each peer where the index says it stopped (rebuild or previous mount).
+  for (const auto& [node, pos] : index_->GetAppliedPositions()) {
+    if (node == opts_.node_id) continue;
+    PeerState st;
+    unsigned long long g = 0, n = 0, off = 0;
+    if (sscanf(pos.c_str(), "%llu-%llu@%llu", &g, &n, &off) == 3) {
+      st.have_position = true;
+      st.position = JournalPosition{g, n, off};
+    }
+    peers_[node] = st;
+  }
+  if (opts_.peer_poll_ms > 0) peer_thread_ = std::thread([this] { PeerLoop(); });
   // Make the fresh journal file, the CUTs and the directory entries durable before serving.
   return Sync();
 }
@@ -454,6 +496,12 @@ Status StoreImpl::ReplayNode(const std::string& node, std::vector<JournalEntry>*
 
 void StoreImpl::StopThreads() {
   if (node_dir_) node_dir_->StopHeartbeat();
+  {
+    std::lock_guard<std::mutex> l(peer_wake_mu_);
+    peer_stop_ = true;
+  }
+  peer_cv_.notify_all();
+  if (peer_thread_.joinable()) peer_thread_.join();
   {
     std::lock_guard<std::mutex> l(gc_mu_);
     stop_ = true;
@@ -757,7 +805,12 @@ Status StoreImpl::Read(const Location& loc, uint64_t offset, size_t len, char* b
   if (leader) {
     auto v = LoadValue(loc);
     if (!v.ok() && v.status().IsCorruption()) {
-      // Retry once (the damage may be a transient read fault), then report EIO.
+      // Retry once through a fresh descriptor (the damage may be a transient read fault, or a peer's
+      // segment whose growth this descriptor's cache does not show yet), then report EIO.
+      {
+        std::lock_guard<std::mutex> l(files_mu_);
+        files_.erase(loc.segment);
+      }
       v = LoadValue(loc);
     }
     if (v.ok()) cache_.Insert(key, *v);
@@ -784,6 +837,154 @@ Status StoreImpl::Read(const Location& loc, uint64_t offset, size_t len, char* b
   memcpy(buf, flight->value->data() + offset, n);
   *got = n;
   return Status::OK();
+}
+
+
+// ---------------------------------------------------------------------------------------------------
+// Peers (DESIGN §5): tail every other node's journal and apply it to the index.
+
+Status StoreImpl::PollPeer(const std::string& node, PeerState* st, uint64_t* changed) {
+  *changed = 0;
+  peer_polls_++;
+  std::vector<JournalFile> files;
+  Status s = ListJournalFiles(env_, NodeDirPath(opts_.backing_dir, node), &files);
+  if (s.IsNotFound()) return Status::OK();
+  KVFS_RETURN_IF_ERROR(s);
+  for (const auto& f : files) {
+    uint64_t start = 0;
+    if (st->have_position) {
+      const auto key = std::make_pair(f.generation, f.number);
+      const auto at = std::make_pair(st->position.generation, st->position.file_number);
+      if (key < at) continue;  // fully applied before
+      if (key == at) start = st->position.offset;
+    }
+    JournalReaderOptions ro;
+    // A short or bad tail in a peer's file means "not yet" (the writer is still appending, or NFS has
+    // not shown us its bytes): stop there and retry at the next poll, never cut.
+    ro.skip_damage = false;
+    ro.direct = opts_.peer_direct_io;
+    ro.expect_node = node;
+    auto reader = JournalReader::Open(env_, f.path, start, ro);
+    if (!reader.ok()) return reader.status();
+    std::vector<ApplyOp> ops;
+    JournalPosition last = st->have_position ? st->position : JournalPosition{f.generation, f.number, start};
+    JournalEntry e;
+    JournalPosition end;
+    PeerChanges out;
+    auto apply = [&]() -> Status {
+      if (ops.empty()) return Status::OK();
+      Result<ApplyResult> r = Status::OK();
+      {
+        std::lock_guard<std::mutex> l(ns_mu_);
+        r = index_->ApplyBatch(ops, node, last.ToString());
+      }
+      if (!r.ok()) return r.status();
+      *changed += ops.size();
+      peer_entries_applied_ += ops.size();
+      ops.clear();
+      for (auto& c : r->changed) out.names.push_back(PeerChanges::Name{c.parent, std::move(c.name), c.old_ino});
+      for (uint64_t ino : r->attr_changed) out.inodes.push_back(ino);
+      st->have_position = true;
+      st->position = last;
+      return Status::OK();
+    };
+    bool stop = false;
+    for (;;) {
+      auto more = (*reader)->Next(&e, &end);
+      if (!more.ok()) {
+        spdlog::warn("kvfs: peer {} journal {}: {}", node, f.path, more.status().ToString());
+        stop = true;
+        break;
+      }
+      if (!*more) break;
+      if (!hlc_.Update(e.stamp).ok()) {
+        spdlog::warn("kvfs: peer {} entry stamp {} is too far in the future; applied without advancing the clock",
+                     node, e.stamp);
+      }
+      ApplyOp op;
+      if (ToApplyOp(e, &op)) ops.push_back(std::move(op));
+      last = end;
+      if (ops.size() >= kRebuildBatch) KVFS_RETURN_IF_ERROR(apply());
+    }
+    KVFS_RETURN_IF_ERROR(apply());
+    if (!st->have_position || st->position < last) {
+      // Entries that apply nothing (CUT) still move the position.
+      st->have_position = true;
+      st->position = last;
+    }
+    if (!out.names.empty() || !out.inodes.empty()) {
+      std::function<void(const PeerChanges&)> fn;
+      {
+        std::lock_guard<std::mutex> l(listener_mu_);
+        fn = listener_;
+      }
+      if (fn) fn(out);
+    }
+    const auto& rep = (*reader)->report();
+    if (stop || rep.end == JournalEnd::kDamaged || rep.end == JournalEnd::kTorn) break;  // "not yet"
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::RefreshPeers() {
+  auto nodes = ListNodes(env_, opts_.backing_dir);
+  if (!nodes.ok()) return nodes.status();
+  std::lock_guard<std::mutex> l(peer_mu_);
+  Status first;
+  for (const auto& node : *nodes) {
+    if (node == opts_.node_id) continue;
+    uint64_t changed = 0;
+    Status s = PollPeer(node, &peers_[node], &changed);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+void StoreImpl::RequestPeerRefresh() {
+  if (opts_.peer_poll_ms == 0) return;
+  {
+    std::lock_guard<std::mutex> l(peer_wake_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_early_poll_ < std::chrono::milliseconds(std::max<uint32_t>(1, opts_.peer_poll_ms / 4))) return;
+    last_early_poll_ = now;
+    peer_wake_ = true;
+  }
+  peer_cv_.notify_one();
+}
+
+void StoreImpl::PeerLoop() {
+  using clock = std::chrono::steady_clock;
+  const auto interval = std::chrono::milliseconds(opts_.peer_poll_ms);
+  uint64_t rounds = 0;
+  std::vector<std::string> nodes;
+  for (;;) {
+    bool early = false;
+    {
+      std::unique_lock<std::mutex> l(peer_wake_mu_);
+      peer_cv_.wait_for(l, interval, [&] { return peer_stop_ || peer_wake_; });
+      if (peer_stop_) return;
+      early = peer_wake_;
+      peer_wake_ = false;
+    }
+    // New nodes appear rarely: list the nodes directory every 10 rounds (and on an early poll).
+    if (rounds++ % 10 == 0 || early) {
+      auto listed = ListNodes(env_, opts_.backing_dir);
+      if (listed.ok()) nodes = *listed;
+    }
+    std::lock_guard<std::mutex> l(peer_mu_);
+    const auto now = clock::now();
+    for (const auto& node : nodes) {
+      if (node == opts_.node_id) continue;
+      PeerState& st = peers_[node];
+      if (!early && now < st.next_poll) continue;
+      uint64_t changed = 0;
+      Status s = PollPeer(node, &st, &changed);
+      if (!s.ok()) spdlog::warn("kvfs: tailing peer {}: {}", node, s.ToString());
+      // Back off for idle peers (64 idle nodes must not flood the server): 1x, 2x, 4x ... 16x.
+      st.idle_polls = changed ? 0 : std::min<uint32_t>(st.idle_polls + 1, 4);
+      st.next_poll = now + interval * (1u << st.idle_polls) - interval / 2;
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -819,6 +1020,12 @@ StoreStats StoreImpl::GetStats() {
   s.backing_bytes_written = c.bytes_written;
   s.backing_bytes_read = c.bytes_read;
   s.backing_files_created = c.create.load();
+  {
+    std::lock_guard<std::mutex> l(peer_mu_);
+    s.peers = peers_.size();
+  }
+  s.peer_entries_applied = peer_entries_applied_;
+  s.peer_polls = peer_polls_;
   return s;
 }
 

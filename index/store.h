@@ -45,6 +45,9 @@ struct StoreOptions {
   uint32_t group_commit_interval_ms = 20;
   bool direct_io = false;               // O_DIRECT for segment writes
   bool force_takeover = false;          // take over the node directory even if its owner looks alive
+  uint32_t peer_poll_ms = 200;          // how often peers' journals are tailed (0 = never); backs off
+                                        // up to 16x for idle peers
+  bool peer_direct_io = false;          // read peers' journals with O_DIRECT (NFS: see growth at once)
   Env* env = nullptr;                   // default Env::Posix()
 };
 
@@ -84,6 +87,18 @@ struct DirEntry {
   uint64_t cookie = 0;   // stable: pass it back as `after` to continue behind this entry
 };
 
+// What applying peers' journal entries changed, for kernel cache invalidation
+// (fuse_lowlevel_notify_inval_entry for names, fuse_lowlevel_notify_inval_inode for inodes).
+struct PeerChanges {
+  struct Name {
+    uint64_t parent = 0;
+    std::string name;
+    uint64_t old_ino = 0;  // what the name resolved to before (0 = absent)
+  };
+  std::vector<Name> names;
+  std::vector<uint64_t> inodes;  // attributes / xattrs changed in place
+};
+
 struct StoreStats {
   uint64_t files = 0, directories = 0, live_bytes = 0;
   uint64_t segments = 0, segment_bytes = 0;
@@ -92,6 +107,7 @@ struct StoreStats {
   uint64_t checksum_failures = 0;
   uint64_t backing_metadata_ops = 0, backing_syncs = 0, backing_bytes_written = 0, backing_bytes_read = 0;
   uint64_t backing_files_created = 0;
+  uint64_t peers = 0, peer_entries_applied = 0, peer_polls = 0;
 };
 
 class Store {
@@ -154,6 +170,17 @@ class Store {
   virtual Status Read(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) = 0;
   // Durability barrier: returns once everything enqueued before the call is durable on the backing store.
   virtual Status Sync() = 0;
+
+  // ---- peers (DESIGN §5) ----
+  // Called from the peer-tailing thread, with no Store lock held, after entries of other nodes were
+  // applied to the index. Set it before the mount serves requests; it must not call back into
+  // mutating Store methods synchronously for long (queue the work).
+  virtual void SetChangeListener(std::function<void(const PeerChanges&)> fn) = 0;
+  // Tails every peer's journal once, now, and applies what is new (tests; `kvfs` tools).
+  virtual Status RefreshPeers() = 0;
+  // Asks the peer thread for an early poll (a lookup miss may mean a peer just wrote the name).
+  // Rate-limited to one early poll per peer_poll_ms / 4; never blocks.
+  virtual void RequestPeerRefresh() = 0;
 
   // ---- info ----
   // statfs figures: bytes used by live files, bytes the backing file system has free.

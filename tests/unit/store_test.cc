@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -323,6 +325,94 @@ TEST_F(StoreTest, TornJournalTailIsCutOnce) {
     }
   }
   EXPECT_EQ(cuts, 1);
+}
+
+// Two nodes over one backing directory (DESIGN §5): what A commits, B reads after tailing A's journal;
+// renames and unlinks travel both ways; B's listener hears which names changed.
+TEST_F(StoreTest, PeersSeeEachOthersCommits) {
+  StoreOptions oa = Options();
+  oa.peer_poll_ms = 0;  // polls driven by the test
+  auto a = Store::Open(oa);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  StoreOptions ob = oa;
+  ob.node_id = "node-b";
+  ob.index_dir = root_ + "/index-b";
+  auto b = Store::Open(ob);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  std::vector<std::string> heard;
+  (*b)->SetChangeListener([&](const PeerChanges& c) {
+    for (const auto& n : c.names) heard.push_back(n.name);
+  });
+
+  store_ = std::move(*a);
+  auto d = store_->Mkdir(kRootIno, "kv", S_IFDIR | 0755, 0, 0);
+  ASSERT_TRUE(d.ok());
+  auto f = store_->CreateFile(d->attr.ino, "c1.tmp", S_IFREG | 0644, 0, 0, true);
+  ASSERT_TRUE(f.ok());
+  auto loc = store_->WriteRecord(f->attr.ino, {Pattern(147456, 77)});
+  ASSERT_TRUE(loc.ok());
+  Attr attr = f->attr;
+  attr.size = 147456;
+  ASSERT_TRUE(store_->CommitFile(f->attr.ino, *loc, attr).ok());
+  ASSERT_TRUE(store_->Rename(d->attr.ino, "c1.tmp", d->attr.ino, "c1", 0, nullptr).ok());
+  ASSERT_TRUE(store_->Sync().ok());
+
+  ASSERT_TRUE((*b)->RefreshPeers().ok());
+  auto kv = (*b)->Lookup(kRootIno, "kv");
+  ASSERT_TRUE(kv.ok()) << kv.status().ToString();
+  auto c1 = (*b)->Lookup(kv->attr.ino, "c1");
+  ASSERT_TRUE(c1.ok()) << c1.status().ToString();
+  EXPECT_EQ(c1->attr.size, 147456u);
+  EXPECT_TRUE((*b)->Lookup(kv->attr.ino, "c1.tmp").status().IsNotFound());
+  std::string got(147456, '\0');
+  size_t n = 0;
+  ASSERT_TRUE((*b)->Read(c1->location, 0, got.size(), got.data(), &n).ok());
+  EXPECT_EQ(n, got.size());
+  EXPECT_TRUE(got == Pattern(147456, 77));
+  EXPECT_NE(std::find(heard.begin(), heard.end(), "c1"), heard.end());
+
+  // B renames, then unlinks; A sees both.
+  ASSERT_TRUE((*b)->Rename(kv->attr.ino, "c1", kv->attr.ino, "c2", 0, nullptr).ok());
+  ASSERT_TRUE((*b)->Sync().ok());
+  ASSERT_TRUE(store_->RefreshPeers().ok());
+  EXPECT_TRUE(store_->Lookup(d->attr.ino, "c1").status().IsNotFound());
+  auto c2 = store_->Lookup(d->attr.ino, "c2");
+  ASSERT_TRUE(c2.ok()) << c2.status().ToString();
+  EXPECT_EQ(c2->location, *loc);
+  ASSERT_TRUE((*b)->Unlink(kv->attr.ino, "c2", nullptr).ok());
+  ASSERT_TRUE((*b)->Sync().ok());
+  ASSERT_TRUE(store_->RefreshPeers().ok());
+  EXPECT_TRUE(store_->Lookup(d->attr.ino, "c2").status().IsNotFound());
+  // An older PUT cannot resurrect it on either side; polling again changes nothing.
+  ASSERT_TRUE((*b)->RefreshPeers().ok());
+  EXPECT_TRUE((*b)->Lookup(kv->attr.ino, "c2").status().IsNotFound());
+  EXPECT_TRUE((*b)->Close().ok());
+}
+
+TEST_F(StoreTest, PeerThreadAppliesWithinAFewPollIntervals) {
+  StoreOptions oa = Options();
+  oa.peer_poll_ms = 20;
+  auto a = Store::Open(oa);
+  ASSERT_TRUE(a.ok());
+  StoreOptions ob = oa;
+  ob.node_id = "node-b";
+  ob.index_dir = root_ + "/index-b";
+  auto b = Store::Open(ob);
+  ASSERT_TRUE(b.ok());
+  store_ = std::move(*a);
+  WriteFile(kRootIno, "shared", Pattern(4096, 3));
+  ASSERT_TRUE(store_->Sync().ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<Node> seen = Status::NotFound("not yet");
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    seen = (*b)->Lookup(kRootIno, "shared");
+    if (seen.ok()) break;
+    usleep(5000);
+  }
+  ASSERT_TRUE(seen.ok());
+  EXPECT_EQ(seen->attr.size, 4096u);
+  EXPECT_GE((*b)->GetStats().peer_entries_applied, 1u);
+  EXPECT_TRUE((*b)->Close().ok());
 }
 
 TEST_F(StoreTest, BadBackingDirectoryIsAClearError) {
