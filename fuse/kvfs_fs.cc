@@ -86,11 +86,16 @@ void FillStat(const Attr& a, struct stat* st) {
 
 // A staged version of a file's content (DESIGN §4 "Versions").
 struct Version {
-  Version(uint64_t s, bool sh, std::atomic<int64_t>* staged) : seq(s), shadow(sh), staged_bytes(staged) {}
+  Version(uint64_t s, bool hid, bool dio, std::atomic<int64_t>* staged)
+      : seq(s), hidden(hid), direct(dio), staged_bytes(staged) {}
   ~Version() { staged_bytes->fetch_sub(static_cast<int64_t>(data.capacity())); }
 
   const uint64_t seq;   // creation order among this daemon's versions
-  const bool shadow;    // a concurrent O_TRUNC version: invisible until it commits
+  // hidden: not shown to stat/readers/rename until it commits (truncating rewrites of committed files
+  // and concurrent O_TRUNC writers). direct: its handles use direct_io, so its bytes never enter the
+  // inode's page cache, which another version owns (the concurrent O_TRUNC "shadow" case).
+  const bool hidden;
+  const bool direct;
   std::atomic<int64_t>* staged_bytes;
 
   // mu guards data, attr and gen. Writers take it exclusively, readers and flush shared.
@@ -123,9 +128,10 @@ struct Inode {
   std::mutex mu;  // guards the fields below
   bool unlinked = false;             // its name was unlinked or replaced: staged versions are discarded
   std::shared_ptr<Version> primary;  // the staged version that opens join and stat shows
-  std::vector<std::shared_ptr<Version>> writing;  // versions with writers > 0 (primary + shadows)
+  std::vector<std::shared_ptr<Version>> writing;  // versions with writers > 0 (primary + hidden ones)
   uint64_t committed_seq = 0;        // seq of the newest committed version
-  bool contended = false;            // a shadow version existed: page cache may mix versions
+  bool contended = false;            // a hidden version is being written: page cache may mix versions
+  bool hidden_ever = false;          // never keep_cache again: cached pages may belong to a hidden version
   Attr last_attr;                    // last attributes seen (answers fstat of an unlinked file)
 };
 
@@ -279,11 +285,13 @@ struct KvfsFs::Impl {
     *out = n->attr;
     out->ino = ino;
     bool cacheable = S_ISDIR(out->mode) || S_ISLNK(out->mode) || n->committed;
-    *timeout = cacheable ? opts.attr_timeout_s : 0;
     if (in) {
       std::lock_guard<std::mutex> g(in->mu);
       in->last_attr = *out;
+      // A hidden version is being written: its writer's lseek(SEEK_END)/append must ask again.
+      if (!in->writing.empty()) cacheable = false;
     }
+    *timeout = cacheable ? opts.attr_timeout_s : 0;
     return Status::OK();
   }
 
@@ -320,10 +328,10 @@ struct KvfsFs::Impl {
   }
 
   // ---- versions ----
-  std::shared_ptr<Version> NewVersion(bool shadow) {
+  std::shared_ptr<Version> NewVersion(bool hidden, bool direct) {
     staged_versions++;
-    if (shadow) shadows++;
-    return std::make_shared<Version>(next_seq.fetch_add(1), shadow, &staged_bytes);
+    if (hidden) shadows++;
+    return std::make_shared<Version>(next_seq.fetch_add(1), hidden, direct, &staged_bytes);
   }
 
   // Fills v (exclusively owned, not yet shared) with the committed content of ino.
@@ -351,57 +359,88 @@ struct KvfsFs::Impl {
     return Status::OK();
   }
 
-  // A version for a new writable handle of `in` (writers already counted). trunc: O_TRUNC/O_CREAT
-  // semantics (a new empty version) — see docs/semantics.md for the rule with concurrent writers.
+  // A version for a new writable handle of `in` (its writer counted). The rule (docs/semantics.md):
+  //  - without O_TRUNC: join the newest version being written; if none, a copy-on-write *primary*
+  //    version of the committed content (visible: stat and new readers see it, as on a local fs);
+  //  - O_TRUNC while another version of the inode is being written: a *shadow* (hidden + direct_io),
+  //    so two writers of one temp name each produce a whole version and nobody sees a mix;
+  //  - O_TRUNC of a committed file nobody writes: a *replacement* (hidden, page cache): readers and
+  //    stat keep the committed content until the new version commits whole;
+  //  - O_TRUNC of a staged file (created, never committed): a new empty primary version.
   Result<std::shared_ptr<Version>> AcquireWritable(const std::shared_ptr<Inode>& in, bool trunc,
                                                    const fuse_ctx* ctx) {
     std::lock_guard<std::mutex> g(in->mu);
-    auto& p = in->primary;
-    if (p && !trunc) {  // join the newest version (POSIX: handles of one file see each other's writes)
-      p->writers++;
-      if (p->writers == 1) in->writing.push_back(p);
-      return p;
+    // Newest version being written or being committed by its last release (still in `writing`).
+    std::shared_ptr<Version> newest;
+    for (auto& w : in->writing) {
+      if (!newest || w->seq > newest->seq) newest = w;
     }
-    if (p && trunc && p->writers > 0) {
-      // A second O_TRUNC writer while the first still writes (LMCache's deterministic <key>.tmp):
-      // give it a shadow version so each writer produces a whole version and nobody sees a mix.
-      auto v = NewVersion(true);
-      VersionAttr(*p, &v->attr);
-      int64_t now = NowNs();
-      v->attr.mtime_ns = v->attr.ctime_ns = now;
-      v->writers = 1;
-      in->writing.push_back(v);
-      in->contended = true;
+    auto join = [&](const std::shared_ptr<Version>& v) {
+      v->writers++;
+      if (std::find(in->writing.begin(), in->writing.end(), v) == in->writing.end()) in->writing.push_back(v);
       return v;
-    }
-    auto v = NewVersion(false);
+    };
     int64_t now = NowNs();
+    if (!trunc) {
+      if (newest) return join(newest);  // POSIX: handles of one file see each other's writes
+    }
+    if (trunc && newest) {
+      auto v = NewVersion(/*hidden=*/true, /*direct=*/true);
+      VersionAttr(*newest, &v->attr);
+      v->attr.mtime_ns = v->attr.ctime_ns = now;
+      v->data.Resize(0);
+      in->contended = true;
+      in->hidden_ever = true;
+      return join(v);
+    }
+    auto n = store->GetInode(in->ino);
+    if (!n.ok() && !n.status().IsNotFound()) return n.status();
     Attr a;
-    if (trunc) {
-      auto n = store->GetInode(in->ino);
-      if (n.ok()) {
-        a = n->attr;
-      } else if (p) {
-        VersionAttr(*p, &a);
+    if (n.ok()) {
+      a = n->attr;
+    } else {
+      // Unlinked between the kernel's LOOKUP and this OPEN (another thread renamed over it): a local
+      // fs opens the doomed inode; so do we, with a version that is discarded at release.
+      in->unlinked = true;
+      if (in->primary) {
+        VersionAttr(*in->primary, &a);
+      } else if (in->last_attr.ino == in->ino) {
+        a = in->last_attr;
       } else {
         a.mode = S_IFREG | 0644;
         a.uid = ctx ? ctx->uid : 0;
         a.gid = ctx ? ctx->gid : 0;
-        a.atime_ns = now;
       }
+      a.ino = in->ino;
+      a.nlink = 0;
       a.size = 0;
-      if (n.ok() && n->attr.size != 0) a.mtime_ns = a.ctime_ns = now;
-    } else {
-      // Copy-on-write: a non-truncating writable open of a committed file starts from its content.
-      Status s = LoadCommitted(in->ino, v.get(), &a);
-      if (!s.ok()) return s;
+      auto v = NewVersion(/*hidden=*/true, /*direct=*/false);
+      v->attr = a;
+      return join(v);
     }
     a.ino = in->ino;
+    if (trunc) {
+      bool committed = n.ok() && n->committed;
+      auto v = NewVersion(/*hidden=*/committed, /*direct=*/false);
+      if (a.size != 0) a.mtime_ns = a.ctime_ns = now;
+      a.size = 0;
+      v->attr = a;
+      if (committed) {
+        in->contended = true;
+        in->hidden_ever = true;
+      } else {
+        in->primary = v;
+      }
+      return join(v);
+    }
+    // Copy-on-write: a non-truncating writable open of a committed file starts from its content.
+    auto v = NewVersion(false, false);
+    Status s = LoadCommitted(in->ino, v.get(), &a);
+    if (!s.ok()) return s;
+    a.ino = in->ino;
     v->attr = a;
-    v->writers = 1;
-    in->writing.push_back(v);
-    p = v;
-    return v;
+    in->primary = v;
+    return join(v);
   }
 
   bool IsUnlinked(Inode& in) {
@@ -472,11 +511,11 @@ struct KvfsFs::Impl {
         in->committed_seq = std::max(in->committed_seq, v->seq);
         // A newer commit hides an older staged primary (its writers keep writing; it commits later).
         if (in->primary && in->primary != v && in->primary->seq < v->seq) in->primary = nullptr;
-        inval = in->contended;
+        inval = in->contended || v->hidden;
         in->last_attr = a;
       }
-      // Versions that did not write through the page cache (shadows) or raced with one: drop the
-      // kernel's cached pages/attrs so nobody reads a mix of versions.
+      // The content changed under readers that cached the old one (a hidden version committed, or
+      // versions raced): drop the kernel's cached pages and attributes of this inode.
       if (inval) QueueInval(in->ino);
       return Status::OK();
     }
@@ -799,8 +838,8 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
     if (!r.ok()) return r.status();
     h->version = *r;
     h->writable = true;
-    // A shadow version does not share the inode's page cache with the primary one.
-    if (h->version->shadow) direct = true;
+    // A shadow version does not share the inode's page cache with the version that owns it.
+    if (h->version->direct) direct = true;
   } else {
     if (trunc) {  // O_RDONLY|O_TRUNC truncates on Linux
       auto r = fs->AcquireWritable(in, true, fuse_req_ctx(req));
@@ -808,11 +847,12 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
       Status s = fs->ReleaseWritable(in, *r);
       if (!s.ok()) return s;
     }
-    bool contended = false;
+    bool contended = false, hidden_ever = false;
     {
       std::lock_guard<std::mutex> g(in->mu);
-      h->version = in->primary;  // a file being written: read the staged bytes (POSIX)
+      h->version = in->primary;  // a file being written (visibly): read the staged bytes (POSIX)
       contended = in->contended;
+      hidden_ever = in->hidden_ever;
     }
     if (!h->version) {
       auto n = fs->store->GetInode(in->ino);
@@ -820,8 +860,11 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
       h->loc = n->location;
       h->size = n->attr.size;
       // Committed content never changes under this inode except through this daemon, which writes
-      // through the page cache or invalidates it: keep the cache across opens.
-      fi->keep_cache = (n->committed && !contended) ? 1 : 0;
+      // through the page cache or invalidates it: keep the cache across opens -- unless a hidden
+      // version ever wrote into this inode's page cache.
+      fi->keep_cache = (n->committed && !hidden_ever) ? 1 : 0;
+      // While a hidden version writes through the page cache, read the committed bytes around it.
+      if (contended) direct = true;
     }
   }
   fi->direct_io = direct ? 1 : 0;
