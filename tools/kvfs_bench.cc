@@ -1,0 +1,968 @@
+// kvfs-bench: KV-cache connector workloads, direct on a (simulated) NFS export vs kvfs mounted over it.
+//
+//   kvfs-bench [--profile vllm,sglang-file,...|all] [--chunks N] [--threads T] [--chunk-bytes B]
+//              [--hit-ratio 0.5] [--latency-us 500] [--data-mbps 0] [--modes direct,kvfs]
+//              [--work DIR] [--build DIR] [--json FILE] [--no-cold-load] [--no-progress]
+//              [--kvfs-arg ARG]... [--nfsim-arg ARG]...
+//
+// For every profile and mode it builds a fresh stack under --work (default /var/tmp/kvfs-bench):
+//   src/   the "NFS server's disk" (a real directory)
+//   nfs/   kvfs-nfsim mounted over src/ (counts every operation, adds --latency-us per metadata op)
+//   kv/    kvfs mounted with --backing nfs/kvfs-backing (mode kvfs only); idx/ its local index dir
+// and replays the connector's exact syscall sequence (../shared/CONNECTORS.md, ../shared/traces) against
+// nfs/direct (mode direct) or kv/ (mode kvfs): init (excluded from counts), store, lookup, [remount of
+// the client side: kvfs and nfsim, so the load is cold in every client cache and warm only in the
+// "server's" page cache], load, warm load. Every load verifies every byte.
+//
+// Why C++: the replay must issue exactly the connectors' syscalls (O_DIRECT with aligned buffers, dup'd
+// descriptors, pwrite per 4 KiB page) from N threads and time each one to microseconds; a Python replay
+// would add interpreter time to every 10 us kvfs operation and serialize threads on the GIL.
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------------------
+// Timing and syscall recording
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Per-thread latency samples (ns) per syscall name and per connector-level operation.
+struct Recorder {
+  std::map<std::string, std::vector<uint32_t>> sys;
+  std::vector<uint32_t> ops;
+};
+thread_local Recorder* t_rec = nullptr;
+
+void Note(const char* name, int64_t t0) {
+  if (t_rec) t_rec->sys[name].push_back(static_cast<uint32_t>(std::min<int64_t>(NowNs() - t0, UINT32_MAX)));
+}
+
+// Each wrapper issues one syscall, records its latency under the syscall's name, returns its result and
+// leaves errno as the syscall set it.
+#define SYS(name, expr)          \
+  ({                             \
+    int64_t _t0 = NowNs();       \
+    auto _r = (expr);            \
+    int _e = errno;              \
+    Note(name, _t0);             \
+    errno = _e;                  \
+    _r;                          \
+  })
+
+[[noreturn]] void Fail(const std::string& what) { throw Failure(what); }
+[[noreturn]] void FailErrno(const std::string& what) { throw Failure(what + ": " + std::strerror(errno)); }
+
+int Open(const std::string& p, int flags, mode_t mode = 0) { return SYS("openat", ::open(p.c_str(), flags, mode)); }
+void CloseOk(int fd) {
+  if (SYS("close", ::close(fd)) != 0) FailErrno("close");
+}
+// Returns 0 or the errno.
+int StatE(const std::string& p, struct stat* st = nullptr) {
+  struct stat s;
+  return SYS("stat", ::stat(p.c_str(), st ? st : &s)) == 0 ? 0 : errno;
+}
+int AccessE(const std::string& p) { return SYS("access", ::access(p.c_str(), F_OK)) == 0 ? 0 : errno; }
+int MkdirE(const std::string& p, mode_t m) { return SYS("mkdir", ::mkdir(p.c_str(), m)) == 0 ? 0 : errno; }
+void RenameOk(const std::string& a, const std::string& b) {
+  if (SYS("rename", ::rename(a.c_str(), b.c_str())) != 0) FailErrno("rename " + a);
+}
+void WriteAll(int fd, const char* buf, size_t n, const char* name = "write") {
+  ssize_t w = SYS(name, ::write(fd, buf, n));
+  if (w != static_cast<ssize_t>(n)) {
+    if (w < 0) FailErrno(std::string(name));
+    Fail(std::string(name) + ": short " + std::to_string(w) + " of " + std::to_string(n));
+  }
+}
+void PwriteAll(int fd, const char* buf, size_t n, off_t off) {
+  ssize_t w = SYS("pwrite64", ::pwrite(fd, buf, n, off));
+  if (w != static_cast<ssize_t>(n)) {
+    if (w < 0) FailErrno("pwrite64");
+    Fail("pwrite64: short");
+  }
+}
+void ReadExact(int fd, char* buf, size_t n, const std::string& what) {
+  ssize_t r = SYS("read", ::read(fd, buf, n));
+  if (r < 0) FailErrno("read " + what);
+  if (r != static_cast<ssize_t>(n)) Fail("short read " + what + ": " + std::to_string(r) + " of " + std::to_string(n));
+}
+void PreadExact(int fd, char* buf, size_t n, off_t off, const std::string& what) {
+  ssize_t r = SYS("pread64", ::pread(fd, buf, n, off));
+  if (r < 0) FailErrno("pread64 " + what);
+  if (r != static_cast<ssize_t>(n)) Fail("short pread " + what);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Content: word k of chunk N is ((N << 32) + k) ^ salt (the traces' blkN pattern, salted per run).
+
+void Fill(char* buf, size_t len, uint64_t id, uint64_t salt) {
+  size_t words = len / 8;
+  auto* w = reinterpret_cast<uint64_t*>(buf);
+  for (size_t k = 0; k < words; ++k) w[k] = ((id << 32) + k) ^ salt;
+  if (len % 8) {
+    uint64_t x = ((id << 32) + words) ^ salt;
+    std::memcpy(buf + words * 8, &x, len % 8);
+  }
+}
+void Verify(const char* buf, size_t len, uint64_t id, uint64_t salt, const std::string& what) {
+  size_t words = len / 8;
+  auto* w = reinterpret_cast<const uint64_t*>(buf);
+  for (size_t k = 0; k < words; ++k) {
+    if (w[k] != (((id << 32) + k) ^ salt)) Fail("content mismatch in " + what + " at byte " + std::to_string(k * 8));
+  }
+  if (len % 8) {
+    uint64_t x = ((id << 32) + words) ^ salt;
+    if (std::memcmp(buf + words * 8, &x, len % 8) != 0) Fail("content mismatch in tail of " + what);
+  }
+}
+
+struct AlignedBuf {
+  char* p = nullptr;
+  size_t cap = 0;
+  explicit AlignedBuf(size_t n) : cap((n + 4095) / 4096 * 4096) {
+    if (posix_memalign(reinterpret_cast<void**>(&p), 4096, cap ? cap : 4096) != 0) throw std::bad_alloc();
+    std::memset(p, 0, cap);
+  }
+  ~AlignedBuf() { free(p); }
+};
+
+// 64-hex key of chunk i (sha256-like length; splitmix64 words, deterministic per run).
+std::string Key(uint64_t i, uint64_t salt) {
+  auto mix = [](uint64_t z) {
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  char out[65];
+  uint64_t s = mix(i * 4 + salt);
+  for (int k = 0; k < 4; ++k) {
+    s = mix(s + k);
+    std::snprintf(out + 16 * k, 17, "%016" PRIx64, s);
+  }
+  return std::string(out, 64);
+}
+
+uint64_t Rand63() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return rng() >> 1;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Profiles: one per CONNECTORS.md row
+
+struct Ctx {
+  std::string root;
+  size_t size = 0;
+  uint64_t salt = 0;
+};
+
+struct Profile {
+  std::string name, what;
+  size_t default_size;
+  bool stop_at_first_miss;  // lookup: stat until the first miss (llm-d, SGLang file) vs every key
+  std::function<void(const Ctx&)> init;
+  std::function<void(const Ctx&, uint64_t id, char* buf)> store;  // buf: aligned, size bytes, filled
+  std::function<void(const Ctx&, uint64_t id, char* buf)> load;   // fills buf (size bytes)
+  std::function<bool(const Ctx&, uint64_t id)> exists;            // one lookup probe
+};
+
+// ---- vLLM fs tier, C helper (vllm.fs_io_C, what wheels ship): traces/vllm-large-cext.trace
+const char* kVllmModel = "Qwen_Qwen3-8B_0611cf79f8f1";
+std::string VllmFinal(const Ctx& c, uint64_t id) {
+  std::string k = Key(id, c.salt);
+  return c.root + "/" + kVllmModel + "_r0/" + k.substr(0, 3) + "/" + k.substr(3, 2) + "_g0/" + k + ".bin";
+}
+void VllmInit(const Ctx& c) {
+  // stat $ROOT; mkdir <M>; stat config.json; open(w); fstat; ioctl TCGETS; lseek x2; write; close;
+  // O_DIRECT probe: open(O_WRONLY|O_CREAT|O_TRUNC|O_DIRECT); write 4096; close; unlink.
+  StatE(c.root);
+  std::string m = c.root + "/" + kVllmModel;
+  MkdirE(m, 0777);
+  StatE(m + "/config.json");
+  int fd = Open(m + "/config.json", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) FailErrno("config.json");
+  struct stat st;
+  fstat(fd, &st);
+  termios t;
+  ioctl(fd, TCGETS, &t);
+  lseek(fd, 0, SEEK_CUR);
+  lseek(fd, 0, SEEK_CUR);
+  std::string cfg(1806, ' ');
+  WriteAll(fd, cfg.data(), cfg.size());
+  CloseOk(fd);
+  std::string probe = m + "/.o_direct_probe_" + std::to_string(Rand63()) + ".tmp";
+  fd = Open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0644);
+  if (fd < 0) FailErrno("O_DIRECT probe");
+  AlignedBuf z(4096);
+  WriteAll(fd, z.p, 4096);
+  CloseOk(fd);
+  ::unlink(probe.c_str());
+}
+void VllmStore(const Ctx& c, uint64_t id, char* buf) {
+  std::string f = VllmFinal(c, id);
+  if (AccessE(f) != ENOENT) Fail("vllm store: " + f + " exists");
+  // stat leaf -> parents until one exists, then mkdir downwards (EEXIST is normal under races).
+  std::vector<std::string> dirs;
+  std::string d = f.substr(0, f.rfind('/'));
+  for (int i = 0; i < 4; ++i) {
+    if (StatE(d) == 0) break;
+    dirs.push_back(d);
+    d = d.substr(0, d.rfind('/'));
+  }
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    int e = MkdirE(*it, 0777);
+    if (e && e != EEXIST) Fail("mkdir " + *it + ": " + std::strerror(e));
+  }
+  std::string tmp = f + "_" + std::to_string(Rand63()) + ".tmp";
+  int fd = Open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_TRUNC | O_DIRECT, 0644);
+  if (fd < 0) FailErrno("open " + tmp);
+  WriteAll(fd, buf, c.size);
+  CloseOk(fd);
+  RenameOk(tmp, f);
+}
+void VllmLoad(const Ctx& c, uint64_t id, char* buf) {
+  std::string f = VllmFinal(c, id);
+  int fd = Open(f, O_RDONLY | O_DIRECT);
+  if (fd < 0) FailErrno("open " + f);
+  ReadExact(fd, buf, c.size, f);
+  CloseOk(fd);
+}
+
+// ---- llm-d fs connector (older vLLM): flat model directory (the layout is not in CONNECTORS.md).
+std::string LlmdFinal(const Ctx& c, uint64_t id) { return c.root + "/llmd_Qwen3-8B/" + Key(id, c.salt) + ".kv"; }
+void LlmdInit(const Ctx& c) { MkdirE(c.root + "/llmd_Qwen3-8B", 0777); }
+void LlmdStore(const Ctx& c, uint64_t id, char* buf) {
+  std::string f = LlmdFinal(c, id);
+  int probe = Open(f, O_RDONLY);
+  if (probe >= 0) {  // hit: touch atime and skip
+    timespec ts[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+    SYS("utimensat", ::utimensat(AT_FDCWD, f.c_str(), ts, 0));
+    CloseOk(probe);
+    Fail("llmd store: " + f + " exists");
+  }
+  std::string tmp = f + ".tmp" + std::to_string(Rand63());
+  int fd = Open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) FailErrno("open " + tmp);
+  WriteAll(fd, buf, c.size);
+  RenameOk(tmp, f);  // while still open
+  CloseOk(fd);
+}
+void LlmdLoad(const Ctx& c, uint64_t id, char* buf) {
+  std::string f = LlmdFinal(c, id);
+  int fd = Open(f, O_RDONLY);
+  if (fd < 0) FailErrno("open " + f);
+  off_t end = SYS("lseek", ::lseek(fd, 0, SEEK_END));
+  if (end != static_cast<off_t>(c.size)) Fail("llmd: size " + std::to_string(end));
+  PreadExact(fd, buf, c.size, end - static_cast<off_t>(c.size), f);  // the tail slice (here: all of it)
+  CloseOk(fd);
+}
+
+// ---- LMCache fs connector: flat dir, deterministic <key>.tmp, 28 B header + data.
+constexpr size_t kLmcHeader = 28;
+std::string LmcFinal(const Ctx& c, uint64_t id) {
+  return c.root + "/lmcache/vllm@Qwen3-8B@1@0@" + Key(id, c.salt) + "@bfloat16.data";
+}
+void LmcInit(const Ctx& c) { MkdirE(c.root + "/lmcache", 0777); }
+void LmcStore(const Ctx& c, uint64_t id, char* buf) {
+  std::string f = LmcFinal(c, id);
+  if (StatE(f) != ENOENT) Fail("lmcache store: exists");
+  std::string tmp = f + ".tmp";
+  int fd = Open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) FailErrno("open " + tmp);
+  WriteAll(fd, buf, kLmcHeader);
+  WriteAll(fd, buf + kLmcHeader, c.size - kLmcHeader);
+  CloseOk(fd);
+  RenameOk(tmp, f);
+}
+void LmcLoad(const Ctx& c, uint64_t id, char* buf) {
+  std::string f = LmcFinal(c, id);
+  int fd = Open(f, O_RDONLY);
+  if (fd < 0) FailErrno("open " + f);
+  ReadExact(fd, buf, kLmcHeader, f);
+  ReadExact(fd, buf + kLmcHeader, c.size - kLmcHeader, f);
+  CloseOk(fd);
+}
+
+// ---- LMCache nixl_store_dynamic (POSIX): one pwrite / pread per 4 KiB page.
+std::string NixlFinal(const Ctx& c, uint64_t id) { return c.root + "/lmcache_nixl/" + Key(id, c.salt) + ".bin"; }
+void NixlInit(const Ctx& c) { MkdirE(c.root + "/lmcache_nixl", 0777); }
+void NixlStore(const Ctx& c, uint64_t id, char* buf) {
+  std::string f = NixlFinal(c, id);
+  std::string tmp = f + ".tmp" + std::to_string(Rand63());
+  int fd = Open(tmp, O_RDWR | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) FailErrno("open " + tmp);
+  for (size_t off = 0; off < c.size; off += 4096) PwriteAll(fd, buf + off, std::min<size_t>(4096, c.size - off), off);
+  CloseOk(fd);
+  RenameOk(tmp, f);
+}
+void NixlLoad(const Ctx& c, uint64_t id, char* buf) {
+  std::string f = NixlFinal(c, id);
+  int fd = Open(f, O_RDWR);
+  if (fd < 0) FailErrno("open " + f);
+  for (size_t off = 0; off < c.size; off += 4096) {
+    PreadExact(fd, buf + off, std::min<size_t>(4096, c.size - off), off, f);
+  }
+  CloseOk(fd);
+}
+
+// ---- SGLang HiCache file: flat dir, numpy.tofile's 17 syscalls per page (traces/sglang-*.trace).
+std::string SglFinal(const Ctx& c, uint64_t id) {
+  return c.root + "/hicache/" + Key(id, c.salt) + "_Qwen-Qwen3-8B_0_1.bin";
+}
+void SglInit(const Ctx& c) {
+  StatE(c.root + "/hicache");
+  StatE(c.root);
+  MkdirE(c.root + "/hicache", 0777);
+}
+void SglStore(const Ctx& c, uint64_t id, char* buf) {
+  std::string f = SglFinal(c, id);
+  if (StatE(f) != ENOENT) Fail("sglang store: exists");
+  char uuid[33];
+  std::snprintf(uuid, sizeof(uuid), "%016" PRIx64 "%016" PRIx64, Rand63(), Rand63());
+  std::string tmp = f + ".tmp." + std::to_string(getpid()) + "." + std::to_string(gettid()) + "." + uuid;
+  int h1 = Open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (h1 < 0) FailErrno("open " + tmp);
+  struct stat st;
+  SYS("fstat", ::fstat(h1, &st));
+  termios t;
+  if (SYS("ioctl", ::ioctl(h1, TCGETS, &t)) == 0 || errno != ENOTTY) Fail("ioctl TCGETS: expected ENOTTY");
+  SYS("lseek", ::lseek(h1, 0, SEEK_CUR));
+  int h2 = SYS("fcntl", ::fcntl(h1, F_DUPFD_CLOEXEC, 0));
+  if (h2 < 0) FailErrno("F_DUPFD_CLOEXEC");
+  SYS("fcntl", ::fcntl(h2, F_GETFL));
+  SYS("lseek", ::lseek(h2, 0, SEEK_CUR));
+  SYS("lseek", ::lseek(h1, 0, SEEK_CUR));
+  SYS("fstat", ::fstat(h2, &st));
+  SYS("lseek", ::lseek(h2, 0, SEEK_SET));
+  WriteAll(h2, buf, c.size);
+  CloseOk(h2);
+  SYS("lseek", ::lseek(h1, 0, SEEK_SET));
+  SYS("lseek", ::lseek(h1, static_cast<off_t>(c.size), SEEK_SET));
+  CloseOk(h1);
+  RenameOk(tmp, f);
+}
+void SglLoad(const Ctx& c, uint64_t id, char* buf) {
+  std::string f = SglFinal(c, id);
+  int fd = Open(f, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) FailErrno("open " + f);
+  struct stat st;
+  SYS("fstat", ::fstat(fd, &st));
+  if (st.st_size != static_cast<off_t>(c.size)) Fail("sglang: fstat size " + std::to_string(st.st_size));
+  ReadExact(fd, buf, c.size, f);
+  CloseOk(fd);
+}
+
+// ---- SGLang HiCache nixl (POSIX): bucket dir, final name without O_TRUNC, O_DIRECT, one pwrite/pread.
+std::string SnxBucket(const Ctx& c) { return c.root + "/sglang_nixl"; }
+std::string SnxFinal(const Ctx& c, uint64_t id) { return SnxBucket(c) + "/" + Key(id, c.salt) + "_Qwen-Qwen3-8B_0"; }
+void SnxInit(const Ctx&) {}
+void SnxStore(const Ctx& c, uint64_t id, char* buf) {
+  int e = MkdirE(SnxBucket(c), 0755);
+  if (e && e != EEXIST) Fail("mkdir bucket");
+  std::string f = SnxFinal(c, id);
+  int fd = Open(f, O_RDWR | O_CREAT | O_DIRECT, 0644);
+  if (fd < 0) FailErrno("open " + f);
+  PwriteAll(fd, buf, c.size, 0);
+  CloseOk(fd);
+}
+void SnxLoad(const Ctx& c, uint64_t id, char* buf) {
+  std::string f = SnxFinal(c, id);
+  int fd = Open(f, O_RDWR | O_DIRECT);
+  if (fd < 0) FailErrno("open " + f);
+  PreadExact(fd, buf, c.size, 0, f);
+  CloseOk(fd);
+}
+
+std::vector<Profile> Profiles() {
+  return {
+      {"vllm", "vLLM fs tier (C helper): access, stat parents, mkdir fan-out, O_DIRECT|O_EXCL tmp, 1 write, rename",
+       2359296, false, VllmInit, VllmStore, VllmLoad,
+       [](const Ctx& c, uint64_t id) { return AccessE(VllmFinal(c, id)) == 0; }},
+      {"llmd", "llm-d fs: open probe, tmp O_TRUNC, write, rename while open, close; load lseek END + pread",
+       37748736, true, LlmdInit, LlmdStore, LlmdLoad,
+       [](const Ctx& c, uint64_t id) { return StatE(LlmdFinal(c, id)) == 0; }},
+      {"lmcache-fs", "LMCache fs: stat, deterministic <key>.tmp O_TRUNC, 28 B header + data, rename",
+       37748736 + kLmcHeader, false, LmcInit, LmcStore, LmcLoad,
+       [](const Ctx& c, uint64_t id) { return StatE(LmcFinal(c, id)) == 0; }},
+      {"lmcache-nixl", "LMCache nixl POSIX: tmp O_RDWR|O_TRUNC, one pwrite per 4 KiB, rename; 4 KiB preads",
+       37748736, false, NixlInit, NixlStore, NixlLoad,
+       // lookup: answered in memory for known keys, stat on a miss
+       [](const Ctx& c, uint64_t id) { return (id & (1ull << 62)) ? StatE(NixlFinal(c, id)) == 0 : true; }},
+      {"sglang-file", "SGLang HiCacheFile: flat dir, numpy.tofile's 17 syscalls per page, rename", 147456, true,
+       SglInit, SglStore, SglLoad, [](const Ctx& c, uint64_t id) { return StatE(SglFinal(c, id)) == 0; }},
+      {"sglang-nixl", "SGLang HiCache nixl POSIX: mkdir bucket, open(final, O_RDWR|O_CREAT|O_DIRECT), 1 pwrite",
+       9437184, false, SnxInit, SnxStore, SnxLoad,
+       [](const Ctx& c, uint64_t id) { return StatE(SnxFinal(c, id)) == 0; }},
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Stack: nfsim + (optionally) kvfs
+
+struct Config {
+  std::vector<std::string> profiles{"all"}, modes{"direct", "kvfs"};
+  uint64_t chunks = 200, chunk_bytes = 0;
+  unsigned threads = 4;
+  double hit_ratio = 0.5;
+  long latency_us = 500;
+  double data_mbps = 0;
+  std::string work = "/var/tmp/kvfs-bench", build, json_out;
+  bool cold_load = true, progress = true;
+  std::vector<std::string> kvfs_args, nfsim_args;
+  unsigned lookup_batch = 128;
+};
+
+int Run(const std::vector<std::string>& argv, bool quiet = false) {
+  pid_t p = fork();
+  if (p == 0) {
+    if (quiet) {
+      int dn = ::open("/dev/null", O_WRONLY);
+      dup2(dn, 1);
+    }
+    std::vector<char*> a;
+    for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    execvp(a[0], a.data());
+    _exit(127);
+  }
+  int st = 0;
+  waitpid(p, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+bool IsMounted(const std::string& mp) {
+  std::ifstream f("/proc/self/mounts");
+  std::string dev, dir, rest;
+  std::string want = fs::weakly_canonical(mp).string();
+  while (f >> dev >> dir && std::getline(f, rest)) {
+    if (dir == want) return true;
+  }
+  return false;
+}
+
+std::string GetXattr(const std::string& path, const char* name) {
+  std::vector<char> buf(1 << 16);
+  for (int i = 0; i < 4; ++i) {
+    ssize_t n = getxattr(path.c_str(), name, buf.data(), buf.size());
+    if (n >= 0) return std::string(buf.data(), static_cast<size_t>(n));
+    if (errno != ERANGE) return "";
+    buf.resize(buf.size() * 4);
+  }
+  return "";
+}
+
+uint64_t VmHwmKb(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10);
+  }
+  return 0;
+}
+
+struct Stack {
+  const Config& cfg;
+  std::string base, src, nfs, kv, idx;
+  bool kvfs_mode;
+  pid_t kvfs_pid = 0;
+  uint64_t hwm_kb = 0;
+
+  Stack(const Config& c, const std::string& name, bool kvfs) : cfg(c), kvfs_mode(kvfs) {
+    base = c.work + "/" + name;
+    src = base + "/src";
+    nfs = base + "/nfs";
+    kv = base + "/kv";
+    idx = base + "/idx";
+  }
+  std::string Tool(const std::string& t) const { return cfg.build + "/tools/" + t; }
+  void MountNfs() {
+    std::vector<std::string> a = {Tool("kvfs-nfsim"), src, nfs, "--latency-us", std::to_string(cfg.latency_us),
+                                  "--data-mbps", std::to_string(cfg.data_mbps)};
+    for (auto& x : cfg.nfsim_args) a.push_back(x);
+    if (Run(a) != 0) Fail("kvfs-nfsim mount failed");
+    for (int i = 0; i < 100 && !IsMounted(nfs); ++i) usleep(20000);
+  }
+  void MountKvfs() {
+    std::vector<std::string> a = {Tool("kvfs"), "mount", kv, "--backing", nfs + "/kvfs-backing",
+                                  "--index-dir", idx, "--node-id", "bench"};
+    for (auto& x : cfg.kvfs_args) a.push_back(x);
+    if (Run(a) != 0) Fail("kvfs mount failed");
+    kvfs_pid = static_cast<pid_t>(std::atoi(GetXattr(kv, "user.kvfs.pid").c_str()));
+  }
+  void Up() {
+    Down();
+    fs::remove_all(base);
+    fs::create_directories(src);
+    fs::create_directories(nfs);
+    fs::create_directories(kv);
+    fs::create_directories(idx);
+    fs::create_directories(src + "/direct");
+    fs::create_directories(src + "/kvfs-backing");
+    MountNfs();
+    if (kvfs_mode) MountKvfs();
+  }
+  void Down() {
+    if (kvfs_mode && IsMounted(kv)) {
+      if (kvfs_pid > 0) hwm_kb = std::max(hwm_kb, VmHwmKb(kvfs_pid));
+      if (Run({Tool("kvfs"), "umount", kv}) != 0) Run({"fusermount3", "-u", kv});
+      kvfs_pid = 0;
+    }
+    if (IsMounted(nfs)) {
+      for (int i = 0; i < 50 && Run({"fusermount3", "-u", nfs}) != 0; ++i) usleep(100000);
+    }
+  }
+  // Client restart: drops kvfs's memory and both mounts' page caches; the "server" keeps its cache.
+  void Remount() {
+    Down();
+    MountNfs();
+    if (kvfs_mode) MountKvfs();
+  }
+  std::string Root() const { return kvfs_mode ? kv : nfs + "/direct"; }
+  json NfsStats() const {
+    std::string s = GetXattr(nfs, "user.nfsim.stats");
+    return s.empty() ? json::object() : json::parse(s);
+  }
+  json KvfsStats() const {
+    if (!kvfs_mode) return json();
+    std::string s = GetXattr(kv, "user.kvfs.stats");
+    return s.empty() ? json() : json::parse(s, nullptr, false);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Phases
+
+struct PhaseResult {
+  std::string name;
+  uint64_t units = 0, bytes = 0;  // units: chunks stored/loaded or keys probed
+  double seconds = 0;
+  std::vector<uint32_t> op_lat;
+  std::map<std::string, std::vector<uint32_t>> sys_lat;
+  uint64_t hits = 0;
+  json nfs_before, nfs_after;
+};
+
+std::atomic<uint64_t> g_done{0};
+std::atomic<uint64_t> g_total{0};
+std::string g_label;
+std::mutex g_label_mu;
+
+void ProgressLoop(std::atomic<bool>* stop, bool tty) {
+  while (!stop->load()) {
+    if (tty) {
+      uint64_t d = g_done.load(), t = std::max<uint64_t>(1, g_total.load());
+      int w = 30, fill = static_cast<int>(w * std::min<uint64_t>(d, t) / t);
+      std::string label;
+      {
+        std::lock_guard<std::mutex> g(g_label_mu);
+        label = g_label;
+      }
+      std::fprintf(stderr, "\r\033[K%-34s [%s%s] %" PRIu64 "/%" PRIu64, label.c_str(), std::string(fill, '#').c_str(),
+                   std::string(w - fill, '.').c_str(), d, t);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (tty) std::fprintf(stderr, "\r\033[K");
+}
+
+uint32_t Pct(std::vector<uint32_t>& v, double p) {
+  if (v.empty()) return 0;
+  size_t k = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(k), v.end());
+  return v[k];
+}
+
+// Runs fn(i) for i in [0, n) on `threads` threads (each a contiguous share, like a connector's jobs).
+PhaseResult RunPhase(const std::string& name, const std::string& label, uint64_t n, unsigned threads,
+                     const std::function<uint64_t(uint64_t, char*)>& fn, size_t bufsize, Stack& stack) {
+  PhaseResult r;
+  r.name = name;
+  {
+    std::lock_guard<std::mutex> g(g_label_mu);
+    g_label = label + " " + name;
+  }
+  g_done = 0;
+  g_total = n;
+  r.nfs_before = stack.NfsStats();
+  std::vector<Recorder> recs(threads);
+  std::vector<std::string> errors(threads);
+  std::atomic<uint64_t> bytes{0}, hits{0};
+  int64_t t0 = NowNs();
+  std::vector<std::thread> ts;
+  for (unsigned t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      t_rec = &recs[t];
+      AlignedBuf buf(bufsize);
+      uint64_t lo = n * t / threads, hi = n * (t + 1) / threads;
+      try {
+        for (uint64_t i = lo; i < hi; ++i) {
+          int64_t s = NowNs();
+          uint64_t b = fn(i, buf.p);
+          recs[t].ops.push_back(static_cast<uint32_t>(std::min<int64_t>(NowNs() - s, UINT32_MAX)));
+          if (b == UINT64_MAX) {
+            hits++;
+          } else {
+            bytes += b;
+          }
+          g_done++;
+        }
+      } catch (const std::exception& e) {
+        errors[t] = e.what();
+      }
+      t_rec = nullptr;
+    });
+  }
+  for (auto& th : ts) th.join();
+  r.seconds = static_cast<double>(NowNs() - t0) / 1e9;
+  r.nfs_after = stack.NfsStats();
+  for (auto& e : errors) {
+    if (!e.empty()) Fail(name + ": " + e);
+  }
+  r.units = n;
+  r.bytes = bytes;
+  r.hits = hits;
+  for (auto& rc : recs) {
+    r.op_lat.insert(r.op_lat.end(), rc.ops.begin(), rc.ops.end());
+    for (auto& [k, v] : rc.sys) r.sys_lat[k].insert(r.sys_lat[k].end(), v.begin(), v.end());
+  }
+  return r;
+}
+
+json PhaseJson(PhaseResult& r) {
+  json j;
+  j["units"] = r.units;
+  j["seconds"] = r.seconds;
+  j["units_per_s"] = r.seconds > 0 ? static_cast<double>(r.units) / r.seconds : 0;
+  j["bytes"] = r.bytes;
+  j["mb_per_s"] = r.seconds > 0 ? static_cast<double>(r.bytes) / 1e6 / r.seconds : 0;
+  j["p50_us"] = Pct(r.op_lat, 0.5) / 1e3;
+  j["p99_us"] = Pct(r.op_lat, 0.99) / 1e3;
+  if (r.name == "lookup") j["hits"] = r.hits;
+  json sys = json::object();
+  for (auto& [k, v] : r.sys_lat) {
+    sys[k] = {{"n", v.size()}, {"p50_us", Pct(v, 0.5) / 1e3}, {"p99_us", Pct(v, 0.99) / 1e3}};
+  }
+  j["syscalls"] = sys;
+  // Backing (nfsim) operations during the phase.
+  json b;
+  const json& a0 = r.nfs_before;
+  const json& a1 = r.nfs_after;
+  auto d = [&](const char* k) -> uint64_t {
+    return a1.value(k, uint64_t{0}) - a0.value(k, uint64_t{0});
+  };
+  b["metadata_ops"] = d("metadata_ops");
+  b["syncs"] = d("syncs");
+  b["bytes_written"] = d("bytes_written");
+  b["bytes_read"] = d("bytes_read");
+  json ops = json::object(), per = json::object();
+  if (a1.contains("ops")) {
+    for (auto& [k, v] : a1["ops"].items()) {
+      uint64_t x = v.get<uint64_t>() - a0["ops"].value(k, uint64_t{0});
+      if (x) {
+        ops[k] = x;
+        per[k] = static_cast<double>(x) / static_cast<double>(std::max<uint64_t>(1, r.units));
+      }
+    }
+  }
+  b["ops"] = ops;
+  b["ops_per_unit"] = per;
+  b["metadata_ops_per_unit"] = static_cast<double>(d("metadata_ops")) / static_cast<double>(std::max<uint64_t>(1, r.units));
+  b["syncs_per_unit"] = static_cast<double>(d("syncs")) / static_cast<double>(std::max<uint64_t>(1, r.units));
+  j["backing"] = b;
+  return j;
+}
+
+json RunMode(const Config& cfg, const Profile& p, size_t size, bool kvfs) {
+  Stack stack(cfg, p.name + "-" + (kvfs ? "kvfs" : "direct"), kvfs);
+  std::string label = p.name + "/" + (kvfs ? "kvfs" : "direct");
+  json out;
+  try {
+    stack.Up();
+    Ctx c{stack.Root(), size, 0x5eed0000ull ^ static_cast<uint64_t>(NowNs())};
+    {
+      Recorder rec;
+      t_rec = &rec;
+      p.init(c);
+      t_rec = nullptr;
+    }
+    uint64_t n = cfg.chunks;
+    json phases;
+    auto store = RunPhase("store", label, n, cfg.threads, [&](uint64_t i, char* buf) -> uint64_t {
+      Fill(buf, size, i, c.salt);
+      p.store(c, i, buf);
+      return size;
+    }, size, stack);
+    phases["store"] = PhaseJson(store);
+    // Lookup: requests of lookup_batch keys; the first hit_ratio of each request were stored, the rest
+    // were never stored (a cold request's tail). One lookup thread, as the connectors do.
+    uint64_t batch = cfg.lookup_batch, nreq = std::max<uint64_t>(1, n / batch);
+    uint64_t present = static_cast<uint64_t>(cfg.hit_ratio * static_cast<double>(batch));
+    std::vector<uint64_t> probe_ids;
+    for (uint64_t q = 0; q < nreq; ++q) {
+      for (uint64_t k = 0; k < batch; ++k) {
+        uint64_t id = k < present ? (q * batch + k) % n : ((1ull << 62) | (q * batch + k));
+        probe_ids.push_back(id);
+        if (p.stop_at_first_miss && k >= present) break;  // stops at the first miss
+      }
+    }
+    auto lookup = RunPhase("lookup", label, probe_ids.size(), 1, [&](uint64_t i, char*) -> uint64_t {
+      bool hit = p.exists(c, probe_ids[i]);
+      bool want = !(probe_ids[i] & (1ull << 62));
+      if (hit != want) Fail("lookup of key " + std::to_string(probe_ids[i]) + ": got " + (hit ? "hit" : "miss"));
+      return hit ? UINT64_MAX : 0;
+    }, 4096, stack);
+    phases["lookup"] = PhaseJson(lookup);
+    json remount_stats;
+    if (cfg.cold_load) {
+      if (kvfs) out["kvfs_stats_before_remount"] = stack.KvfsStats();
+      stack.Remount();
+      c.root = stack.Root();
+    }
+    auto loadfn = [&](uint64_t i, char* buf) -> uint64_t {
+      std::memset(buf, 0, 64);
+      p.load(c, i, buf);
+      Verify(buf, size, i, c.salt, "chunk " + std::to_string(i));
+      return size;
+    };
+    auto load = RunPhase("load", label, n, cfg.threads, loadfn, size, stack);
+    phases["load"] = PhaseJson(load);
+    auto warm = RunPhase("warm_load", label, n, cfg.threads, loadfn, size, stack);
+    phases["warm_load"] = PhaseJson(warm);
+    out["phases"] = phases;
+    if (kvfs) {
+      out["kvfs_stats"] = stack.KvfsStats();
+      stack.hwm_kb = std::max(stack.hwm_kb, VmHwmKb(stack.kvfs_pid));
+    }
+    out["nfsim_total"] = stack.NfsStats();
+    stack.Down();
+    if (kvfs) out["daemon_vmhwm_kb"] = stack.hwm_kb;
+    out["ok"] = true;
+  } catch (const std::exception& e) {
+    out["ok"] = false;
+    out["error"] = e.what();
+    stack.Down();
+  }
+  fs::remove_all(stack.base);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Text report
+
+std::string Fmt(double v, int prec = 1) {
+  char b[64];
+  if (v >= 1e6) std::snprintf(b, sizeof(b), "%.0f", v);
+  else std::snprintf(b, sizeof(b), "%.*f", prec, v);
+  return b;
+}
+
+void PrintProfile(const json& pj) {
+  std::printf("\n== %s: %s\n   %" PRIu64 " chunks x %" PRIu64 " B, %u threads, hit ratio %.2f, %ld us per metadata op\n",
+              pj["profile"].get<std::string>().c_str(), pj["what"].get<std::string>().c_str(),
+              pj["chunks"].get<uint64_t>(), pj["chunk_bytes"].get<uint64_t>(), pj["threads"].get<unsigned>(),
+              pj["hit_ratio"].get<double>(), pj["latency_us"].get<long>());
+  const json& m = pj["modes"];
+  for (auto& [mode, r] : m.items()) {
+    if (!r.value("ok", false)) std::printf("   %s FAILED: %s\n", mode.c_str(), r.value("error", std::string("?")).c_str());
+  }
+  if (!m.contains("direct") || !m.contains("kvfs") || !m["direct"].value("ok", false) || !m["kvfs"].value("ok", false)) {
+    for (auto& [mode, r] : m.items()) {
+      if (!r.value("ok", false)) continue;
+      for (auto& [ph, x] : r["phases"].items()) {
+        std::printf("   %-6s %-9s %10s/s %9s MB/s  p50 %s us p99 %s us  backing meta/unit %.2f\n", mode.c_str(),
+                    ph.c_str(), Fmt(x["units_per_s"].get<double>()).c_str(), Fmt(x["mb_per_s"].get<double>()).c_str(),
+                    Fmt(x["p50_us"].get<double>()).c_str(), Fmt(x["p99_us"].get<double>()).c_str(),
+                    x["backing"]["metadata_ops_per_unit"].get<double>());
+      }
+    }
+    return;
+  }
+  const json& d = m["direct"]["phases"];
+  const json& k = m["kvfs"]["phases"];
+  std::printf("   %-26s %14s %14s %8s\n", "", "direct", "kvfs", "kvfs/dir");
+  for (const char* ph : {"store", "lookup", "load", "warm_load"}) {
+    const json& a = d[ph];
+    const json& b = k[ph];
+    double ua = a["units_per_s"].get<double>(), ub = b["units_per_s"].get<double>();
+    std::printf("   %-26s %14s %14s %7.2fx\n", (std::string(ph) + (std::string(ph) == "lookup" ? " probes/s" : " chunks/s")).c_str(),
+                Fmt(ua).c_str(), Fmt(ub).c_str(), ua > 0 ? ub / ua : 0);
+    if (std::string(ph) != "lookup") {
+      double ma = a["mb_per_s"].get<double>(), mb = b["mb_per_s"].get<double>();
+      std::printf("   %-26s %14s %14s %7.2fx\n", (std::string(ph) + " MB/s").c_str(), Fmt(ma).c_str(), Fmt(mb).c_str(),
+                  ma > 0 ? mb / ma : 0);
+    }
+    std::printf("   %-26s %14s %14s\n", (std::string(ph) + " p50 / p99 us").c_str(),
+                (Fmt(a["p50_us"].get<double>(), 0) + " / " + Fmt(a["p99_us"].get<double>(), 0)).c_str(),
+                (Fmt(b["p50_us"].get<double>(), 0) + " / " + Fmt(b["p99_us"].get<double>(), 0)).c_str());
+    std::printf("   %-26s %14.3f %14.3f\n", (std::string(ph) + " backing meta/unit").c_str(),
+                a["backing"]["metadata_ops_per_unit"].get<double>(), b["backing"]["metadata_ops_per_unit"].get<double>());
+    std::printf("   %-26s %14.3f %14.3f\n", (std::string(ph) + " backing syncs/unit").c_str(),
+                a["backing"]["syncs_per_unit"].get<double>(), b["backing"]["syncs_per_unit"].get<double>());
+    std::printf("   %-26s %14s %14s\n", (std::string(ph) + " backing MB w / r").c_str(),
+                (Fmt(a["backing"]["bytes_written"].get<double>() / 1e6, 0) + " / " +
+                 Fmt(a["backing"]["bytes_read"].get<double>() / 1e6, 0)).c_str(),
+                (Fmt(b["backing"]["bytes_written"].get<double>() / 1e6, 0) + " / " +
+                 Fmt(b["backing"]["bytes_read"].get<double>() / 1e6, 0)).c_str());
+  }
+  auto types = [](const json& x) {
+    std::string s;
+    const json& per = x["backing"]["ops_per_unit"];
+    for (auto& [t, v] : per.items()) {
+      if (t == "read" || t == "write" || t == "forget" || t == "release" || t == "releasedir") continue;
+      if (!s.empty()) s += " ";
+      char b[64];
+      std::snprintf(b, sizeof(b), "%s %.3g", t.c_str(), v.get<double>());
+      s += b;
+    }
+    return s.empty() ? std::string("-") : s;
+  };
+  for (const char* ph : {"store", "lookup", "load", "warm_load"}) {
+    std::printf("   backing ops/unit %-9s direct: %s\n", ph, types(d[ph]).c_str());
+    std::printf("   %-26s   kvfs: %s\n", "", types(k[ph]).c_str());
+  }
+  std::printf("   kvfs daemon peak RSS (VmHWM): %.1f MiB\n", m["kvfs"].value("daemon_vmhwm_kb", 0.0) / 1024.0);
+}
+
+[[noreturn]] void Usage(const char* msg) {
+  if (msg) std::fprintf(stderr, "kvfs-bench: %s\n", msg);
+  std::fprintf(stderr,
+               "usage: kvfs-bench [--profile P[,P...]|all] [--chunks N (200)] [--threads T (4)] [--chunk-bytes B]\n"
+               "  [--hit-ratio F (0.5)] [--latency-us US (500)] [--data-mbps MBPS (0)] [--modes direct,kvfs]\n"
+               "  [--work DIR (/var/tmp/kvfs-bench)] [--build DIR (this binary's build dir)] [--json FILE]\n"
+               "  [--lookup-batch N (128)] [--no-cold-load] [--no-progress] [--kvfs-arg A]... [--nfsim-arg A]...\n"
+               "profiles: vllm llmd lmcache-fs lmcache-nixl sglang-file sglang-nixl\n");
+  std::exit(2);
+}
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  std::string x;
+  while (std::getline(ss, x, ',')) {
+    if (!x.empty()) v.push_back(x);
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) Usage(("missing value for " + a).c_str());
+      return argv[++i];
+    };
+    if (a == "--profile" || a == "--profiles") cfg.profiles = Split(val());
+    else if (a == "--modes") cfg.modes = Split(val());
+    else if (a == "--chunks") cfg.chunks = std::stoull(val());
+    else if (a == "--chunk-bytes") cfg.chunk_bytes = std::stoull(val());
+    else if (a == "--threads") cfg.threads = static_cast<unsigned>(std::stoul(val()));
+    else if (a == "--hit-ratio") cfg.hit_ratio = std::stod(val());
+    else if (a == "--latency-us") cfg.latency_us = std::stol(val());
+    else if (a == "--data-mbps") cfg.data_mbps = std::stod(val());
+    else if (a == "--work") cfg.work = val();
+    else if (a == "--build") cfg.build = val();
+    else if (a == "--json") cfg.json_out = val();
+    else if (a == "--lookup-batch") cfg.lookup_batch = static_cast<unsigned>(std::stoul(val()));
+    else if (a == "--no-cold-load") cfg.cold_load = false;
+    else if (a == "--no-progress") cfg.progress = false;
+    else if (a == "--kvfs-arg") cfg.kvfs_args.push_back(val());
+    else if (a == "--nfsim-arg") cfg.nfsim_args.push_back(val());
+    else if (a == "-h" || a == "--help") Usage(nullptr);
+    else Usage(("unknown argument " + a).c_str());
+  }
+  if (cfg.threads == 0 || cfg.chunks == 0 || cfg.lookup_batch == 0) Usage("threads, chunks and lookup batch must be > 0");
+  if (cfg.build.empty()) {
+    fs::path self = fs::canonical("/proc/self/exe");
+    cfg.build = self.parent_path().parent_path().string();
+  }
+  cfg.work = fs::absolute(cfg.work).string();
+  fs::create_directories(cfg.work);
+
+  std::vector<Profile> all = Profiles(), chosen;
+  for (auto& name : cfg.profiles) {
+    if (name == "all") {
+      chosen = all;
+      break;
+    }
+    auto it = std::find_if(all.begin(), all.end(), [&](const Profile& p) { return p.name == name; });
+    if (it == all.end()) Usage(("unknown profile " + name).c_str());
+    chosen.push_back(*it);
+  }
+
+  std::atomic<bool> stop{false};
+  std::thread prog(ProgressLoop, &stop, cfg.progress && isatty(2));
+  json report;
+  report["config"] = {{"chunks", cfg.chunks}, {"threads", cfg.threads}, {"hit_ratio", cfg.hit_ratio},
+                      {"latency_us", cfg.latency_us}, {"data_mbps", cfg.data_mbps}, {"cold_load", cfg.cold_load},
+                      {"lookup_batch", cfg.lookup_batch}, {"kvfs_args", cfg.kvfs_args}, {"nfsim_args", cfg.nfsim_args}};
+  report["profiles"] = json::array();
+  bool all_ok = true;
+  for (auto& p : chosen) {
+    size_t size = cfg.chunk_bytes ? cfg.chunk_bytes : p.default_size;
+    if (p.name == "lmcache-fs" && size <= kLmcHeader) Usage("lmcache-fs needs more than 28 bytes");
+    json pj = {{"profile", p.name}, {"what", p.what}, {"chunks", cfg.chunks}, {"chunk_bytes", size},
+               {"threads", cfg.threads}, {"hit_ratio", cfg.hit_ratio}, {"latency_us", cfg.latency_us}};
+    json modes;
+    for (auto& m : cfg.modes) {
+      modes[m] = RunMode(cfg, p, size, m == "kvfs");
+      all_ok = all_ok && modes[m].value("ok", false);
+    }
+    pj["modes"] = modes;
+    report["profiles"].push_back(pj);
+    {
+      std::lock_guard<std::mutex> g(g_label_mu);
+      g_label.clear();
+    }
+    std::fprintf(stderr, "\r\033[K");
+    PrintProfile(pj);
+    std::fflush(stdout);
+  }
+  stop = true;
+  prog.join();
+  if (!cfg.json_out.empty()) {
+    std::ofstream f(cfg.json_out);
+    f << report.dump(1) << "\n";
+  }
+  return all_ok ? 0 : 1;
+}
