@@ -74,15 +74,21 @@ check_qemu() {
 }
 
 # Packages the kvfs binaries need at run time: their ldd libraries mapped to Debian packages.
+# Only packages the cached image does not already have (its dpkg list is saved at build time), so a
+# binary that links one more library triggers a rebuild, and nothing else does.
 ldd_packages() {
-  local bin lib pkgs=""
-  for bin in "$REPO"/build/tools/kvfs "$REPO"/build/tests/kvfs_integration_tests; do
-    [ -x "$bin" ] || continue
+  local bin lib p pkgs=""
+  for bin in "${KVFS_BIN:-}" "$REPO"/build/tools/kvfs "$REPO"/build/tests/kvfs_integration_tests; do
+    [ -n "$bin" ] && [ -x "$bin" ] || continue
     for lib in $(ldd "$bin" 2>/dev/null | awk '/=> \// { print $3 }'); do
-      pkgs="$pkgs $(dpkg -S "$(readlink -f "$lib")" 2>/dev/null | head -1 | cut -d: -f1)"
+      lib=$(readlink -f "$lib")
+      p=$(dpkg -S "$lib" 2>/dev/null || dpkg -S "${lib#/usr}" 2>/dev/null || true)
+      pkgs="$pkgs $(echo "$p" | head -1 | cut -d: -f1)"
     done
   done
-  echo "$pkgs" | tr ' ' '\n' | grep -v -E '^(libc6|libgcc-s1|libstdc\+\+6|)$' | sort -u | tr '\n' ' '
+  for p in $(echo "$pkgs" | tr ' ' '\n' | sort -u); do
+    grep -qxF "$p" "$CACHE/image/installed.txt" 2>/dev/null || echo "$p"
+  done
 }
 
 package_list() {
@@ -177,6 +183,7 @@ PY
   mke2fs -q -F -t ext4 -L kvfsroot -E root_owner=0:0 -d "$root" "$img/rootfs.img" "${mb}M" >/dev/null \
     || { echo "testbed: mke2fs -d failed" >&2; exit 3; }
   package_list >"$img/packages.txt"
+  chroot "$root" dpkg-query -W -f '${Package}\n' | sed 's/:amd64$//' | sort -u >"$img/installed.txt"
   echo "$hash" >"$img/recipe"
   rm -rf "$CACHE/image" "$root"
   mv "$img" "$CACHE/image"
