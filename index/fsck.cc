@@ -1,0 +1,872 @@
+// kvfs-fsck engine: see fsck.h.
+#include "index/fsck.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <tuple>
+
+#include <spdlog/spdlog.h>
+
+#include "blockstore/format.h"
+#include "blockstore/segment_reader.h"
+#include "index/hlc.h"
+#include "index/journal.h"
+#include "index/journal_format.h"
+#include "index/replay.h"
+
+namespace kvfs {
+namespace {
+
+namespace stdfs = std::filesystem;
+
+constexpr uint64_t kVerifyChunk = 4ull << 20;  // bytes of value verified per ReadValue call
+
+struct RecInfo {
+  uint64_t value_offset = 0, value_len = 0, end = 0, stamp = 0;
+  uint16_t flags = 0;
+  std::string path;
+  bool bad_value = false;
+  std::string bad_detail;
+};
+
+struct SegScan {
+  SegmentId id;
+  std::string path;
+  uint64_t size = 0;
+  bool header_ok = false;
+  std::string header_detail;
+  format::SegmentHeader header;
+  bool sealed = false;
+  bool trailer_bad = false;
+  std::string trailer_detail;
+  uint64_t footer_offset = 0;
+  uint64_t cut = UINT64_MAX;
+  uint64_t limit = 0;
+  std::map<uint64_t, RecInfo> records;               // by record offset
+  std::vector<std::pair<uint64_t, uint64_t>> damaged;  // [start, end) regions skipped by resync
+  bool torn = false;
+  uint64_t tail_start = 0;  // valid end when torn (first byte not covered by a good record)
+  bool dropped = false;
+  bool seal_journaled = false;
+};
+
+using RecKey = std::tuple<std::string, uint64_t, uint64_t, uint64_t>;  // node, gen, seq, record offset
+
+struct OwnerState {
+  bool has = false;
+  bool unreadable = false;
+  OwnerRecord rec;
+  std::optional<int64_t> hb_age_ns;
+  bool live = false;
+  std::string desc;
+};
+
+// Everything one analysis pass learned (internal; the repair works from it).
+struct Analysis {
+  std::vector<FsckFinding> findings;
+  std::map<std::string, FsckNodeSummary> summaries;
+  std::map<std::string, std::map<std::pair<uint64_t, uint64_t>, SegScan>> scans;  // node -> (gen,seq)
+  std::map<std::string, uint64_t> path_stamp;  // max stamp of any entry that bound the path
+  uint64_t max_stamp = 0;
+};
+
+std::string Hex(uint64_t v) {
+  char b[32];
+  snprintf(b, sizeof(b), "%llu", static_cast<unsigned long long>(v));
+  return b;
+}
+
+bool EndsWith(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+
+class Fsck {
+ public:
+  explicit Fsck(const FsckOptions& o) : opts_(o), env_(o.env ? o.env : Env::Posix()) {}
+  Result<FsckReport> Run();
+
+ private:
+  void Progress(const std::string& phase, uint64_t done, uint64_t total) {
+    if (opts_.progress) opts_.progress(phase, done, total);
+  }
+  OwnerState ReadOwner(const std::string& node);
+  Status Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a);
+  Status ScanSegment(const std::string& node, uint64_t gen, uint64_t seq, uint64_t cut, SegScan* s);
+  Status Repair(const std::string& node, NodeDir* nd, Analysis* a);
+  Status PhysicalSeal(SegScan* s);
+  Status RebuildInto(const std::string& dir, const std::string& node, uint64_t* files);
+
+  FsckOptions opts_;
+  Env* env_;
+  std::vector<std::string> all_nodes_, selected_;
+};
+
+OwnerState Fsck::ReadOwner(const std::string& node) {
+  OwnerState o;
+  std::string text;
+  Status r = env_->ReadFileToString(OwnerFilePath(opts_.backing_dir, node), &text);
+  if (r.ok()) {
+    auto p = OwnerRecord::Parse(text);
+    if (p.ok()) {
+      o.has = true;
+      o.rec = *p;
+    } else {
+      o.unreadable = true;
+    }
+  }
+  if (env_->ReadFileToString(HeartbeatFilePath(opts_.backing_dir, node), &text).ok()) {
+    auto hb = HeartbeatRecord::Parse(text);
+    if (hb.ok()) o.hb_age_ns = WallClockNs() - hb->time_ns;
+  }
+  const HostIdentity self = opts_.self ? *opts_.self : HostIdentity::Current();
+  auto alive = opts_.process_alive ? opts_.process_alive : LocalProcessAlive;
+  const int64_t timeout_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(opts_.heartbeat_timeout).count();
+  std::string hb = o.hb_age_ns ? "heartbeat " + std::to_string(*o.hb_age_ns / 1000000000) + " s old"
+                               : "no heartbeat";
+  if (!o.has) {
+    o.live = o.unreadable && o.hb_age_ns && *o.hb_age_ns <= timeout_ns;
+    o.desc = o.unreadable ? "unreadable OWNER, " + hb : "no owner";
+    return o;
+  }
+  o.desc = "host=" + o.rec.owner.host + " pid=" + std::to_string(o.rec.owner.pid) +
+           " generation=" + std::to_string(o.rec.generation);
+  if (o.rec.released) {
+    o.desc += " released";
+  } else if (o.rec.owner.host == self.host && o.rec.owner.boot_id == self.boot_id && !alive(o.rec.owner)) {
+    o.desc += " dead (pid gone)";
+  } else if (!o.hb_age_ns || *o.hb_age_ns > timeout_ns) {
+    o.desc += " dead (" + hb + ")";
+  } else {
+    o.live = true;
+    o.desc += " LIVE (" + hb + ")";
+  }
+  return o;
+}
+
+Status Fsck::ScanSegment(const std::string& node, uint64_t gen, uint64_t seq, uint64_t cut, SegScan* s) {
+  s->id = SegmentId{node, gen, seq};
+  s->path = SegmentFilePath(opts_.backing_dir, s->id);
+  s->cut = cut;
+  auto f = env_->Open(s->path, OpenOptions{});
+  if (!f.ok()) return f.status();
+  BackingFile* file = f->get();
+  auto size = file->Size();
+  if (!size.ok()) return size.status();
+  s->size = *size;
+  auto h = ReadSegmentHeader(file);
+  if (!h.ok()) {
+    if (!h.status().IsCorruption()) return h.status();
+    s->header_detail = h.status().message();
+    return Status::OK();
+  }
+  s->header_ok = true;
+  s->header = *h;
+  auto footer = ReadFooter(file, s->size);
+  if (footer.ok()) {
+    s->sealed = true;
+    s->footer_offset = footer->trailer.footer_offset;
+  } else if (footer.status().IsCorruption()) {
+    s->trailer_bad = true;
+    s->trailer_detail = footer.status().message();
+  } else if (!footer.status().IsNotFound()) {
+    return footer.status();
+  }
+  const uint64_t end = s->sealed ? s->footer_offset : s->size;
+  s->limit = std::min(end, cut);
+  uint64_t off = format::kSegmentHeaderSize;
+  auto good_at = [&](uint64_t o, RecordMeta* m) -> Result<bool> {
+    auto r = ReadRecordMeta(file, o);
+    if (r.ok()) {
+      if (r->end_offset > s->limit) return false;
+      *m = std::move(*r);
+      return true;
+    }
+    if (r.status().IsCorruption()) return false;
+    return r.status();
+  };
+  while (off < s->limit) {
+    RecordMeta m;
+    auto g = good_at(off, &m);
+    if (!g.ok()) return g.status();
+    if (!*g) {
+      // Resynchronise at the next 4 KiB block holding a valid record.
+      uint64_t next = off + kAlignment;
+      bool found = false;
+      for (; next < s->limit; next += kAlignment) {
+        auto g2 = good_at(next, &m);
+        if (!g2.ok()) return g2.status();
+        if (*g2) {
+          found = true;
+          break;
+        }
+      }
+      if (!found) {
+        s->torn = true;
+        s->tail_start = off;
+        break;
+      }
+      s->damaged.emplace_back(off, next);
+      off = next;
+    }
+    RecInfo ri;
+    ri.value_offset = m.value_offset;
+    ri.value_len = m.value_len();
+    ri.end = m.end_offset;
+    ri.stamp = m.header.stamp;
+    ri.flags = m.header.flags;
+    ri.path = m.path;
+    if (opts_.verify_data) {
+      std::string buf;
+      for (uint64_t vo = 0; vo < ri.value_len; vo += kVerifyChunk) {
+        const size_t n = static_cast<size_t>(std::min(kVerifyChunk, ri.value_len - vo));
+        buf.resize(n);
+        size_t got = 0;
+        Status vs = ReadValue(file, m, vo, n, buf.data(), &got);
+        if (vs.IsCorruption()) {
+          ri.bad_value = true;
+          ri.bad_detail = vs.message();
+          break;
+        }
+        KVFS_RETURN_IF_ERROR(vs);
+      }
+    }
+    s->records.emplace(off, std::move(ri));
+    off = m.end_offset;
+  }
+  if (!s->torn) s->tail_start = std::max<uint64_t>(off, format::kSegmentHeaderSize);
+  return Status::OK();
+}
+
+Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) {
+  // 1. Replay every node's journals into a scratch index (cross-node references count).
+  const char* tmpdir = getenv("TMPDIR");
+  std::string tmpl = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/kvfs-fsck-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) return Status::IOError("mkdtemp " + tmpl, errno);
+  const std::string scratch = buf.data();
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      stdfs::remove_all(dir, ec);
+    }
+  } cleanup{scratch};
+  std::map<std::string, ReplayNodeResult> replays;
+  std::map<std::string, DumpEntry> dump;
+  {
+    IndexDbOptions io;
+    io.dir = scratch + "/index";
+    io.node_id = opts_.index_node.empty() ? "kvfs-fsck" : opts_.index_node;
+    auto idx = IndexDb::Open(io);
+    if (!idx.ok()) return idx.status();
+    uint64_t i = 0;
+    for (const auto& node : all_nodes_) {
+      Progress("replaying journals of " + node, i++, all_nodes_.size());
+      ReplayNodeResult r;
+      KVFS_RETURN_IF_ERROR(ReplayNode(env_, opts_.backing_dir, node, idx->get(), &r));
+      replays[node] = std::move(r);
+    }
+    auto d = (*idx)->DumpByPath();
+    if (!d.ok()) return d.status();
+    dump = std::move(*d);
+    (*idx)->Close();
+  }
+
+  // 2. References, SEAL/DROP sets, path stamps and CUTs from every node's journals.
+  std::set<RecKey> refs;
+  std::set<SegmentId> seals, drops;
+  std::map<std::string, JournalCuts> seg_cuts;
+  for (const auto& node : all_nodes_) {
+    std::vector<JournalFile> files;
+    Status s = ListJournalFiles(env_, NodeDirPath(opts_.backing_dir, node), &files);
+    if (s.IsNotFound()) continue;
+    KVFS_RETURN_IF_ERROR(s);
+    JournalCuts jcuts;
+    CollectNodeCuts(env_, node, files, &jcuts, &seg_cuts[node]);
+    for (const auto& f : files) {
+      JournalReaderOptions ro;
+      auto c = jcuts.find({f.generation, f.number});
+      if (c != jcuts.end()) ro.limit = c->second;
+      std::vector<std::pair<JournalEntry, JournalPosition>> entries;
+      JournalReadReport rep;
+      Status rs = ReadJournalFile(env_, f.path, ro, &entries, &rep);
+      if (rs.IsIOError()) return rs;
+      for (const auto& [e, pos] : entries) {
+        a->max_stamp = std::max(a->max_stamp, e.stamp);
+        auto ref = [&](const Location& l) {
+          if (!l.empty()) refs.emplace(l.segment.node, l.segment.generation, l.segment.seq, l.record_offset);
+        };
+        auto bind = [&](const std::string& p) {
+          auto& st = a->path_stamp[p];
+          st = std::max(st, e.stamp);
+        };
+        switch (e.op) {
+          case JournalOp::kPut: ref(e.location); bind(e.path); break;
+          case JournalOp::kSymlink: bind(e.path); break;
+          case JournalOp::kRename: ref(e.location); bind(e.path2); break;
+          case JournalOp::kMove: ref(e.location); ref(e.old_location); bind(e.path); break;
+          case JournalOp::kSeal: seals.insert(e.segment); break;
+          case JournalOp::kDrop: drops.insert(e.segment); break;
+          default: break;
+        }
+      }
+      if (std::find(selected_.begin(), selected_.end(), node) != selected_.end()) {
+        auto& sum = a->summaries[node];
+        sum.journal_files++;
+        sum.journal_entries += rep.entries;
+        sum.journal_bytes += rep.file_size;
+      }
+    }
+  }
+
+  // 3. Per selected node: owner, temp files, journal findings, segment scans.
+  uint64_t ni = 0;
+  for (const auto& node : selected_) {
+    auto& sum = a->summaries[node];
+    sum.node = node;
+    const std::string dir = NodeDirPath(opts_.backing_dir, node);
+    OwnerState own = ReadOwner(node);
+    auto ow = owned.find(node);
+    uint64_t current_gen = own.has ? own.rec.generation : 0;
+    bool live = own.live;
+    if (ow != owned.end()) {
+      live = false;
+      current_gen = ow->second;
+      sum.owner = "owned by this kvfs-fsck (generation " + std::to_string(ow->second) + ")";
+    } else {
+      sum.owner = own.desc;
+    }
+    sum.live = live;
+    sum.owner_generation = current_gen;
+    auto add = [&](FsckFinding f) {
+      f.node = node;
+      a->findings.push_back(std::move(f));
+    };
+
+    // Stale temp files.
+    for (const std::string& d : {dir, SegmentDirPath(opts_.backing_dir, node)}) {
+      std::vector<std::string> names;
+      Status s = env_->GetChildren(d, &names);
+      if (s.IsNotFound()) continue;
+      KVFS_RETURN_IF_ERROR(s);
+      std::sort(names.begin(), names.end());
+      for (const auto& n : names) {
+        if (!EndsWith(n, ".tmp")) continue;
+        FsckFinding f;
+        f.kind = FsckKind::kStaleTempFile;
+        f.file = d + "/" + n;
+        // A live owner may be in the middle of its WriteFileAtomic right now.
+        f.severity = live ? FsckSeverity::kInfo : FsckSeverity::kProblem;
+        f.detail = live ? "temp file of a live owner (may be in use)" : "stale temp file";
+        f.repairable = !live;
+        f.repair = "remove";
+        add(std::move(f));
+      }
+    }
+
+    // Journals (as the replay saw them).
+    const auto& rr = replays[node];
+    uint64_t last_gen_file = 0;
+    for (const auto& rf : rr.files) {
+      if (rf.file.generation == current_gen) last_gen_file = std::max(last_gen_file, rf.file.number);
+    }
+    for (const auto& rf : rr.files) {
+      const auto& rep = rf.report;
+      FsckFinding base;
+      base.file = rf.file.path;
+      if (!rf.opened || !rf.status.ok()) {
+        if (rf.status.IsIOError()) return rf.status;
+        FsckFinding f = base;
+        f.kind = FsckKind::kJournalUnreadable;
+        f.detail = rf.status.ToString();
+        add(std::move(f));
+        if (!rf.opened) continue;
+      }
+      if (rep.corrupt_regions > 0) {
+        FsckFinding f = base;
+        f.kind = FsckKind::kJournalDamaged;
+        f.bytes = rep.corrupt_bytes;
+        f.detail = std::to_string(rep.corrupt_regions) + " damaged region(s), " + std::to_string(rep.corrupt_blocks) +
+                   " block(s), " + std::to_string(rep.corrupt_bytes) + " bytes skipped; their entries are lost";
+        add(std::move(f));
+      }
+      if (rep.bad_entries > 0) {
+        FsckFinding f = base;
+        f.kind = FsckKind::kJournalBadEntry;
+        f.detail = std::to_string(rep.bad_entries) + " checksummed record(s) that do not decode (skipped)";
+        add(std::move(f));
+      }
+      if (rep.end == JournalEnd::kTorn && rf.limit == UINT64_MAX) {
+        FsckFinding f = base;
+        f.kind = FsckKind::kJournalTornTail;
+        f.offset = rep.valid_end.offset;
+        f.bytes = rep.tail_bytes;
+        const bool in_progress = live && rf.file.generation == current_gen && rf.file.number == last_gen_file;
+        f.severity = in_progress ? FsckSeverity::kInfo : FsckSeverity::kProblem;
+        f.detail = std::string(in_progress ? "tail being written by the live owner: " : "torn tail: ") +
+                   std::to_string(rep.tail_bytes) + (rep.tail_zero ? " zero" : "") + " bytes after offset " +
+                   std::to_string(rep.valid_end.offset);
+        f.repairable = !in_progress;
+        f.repair = "CUT at " + std::to_string(rep.valid_end.offset);
+        add(std::move(f));
+      }
+    }
+
+    // Segments.
+    std::vector<std::string> names;
+    Status ls = env_->GetChildren(SegmentDirPath(opts_.backing_dir, node), &names);
+    if (!ls.ok() && !ls.IsNotFound()) return ls;
+    std::sort(names.begin(), names.end());
+    auto& node_scans = a->scans[node];
+    uint64_t si = 0;
+    for (const auto& n : names) {
+      uint64_t gen = 0, seq = 0;
+      if (!ParseSegmentFileName(n, &gen, &seq)) continue;
+      Progress("checking segments of " + node, si++, names.size());
+      uint64_t cut = UINT64_MAX;
+      auto c = seg_cuts[node].find({gen, seq});
+      if (c != seg_cuts[node].end()) cut = c->second;
+      SegScan& s = node_scans[{gen, seq}];
+      KVFS_RETURN_IF_ERROR(ScanSegment(node, gen, seq, cut, &s));
+      s.dropped = drops.count(s.id) > 0;
+      s.seal_journaled = seals.count(s.id) > 0;
+      sum.segments++;
+      sum.segment_file_bytes += s.size;
+      if (s.sealed) sum.sealed_segments++;
+      if (s.dropped) continue;  // dropped: its files are gone from the index; the file awaits unlink
+      const bool active = live && gen == current_gen;
+      FsckFinding base;
+      base.file = s.path;
+      if (!s.header_ok) {
+        FsckFinding f = base;
+        f.kind = FsckKind::kSegmentBadHeader;
+        f.detail = s.header_detail + " (no record of this segment is trusted)";
+        add(std::move(f));
+        continue;
+      }
+      for (const auto& [start, end] : s.damaged) {
+        FsckFinding f = base;
+        f.kind = FsckKind::kSegmentDamaged;
+        f.offset = start;
+        f.bytes = end - start;
+        f.detail = "damaged region [" + std::to_string(start) + ", " + std::to_string(end) +
+                   "): records in it are lost";
+        add(std::move(f));
+      }
+      if (s.trailer_bad) {
+        FsckFinding f = base;
+        f.kind = FsckKind::kSegmentBadTrailer;
+        f.offset = s.tail_start;
+        f.bytes = s.size - s.tail_start;
+        const bool handled = s.cut != UINT64_MAX;
+        f.severity = handled ? FsckSeverity::kInfo : FsckSeverity::kProblem;
+        f.detail = s.trailer_detail + (handled ? " (already cut)" : "");
+        f.repairable = !handled;
+        f.repair = "CUT at " + std::to_string(s.tail_start);
+        add(std::move(f));
+      } else if (s.torn) {
+        FsckFinding f = base;
+        f.kind = FsckKind::kSegmentTornTail;
+        f.offset = s.tail_start;
+        f.bytes = s.limit - s.tail_start;
+        f.severity = active ? FsckSeverity::kInfo : FsckSeverity::kProblem;
+        f.detail = std::string(active ? "tail being written by the live owner: " : "torn tail: ") +
+                   std::to_string(f.bytes) + " bytes after offset " + std::to_string(s.tail_start);
+        f.repairable = !active;
+        f.repair = "CUT at " + std::to_string(s.tail_start);
+        add(std::move(f));
+      }
+      if (!s.sealed && !s.seal_journaled && !active) {
+        FsckFinding f = base;
+        f.kind = FsckKind::kUnsealedSegment;
+        f.offset = s.tail_start;
+        f.detail = "unsealed segment of " +
+                   std::string(gen < current_gen ? "an older generation" : "a dead owner") + " (" +
+                   std::to_string(s.records.size()) + " records, valid end " + std::to_string(s.tail_start) + ")";
+        f.repairable = true;
+        f.repair = "SEAL";
+        add(std::move(f));
+      } else if (s.sealed && !s.seal_journaled && !active) {
+        FsckFinding f = base;
+        f.kind = FsckKind::kSealNotJournaled;
+        f.detail = "sealed on disk but no SEAL entry in the journal";
+        f.repairable = true;
+        f.repair = "SEAL entry";
+        add(std::move(f));
+      }
+      for (const auto& [off, r] : s.records) {
+        sum.records++;
+        sum.record_value_bytes += r.value_len;
+        if (opts_.verify_data) sum.verified_value_bytes += r.value_len;
+        if (r.flags & format::kRecordFlagProvisional) sum.provisional_records++;
+        if (!refs.count(RecKey{node, gen, seq, off})) {
+          sum.orphan_records++;
+          sum.orphan_bytes += r.value_len;
+          FsckFinding f = base;
+          f.kind = FsckKind::kOrphanRecord;
+          f.severity = FsckSeverity::kInfo;
+          f.offset = off;
+          f.bytes = r.value_len;
+          f.path = r.path;
+          f.detail = (r.flags & format::kRecordFlagProvisional) ? "provisional record, in no journal entry"
+                                                                 : "record in no journal entry (dead bytes)";
+          add(std::move(f));
+        }
+      }
+    }
+    Progress("checked " + node, ++ni, selected_.size());
+  }
+
+  // 4. Live files against the scans: dangling entries, damaged values, live bytes.
+  std::set<std::pair<std::string, std::pair<uint64_t, uint64_t>>> live_recs;  // (node,(gen,seq)) offsets
+  std::set<RecKey> live_keys;
+  for (const auto& [path, d] : dump) {
+    if (!S_ISREG(d.mode) || d.location.empty()) continue;
+    const Location& l = d.location;
+    auto ns = a->scans.find(l.segment.node);
+    if (ns == a->scans.end()) continue;  // a node not selected
+    auto& sum = a->summaries[l.segment.node];
+    std::string why;
+    auto sit = ns->second.find({l.segment.generation, l.segment.seq});
+    const SegScan* s = sit == ns->second.end() ? nullptr : &sit->second;
+    if (s == nullptr) {
+      why = "segment file " + SegmentFilePath(opts_.backing_dir, l.segment) + " is missing";
+    } else if (!s->header_ok) {
+      why = "segment header is damaged";
+    } else if (l.record_offset >= s->limit && s->cut != UINT64_MAX && l.record_offset >= s->cut) {
+      why = "record is behind the CUT at " + std::to_string(s->cut);
+    } else {
+      auto r = s->records.find(l.record_offset);
+      if (r == s->records.end()) {
+        why = s->torn && l.record_offset >= s->tail_start
+                  ? "record is in the torn tail (valid end " + std::to_string(s->tail_start) + ")"
+                  : "no valid record at offset " + std::to_string(l.record_offset);
+        for (const auto& [st, en] : s->damaged) {
+          if (l.record_offset >= st && l.record_offset < en) why = "record is in a damaged region";
+        }
+      } else if (r->second.value_offset != l.value_offset || r->second.value_len != l.length) {
+        why = "record does not match the location";
+      } else if (r->second.bad_value) {
+        why = "value checksum mismatch: " + r->second.bad_detail;
+      }
+    }
+    if (why.empty()) {
+      sum.live_files++;
+      sum.live_bytes += l.length;
+      live_keys.emplace(l.segment.node, l.segment.generation, l.segment.seq, l.record_offset);
+      continue;
+    }
+    FsckFinding f;
+    f.kind = FsckKind::kDanglingEntry;
+    f.node = l.segment.node;
+    f.file = SegmentFilePath(opts_.backing_dir, l.segment);
+    f.offset = l.record_offset;
+    f.bytes = l.length;
+    f.path = path;
+    f.detail = "live file " + path + ": " + why + " (reads fail with EIO/ENOENT)";
+    f.repairable = true;
+    f.repair = "UNLINK";
+    a->findings.push_back(std::move(f));
+  }
+  // Damaged values of records no live file uses: informational.
+  for (const auto& [node, segs] : a->scans) {
+    for (const auto& [gs, s] : segs) {
+      for (const auto& [off, r] : s.records) {
+        if (!r.bad_value || live_keys.count(RecKey{node, gs.first, gs.second, off})) continue;
+        FsckFinding f;
+        f.kind = FsckKind::kSegmentBadValue;
+        f.severity = FsckSeverity::kInfo;
+        f.node = node;
+        f.file = s.path;
+        f.offset = off;
+        f.bytes = r.value_len;
+        f.path = r.path;
+        f.detail = "value checksum mismatch in a record no live file uses: " + r.bad_detail;
+        a->findings.push_back(std::move(f));
+      }
+    }
+  }
+  for (auto& [node, sum] : a->summaries) {
+    sum.dead_bytes = sum.record_value_bytes > sum.live_bytes ? sum.record_value_bytes - sum.live_bytes : 0;
+  }
+  return Status::OK();
+}
+
+Status Fsck::PhysicalSeal(SegScan* s) {
+  std::vector<format::FooterEntry> entries;
+  for (const auto& [off, r] : s->records) {
+    format::FooterEntry e;
+    e.record_offset = off;
+    e.value_offset = r.value_offset;
+    e.value_length = r.value_len;
+    e.stamp = r.stamp;
+    e.path_hash = format::Hash64(r.path.data(), r.path.size());
+    entries.push_back(e);
+  }
+  const uint64_t count = entries.size();
+  const uint64_t fbytes = format::FooterBytes(count);
+  std::string buf(fbytes + format::kTrailerBlockSize, '\0');
+  for (uint64_t i = 0; i < count; ++i) format::EncodeFooterEntry(entries[i], buf.data() + i * format::kFooterEntrySize);
+  format::Trailer t;
+  t.footer_offset = s->tail_start;
+  t.record_count = count;
+  t.footer_checksum = format::Hash64(buf.data(), count * format::kFooterEntrySize);
+  t.nonce = s->header.nonce;
+  format::EncodeTrailerBlock(t, buf.data() + fbytes);
+  OpenOptions o;
+  o.write = true;  // no create, no truncate: append after the last record
+  auto f = env_->Open(s->path, o);
+  if (!f.ok()) return f.status();
+  KVFS_RETURN_IF_ERROR((*f)->Write(s->tail_start, buf.data(), buf.size()));
+  KVFS_RETURN_IF_ERROR((*f)->Sync());
+  // Verify it reads back as sealed.
+  auto footer = ReadFooter(f->get(), s->tail_start + buf.size());
+  if (!footer.ok()) return Status::Corruption("physical seal of " + s->path + " did not verify: " + footer.status().ToString());
+  s->sealed = true;
+  return Status::OK();
+}
+
+Status Fsck::Repair(const std::string& node, NodeDir* nd, Analysis* a) {
+  const std::string& reason = nd->takeover_reason();
+  const bool provably_dead = reason == "fresh" || reason == "released" || reason.rfind("owner pid", 0) == 0;
+  HybridClock hlc;
+  hlc.SetFloor(a->max_stamp);
+  std::vector<JournalEntry> cuts, seals, unlinks;
+  std::vector<FsckFinding*> done;
+  auto& node_scans = a->scans[node];
+  for (auto& f : a->findings) {
+    if (f.node != node || f.severity != FsckSeverity::kProblem || !f.repairable) continue;
+    switch (f.kind) {
+      case FsckKind::kJournalTornTail: {
+        uint64_t g = 0, n = 0;
+        ParseJournalFileName(stdfs::path(f.file).filename().string(), &g, &n);
+        cuts.push_back(JournalEntry::Cut(FileRef{FileRef::Kind::kJournal, node, g, n}, f.offset, hlc.Now()));
+        done.push_back(&f);
+        break;
+      }
+      case FsckKind::kSegmentTornTail:
+      case FsckKind::kSegmentBadTrailer: {
+        uint64_t g = 0, q = 0;
+        ParseSegmentFileName(stdfs::path(f.file).filename().string(), &g, &q);
+        cuts.push_back(JournalEntry::Cut(FileRef{FileRef::Kind::kSegment, node, g, q}, f.offset, hlc.Now()));
+        done.push_back(&f);
+        break;
+      }
+      case FsckKind::kUnsealedSegment: {
+        uint64_t g = 0, q = 0;
+        ParseSegmentFileName(stdfs::path(f.file).filename().string(), &g, &q);
+        SegScan& s = node_scans[{g, q}];
+        const bool clean = s.header_ok && !s.torn && s.damaged.empty() && s.cut == UINT64_MAX && !s.trailer_bad &&
+                           s.tail_start == s.size;
+        if (clean && provably_dead) {
+          KVFS_RETURN_IF_ERROR(PhysicalSeal(&s));
+          f.repair = "SEAL (footer + trailer appended, SEAL entry)";
+        } else {
+          f.repair = "SEAL entry only (logical: " +
+                     std::string(!clean ? "the segment does not end cleanly" : "previous owner only presumed dead") + ")";
+        }
+        seals.push_back(JournalEntry::Seal(SegmentId{node, g, q}, hlc.Now()));
+        done.push_back(&f);
+        break;
+      }
+      case FsckKind::kSealNotJournaled: {
+        uint64_t g = 0, q = 0;
+        ParseSegmentFileName(stdfs::path(f.file).filename().string(), &g, &q);
+        seals.push_back(JournalEntry::Seal(SegmentId{node, g, q}, hlc.Now()));
+        done.push_back(&f);
+        break;
+      }
+      case FsckKind::kDanglingEntry: {
+        const uint64_t st = a->path_stamp[f.path];
+        unlinks.push_back(JournalEntry::Unlink(f.path, st + 1));
+        done.push_back(&f);
+        break;
+      }
+      case FsckKind::kStaleTempFile: {
+        Status s = env_->Remove(f.file);
+        if (!s.ok() && !s.IsNotFound()) return s;
+        f.repaired = true;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  if (!cuts.empty() || !seals.empty() || !unlinks.empty()) {
+    JournalWriterOptions jo;
+    jo.env = env_;
+    jo.dir = nd->dir();
+    jo.node = node;
+    jo.generation = nd->generation();
+    jo.first_file_number = 0;
+    auto jw = JournalWriter::Open(jo);
+    if (!jw.ok()) return jw.status();
+    for (const auto* v : {&cuts, &seals, &unlinks}) {
+      for (const auto& e : *v) (*jw)->Append(e);  // CUTs first: replay reads them at the head
+    }
+    KVFS_RETURN_IF_ERROR((*jw)->Sync());
+    a->summaries[node].repair_generation = nd->generation();
+  }
+  for (auto* f : done) f->repaired = true;
+  return Status::OK();
+}
+
+Status Fsck::RebuildInto(const std::string& dir, const std::string& node, uint64_t* files) {
+  KVFS_RETURN_IF_ERROR(IndexDb::Destroy(dir));
+  IndexDbOptions io;
+  io.dir = dir;
+  io.node_id = node;
+  auto idx = IndexDb::Open(io);
+  if (!idx.ok()) return idx.status();
+  uint64_t i = 0;
+  for (const auto& n : all_nodes_) {
+    Progress("rebuilding index from " + n, i++, all_nodes_.size());
+    ReplayNodeResult r;
+    KVFS_RETURN_IF_ERROR(ReplayNode(env_, opts_.backing_dir, n, idx->get(), &r));
+  }
+  *files = (*idx)->GetStats().files;
+  KVFS_RETURN_IF_ERROR((*idx)->MarkClean());
+  return (*idx)->Close();
+}
+
+Result<FsckReport> Fsck::Run() {
+  KVFS_RETURN_IF_ERROR(CheckBackingDir(env_, opts_.backing_dir));
+  {
+    std::string text;
+    Status s = env_->ReadFileToString(FormatFilePath(opts_.backing_dir), &text);
+    if (s.IsNotFound()) {
+      return Status::InvalidArgument("'" + opts_.backing_dir + "' is not a kvfs backing directory (no " +
+                                     FormatFilePath(opts_.backing_dir) + ")");
+    }
+    KVFS_RETURN_IF_ERROR(s);
+    auto fi = FormatInfo::Parse(text);
+    if (!fi.ok()) return Status::InvalidArgument("bad FORMAT file: " + fi.status().message());
+    if (fi->version > kFormatVersion) return Status::InvalidArgument("backing store format is newer than this kvfs-fsck");
+  }
+  auto nodes = ListNodes(env_, opts_.backing_dir);
+  if (!nodes.ok()) return nodes.status();
+  all_nodes_ = *nodes;
+  if (!opts_.node.empty()) {
+    if (std::find(all_nodes_.begin(), all_nodes_.end(), opts_.node) == all_nodes_.end()) {
+      return Status::InvalidArgument("no node '" + opts_.node + "' under " + NodesDirPath(opts_.backing_dir));
+    }
+    selected_ = {opts_.node};
+  } else {
+    selected_ = all_nodes_;
+  }
+  if (!opts_.rebuild_index_dir.empty()) {
+    if (opts_.index_node.empty()) {
+      if (!opts_.node.empty()) opts_.index_node = opts_.node;
+      else if (all_nodes_.size() == 1) opts_.index_node = all_nodes_[0];
+      else return Status::InvalidArgument("--rebuild-index needs --node when the export has several nodes");
+    }
+    std::error_code ec;
+    const stdfs::path d(opts_.rebuild_index_dir);
+    if (stdfs::exists(d, ec) && !stdfs::is_empty(d, ec) && !stdfs::exists(d / "CURRENT", ec)) {
+      return Status::InvalidArgument("'" + opts_.rebuild_index_dir + "' is neither empty nor a kvfs index");
+    }
+  }
+
+  Analysis a;
+  KVFS_RETURN_IF_ERROR(Analyze({}, &a));
+  FsckReport rep;
+  if (opts_.repair) {
+    std::map<std::string, std::unique_ptr<NodeDir>> acquired;
+    std::map<std::string, uint64_t> owned;
+    for (const auto& node : selected_) {
+      bool needs = false;
+      for (const auto& f : a.findings) {
+        needs |= f.node == node && f.severity == FsckSeverity::kProblem && f.repairable;
+      }
+      if (!needs) continue;
+      NodeDirOptions no;
+      no.env = env_;
+      no.backing_dir = opts_.backing_dir;
+      no.node_id = node;
+      no.heartbeat_timeout = opts_.heartbeat_timeout;
+      no.self = opts_.self;
+      no.process_alive = opts_.process_alive;
+      auto nd = NodeDir::Acquire(no);
+      if (!nd.ok()) {
+        if (!nd.status().IsBusy()) return nd.status();
+        a.summaries[node].repair_refused = true;
+        a.summaries[node].repair_refused_reason = nd.status().message();
+        rep.repair_refused = true;
+        continue;
+      }
+      owned[node] = (*nd)->generation();
+      acquired[node] = std::move(*nd);
+    }
+    if (!acquired.empty()) {
+      Analysis b;
+      KVFS_RETURN_IF_ERROR(Analyze(owned, &b));
+      for (auto& [node, nd] : acquired) {
+        Status s = Repair(node, nd.get(), &b);
+        Status rs = nd->Release();
+        KVFS_RETURN_IF_ERROR(s);
+        KVFS_RETURN_IF_ERROR(rs);
+      }
+      for (auto& [node, sum] : a.summaries) {
+        if (sum.repair_refused) b.summaries[node].repair_refused = true,
+                                b.summaries[node].repair_refused_reason = sum.repair_refused_reason;
+      }
+      a = std::move(b);
+    }
+  }
+  if (!opts_.rebuild_index_dir.empty()) {
+    KVFS_RETURN_IF_ERROR(RebuildInto(opts_.rebuild_index_dir, opts_.index_node, &rep.index_files));
+  }
+  rep.findings = std::move(a.findings);
+  for (auto& [node, sum] : a.summaries) {
+    sum.node = node;
+    rep.nodes.push_back(sum);
+  }
+  for (const auto& f : rep.findings) {
+    if (f.severity != FsckSeverity::kProblem) continue;
+    rep.problems++;
+    if (f.repaired) rep.repaired++;
+    else rep.unrepaired++;
+  }
+  return rep;
+}
+
+}  // namespace
+
+const char* FsckKindName(FsckKind k) {
+  switch (k) {
+    case FsckKind::kStaleTempFile: return "stale-temp-file";
+    case FsckKind::kJournalUnreadable: return "journal-unreadable";
+    case FsckKind::kJournalDamaged: return "journal-damaged";
+    case FsckKind::kJournalBadEntry: return "journal-bad-entry";
+    case FsckKind::kJournalTornTail: return "journal-torn-tail";
+    case FsckKind::kSegmentBadHeader: return "segment-bad-header";
+    case FsckKind::kSegmentDamaged: return "segment-damaged";
+    case FsckKind::kSegmentTornTail: return "segment-torn-tail";
+    case FsckKind::kSegmentBadTrailer: return "segment-bad-trailer";
+    case FsckKind::kSegmentBadValue: return "segment-bad-value";
+    case FsckKind::kUnsealedSegment: return "unsealed-segment";
+    case FsckKind::kSealNotJournaled: return "seal-not-journaled";
+    case FsckKind::kDanglingEntry: return "dangling-entry";
+    case FsckKind::kOrphanRecord: return "orphan-record";
+  }
+  return "unknown";
+}
+
+size_t FsckReport::Count(FsckKind k, bool problems_only) const {
+  size_t n = 0;
+  for (const auto& f : findings) {
+    if (f.kind == k && (!problems_only || f.severity == FsckSeverity::kProblem)) n++;
+  }
+  return n;
+}
+
+Result<FsckReport> RunFsck(const FsckOptions& opts) { return Fsck(opts).Run(); }
+
+}  // namespace kvfs

@@ -1,0 +1,73 @@
+// Replay: rebuilds (or brings up to date) an IndexDb from the journals on the export alone (DESIGN §3,
+// §7 invariant 4). Shared by the Store's rebuild and `kvfs-fsck --rebuild-index`, so both agree on what
+// the export means.
+//
+// Rules (the same as index/store.cc ReplayNode, from which this was extracted):
+//   * A node's journal files are read in (generation, number) order with JournalReader skip_damage=true
+//     (damage loses only the entries of the damaged block, journal.h).
+//   * CUT{journal file, offset} entries of the node's OWN journals (the leading CUT entries of every
+//     generation's first file, journal-<gen>-0, where a takeover or `kvfs-fsck --repair` writes them) limit
+//     the file they name: bytes at or beyond the smallest such offset are never applied. CUTs of segment
+//     files do not affect the index (no entry points behind a segment's valid end unless the export was
+//     damaged; kvfs-fsck reports those).
+//   * Entries are applied in batches of kReplayBatch with IndexDb::ApplyBatch, recording the applied
+//     position of the node in the same batch. CUT entries are not applied.
+//   * The highest stamp seen raises the index's HLC floor.
+//
+// Thread safety: the functions are reentrant; the IndexDb is thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "blockstore/env.h"
+#include "blockstore/status.h"
+#include "index/index_db.h"
+#include "index/journal.h"
+#include "index/journal_format.h"
+
+namespace kvfs {
+
+inline constexpr size_t kReplayBatch = 1024;
+
+// Translates a journal entry into an index ApplyOp. false for entries the index does not apply (CUT).
+bool JournalEntryToApplyOp(const JournalEntry& e, ApplyOp* op);
+
+// (generation, number) of a node's journal file -> bytes of it that stay valid (smallest CUT offset).
+using JournalCuts = std::map<std::pair<uint64_t, uint64_t>, uint64_t>;
+
+// Reads the leading CUT entries of every journal-<gen>-0 file in `files` that name `node`'s own files.
+// journal_cuts: CUTs of journal files. segment_cuts (optional): CUTs of segment files, keyed by
+// (generation, seq). Unreadable files are skipped (the main pass reports them).
+void CollectNodeCuts(Env* env, const std::string& node, const std::vector<JournalFile>& files,
+                     JournalCuts* journal_cuts, JournalCuts* segment_cuts = nullptr);
+
+// What replaying one journal file found.
+struct ReplayedFile {
+  JournalFile file;
+  bool opened = false;          // false: JournalReader::Open failed (status says why)
+  Status status;                // first error of Open/Next (NotSupported, misplaced file, I/O)
+  uint64_t limit = UINT64_MAX;  // CUT offset applied, or UINT64_MAX
+  JournalReadReport report;
+};
+
+struct ReplayNodeResult {
+  std::vector<ReplayedFile> files;
+  uint64_t entries = 0;    // entries read (CUTs included)
+  uint64_t max_stamp = 0;  // highest stamp read
+};
+
+// Replays every journal file of `node` under `backing` into `index` (rules above). A node directory
+// without journals is OK (empty result). Errors: only IndexDb failures and a failure to list the
+// directory; damaged / unreadable files are reported in the result and skipped.
+Status ReplayNode(Env* env, const std::string& backing, const std::string& node, IndexDb* index,
+                  ReplayNodeResult* out);
+
+// Replays every node under `backing` (ListNodes order). out (optional): per-node results.
+Status ReplayAllNodes(Env* env, const std::string& backing, IndexDb* index,
+                      std::map<std::string, ReplayNodeResult>* out = nullptr);
+
+}  // namespace kvfs

@@ -1,0 +1,256 @@
+// kvfs-fsck: check and repair a kvfs backing directory (the shared export). Engine: index/fsck.h.
+//
+//   kvfs-fsck BACKING [--node ID] [--repair] [--rebuild-index DIR] [--json] [--verify-data]
+//             [--verbose] [--heartbeat-timeout SECONDS]
+//   kvfs-fsck --dump-index DIR --node ID          (tests: print an index's content as JSON)
+//
+// Exit codes:
+//   0  clean: no problem found (informational findings such as orphan records may be listed)
+//   1  problems found (with --repair: the repairable ones were repaired; a second run finds none of those;
+//      unrepairable damage — lost journal entries, damaged segment headers or regions — is reported again)
+//   2  usage error or bad input (unknown option, not a kvfs backing directory, unknown node, unusable index dir)
+//   3  --repair refused for a node owned by a live mount (fresh heartbeat); nothing of that node was changed
+//   4  I/O error reading or writing the export or the index
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "index/fsck.h"
+#include "index/index_db.h"
+
+namespace {
+
+constexpr int kExitClean = 0, kExitProblems = 1, kExitUsage = 2, kExitRefused = 3, kExitIO = 4;
+
+const char* kManual = R"(NAME
+    kvfs-fsck - check and repair a kvfs backing directory
+
+SYNOPSIS
+    kvfs-fsck BACKING [--node ID] [--repair] [--rebuild-index DIR] [--json] [--verify-data] [--verbose]
+
+DESCRIPTION
+    Reads <BACKING>/.kvfs/v1 and checks every node directory (or only --node ID): every journal fragment
+    and entry checksum, every segment header, record header, record metadata, footer and trailer checksum
+    (with --verify-data also every 64 KiB value block checksum). It reports:
+      journal-damaged / journal-bad-entry / journal-unreadable   lost journal entries (unrepairable)
+      journal-torn-tail / segment-torn-tail                      bytes after the last complete entry/record
+      segment-bad-header / segment-damaged                       untrusted segment / damaged region
+      segment-bad-trailer                                        a sealed segment whose footer/trailer is bad
+      unsealed-segment                                           unsealed segment of an older generation
+      seal-not-journaled                                         sealed on disk without a SEAL entry
+      dangling-entry                                             a live file whose record is missing/damaged
+      stale-temp-file                                            *.tmp left by an interrupted atomic write
+      orphan-record, segment-bad-value (info)                    dead bytes; damage no live file uses
+    and per node: live files, live / dead / orphan bytes, segments, journal entries.
+    Torn tails of a node that a live mount owns (fresh heartbeat) are "in progress", not problems.
+
+OPTIONS
+    --node ID             check (and repair) only this node
+    --repair              take the node directory over like a mount (refused if a live mount owns it),
+                          append CUT entries for torn tails and bad trailers (nothing is ever truncated),
+                          seal unsealed old segments (footer + trailer appended only when the segment ends
+                          cleanly and the old owner is provably dead; otherwise a SEAL entry only), journal
+                          UNLINK for dangling files, remove stale temp files, release the directory
+    --rebuild-index DIR   build a complete local index (RocksDB) in DIR from the export alone, for node
+                          --node (default: the only node); an existing index in DIR is replaced
+    --verify-data         also verify every value block checksum (reads every byte)
+    --json                print the report as one JSON object
+    --verbose             list informational findings (orphans) one by one
+    --heartbeat-timeout S a heartbeat older than S seconds (default 30) means the owner is dead
+
+EXIT STATUS
+    0 clean, 1 problems found (and repaired with --repair), 2 usage or bad input, 3 repair refused
+    (live owner), 4 I/O error.
+)";
+
+std::string Human(uint64_t b) {
+  const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int i = 0;
+  while (v >= 1024 && i < 4) v /= 1024, i++;
+  char buf[64];
+  snprintf(buf, sizeof(buf), i ? "%.1f %s" : "%.0f %s", v, u[i]);
+  return buf;
+}
+
+int DumpIndex(const std::string& dir, const std::string& node) {
+  kvfs::IndexDbOptions io;
+  io.dir = dir;
+  io.node_id = node;
+  struct stat st;
+  if (stat((dir + "/CURRENT").c_str(), &st) != 0) {
+    std::fprintf(stderr, "kvfs-fsck: '%s' is not an index directory\n", dir.c_str());
+    return kExitUsage;
+  }
+  auto idx = kvfs::IndexDb::Open(io);
+  if (!idx.ok()) {
+    std::fprintf(stderr, "kvfs-fsck: %s\n", idx.status().ToString().c_str());
+    return idx.status().IsIOError() ? kExitIO : kExitUsage;
+  }
+  auto d = (*idx)->DumpByPath();
+  if (!d.ok()) {
+    std::fprintf(stderr, "kvfs-fsck: %s\n", d.status().ToString().c_str());
+    return kExitIO;
+  }
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [path, e] : *d) {
+    nlohmann::json x;
+    x["mode"] = e.mode;
+    x["size"] = e.size;
+    x["uid"] = e.uid;
+    x["gid"] = e.gid;
+    x["mtime_ns"] = e.mtime_ns;
+    if (!e.symlink.empty()) x["symlink"] = e.symlink;
+    if (!e.location.empty()) {
+      x["location"] = {{"node", e.location.segment.node}, {"generation", e.location.segment.generation},
+                       {"seq", e.location.segment.seq}, {"record_offset", e.location.record_offset},
+                       {"value_offset", e.location.value_offset}, {"length", e.location.length}};
+    }
+    if (!e.xattrs.empty()) x["xattrs"] = e.xattrs;
+    j[path] = x;
+  }
+  std::cout << j.dump(1) << "\n";
+  (*idx)->Close();
+  return kExitClean;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvfs-fsck: check and repair a kvfs backing directory"};
+  app.set_help_flag("");
+  bool help = false;
+  app.add_flag("-h,--help", help, "print the manual");
+  kvfs::FsckOptions o;
+  bool json = false, verbose = false;
+  double hb_timeout = 30;
+  std::string dump_index;
+  app.add_option("backing", o.backing_dir, "the backing directory (the export)");
+  app.add_option("--node", o.node, "check/repair only this node");
+  app.add_flag("--repair", o.repair, "repair (CUT, SEAL, UNLINK dangling, remove temp files)");
+  app.add_option("--rebuild-index", o.rebuild_index_dir, "build a local index in DIR from the export");
+  app.add_flag("--json", json, "JSON report");
+  app.add_flag("--verify-data", o.verify_data, "verify every value checksum");
+  app.add_flag("--verbose,-v", verbose, "list informational findings too");
+  app.add_option("--heartbeat-timeout", hb_timeout, "seconds after which a heartbeat is stale (default 30)");
+  app.add_option("--dump-index", dump_index, "print the content of an index directory as JSON (tests)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "kvfs-fsck: %s\n(see kvfs-fsck --help)\n", e.what());
+    return kExitUsage;
+  }
+  if (help) {
+    std::fputs(kManual, stdout);
+    return kExitClean;
+  }
+  spdlog::set_level(verbose ? spdlog::level::warn : spdlog::level::off);
+  if (!dump_index.empty()) {
+    if (o.node.empty()) {
+      std::fprintf(stderr, "kvfs-fsck: --dump-index needs --node\n");
+      return kExitUsage;
+    }
+    return DumpIndex(dump_index, o.node);
+  }
+  if (o.backing_dir.empty()) {
+    std::fprintf(stderr, "kvfs-fsck: missing BACKING directory (see kvfs-fsck --help)\n");
+    return kExitUsage;
+  }
+  o.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(hb_timeout * 1000));
+  const bool tty = isatty(2);
+  if (tty) {
+    o.progress = [](const std::string& phase, uint64_t done, uint64_t total) {
+      std::fprintf(stderr, "\r\033[K%s %llu/%llu", phase.c_str(), (unsigned long long)done, (unsigned long long)total);
+      std::fflush(stderr);
+    };
+  }
+  auto r = kvfs::RunFsck(o);
+  if (tty) std::fprintf(stderr, "\r\033[K");
+  if (!r.ok()) {
+    const auto& s = r.status();
+    std::fprintf(stderr, "kvfs-fsck: %s\n", s.ToString().c_str());
+    if (json) std::cout << nlohmann::json{{"error", s.ToString()}}.dump() << "\n";
+    return s.IsInvalidArgument() || s.IsBusy() ? kExitUsage : kExitIO;
+  }
+  const auto& rep = *r;
+  int code = rep.problems == 0 ? kExitClean : kExitProblems;
+  if (rep.repair_refused) code = kExitRefused;
+  if (json) {
+    nlohmann::json j;
+    j["backing"] = o.backing_dir;
+    j["problems"] = rep.problems;
+    j["repaired"] = rep.repaired;
+    j["unrepaired"] = rep.unrepaired;
+    j["repair_refused"] = rep.repair_refused;
+    j["exit_code"] = code;
+    if (!o.rebuild_index_dir.empty()) j["index"] = {{"dir", o.rebuild_index_dir}, {"files", rep.index_files}};
+    j["findings"] = nlohmann::json::array();
+    for (const auto& f : rep.findings) {
+      j["findings"].push_back({{"kind", kvfs::FsckKindName(f.kind)},
+                               {"severity", f.severity == kvfs::FsckSeverity::kProblem ? "problem" : "info"},
+                               {"node", f.node}, {"file", f.file}, {"offset", f.offset}, {"bytes", f.bytes},
+                               {"path", f.path}, {"detail", f.detail}, {"repairable", f.repairable},
+                               {"repaired", f.repaired}, {"repair", f.repair}});
+    }
+    j["nodes"] = nlohmann::json::array();
+    for (const auto& n : rep.nodes) {
+      j["nodes"].push_back({{"node", n.node}, {"live", n.live}, {"owner", n.owner},
+                            {"owner_generation", n.owner_generation}, {"journal_files", n.journal_files},
+                            {"journal_entries", n.journal_entries}, {"journal_bytes", n.journal_bytes},
+                            {"segments", n.segments}, {"sealed_segments", n.sealed_segments},
+                            {"segment_file_bytes", n.segment_file_bytes}, {"records", n.records},
+                            {"record_value_bytes", n.record_value_bytes}, {"live_files", n.live_files},
+                            {"live_bytes", n.live_bytes}, {"dead_bytes", n.dead_bytes},
+                            {"orphan_records", n.orphan_records}, {"orphan_bytes", n.orphan_bytes},
+                            {"provisional_records", n.provisional_records},
+                            {"verified_value_bytes", n.verified_value_bytes},
+                            {"repair_refused", n.repair_refused}, {"repair_refused_reason", n.repair_refused_reason},
+                            {"repair_generation", n.repair_generation}});
+    }
+    std::cout << j.dump(2) << "\n";
+    return code;
+  }
+  for (const auto& n : rep.nodes) {
+    std::printf("node %s: %s\n", n.node.c_str(), n.owner.c_str());
+    std::printf("  journal   %llu file(s), %llu entries, %s\n", (unsigned long long)n.journal_files,
+                (unsigned long long)n.journal_entries, Human(n.journal_bytes).c_str());
+    std::printf("  segments  %llu (%llu sealed), %s on disk, %llu records\n", (unsigned long long)n.segments,
+                (unsigned long long)n.sealed_segments, Human(n.segment_file_bytes).c_str(),
+                (unsigned long long)n.records);
+    std::printf("  bytes     live %s in %llu files, dead %s (orphans: %llu records, %s)\n", Human(n.live_bytes).c_str(),
+                (unsigned long long)n.live_files, Human(n.dead_bytes).c_str(), (unsigned long long)n.orphan_records,
+                Human(n.orphan_bytes).c_str());
+    if (o.verify_data) std::printf("  verified  %s of values\n", Human(n.verified_value_bytes).c_str());
+    if (n.repair_refused) std::printf("  REPAIR REFUSED: %s\n", n.repair_refused_reason.c_str());
+    if (n.repair_generation) std::printf("  repair journal: generation %llu\n", (unsigned long long)n.repair_generation);
+  }
+  size_t infos = 0;
+  for (const auto& f : rep.findings) {
+    const bool problem = f.severity == kvfs::FsckSeverity::kProblem;
+    if (!problem && !verbose) {
+      infos++;
+      continue;
+    }
+    std::printf("%s %-20s %s %s", problem ? (f.repaired ? "REPAIRED" : "PROBLEM ") : "info    ",
+                kvfs::FsckKindName(f.kind), f.node.c_str(), f.detail.c_str());
+    if (!f.file.empty()) std::printf(" [%s", f.file.c_str()), std::printf(f.offset ? " @%llu]" : "]", (unsigned long long)f.offset);
+    if (problem && !f.repaired) std::printf(f.repairable ? " (--repair: %s)" : " (not repairable)", f.repair.c_str());
+    if (problem && f.repaired) std::printf(" -> %s", f.repair.c_str());
+    std::printf("\n");
+  }
+  if (infos) std::printf("%zu informational finding(s) (orphan records etc.; --verbose lists them)\n", infos);
+  if (!o.rebuild_index_dir.empty()) {
+    std::printf("index rebuilt in %s: %llu files\n", o.rebuild_index_dir.c_str(), (unsigned long long)rep.index_files);
+  }
+  std::printf("%llu problem(s): %llu repaired, %llu left%s\n", (unsigned long long)rep.problems,
+              (unsigned long long)rep.repaired, (unsigned long long)rep.unrepaired,
+              rep.repair_refused ? "; repair REFUSED for a node owned by a live mount" : "");
+  return code;
+}
