@@ -522,7 +522,7 @@ struct Stack {
   }
   void MountKvfs() {
     std::vector<std::string> a = {Tool("kvfs"), "mount", kv, "--backing", nfs + "/kvfs-backing",
-                                  "--index-dir", idx, "--node-id", "bench"};
+                                  "--index-dir", idx, "--node-id", "bench", "--log-level", "warn"};
     for (auto& x : cfg.kvfs_args) a.push_back(x);
     if (Run(a) != 0) Fail("kvfs mount failed");
     kvfs_pid = static_cast<pid_t>(std::atoi(GetXattr(kv, "user.kvfs.pid").c_str()));

@@ -55,7 +55,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <sys/sysmacros.h>
 
 namespace {
 
@@ -82,7 +85,8 @@ struct Options {
   double data_mbps = 0;  // 0 = no per-byte cost
   double dir_timeout = 30, file_timeout = 0, negative_timeout = 0;
   unsigned threads = 64;
-  bool splice = false, foreground = false;
+  unsigned read_ahead_kb = 15360;  // an NFS client reads ahead 15 x rsize (1 MiB); FUSE's bdi default is 128
+  bool splice = false, foreground = false, writeback = false;
 };
 
 struct Inode {
@@ -256,8 +260,24 @@ void OpInit(void*, fuse_conn_info* conn) {
   } else {
     conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
   }
+  if (g_fs->o.writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE)) conn->want |= FUSE_CAP_WRITEBACK_CACHE;
   conn->max_write = 1u << 20;
   conn->max_readahead = 1u << 20;
+  // The bdi's read-ahead can only be raised after INIT (the kernel takes min(bdi, max_readahead) then):
+  // a helper thread sets /sys/class/bdi/<dev>/read_ahead_kb once the loop answers.
+  if (g_fs->o.read_ahead_kb > 0) {
+    std::thread([] {
+      usleep(20000);
+      struct stat st;
+      if (stat(g_fs->o.mountpoint.c_str(), &st) != 0) return;
+      std::string p = "/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev)) +
+                      "/read_ahead_kb";
+      FILE* f = std::fopen(p.c_str(), "w");
+      if (!f) return;
+      std::fprintf(f, "%u\n", g_fs->o.read_ahead_kb);
+      std::fclose(f);
+    }).detach();
+  }
 }
 
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -663,7 +683,8 @@ fuse_lowlevel_ops MakeOps() {
   std::fprintf(stderr,
                "usage: kvfs-nfsim SOURCE_DIR MOUNTPOINT [--latency-us N (500)] [--data-mbps MBPS (0 = off)]\n"
                "       [--dir-timeout S (30)] [--file-timeout S (0)] [--negative-timeout S (0)]\n"
-               "       [--threads N (64)] [--splice] [--foreground] [-o FUSE_OPTS]\n");
+               "       [--threads N (64)] [--read-ahead-kb KB (15360)] [--writeback] [--splice] [--foreground]\n"
+               "       [-o FUSE_OPTS]\n");
   std::exit(2);
 }
 
@@ -685,6 +706,8 @@ int main(int argc, char** argv) {
     else if (a == "--negative-timeout") o.negative_timeout = std::stod(val());
     else if (a == "--threads") o.threads = static_cast<unsigned>(std::stoul(val()));
     else if (a == "--splice") o.splice = true;
+    else if (a == "--writeback") o.writeback = true;
+    else if (a == "--read-ahead-kb") o.read_ahead_kb = static_cast<unsigned>(std::stoul(val()));
     else if (a == "--foreground" || a == "-f") o.foreground = true;
     else if (a == "-o") fuse_opts.push_back(val());
     else if (a == "-h" || a == "--help") Usage(nullptr);
@@ -695,7 +718,8 @@ int main(int argc, char** argv) {
   char rp[PATH_MAX];
   if (!realpath(pos[0].c_str(), rp)) Usage(("bad source dir " + pos[0]).c_str());
   o.source = rp;
-  o.mountpoint = pos[1];
+  if (!realpath(pos[1].c_str(), rp)) Usage(("bad mountpoint " + pos[1]).c_str());
+  o.mountpoint = rp;
 
   // Many O_PATH fds (one per inode the kernel knows).
   rlimit rl;
