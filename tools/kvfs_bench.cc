@@ -172,7 +172,7 @@ std::string Key(uint64_t i, uint64_t salt) {
     return z ^ (z >> 31);
   };
   char out[65];
-  uint64_t s = mix(i * 4 + salt);
+  uint64_t s = mix(mix(i) ^ salt);
   for (int k = 0; k < 4; ++k) {
     s = mix(s + k);
     std::snprintf(out + 16 * k, 17, "%016" PRIx64, s);
