@@ -5,12 +5,12 @@
 # 2. kvfs (informative while multi-node visibility is being built): when $KVFS_BIN exists, each node mounts
 #    kvfs over its own NFS mount (--backing $KVFS_NFS/kvfs, --node-id A/B, index in the node's private
 #    /tmp); A writes one chunk through kvfs, B looks for it through its own kvfs mount for up to
-#    $KVFS_SMOKE_VISIBILITY_S seconds (default 30). "not visible" is reported as the known gap and does
+#    $KVFS_SMOKE_VISIBILITY_S seconds (default 20). "not visible" is reported as the known gap and does
 #    not fail the test; a kvfs that does not mount is reported too.
 # Exit code: 0 when the raw NFS part passed on this node.
 set -u
 N=$KVFS_NODE
-VIS_S=${KVFS_SMOKE_VISIBILITY_S:-30}
+VIS_S=${KVFS_SMOKE_VISIBILITY_S:-20}
 now() { cut -d' ' -f1 /proc/uptime; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 ops_delta() { nfsops --delta "$1" | tr '\n' ' '; }
