@@ -2,7 +2,8 @@
 # The two README commands.
 #   tools/dev.sh demo   install deps, build, mount kvfs over a local backing directory and run a
 #                       vLLM-like workload (1,000 chunks of 2,359,296 B), print `kvfs stats`, unmount.
-#   tools/dev.sh test   install deps, build (plus an ASan/UBSan build of the unit tests) and run every test.
+#   tools/dev.sh test   install deps, build (plus an ASan/UBSan build of the unit tests) and run every test,
+#                       then the NFS test bed smoke test (KVFS_SKIP_NFS=1 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
@@ -28,6 +29,10 @@ case "${1:-}" in
     (cd build-asan && ctest -L unit --output-on-failure -j"$jobs" --timeout 600)
     echo "== all tests =="
     (cd build && ctest --output-on-failure --timeout 900 -j2)
+    if [ "${KVFS_SKIP_NFS:-0}" != 1 ]; then
+      echo "== NFS test bed smoke test (qemu guest: knfsd + two NFS client nodes) =="
+      KVFS_BIN="$top/build/tools/kvfs" KVFS_NFS_SKIP_UNSUPPORTED=1 bash tests/nfs/smoke_test.sh
+    fi
     ;;
   *)
     echo "usage: tools/dev.sh demo|test" >&2
