@@ -472,8 +472,25 @@ def lmc_check(hdr, rest, size, key, data_len, shas):
     if len(rest) != data_len:
         return "truncated: %d of %d data bytes (writer %d)" % (len(rest), data_len, writer)
     if sha(rest) != shas[writer]:
-        return "mixed/corrupt data under writer %d's header" % writer
+        return "mixed/corrupt data under writer %d's header: %s" % (writer, _describe_mix(rest, key, writer))
     return None
+
+
+def _describe_mix(rest, key, writer):
+    """Which byte ranges of `rest` come from which writer (or are zero / other)."""
+    size = len(rest)
+    srcs = {"w%d" % w: lmc_data(w, key, size) for w in (1, 2)}
+    runs, step = [], 4096
+    for off in range(0, size, step):
+        piece = rest[off:off + step]
+        who = next((n for n, d in srcs.items() if d[off:off + step] == piece), None)
+        if who is None:
+            who = "zeros" if piece == bytes(len(piece)) else "other"
+        if runs and runs[-1][0] == who:
+            runs[-1][2] = off + len(piece)
+        else:
+            runs.append([who, off, off + len(piece)])
+    return ", ".join("%s[%d,%d)" % (w, a, b) for w, a, b in runs[:8]) + (" ..." if len(runs) > 8 else "")
 
 
 def workload_lmcache_fs(root, n_keys=6, size=4 * MIB):
@@ -829,7 +846,7 @@ class _Connectors:
         self._run("sglang_nixl")
 
     def _race(self, mode):
-        rounds = int(os.environ.get("KVFS_LMCACHE_RACE_ROUNDS", "8"))
+        rounds = int(os.environ.get("KVFS_LMCACHE_RACE_ROUNDS", "20"))
         with kt.target(self.KIND) as t:
             violations, stats = lmcache_race(t.root, mode, rounds)
             self.assertTrue(t.alive(), "kvfs process died during the LMCache race")

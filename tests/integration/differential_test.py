@@ -13,6 +13,7 @@ Environment:
   KVFS_DIFF_SEED   first seed (default: time-based; the seed is printed on failure and at start)
   KVFS_DIFF_OPS    operations per run (default 3000)
   KVFS_DIFF_RUNS   runs (seeds SEED, SEED+1, ...) per target (default 2)
+  KVFS_DIFF_POSIX=1 also generate the sequences where kvfs intentionally differs from POSIX (EXCLUDED)
 
 On a mismatch the test stops (the two trees have diverged) and reports the seed, the operation number,
 the operation, both results and the preceding operations.
@@ -48,7 +49,18 @@ EXCLUDED = {
     "O_DIRECT": "kvfs accepts any alignment where ext4 says EINVAL (DESIGN §4); covered in connectors_test",
     "statfs": "capacity numbers are global kvfs accounting, not the backing fs's",
     "listdir order": "readdir order is unspecified; listings are compared as sets",
+    # Versions (DESIGN §4, fuse/kvfs_fs.h; docs/semantics.md when written). The generator does not produce
+    # these sequences unless KVFS_DIFF_POSIX=1 (then they are compared as POSIX says):
+    "O_TRUNC open of a file with open handles": "the new writer gets a private (shadow) version; the other "
+        "handles keep theirs, nobody sees a mix (LMCache's shared <key>.tmp)",
+    "access to a file while an O_TRUNC open of it is open": "a truncating open of a committed file is a "
+        "hidden replacement: stat/readers keep the old content until it commits whole at the last close",
+    "writing a file that has read-only handles": "a read handle pins the version it opened (committed "
+        "content); it sees a writer's bytes only if it was opened while that writer's version was staged",
 }
+
+# The version rules above, applied by Generator.adjust() (False with KVFS_DIFF_POSIX=1).
+KVFS_VERSION_RULES = os.environ.get("KVFS_DIFF_POSIX") != "1"
 
 DIRS = ["", "d0", "d1", "d0/e0", "d0/e1", "d1/e0"]
 NAMES = ["f0", "f1", "f2", "f3", "f4", "tmp0", "tmp1", "e0"]
@@ -182,11 +194,71 @@ def describe(op):
 class Generator:
     """Random ops, biased towards names that exist in the reference tree."""
 
-    def __init__(self, seed, ref_root):
+    def __init__(self, seed, ref_root, ref_side=None, version_rules=None):
         self.rng = random.Random(seed)
         self.ref_root = ref_root
+        self.ref_side = ref_side
+        self.version_rules = KVFS_VERSION_RULES if version_rules is None else version_rules
         self.handles = {}   # hid -> (path at open, flags)
+        self.hinfo = {}     # hid -> {"ino", "writable", "live"} (reference inode of the handle)
+        self.pending = {}   # reference inode -> hid of its open O_TRUNC replacement
+        self._trunc_candidate = None
+        self.adjusted = 0
         self.next_hid = 0
+
+    # -- kvfs version rules (see EXCLUDED) ---------------------------------------------------------
+    def _ref_ino(self, rel):
+        try:
+            s = os.stat(os.path.join(self.ref_root, rel))
+        except OSError:
+            return None
+        return s.st_ino if st.S_ISREG(s.st_mode) else None
+
+    def _on(self, ino):
+        return [i for i in self.hinfo.values() if i["ino"] == ino]
+
+    def adjust(self, op):
+        """Rewrites an op that would hit an intended difference (KVFS_VERSION_RULES)."""
+        self._trunc_candidate = None
+        if not self.version_rules:
+            return op
+        kind = op[0]
+        harmless = ("listdir", "")
+        if kind in ("stat", "readfile", "truncate"):
+            ino = self._ref_ino(op[1])
+            if ino is not None and ino in self.pending:
+                self.adjusted += 1
+                return harmless
+            if kind == "truncate" and ino is not None:
+                on = self._on(ino)
+                if any(not i["writable"] for i in on) or any(not i["live"] for i in on):
+                    self.adjusted += 1
+                    return harmless
+            return op
+        if kind == "open":
+            _, hid, rel, flags, mode = op
+            ino = self._ref_ino(rel)
+            if ino is None:
+                return op
+            if ino in self.pending:
+                self.adjusted += 1
+                return harmless
+            on = self._on(ino)
+            new = flags
+            if new & os.O_TRUNC and on:
+                new &= ~os.O_TRUNC
+            writable = (new & os.O_ACCMODE) != os.O_RDONLY
+            if writable and on:
+                readers = [i for i in on if not i["writable"]]
+                writers = [i for i in on if i["writable"]]
+                if readers and (not writers or any(not i["live"] for i in readers)):
+                    new = (new & ~(os.O_ACCMODE | os.O_TRUNC | os.O_APPEND)) | os.O_RDONLY
+            if new & os.O_TRUNC and not (new & os.O_EXCL):
+                self._trunc_candidate = (hid, ino)
+            if new != flags:
+                self.adjusted += 1
+            return ("open", hid, rel, new, mode)
+        return op
 
     def _existing(self, want_dir=None):
         out = []
@@ -308,21 +380,35 @@ class Generator:
         raise AssertionError(kind)
 
     def applied(self, op, ref_result):
-        """Track handles from the reference's result."""
+        """Track handles (and their reference inodes) from the reference's result."""
         if op[0] == "open" and ref_result[0] == "ok":
-            self.handles[op[1]] = (op[2], op[3])
+            hid, flags = op[1], op[3]
+            self.handles[hid] = (op[2], flags)
+            ino = None
+            if self.ref_side is not None and hid in self.ref_side.fds:
+                s = os.fstat(self.ref_side.fds[hid])
+                ino = s.st_ino if st.S_ISREG(s.st_mode) else None
+            if ino is not None:
+                writable = (flags & os.O_ACCMODE) != os.O_RDONLY
+                live = writable or any(i["writable"] for i in self._on(ino))
+                self.hinfo[hid] = {"ino": ino, "writable": writable, "live": live}
+                if self._trunc_candidate and self._trunc_candidate == (hid, ino):
+                    self.pending[ino] = hid
         elif op[0] == "close":
             self.handles.pop(op[1], None)
+            info = self.hinfo.pop(op[1], None)
+            if info and self.pending.get(info["ino"]) == op[1]:
+                del self.pending[info["ino"]]
 
 
 def run_differential(target_root, ref_root, seed, n_ops, history=25):
     """Returns None on success, else a failure report string."""
-    gen = Generator(seed, ref_root)
     a, b = Side(target_root), Side(ref_root)
+    gen = Generator(seed, ref_root, ref_side=b)
     log = []
     try:
         for i in range(n_ops):
-            op = gen.next()
+            op = gen.adjust(gen.next())
             rb = b.apply(op)
             if op[0] in ("close", "write", "pwrite", "read", "pread", "lseek", "fstat", "ftruncate", "fsync") \
                     and op[1] not in a.fds:
