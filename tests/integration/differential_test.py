@@ -48,6 +48,8 @@ EXCLUDED = {
     "link/symlink": "hard links are refused with EPERM (DESIGN §3); not generated",
     "O_DIRECT": "kvfs accepts any alignment where ext4 says EINVAL (DESIGN §4); covered in connectors_test",
     "statfs": "capacity numbers are global kvfs accounting, not the backing fs's",
+    "lseek on a directory fd": "directory offsets are file-system specific cookies (ext4: EINVAL past the "
+        "end); the generator turns it into fstat",
     "listdir order": "readdir order is unspecified; listings are compared as sets",
     # Versions (DESIGN §4, fuse/kvfs_fs.h; docs/semantics.md when written). The generator does not produce
     # these sequences unless KVFS_DIFF_POSIX=1 (then they are compared as POSIX says):
@@ -61,6 +63,9 @@ EXCLUDED = {
 
 # The version rules above, applied by Generator.adjust() (False with KVFS_DIFF_POSIX=1).
 KVFS_VERSION_RULES = os.environ.get("KVFS_DIFF_POSIX") != "1"
+# Bypass a known bug while hunting for others: KVFS_DIFF_AVOID=unlink-open (no unlink / rename-over of a
+# file that has open handles). Never set in CI.
+AVOID = set(filter(None, os.environ.get("KVFS_DIFF_AVOID", "").split(",")))
 
 DIRS = ["", "d0", "d1", "d0/e0", "d0/e1", "d1/e0"]
 NAMES = ["f0", "f1", "f2", "f3", "f4", "tmp0", "tmp1", "e0"]
@@ -203,6 +208,7 @@ class Generator:
         self.hinfo = {}     # hid -> {"ino", "writable", "live"} (reference inode of the handle)
         self.pending = {}   # reference inode -> hid of its open O_TRUNC replacement
         self._trunc_candidate = None
+        self.dir_handles = set()
         self.adjusted = 0
         self.next_hid = 0
 
@@ -220,10 +226,16 @@ class Generator:
     def adjust(self, op):
         """Rewrites an op that would hit an intended difference (KVFS_VERSION_RULES)."""
         self._trunc_candidate = None
-        if not self.version_rules:
-            return op
         kind = op[0]
         harmless = ("listdir", "")
+        if kind == "lseek" and op[1] in self.dir_handles:
+            return ("fstat", op[1])
+        if "unlink-open" in AVOID and kind in ("unlink", "rename"):
+            ino = self._ref_ino(op[1] if kind == "unlink" else op[2])
+            if ino is not None and self._on(ino):
+                return harmless
+        if not self.version_rules:
+            return op
         if kind in ("stat", "readfile", "truncate"):
             ino = self._ref_ino(op[1])
             if ino is not None and ino in self.pending:
@@ -388,6 +400,8 @@ class Generator:
             if self.ref_side is not None and hid in self.ref_side.fds:
                 s = os.fstat(self.ref_side.fds[hid])
                 ino = s.st_ino if st.S_ISREG(s.st_mode) else None
+            if ino is None and self.ref_side is not None and hid in self.ref_side.fds:
+                self.dir_handles.add(hid)
             if ino is not None:
                 writable = (flags & os.O_ACCMODE) != os.O_RDONLY
                 live = writable or any(i["writable"] for i in self._on(ino))
@@ -396,6 +410,7 @@ class Generator:
                     self.pending[ino] = hid
         elif op[0] == "close":
             self.handles.pop(op[1], None)
+            self.dir_handles.discard(op[1])
             info = self.hinfo.pop(op[1], None)
             if info and self.pending.get(info["ino"]) == op[1]:
                 del self.pending[info["ino"]]
@@ -435,6 +450,87 @@ def run_differential(target_root, ref_root, seed, n_ops, history=25):
     finally:
         a.close_all()
         b.close_all()
+
+
+def generate_ops(seed, n_ops, scratch_root):
+    """The op list run_differential(seed, n_ops) applies (generated against a scratch plain dir)."""
+    b = Side(scratch_root)
+    gen = Generator(seed, scratch_root, ref_side=b)
+    ops = []
+    try:
+        for _ in range(n_ops):
+            op = gen.adjust(gen.next())
+            gen.applied(op, b.apply(op))
+            ops.append(op)
+    finally:
+        b.close_all()
+    return ops
+
+
+def replay_ops(ops, target_root, ref_root):
+    """Applies a fixed op list to both sides; returns (index, op, ref result, target result) of the first
+    difference, or None. Ops on handles a side does not have answer ('err', 'no handle') on that side."""
+    a, b = Side(target_root), Side(ref_root)
+    try:
+        for i, op in enumerate(ops):
+            res = []
+            for side in (b, a):
+                if op[0] in ("close", "write", "pwrite", "read", "pread", "lseek", "fstat", "ftruncate",
+                             "fsync") and op[1] not in side.fds:
+                    res.append(("err", "no handle"))
+                else:
+                    res.append(side.apply(op))
+            if res[0] != res[1]:
+                return i, op, res[0], res[1]
+        return None
+    finally:
+        a.close_all()
+        b.close_all()
+
+
+def minimize(seed, n_ops, target_root, ref_root, log=sys.stderr):
+    """Delta-debugging (ddmin) of a failing run to a short op list that still fails on the same op kind.
+    Each trial runs in fresh subdirectories of target_root and ref_root. Returns (ops, failure)."""
+    import itertools
+    counter = itertools.count()
+    scratch = os.path.join(ref_root, "gen")
+    os.mkdir(scratch)
+    ops = generate_ops(seed, n_ops, scratch)
+
+    def trial(cand):
+        k = next(counter)
+        ta, tb = os.path.join(target_root, "t%d" % k), os.path.join(ref_root, "t%d" % k)
+        os.mkdir(ta)
+        os.mkdir(tb)
+        return replay_ops(cand, ta, tb)
+
+    first = trial(ops)
+    if first is None:
+        return None, None
+    kind = first[1][0]
+    ops = ops[:first[0] + 1]
+
+    def fails(cand):
+        r = trial(cand)
+        return r if r is not None and r[1][0] == kind else None
+
+    n = 2
+    while len(ops) >= 2:
+        chunk = max(1, len(ops) // n)
+        reduced = False
+        for start in range(0, len(ops), chunk):
+            cand = ops[:start] + ops[start + chunk:]
+            if cand and fails(cand):
+                ops = cand
+                n = max(n - 1, 2)
+                reduced = True
+                log.write("minimize: %d ops\n" % len(ops))
+                break
+        if not reduced:
+            if chunk == 1:
+                break
+            n = min(len(ops), n * 2)
+    return ops, fails(ops)
 
 
 def _seed0():
@@ -493,5 +589,23 @@ class GeneratorSelfTest(unittest.TestCase):
             self.assertTrue(v and len(v) > 10, k)
 
 
+def _main_minimize(argv):
+    """differential_test.py --minimize SEED N_OPS [plain|mount]: print a minimal failing op list."""
+    seed, n_ops = int(argv[0]), int(argv[1])
+    kind = argv[2] if len(argv) > 2 else "mount"
+    with kt.target(kind) as t, kt.target(kt.reference_kind(kind)) as ref:
+        ops, failure = minimize(seed, n_ops, t.root, ref.root)
+    if ops is None:
+        print("seed %d with %d ops does not fail on %s" % (seed, n_ops, kind))
+        return 1
+    for i, op in enumerate(ops):
+        print("%3d %s" % (i, describe(op)))
+    if failure:
+        print("-> last op: reference (plain dir) %r, %s %r" % (failure[2], kind, failure[3]))
+    return 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--minimize":
+        sys.exit(_main_minimize(sys.argv[2:]))
     unittest.main(verbosity=2)
