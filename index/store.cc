@@ -782,7 +782,10 @@ Status StoreImpl::Read(const Location& loc, uint64_t offset, size_t len, char* b
     return Status::OK();
   }
   cache_misses_++;
-  if (loc.length > kWholeValueLoadMax || loc.length > cache_.ShardCapacity()) {
+  // Whole-value loads only for values well below a cache shard's budget: two hot values that each
+  // fill a shard would evict each other between the 1 MiB FUSE reads of one load (and each miss would
+  // re-read and re-verify the whole value).
+  if (loc.length > kWholeValueLoadMax || loc.length > cache_.ShardCapacity() / 4) {
     // Too large to cache: read and verify just the blocks covering the range.
     auto file = SegmentFile(loc.segment);
     if (!file.ok()) return file.status();
