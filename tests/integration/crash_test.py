@@ -1,0 +1,434 @@
+#!/usr/bin/env python3
+"""Crash safety at the mount level (DESIGN §7, issue 6). python3 stdlib only; needs root for case 9.
+
+  test_sigkill_cycles     a connector-like writer (temp file + rename of 144 KiB - 2.25 MiB chunks, some
+                          fsync'd: fsync(temp), rename, fsync(dir)) runs on a mount; the kvfs daemon (only
+                          the pid this test started) is SIGKILLed at a random moment; the mount is dropped
+                          (fusermount3 -u -z) and remounted, and DESIGN §7 is checked:
+                            1. every file whose fsync(dir) returned after its rename, and every file renamed
+                               more than the group-commit interval + KVFS_CRASH_MARGIN_MS (default 500) before
+                               the kill, is byte-identical;
+                            2. every file that is visible reads back exactly what its writer wrote to that
+                               path (each value carries its path, size and SHA-256);
+                            3. torn journal tails are cut (kvfs-fsck after a clean unmount finds no uncut
+                               journal tail, no dangling entry, no damage; unsealed old segments and
+                               seals not yet journaled are expected after kills and are left to
+                               `kvfs-fsck --repair`, which the final check runs: after it nothing is left);
+                            4. the index rebuilt by `kvfs-fsck --rebuild-index` equals the recovered one
+                               (`kvfs-fsck --dump-index` of both), checked every 10 cycles and at the end,
+                               and at the end the mount over the rebuilt index lists and reads the same.
+                          KVFS_CRASH_CYCLES (default 50) cycles; a fresh backing directory every 25 cycles
+                          (segments are never compacted, so this bounds the disk used).
+                          The long run:  KVFS_CRASH_CYCLES=1000 python3 tests/integration/crash_test.py \
+                                             CrashTest.test_sigkill_cycles
+  test_writer_killed_mid_file   SIGKILL of the WRITER (not the daemon) in the middle of a temp file: the
+                          final name never appears; the mount keeps working; same after a remount.
+  test_case9_backing_fails_under_writer   cases.md case 9: the backing directory is a small tmpfs that
+                          fills up under the writer (ENOSPC from the export); `echo data > k` and Python
+                          open/write/close/fsync report ENOSPC or EIO; after the store recovers (tmpfs
+                          grown) and kvfs is remounted, every file whose write reported success is there.
+
+The power-cut variant (unsynced writes dropped at the kill) needs the daemon to run over a
+FaultInjectionEnv, which `kvfs mount` cannot do; its unit-level equivalent with random kill moments under
+concurrent writers is StoreFaultTest.PowerCutAtRandomMomentsUnderConcurrentWriters (store_fault_test.cc).
+
+Environment: KVFS_BINARY (kvfs), KVFS_FSCK (kvfs-fsck; default next to kvfs), KVFS_CRASH_SEED.
+"""
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import kvfs_fixture as kf  # noqa: E402
+
+PY = sys.executable
+NODE = "crashnode"
+GC_MS = 20
+KIB = 1024
+MIB = 1 << 20
+
+
+def fsck_binary():
+    b = os.environ.get("KVFS_FSCK")
+    return b if b else os.path.join(os.path.dirname(kf.kvfs_binary()), "kvfs-fsck")
+
+
+def make_content(relpath, size):
+    """Self-describing value: a 128-byte header (path, size, sha256 of the body) + a body derived from it."""
+    body_len = max(0, size - 128)
+    seed = int.from_bytes(hashlib.sha256(relpath.encode()).digest()[:8], "little")
+    body = random.Random(seed).randbytes(body_len)
+    head = ("KVFSCRASH %s %d %s" % (relpath, size, hashlib.sha256(body).hexdigest())).encode()
+    assert len(head) < 128, relpath
+    return head + b" " * (127 - len(head)) + b"\n" + body
+
+
+def verify_content(relpath, data):
+    """None if data is a complete value written to relpath (or to relpath minus a .tmp suffix), else why."""
+    if len(data) < 128:
+        return "short (%d bytes)" % len(data)
+    parts = data[:128].split()
+    if len(parts) != 4 or parts[0] != b"KVFSCRASH":
+        return "no header"
+    path, size, digest = parts[1].decode(), int(parts[2]), parts[3].decode()
+    if path != relpath and not (relpath.startswith(path + ".tmp")):
+        return "header names %s" % path
+    if size != len(data):
+        return "size %d != header %d" % (len(data), size)
+    if hashlib.sha256(data[128:]).hexdigest() != digest:
+        return "sha256 mismatch"
+    return None
+
+
+# The writer client: runs in its own process on the mount, logs "<event> <relpath> <monotonic>" lines to
+# a log file outside the mount (O_APPEND, one write per line).
+WRITER = r'''
+import os, sys, time, random
+sys.path.insert(0, sys.argv[4])
+from crash_test import make_content
+mnt, log, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rng = random.Random(seed)
+lfd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+def note(ev, rel):
+    os.write(lfd, ("%s %s %.6f\n" % (ev, rel, time.monotonic())).encode())
+prefix = "s%d" % seed
+i = 0
+while True:
+    d = "%s/%02x" % (prefix, rng.randrange(16))
+    os.makedirs(os.path.join(mnt, d), exist_ok=True)
+    size = rng.randrange(144 * 1024, 2304 * 1024 + 1)
+    rel = "%s/chunk-%05d.bin" % (d, i)
+    tmp = rel + ".tmp%d" % os.getpid()
+    data = make_content(rel, size)
+    durable = rng.random() < 0.25
+    fd = os.open(os.path.join(mnt, tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for off in range(0, len(data), 1 << 20):
+        os.write(fd, data[off:off + (1 << 20)])
+    if durable:
+        os.fsync(fd)
+    os.close(fd)
+    os.rename(os.path.join(mnt, tmp), os.path.join(mnt, rel))
+    note("renamed", rel)
+    if durable:
+        dfd = os.open(os.path.join(mnt, d), os.O_RDONLY)
+        os.fsync(dfd)
+        os.close(dfd)
+        note("synced", rel)
+    i += 1
+    time.sleep(rng.random() * 0.02)
+'''
+
+
+class Daemon:
+    """One `kvfs mount --foreground` process that this test started (the only pid it ever kills)."""
+
+    def __init__(self, b, index=None, segment_size="4MiB"):
+        self.b = b
+        self.index = index or b.index
+        cmd = [kf.kvfs_binary(), "mount", b.mnt, "--backing", b.backing, "--index-dir", self.index,
+               "--foreground", "--node-id", NODE, "--group-commit-ms", str(GC_MS), "--segment-size",
+               segment_size]
+        self.errlog = open(os.path.join(b.root, "daemon.log"), "ab")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.errlog)
+        deadline = time.time() + 60
+        while not kf.is_mounted(b.mnt):
+            if self.proc.poll() is not None:
+                raise RuntimeError("kvfs mount exited with %s (see %s/daemon.log)" % (self.proc.returncode, b.root))
+            if time.time() > deadline:
+                self.kill()
+                raise RuntimeError("mount did not appear")
+            time.sleep(0.01)
+
+    def kill(self, before_unmount=None):
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        if before_unmount:
+            before_unmount()  # e.g. kill the writer first, or it writes into the bare mountpoint
+        subprocess.run(["fusermount3", "-u", "-z", self.b.mnt], capture_output=True)
+        self.errlog.close()
+
+    def stop(self):
+        kf.unmount(self.b.mnt)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+        self.errlog.close()
+        return self.proc.returncode
+
+
+def walk_files(mnt):
+    out = []
+    for root, _dirs, files in os.walk(mnt):
+        for f in files:
+            out.append(os.path.relpath(os.path.join(root, f), mnt))
+    return sorted(out)
+
+
+def snapshot(mnt):
+    """relpath -> sha256 of every file (and verification of each)."""
+    snap, bad = {}, []
+    for rel in walk_files(mnt):
+        data = kf.read_file(os.path.join(mnt, rel))
+        why = verify_content(rel, data)
+        if why:
+            bad.append((rel, why))
+        snap[rel] = hashlib.sha256(data).hexdigest()
+    return snap, bad
+
+
+def run_fsck(*args):
+    r = subprocess.run([fsck_binary()] + [str(a) for a in args], capture_output=True, text=True, timeout=300)
+    return r
+
+
+@kf.skip_unless_fuse
+class CrashTest(unittest.TestCase):
+    def test_sigkill_cycles(self):
+        cycles = int(os.environ.get("KVFS_CRASH_CYCLES", "50"))
+        seed = int(os.environ.get("KVFS_CRASH_SEED", str(int(time.time()))))
+        margin = int(os.environ.get("KVFS_CRASH_MARGIN_MS", "500")) / 1000.0
+        rng = random.Random(seed)
+        t_start = time.time()
+        stats = dict(cycles=0, renamed=0, synced=0, checked_durable=0, visible=0, index_compares=0,
+                     lost_young=0, min_lost_age=None, fsck_runs=0)
+        b = None
+        daemon = None
+        log = None
+        try:
+            for cycle in range(cycles):
+                if cycle % 25 == 0:
+                    if daemon:
+                        self.final_checks(b, daemon, stats)
+                        daemon = None
+                    if b:
+                        b.cleanup()
+                    b = kf.Backing(prefix="kvfs-crash-")
+                    log = os.path.join(b.root, "writer.log")
+                    daemon = Daemon(b)
+                    expected = {}  # relpath -> True once it must survive every later crash
+                # --- writer + kill at a random moment ---
+                open(log, "w").close()
+                writer = subprocess.Popen([PY, "-c", WRITER, b.mnt, log, str(seed * 100000 + cycle), HERE],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                time.sleep(rng.uniform(0.05, 0.9))
+                t_kill = time.monotonic()
+                # Then the writer (only the pid we started; it blocks on or errors from the dead mount),
+                # before the lazy unmount, or it would write into the bare mountpoint.
+                daemon.kill(before_unmount=lambda: (writer.kill(), writer.wait()))
+                # --- remount and check ---
+                daemon = Daemon(b)
+                events = []
+                with open(log) as f:
+                    for line in f:
+                        p = line.split()
+                        if len(p) == 3:
+                            events.append((p[0], p[1], float(p[2])))
+                must = {}
+                for ev, rel, t in events:
+                    if ev == "renamed":
+                        stats["renamed"] += 1
+                        if t < t_kill - (GC_MS / 1000.0 + margin):
+                            must[rel] = "renamed %.3f s before the kill" % (t_kill - t)
+                    elif ev == "synced":
+                        stats["synced"] += 1
+                        must[rel] = "fsync'd"
+                for rel in expected:
+                    must.setdefault(rel, "survived an earlier crash")
+                for rel, why in sorted(must.items()):
+                    path = os.path.join(b.mnt, rel)
+                    self.assertTrue(os.path.exists(path), "cycle %d seed %d: %s (%s) is missing" % (cycle, seed, rel, why))
+                    err = verify_content(rel, kf.read_file(path))
+                    self.assertIsNone(err, "cycle %d seed %d: %s (%s): %s" % (cycle, seed, rel, why, err))
+                    stats["checked_durable"] += 1
+                # Young renames that did not survive (allowed): how young were they?
+                for ev, rel, t in events:
+                    if ev == "renamed" and rel not in must and not os.path.exists(os.path.join(b.mnt, rel)):
+                        stats["lost_young"] += 1
+                        age = t_kill - t
+                        stats["min_lost_age"] = age if stats["min_lost_age"] is None else min(stats["min_lost_age"], age)
+                snap, bad = snapshot(b.mnt)
+                self.assertEqual(bad, [], "cycle %d seed %d: visible files with wrong bytes" % (cycle, seed))
+                stats["visible"] += len(snap)
+                for rel in snap:
+                    if ".tmp" not in rel:
+                        expected[rel] = True
+                stats["cycles"] += 1
+                if cycle % 10 == 9:
+                    daemon = self.compare_rebuilt_index(b, daemon, stats)
+            if daemon:
+                self.final_checks(b, daemon, stats)
+                daemon = None
+        finally:
+            if daemon:
+                daemon.kill()
+            if b:
+                b.cleanup()
+            stats["seconds"] = round(time.time() - t_start, 1)
+            stats["seed"] = seed
+            sys.stderr.write("crash_test: %s\n" % json.dumps(stats))
+
+    def compare_rebuilt_index(self, b, daemon, stats):
+        """Invariant 3 + 4: clean unmount; fsck finds no uncut journal tail / dangling entry / damage; the
+        index rebuilt from the export equals the recovered one. Returns a fresh daemon."""
+        self.assertEqual(daemon.stop(), 0)
+        r = run_fsck(b.backing, "--json")
+        self.assertIn(r.returncode, (0, 1), r.stderr)
+        rep = json.loads(r.stdout)
+        stats["fsck_runs"] += 1
+        bad = [f for f in rep["findings"] if f["severity"] == "problem" and f["kind"] in (
+            "journal-torn-tail", "journal-damaged", "journal-bad-entry", "journal-unreadable", "segment-bad-header",
+            "segment-damaged", "dangling-entry")]
+        self.assertEqual(bad, [], json.dumps(bad, indent=1)[:3000])
+        rebuilt = os.path.join(b.root, "rebuilt-index")
+        shutil.rmtree(rebuilt, ignore_errors=True)
+        r = run_fsck(b.backing, "--node", NODE, "--rebuild-index", rebuilt)
+        self.assertIn(r.returncode, (0, 1), r.stdout + r.stderr)
+        a = run_fsck("--dump-index", b.index, "--node", NODE)
+        c = run_fsck("--dump-index", rebuilt, "--node", NODE)
+        self.assertEqual(a.returncode, 0, a.stderr)
+        self.assertEqual(c.returncode, 0, c.stderr)
+        da, dc = json.loads(a.stdout), json.loads(c.stdout)
+        self.assertEqual(sorted(da), sorted(dc))
+        self.assertEqual(da, dc)
+        stats["index_compares"] += 1
+        return Daemon(b)
+
+    def final_checks(self, b, daemon, stats):
+        """Index comparison, then a mount over the rebuilt index lists and reads exactly the same."""
+        snap_before, bad = snapshot(b.mnt)
+        self.assertEqual(bad, [])
+        daemon = self.compare_rebuilt_index(b, daemon, stats)
+        daemon.stop()
+        rebuilt = os.path.join(b.root, "rebuilt-index")
+        d2 = Daemon(b, index=rebuilt)
+        try:
+            snap_after, bad = snapshot(b.mnt)
+        finally:
+            d2.stop()
+        self.assertEqual(bad, [])
+        self.assertEqual(snap_before, snap_after)
+        # --repair after crashes: repairs what the crashes left (unsealed old segments), then nothing.
+        r = run_fsck(b.backing, "--repair", "--json")
+        self.assertIn(r.returncode, (0, 1), r.stdout + r.stderr)
+        r2 = run_fsck(b.backing, "--json")
+        rep2 = json.loads(r2.stdout)
+        left = [f for f in rep2["findings"] if f["severity"] == "problem"]
+        self.assertEqual(left, [], json.dumps(left, indent=1)[:3000])
+        self.assertEqual(r2.returncode, 0)
+
+    def test_writer_killed_mid_file(self):
+        b = kf.Backing(prefix="kvfs-crash-w-")
+        d = Daemon(b)
+        try:
+            code = r'''
+import os, sys, time
+fd = os.open(os.path.join(sys.argv[1], "big.tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+for i in range(4096):
+    os.write(fd, bytes([i % 251]) * (1 << 20))
+    if i == 3:
+        print("started", flush=True)
+    time.sleep(0.01)
+os.close(fd)
+os.rename(os.path.join(sys.argv[1], "big.tmp"), os.path.join(sys.argv[1], "big"))
+'''
+            w = subprocess.Popen([PY, "-c", code, b.mnt], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            self.assertEqual(w.stdout.readline().strip(), b"started")
+            time.sleep(0.1)
+            w.kill()
+            w.wait()
+            w.stdout.close()
+            self.assertFalse(os.path.exists(os.path.join(b.mnt, "big")))
+            # The mount keeps working.
+            kf.write_file(os.path.join(b.mnt, "after"), make_content("after", 300 * KIB))
+            self.assertIsNone(verify_content("after", kf.read_file(os.path.join(b.mnt, "after"))))
+            self.assertEqual(d.stop(), 0)
+            d = Daemon(b)
+            self.assertFalse(os.path.exists(os.path.join(b.mnt, "big")))
+            self.assertIsNone(verify_content("after", kf.read_file(os.path.join(b.mnt, "after"))))
+            # Whatever the temp name holds is a prefix of what was written (never other bytes).
+            tmp = os.path.join(b.mnt, "big.tmp")
+            if os.path.exists(tmp):
+                data = kf.read_file(tmp)
+                for i in range(0, len(data), 1 << 20):
+                    self.assertEqual(data[i:i + (1 << 20)], bytes([(i >> 20) % 251]) * len(data[i:i + (1 << 20)]))
+        finally:
+            d.kill()
+            b.cleanup()
+
+    @unittest.skipUnless(os.geteuid() == 0, "needs root (tmpfs mount)")
+    def test_case9_backing_fails_under_writer(self):
+        b = kf.Backing(prefix="kvfs-case9-")
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40m", "tmpfs", b.backing], capture_output=True)
+        if r.returncode != 0:
+            b.cleanup()
+            self.skipTest("cannot mount tmpfs: %s" % r.stderr)
+        d = None
+        try:
+            d = Daemon(b, segment_size="4MiB")
+            ok, failed, errors = [], [], []
+            sh = subprocess.run(["sh", "-c", "echo data > %s/k1" % b.mnt], capture_output=True, text=True)
+            self.assertEqual(sh.returncode, 0, sh.stderr)
+            ok.append(("k1", b"data\n"))
+            for i in range(200):
+                rel = "f%03d" % i
+                data = make_content(rel, 1536 * KIB)
+                try:
+                    fd = os.open(os.path.join(b.mnt, rel), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    try:
+                        os.write(fd, data)
+                        if i % 2:
+                            os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    ok.append((rel, data))
+                except OSError as e:
+                    errors.append(e.errno)
+                    failed.append(rel)
+                    if len(errors) >= 3:
+                        break
+            self.assertTrue(errors, "the 40 MiB backing never filled up")
+            import errno as E
+            self.assertTrue(all(e in (E.ENOSPC, E.EIO) for e in errors), errors)
+            sh = subprocess.run(["sh", "-c", "echo data > %s/k2" % b.mnt], capture_output=True, text=True)
+            if sh.returncode == 0:
+                ok.append(("k2", b"data\n"))
+            else:
+                self.assertRegex(sh.stderr, "No space|Input/output")
+            sys.stderr.write("case9: %d files ok, errors %s, echo k2 rc=%d %s\n" % (
+                len(ok), errors, sh.returncode, sh.stderr.strip()))
+            # The store recovers (the export grows), kvfs is remounted.
+            subprocess.run(["mount", "-o", "remount,size=400m", b.backing], check=True)
+            self.assertEqual(d.stop(), 0)
+            d = Daemon(b, segment_size="4MiB")
+            for rel, data in ok:
+                p = os.path.join(b.mnt, rel)
+                self.assertTrue(os.path.exists(p), rel + " reported success but is missing")
+                self.assertEqual(kf.read_file(p), data, rel)
+            for rel in failed:
+                p = os.path.join(b.mnt, rel)
+                if os.path.exists(p):  # absent, or complete (a later RELEASE may have committed it)
+                    self.assertIsNone(verify_content(rel, kf.read_file(p)), rel)
+            kf.write_file(os.path.join(b.mnt, "after"), b"x" * 5000)
+            self.assertEqual(kf.read_file(os.path.join(b.mnt, "after")), b"x" * 5000)
+        finally:
+            if d:
+                d.kill()
+            subprocess.run(["umount", "-l", b.backing], capture_output=True)
+            b.cleanup()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
