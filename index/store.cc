@@ -382,7 +382,7 @@ Status StoreImpl::Init() {
     startup_cuts_.clear();
   }
   gc_thread_ = std::thread([this] { GroupCommitLoop(); });
-  node_dir_->StartHeartbeat(std::chrono::milliseconds(5000));
+  node_dir_->StartHeartbeat(std::chrono::milliseconds(opts_.heartbeat_interval_ms));
   // Resume tailing each peer where the index says it stopped (rebuild or previous mount).
   for (const auto& [node, pos] : index_->GetAppliedPositions()) {
     if (node == opts_.node_id) continue;

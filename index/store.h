@@ -45,6 +45,7 @@ struct StoreOptions {
   uint32_t group_commit_interval_ms = 20;
   bool direct_io = false;               // O_DIRECT for segment writes
   bool force_takeover = false;          // take over the node directory even if its owner looks alive
+  uint32_t heartbeat_interval_ms = 5000;  // HEARTBEAT rewrite period (5 backing ops each)
   uint32_t peer_poll_ms = 200;          // how often peers' journals are tailed (0 = never); backs off
                                         // up to 16x for idle peers
   bool peer_direct_io = false;          // read peers' journals with O_DIRECT (NFS: see growth at once)
