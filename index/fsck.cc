@@ -39,6 +39,7 @@ struct SegScan {
   std::string path;
   uint64_t size = 0;
   bool header_ok = false;
+  bool header_torn = false;  // shorter than a header block or an all-zero one: a crash right after create
   std::string header_detail;
   format::SegmentHeader header;
   bool sealed = false;
@@ -163,6 +164,16 @@ Status Fsck::ScanSegment(const std::string& node, uint64_t gen, uint64_t seq, ui
   if (!h.ok()) {
     if (!h.status().IsCorruption()) return h.status();
     s->header_detail = h.status().message();
+    // A crash between creating the file and writing its header leaves it short or zero: a torn tail at 0.
+    std::string block(format::kSegmentHeaderSize, '\0');
+    size_t got = 0;
+    KVFS_RETURN_IF_ERROR(file->Read(0, block.size(), block.data(), &got));
+    if (got < block.size() || block.find_first_not_of('\0') == std::string::npos) {
+      s->header_torn = true;
+      s->limit = std::min(s->size, cut);
+      s->torn = cut == UINT64_MAX;
+      s->tail_start = 0;
+    }
     return Status::OK();
   }
   s->header_ok = true;
@@ -444,7 +455,7 @@ Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) 
       const bool active = live && gen == current_gen;
       FsckFinding base;
       base.file = s.path;
-      if (!s.header_ok) {
+      if (!s.header_ok && !s.header_torn) {
         FsckFinding f = base;
         f.kind = FsckKind::kSegmentBadHeader;
         f.detail = s.header_detail + " (no record of this segment is trusted)";

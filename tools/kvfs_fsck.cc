@@ -229,7 +229,11 @@ int main(int argc, char** argv) {
                 Human(n.orphan_bytes).c_str());
     if (o.verify_data) std::printf("  verified  %s of values\n", Human(n.verified_value_bytes).c_str());
     if (n.repair_refused) std::printf("  REPAIR REFUSED: %s\n", n.repair_refused_reason.c_str());
-    if (n.repair_generation) std::printf("  repair journal: generation %llu\n", (unsigned long long)n.repair_generation);
+    if (n.repair_generation) {
+      std::printf("  repair journal: generation %llu (a mount whose local index was closed cleanly does not replay\n"
+                  "  its own node's journal: remove that index or use --rebuild-index so the repairs apply there)\n",
+                  (unsigned long long)n.repair_generation);
+    }
   }
   size_t infos = 0;
   for (const auto& f : rep.findings) {

@@ -166,6 +166,33 @@ TEST_F(FsckTest, TornSegmentTailIsCutAndSealedLogically) {
   ExpectReads({"a", "b", "c", "d", "e"});
 }
 
+// A crash right after a segment file was created (O_EXCL) and before its header was written leaves an
+// empty file: a torn tail at offset 0, not a damaged header (found by the mount-level crash harness).
+TEST_F(FsckTest, EmptySegmentFileIsATornTailAtZero) {
+  OpenStore();
+  auto locs = WriteSet();
+  ASSERT_TRUE(store_->Sync().ok());
+  store_.reset();
+  const SegmentId next{node_, locs["a"].segment.generation, locs["a"].segment.seq + 1};
+  const std::string empty = SegmentFilePath(backing_, next);
+  { std::ofstream(empty).flush(); }
+  auto r = Run(Opts());
+  EXPECT_EQ(r.Count(FsckKind::kSegmentBadHeader), 0u) << Describe(r);
+  const FsckFinding* t = nullptr;
+  for (const auto& f : r.findings) {
+    if (f.kind == FsckKind::kSegmentTornTail && f.file == empty) t = &f;
+  }
+  ASSERT_NE(t, nullptr) << Describe(r);
+  EXPECT_EQ(t->offset, 0u);
+  EXPECT_EQ(r.Count(FsckKind::kUnsealedSegment), 2u) << Describe(r);  // the empty one and the crashed one
+  EXPECT_EQ(r.problems, 3u);
+  auto fixed = Run(Opts(true));
+  EXPECT_EQ(fixed.repaired, 3u) << Describe(fixed);
+  auto again = Run(Opts());
+  EXPECT_EQ(again.problems, 0u) << Describe(again);
+  EXPECT_EQ(fs::file_size(empty), 0u);
+}
+
 TEST_F(FsckTest, DamagedRecordHeaderGivesDamagedRegionAndDanglingEntry) {
   OpenStore();
   auto locs = WriteSet();
