@@ -58,13 +58,16 @@ timespec NsTs(int64_t ns) {
   return ts;
 }
 
-// Where an error is reported: xattr calls answer ENODATA for a missing attribute, not ENOENT.
-enum class ErrCtx { kDefault, kXattr };
+// Where an error is reported: xattr calls answer ENODATA for a missing attribute, not ENOENT; an
+// inode the kernel holds but the index no longer has (replaced or unlinked, e.g. by a peer) is ESTALE,
+// so the kernel looks the name up again (DESIGN §4 "A dead inode answers ESTALE").
+enum class ErrCtx { kDefault, kXattr, kInode };
 
 // THE one place where a Status becomes an errno for a FUSE reply.
 int ToErrno(const Status& s, ErrCtx ctx = ErrCtx::kDefault) {
   if (s.ok()) return 0;
   if (ctx == ErrCtx::kXattr && s.IsNotFound()) return ENODATA;
+  if (ctx == ErrCtx::kInode && s.IsNotFound()) return ESTALE;
   int e = s.ToErrno();
   return e > 0 ? e : EIO;
 }
@@ -168,7 +171,12 @@ struct KvfsFs::Impl {
   // be called from a worker that the kernel may be waiting on.
   std::mutex nq_mu;
   std::condition_variable nq_cv;
-  std::deque<uint64_t> nq;
+  struct Notice {
+    uint64_t ino = 0;       // inval_inode (name empty) or the old inode of a changed name
+    uint64_t parent = 0;    // inval_entry when name is not empty
+    std::string name;
+  };
+  std::deque<Notice> nq;
   bool nq_stop = false;
   std::thread notifier;
 
@@ -228,7 +236,14 @@ struct KvfsFs::Impl {
 
   void QueueInval(uint64_t ino) {
     std::lock_guard<std::mutex> g(nq_mu);
-    nq.push_back(ino);
+    nq.push_back(Notice{ino, 0, {}});
+    nq_cv.notify_one();
+  }
+  // Peers' journal entries were applied to the index (Store's peer thread): tell the kernel.
+  void OnPeerChanges(const PeerChanges& c) {
+    std::lock_guard<std::mutex> g(nq_mu);
+    for (const auto& n : c.names) nq.push_back(Notice{n.old_ino, n.parent, n.name});
+    for (uint64_t ino : c.inodes) nq.push_back(Notice{ino, 0, {}});
     nq_cv.notify_one();
   }
   void NotifierMain() {
@@ -236,12 +251,17 @@ struct KvfsFs::Impl {
     for (;;) {
       nq_cv.wait(lk, [&] { return nq_stop || !nq.empty(); });
       if (nq_stop) return;
-      uint64_t ino = nq.front();
+      Notice n = std::move(nq.front());
       nq.pop_front();
       lk.unlock();
-      if (se) {
-        int r = fuse_lowlevel_notify_inval_inode(se, ino, 0, 0);
-        if (r != 0 && r != -ENOENT) spdlog::debug("inval_inode {}: {}", ino, strerror(-r));
+      if (se && !n.name.empty()) {
+        // The kernel takes the parent directory's lock for this: never call it from a FUSE worker.
+        int r = fuse_lowlevel_notify_inval_entry(se, n.parent, n.name.data(), n.name.size());
+        if (r != 0 && r != -ENOENT) spdlog::debug("inval_entry {}/{}: {}", n.parent, n.name, strerror(-r));
+        if (n.ino != 0 && store->GetInode(n.ino).status().IsNotFound()) MarkUnlinked(n.ino);
+      } else if (se && n.ino != 0) {
+        int r = fuse_lowlevel_notify_inval_inode(se, n.ino, 0, 0);
+        if (r != 0 && r != -ENOENT) spdlog::debug("inval_inode {}: {}", n.ino, strerror(-r));
       }
       lk.lock();
     }
@@ -272,8 +292,15 @@ struct KvfsFs::Impl {
     auto n = store->GetInode(ino);
     if (!n.ok()) {
       if (in && n.status().IsNotFound()) {
+        // Gone from the index but still open here (unlinked, or replaced by a peer): fstat answers
+        // the last attributes, as a local fs does for an open unlinked file.
+        uint64_t handles;
+        {
+          std::lock_guard<std::mutex> tg(table_mu);
+          handles = in->open_handles;
+        }
         std::lock_guard<std::mutex> g(in->mu);
-        if (in->unlinked && in->last_attr.ino == ino) {
+        if ((in->unlinked || handles > 0) && in->last_attr.ino == ino) {
           *out = in->last_attr;
           out->nlink = 0;
           *timeout = 0;
@@ -394,30 +421,11 @@ struct KvfsFs::Impl {
       return join(v);
     }
     auto n = store->GetInode(in->ino);
-    if (!n.ok() && !n.status().IsNotFound()) return n.status();
     Attr a;
-    if (n.ok()) {
-      a = n->attr;
-    } else {
-      // Unlinked between the kernel's LOOKUP and this OPEN (another thread renamed over it): a local
-      // fs opens the doomed inode; so do we, with a version that is discarded at release.
-      in->unlinked = true;
-      if (in->primary) {
-        VersionAttr(*in->primary, &a);
-      } else if (in->last_attr.ino == in->ino) {
-        a = in->last_attr;
-      } else {
-        a.mode = S_IFREG | 0644;
-        a.uid = ctx ? ctx->uid : 0;
-        a.gid = ctx ? ctx->gid : 0;
-      }
-      a.ino = in->ino;
-      a.nlink = 0;
-      a.size = 0;
-      auto v = NewVersion(/*hidden=*/true, /*direct=*/false);
-      v->attr = a;
-      return join(v);
-    }
+    // Gone between the kernel's LOOKUP and this OPEN (unlinked, or renamed over by another thread or a
+    // peer): NotFound, which the open answers with ESTALE so the kernel looks the name up again.
+    if (!n.ok()) return n.status();
+    a = n->attr;
     a.ino = in->ino;
     if (trunc) {
       bool committed = n.ok() && n->committed;
@@ -592,7 +600,10 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
   auto r = fs->store->Lookup(parent, name);
   if (!r.ok()) {
-    if (r.status().IsNotFound()) return fs->ReplyNegative(req);
+    if (r.status().IsNotFound()) {
+      fs->store->RequestPeerRefresh();  // a peer may have just written it (rate-limited, never blocks)
+      return fs->ReplyNegative(req);
+    }
     return Reply(req, r.status());
   }
   fs->ReplyEntry(req, *r);
@@ -622,7 +633,7 @@ void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     return (void)fuse_reply_attr(req, &st, 0);
   }
   Status s = fs->GetAttr(ino, &a, &timeout);
-  if (!s.ok()) return Reply(req, s);
+  if (!s.ok()) return Reply(req, s, ErrCtx::kInode);
   struct stat st;
   FillStat(a, &st);
   fuse_reply_attr(req, &st, timeout);
@@ -638,7 +649,7 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
   uint32_t type = 0;
   if (!in) {
     auto n = fs->store->GetInode(ino);
-    if (!n.ok()) return Reply(req, n.status());
+    if (!n.ok()) return Reply(req, n.status(), ErrCtx::kInode);
     in = fs->GetOrMake(ino, n->attr.mode);
   }
   type = in->type;
@@ -724,7 +735,7 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
     a.ino = ino;
   } else {
     Status s = fs->GetAttr(ino, &a, &timeout);
-    if (!s.ok()) return Reply(req, s);
+    if (!s.ok()) return Reply(req, s, ErrCtx::kInode);
   }
   struct stat st;
   FillStat(a, &st);
@@ -736,7 +747,7 @@ void OpAccess(fuse_req_t req, fuse_ino_t ino, int mask) {
   Attr a;
   double t;
   Status s = fs->GetAttr(ino, &a, &t);
-  if (!s.ok()) return Reply(req, s);
+  if (!s.ok()) return Reply(req, s, ErrCtx::kInode);
   if (mask == F_OK) return (void)fuse_reply_err(req, 0);
   const fuse_ctx* ctx = fuse_req_ctx(req);
   if (ctx->uid == 0) {
@@ -755,7 +766,7 @@ void OpAccess(fuse_req_t req, fuse_ino_t ino, int mask) {
 
 void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
   auto r = FS(req)->store->ReadLink(ino);
-  if (!r.ok()) return Reply(req, r.status());
+  if (!r.ok()) return Reply(req, r.status(), ErrCtx::kInode);
   fuse_reply_readlink(req, r->c_str());
 }
 
@@ -860,11 +871,16 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
       h->loc = n->location;
       h->size = n->attr.size;
       // Committed content never changes under this inode except through this daemon, which writes
-      // through the page cache or invalidates it: keep the cache across opens -- unless a hidden
-      // version ever wrote into this inode's page cache.
-      fi->keep_cache = (n->committed && !hidden_ever) ? 1 : 0;
-      // While a hidden version writes through the page cache, read the committed bytes around it.
-      if (contended) direct = true;
+      // through the page cache or invalidates it: keep the cache across opens.
+      fi->keep_cache = n->committed ? 1 : 0;
+    }
+    // The kernel keeps ONE page cache and ONE i_size per inode. Once an inode has had two versions at
+    // a time (a hidden one next to the visible one), a page-cache reader could get pages or a size of
+    // the other version (zero-filled tails, or a mix): such readers read through direct_io, which
+    // returns exactly the bytes of the version this handle reads.
+    if (contended || hidden_ever) {
+      direct = true;
+      fi->keep_cache = 0;
     }
   }
   fi->direct_io = direct ? 1 : 0;
@@ -889,12 +905,12 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto in = fs->Get(ino);
   if (!in) {
     auto n = fs->store->GetInode(ino);
-    if (!n.ok()) return Reply(req, n.status());
+    if (!n.ok()) return Reply(req, n.status(), ErrCtx::kInode);
     in = fs->GetOrMake(ino, n->attr.mode);
   }
   if (S_ISDIR(in->type)) return (void)fuse_reply_err(req, EISDIR);
   Status s = OpenHandle(fs, req, in, fi, false);
-  if (!s.ok()) return Reply(req, s);
+  if (!s.ok()) return Reply(req, s, ErrCtx::kInode);
   if (fuse_reply_open(req, fi) != 0) ReleaseHandle(fs, H(fi));  // the kernel never saw the handle
 }
 
@@ -914,7 +930,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   Status s = OpenHandle(fs, req, in, fi, false);
   if (!s.ok()) {
     fs->Forget(n.attr.ino, 1);
-    return Reply(req, s);
+    return Reply(req, s, ErrCtx::kInode);
   }
   fuse_entry_param e;
   std::memset(&e, 0, sizeof(e));
@@ -937,11 +953,14 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
   Handle* h = H(fi);
   if (off < 0) return (void)fuse_reply_err(req, EINVAL);
   if (h->version) {
-    Version& v = *h->version;
-    std::shared_lock<std::shared_mutex> g(v.mu);
+    // Our own reference: the reply completes the request, after which the kernel may send RELEASE for
+    // this handle (an async readahead holds the last reference to the file) and another worker may
+    // free the handle and its version while this thread still unlocks.
+    std::shared_ptr<Version> vp = h->version;
+    std::shared_lock<std::shared_mutex> g(vp->mu);
     std::vector<iovec> iov;
-    v.data.Iov(static_cast<uint64_t>(off), size, &iov);
-    fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));  // copies before the lock drops
+    vp->data.Iov(static_cast<uint64_t>(off), size, &iov);
+    fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));  // the kernel copies during the call
     return;
   }
   uint64_t uoff = static_cast<uint64_t>(off);
@@ -1175,15 +1194,17 @@ void OpFallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t lengt
   if (mode & FALLOC_FL_KEEP_SIZE) return (void)fuse_reply_err(req, 0);  // no holes, nothing to reserve
   Version& v = *h->version;
   uint64_t end = static_cast<uint64_t>(offset) + static_cast<uint64_t>(length);
-  std::unique_lock<std::shared_mutex> g(v.mu);
-  if (end > v.data.size()) {
-    uint64_t cap = v.data.capacity();
-    v.data.Resize(end);
-    fs->staged_bytes += static_cast<int64_t>(v.data.capacity()) - static_cast<int64_t>(cap);
-    v.gen++;
-    v.attr.mtime_ns = v.attr.ctime_ns = NowNs();
+  {
+    std::unique_lock<std::shared_mutex> g(v.mu);
+    if (end > v.data.size()) {
+      uint64_t cap = v.data.capacity();
+      v.data.Resize(end);
+      fs->staged_bytes += static_cast<int64_t>(v.data.capacity()) - static_cast<int64_t>(cap);
+      v.gen++;
+      v.attr.mtime_ns = v.attr.ctime_ns = NowNs();
+    }
   }
-  fuse_reply_err(req, 0);
+  fuse_reply_err(req, 0);  // never touch the handle after replying (RELEASE may follow at once)
 }
 
 void OpLseek(fuse_req_t req, fuse_ino_t, off_t off, int whence, fuse_file_info* fi) {
@@ -1260,9 +1281,12 @@ KvfsFs::KvfsFs(Store* store, FsOptions opts) : impl_(std::make_unique<Impl>(stor
   impl_->Ref(kRootIno, S_IFDIR);
   impl_->owner = this;
   impl_->notifier = std::thread([this] { impl_->NotifierMain(); });
+  // Peers' changes reach the kernel through the notifier thread (it holds no lock a worker needs).
+  store->SetChangeListener([impl = impl_.get()](const PeerChanges& c) { impl->OnPeerChanges(c); });
 }
 
 KvfsFs::~KvfsFs() {
+  impl_->store->SetChangeListener(nullptr);
   {
     std::lock_guard<std::mutex> g(impl_->nq_mu);
     impl_->nq_stop = true;
@@ -1288,6 +1312,7 @@ Status KvfsFs::Mount(const std::string& mountpoint, const std::vector<std::strin
   for (auto& s : argv_s) argv.push_back(s.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
   impl_->se = fuse_session_new(&args, &ops, sizeof(ops), impl_.get());
+  fuse_opt_free_args(&args);
   if (!impl_->se) return Status::InvalidArgument("fuse_session_new failed (bad -o option?): " + o);
   if (fuse_session_mount(impl_->se, mountpoint.c_str()) != 0) {
     return Status::IOError("cannot mount FUSE at " + mountpoint);

@@ -107,6 +107,8 @@ struct MountArgs {
   bool foreground = false, direct_io = false, force = false, splice = false;
   unsigned threads = 32;
   uint32_t group_commit_ms = 20;
+  uint32_t peer_poll_ms = 200;
+  bool peer_direct_io = false;
   std::vector<std::string> fuse_opts;
   std::string log_level = "info";
 };
@@ -153,6 +155,8 @@ int RunMount(MountArgs a) {
   so.segment_size = SizeOrDie("--segment-size", a.segment_size);
   if (so.segment_size < (1u << 20)) Die(kExitUsage, "--segment-size must be at least 1MiB");
   so.group_commit_interval_ms = a.group_commit_ms;
+  so.peer_poll_ms = a.peer_poll_ms;
+  so.peer_direct_io = a.peer_direct_io;
   so.direct_io = a.direct_io;
   so.force_takeover = a.force;
 
@@ -300,8 +304,16 @@ int RunUmount(const std::string& mp_in, double timeout_s) {
   }
   // Wait for the daemon to flush (Store::Close) and exit.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (pid > 0 && kill(pid, 0) == 0) {
-    // A zombie child of ours would never go away; the daemon is not our child, so kill(0) suffices.
+  auto alive = [](pid_t p) {
+    if (kill(p, 0) != 0) return false;
+    // A zombie (a foreground daemon whose parent has not reaped it yet) has exited: done.
+    std::ifstream st("/proc/" + std::to_string(p) + "/stat");
+    std::string line;
+    std::getline(st, line);
+    size_t rp = line.rfind(')');
+    return !(rp != std::string::npos && rp + 2 < line.size() && (line[rp + 2] == 'Z' || line[rp + 2] == 'X'));
+  };
+  while (pid > 0 && alive(pid)) {
     if (std::chrono::steady_clock::now() > deadline) {
       Die(kExitFail, "unmounted, but daemon pid " + std::to_string(pid) + " did not exit within " +
                          std::to_string(static_cast<int>(timeout_s)) + "s");
@@ -371,6 +383,8 @@ int main(int argc, char** argv) {
   mount->add_option("--threads", ma.threads, "max FUSE worker threads (default 32)");
   mount->add_option("--group-commit-ms", ma.group_commit_ms, "group commit interval in ms (default 20)");
   mount->add_flag("--direct-io", ma.direct_io, "O_DIRECT for segment writes");
+  mount->add_option("--peer-poll-ms", ma.peer_poll_ms, "how often peers' journals are tailed, ms (0 = never)");
+  mount->add_flag("--peer-direct-io", ma.peer_direct_io, "read peers' journals with O_DIRECT");
   mount->add_flag("--force", ma.force, "take over the node directory even if its owner looks alive");
   mount->add_flag("--splice", ma.splice, "enable FUSE splice read/write/move");
   mount->add_option("-o", ma.fuse_opts,
