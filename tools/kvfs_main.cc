@@ -2,7 +2,8 @@
 //
 //   kvfs mount MOUNTPOINT --backing DIR [--node-id ID] [--index-dir DIR] [--cache-size SIZE]
 //              [--segment-size SIZE] [--foreground] [--threads N] [--group-commit-ms N] [--direct-io]
-//              [--force] [--splice] [-o OPTS]... [--log-level LEVEL] [--config FILE]
+//              [--force] [--splice] [--peer-poll-ms N] [--peer-direct-io] [-o OPTS]...
+//              [--log-level LEVEL] [--config FILE]
 //   kvfs umount MOUNTPOINT [--timeout SECONDS]
 //   kvfs stats MOUNTPOINT [--json]
 //
@@ -27,6 +28,7 @@
 #include <xxhash.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -363,6 +365,60 @@ int RunStats(const std::string& mp_in, bool json) {
   return 0;
 }
 
+// CLI11 2.1 reads a config file only for the top-level app, so `kvfs mount ... --config FILE` is
+// expanded here: every key of FILE that is not given on the command line becomes "--key value" (flags:
+// "--key" when true). Unknown keys then fail like unknown flags.
+bool ExpandConfig(CLI::App* mount, std::vector<std::string>* args, std::string* err) {
+  if (args->empty() || (*args)[0] != "mount") return true;
+  std::string file;
+  for (size_t i = 1; i < args->size(); ++i) {
+    const std::string& a = (*args)[i];
+    if (a == "--config" && i + 1 < args->size()) file = (*args)[i + 1];
+    if (a.rfind("--config=", 0) == 0) file = a.substr(9);
+  }
+  if (file.empty()) return true;
+  std::vector<CLI::ConfigItem> items;
+  try {
+    items = CLI::ConfigINI().from_file(file);
+  } catch (const CLI::Error& e) {
+    *err = "config file '" + file + "': " + e.what();
+    return false;
+  }
+  auto given = [&](const std::string& flag) {
+    for (size_t i = 1; i < args->size(); ++i) {
+      const std::string& a = (*args)[i];
+      if (a == flag || a.rfind(flag + "=", 0) == 0) return true;
+    }
+    return false;
+  };
+  std::vector<std::string> extra;
+  for (const auto& it : items) {
+    if (it.name.empty() || it.name == "++" || it.name == "--" || it.name == "config") continue;
+    std::string flag = (it.name.size() == 1 ? "-" : "--") + it.name;
+    if (given(flag)) continue;
+    CLI::Option* opt = mount->get_option_no_throw(flag);
+    if (opt == nullptr) {
+      *err = "config file '" + file + "': unknown key '" + it.name + "'";
+      return false;
+    }
+    if (opt->get_expected_max() == 0) {  // a flag
+      std::string v = it.inputs.empty() ? "true" : it.inputs[0];
+      if (v == "true" || v == "1" || v == "yes" || v == "on") extra.push_back(flag);
+      else if (!(v == "false" || v == "0" || v == "no" || v == "off")) {
+        *err = "config file '" + file + "': '" + it.name + "' must be true or false";
+        return false;
+      }
+      continue;
+    }
+    for (const auto& v : it.inputs) {
+      extra.push_back(flag);
+      extra.push_back(v);
+    }
+  }
+  args->insert(args->begin() + 1, extra.begin(), extra.end());
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -371,7 +427,11 @@ int main(int argc, char** argv) {
 
   MountArgs ma;
   auto* mount = app.add_subcommand("mount", "mount kvfs at MOUNTPOINT over a backing directory");
-  mount->set_config("--config", "", "read these options from a config file (TOML/INI, same keys)");
+  std::string config_file;
+  mount->add_option("--config", config_file,
+                    "read options from a file (INI/TOML, keys = long flag names, e.g. backing=/mnt/novus, "
+                    "threads=64, direct-io=true, o=allow_other; a [mount] section is optional); flags on the "
+                    "command line win");
   mount->add_option("mountpoint", ma.mountpoint, "where to mount")->required();
   mount->add_option("--backing", ma.backing, "the backing directory (the shared export)")->required();
   mount->add_option("--node-id", ma.node_id, "this node's id (default: host name)");
@@ -404,8 +464,21 @@ int main(int argc, char** argv) {
   stats->add_option("mountpoint", smp, "the kvfs mount point")->required();
   stats->add_flag("--json", sjson, "print JSON");
 
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  if (!args.empty() && args[0] != "mount" && args[0] != "umount" && args[0] != "stats" && args[0][0] != '-') {
+    std::fprintf(stderr, "kvfs: unknown command '%s' (use mount, umount or stats; see kvfs --help)\n",
+                 args[0].c_str());
+    return kExitUsage;
+  }
+  std::string cfg_err;
+  if (!ExpandConfig(mount, &args, &cfg_err)) {
+    std::fprintf(stderr, "kvfs: %s\n", cfg_err.c_str());
+    return kExitUsage;
+  }
   try {
-    app.parse(argc, argv);
+    std::reverse(args.begin(), args.end());  // CLI11 takes the arguments reversed
+    app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

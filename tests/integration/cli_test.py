@@ -1,0 +1,201 @@
+"""The kvfs command line: mount/umount/stats, daemon mode, signals, and one-line errors with exit code 2.
+
+Run: KVFS_BINARY=build/tools/kvfs python3 tests/integration/cli_test.py [-v]
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kvfs_fixture as kf  # noqa: E402
+
+
+def wait_for(cond, timeout=20.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return cond()
+
+
+def pid_gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+@kf.skip_unless_fuse
+class CliErrors(unittest.TestCase):
+    def setUp(self):
+        self.b = kf.Backing()
+
+    def tearDown(self):
+        self.b.cleanup()
+
+    def assertUsageError(self, r, needle):
+        self.assertEqual(r.returncode, 2, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith("kvfs: "), r.stderr)
+        self.assertIn(needle, lines[0])
+
+    def mount(self, *extra, mnt=None, backing=None):
+        return kf.run_kvfs("mount", mnt or self.b.mnt, "--backing", backing or self.b.backing, "--index-dir",
+                           self.b.index, "--foreground", *extra, timeout=60)
+
+    def test_missing_backing_dir(self):
+        self.assertUsageError(self.mount(backing=os.path.join(self.b.root, "nope")), "backing directory")
+
+    def test_missing_mountpoint(self):
+        self.assertUsageError(self.mount(mnt=os.path.join(self.b.root, "nope")), "mountpoint")
+
+    def test_mountpoint_not_empty(self):
+        with open(os.path.join(self.b.mnt, "x"), "w") as f:
+            f.write("x")
+        self.assertUsageError(self.mount(), "not empty")
+
+    def test_mountpoint_busy(self):
+        with kf.mounted(backing=self.b):
+            r = kf.run_kvfs("mount", self.b.mnt, "--backing", self.b.backing, "--index-dir",
+                            os.path.join(self.b.root, "index2"), "--foreground")
+            self.assertUsageError(r, "busy")
+
+    def test_index_dir_in_use(self):
+        other = os.path.join(self.b.root, "mnt2")
+        os.mkdir(other)
+        with kf.mounted(backing=self.b):
+            r = self.mount(mnt=other)
+            self.assertUsageError(r, "in use")
+            self.assertFalse(kf.is_mounted(other))
+
+    def test_unknown_flag(self):
+        self.assertUsageError(self.mount("--bogus"), "--bogus")
+        self.assertUsageError(kf.run_kvfs("frobnicate"), "frobnicate")
+        self.assertUsageError(kf.run_kvfs(), "subcommand")
+
+    def test_bad_size(self):
+        self.assertUsageError(self.mount("--cache-size", "12X"), "invalid size")
+        self.assertUsageError(self.mount("--segment-size", "-1G"), "invalid size")
+
+    def test_bad_fuse_option(self):
+        r = self.mount("-o", "no_such_fuse_option")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertFalse(kf.is_mounted(self.b.mnt))
+
+    def test_umount_and_stats_of_non_kvfs(self):
+        self.assertUsageError(kf.run_kvfs("umount", self.b.mnt), "not mounted")
+        self.assertUsageError(kf.run_kvfs("stats", self.b.mnt), "not a kvfs mount")
+        self.assertUsageError(kf.run_kvfs("umount", os.path.join(self.b.root, "nope")), "does not exist")
+
+    def test_help(self):
+        r = kf.run_kvfs("mount", "--help")
+        self.assertEqual(r.returncode, 0)
+        for flag in ("--backing", "--node-id", "--index-dir", "--cache-size", "--segment-size", "--foreground",
+                     "--threads", "--group-commit-ms", "--direct-io", "--force", "--config"):
+            self.assertIn(flag, r.stdout)
+
+
+@kf.skip_unless_fuse
+class DaemonLifecycle(unittest.TestCase):
+    def setUp(self):
+        self.b = kf.Backing()
+
+    def tearDown(self):
+        self.b.cleanup()
+
+    def test_daemon_mount_stats_umount(self):
+        r = kf.run_kvfs("mount", self.b.mnt, "--backing", self.b.backing, "--index-dir", self.b.index,
+                        "--threads", "8", "--cache-size", "64MiB", "--segment-size", "16MiB")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        try:
+            self.assertTrue(kf.is_mounted(self.b.mnt))  # mounted when the parent returns
+            pid = int(os.getxattr(self.b.mnt, "user.kvfs.pid"))
+            self.assertNotEqual(pid, os.getpid())
+            data = os.urandom(3 << 20)
+            kf.write_file(os.path.join(self.b.mnt, "f"), data)
+            self.assertEqual(kf.read_file(os.path.join(self.b.mnt, "f")), data)
+            s = kf.run_kvfs("stats", self.b.mnt, "--json")
+            self.assertEqual(s.returncode, 0, s.stderr)
+            st = json.loads(s.stdout)
+            for k in ("files", "live_bytes", "segments", "cache_hit_rate", "records_written", "journal_entries",
+                      "backing_metadata_ops", "backing_files_created"):
+                self.assertIn(k, st)
+            self.assertGreaterEqual(st["records_written"], 1)
+            self.assertGreaterEqual(st["live_bytes"], 3 << 20)
+            human = kf.run_kvfs("stats", self.b.mnt)
+            self.assertEqual(human.returncode, 0)
+            self.assertIn("records written", human.stdout)
+            self.assertIn("cache hit rate", human.stdout)
+        finally:
+            u = kf.run_kvfs("umount", self.b.mnt)
+        self.assertEqual(u.returncode, 0, u.stderr)
+        self.assertFalse(kf.is_mounted(self.b.mnt))
+        self.assertTrue(pid_gone(pid), "kvfs umount returned before the daemon exited")
+        # remount (daemon again): the data is there
+        r = kf.run_kvfs("mount", self.b.mnt, "--backing", self.b.backing, "--index-dir", self.b.index)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        try:
+            self.assertEqual(kf.read_file(os.path.join(self.b.mnt, "f")), data)
+        finally:
+            self.assertEqual(kf.run_kvfs("umount", self.b.mnt).returncode, 0)
+
+    def test_umount_busy(self):
+        with kf.mounted(backing=self.b) as (mnt, _, _):
+            fd = os.open(os.path.join(mnt, "open"), os.O_CREAT | os.O_WRONLY, 0o644)
+            try:
+                r = kf.run_kvfs("umount", mnt)
+                self.assertNotEqual(r.returncode, 0)
+                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+                self.assertTrue(kf.is_mounted(mnt))
+            finally:
+                os.close(fd)
+
+    def signal_test(self, sig):
+        with kf.mounted(backing=self.b) as (mnt, _, proc):
+            kf.write_file(os.path.join(mnt, "s"), b"signal")
+            proc.send_signal(sig)
+            self.assertEqual(proc.wait(timeout=30), 0)
+            self.assertFalse(kf.is_mounted(mnt))
+        with kf.mounted(backing=self.b) as (mnt, _, _):
+            self.assertEqual(kf.read_file(os.path.join(mnt, "s")), b"signal")
+
+    def test_sigterm_flushes_and_unmounts(self):
+        self.signal_test(signal.SIGTERM)
+
+    def test_sigint_flushes_and_unmounts(self):
+        self.signal_test(signal.SIGINT)
+
+    def test_config_file(self):
+        cfg = os.path.join(self.b.root, "kvfs.ini")
+        with open(cfg, "w") as f:
+            f.write("backing=%s\nindex-dir=%s\nthreads=4\ncache-size=32MiB\nforeground=true\n" %
+                    (self.b.backing, self.b.index))
+        proc = subprocess.Popen([kf.kvfs_binary(), "mount", self.b.mnt, "--config", cfg],
+                                stderr=subprocess.PIPE)
+        try:
+            self.assertTrue(wait_for(lambda: kf.is_mounted(self.b.mnt) or proc.poll() is not None))
+            self.assertTrue(kf.is_mounted(self.b.mnt), proc.stderr.read() if proc.poll() is not None else "")
+            kf.write_file(os.path.join(self.b.mnt, "c"), b"cfg")
+        finally:
+            kf.unmount(self.b.mnt)
+            proc.wait(timeout=30)
+            proc.stderr.close()
+        self.assertEqual(proc.returncode, 0)
+        bad = os.path.join(self.b.root, "bad.ini")
+        with open(bad, "w") as f:
+            f.write("backing=%s\ncache-size=lots\n" % self.b.backing)
+        r = kf.run_kvfs("mount", self.b.mnt, "--config", bad, "--foreground")
+        self.assertEqual(r.returncode, 2, r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
