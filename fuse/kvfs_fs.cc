@@ -541,7 +541,9 @@ struct KvfsFs::Impl {
     if (v->writers == 0) {
       auto& w = in->writing;
       w.erase(std::remove(w.begin(), w.end(), v), w.end());
-      if (in->primary == v) in->primary = nullptr;
+      // An unlinked inode keeps its last version as what fstat/lseek of its remaining readers show
+      // (it can never be published or opened by name again).
+      if (in->primary == v && !in->unlinked) in->primary = nullptr;
       if (w.empty()) in->contended = false;
       if (unl || in->unlinked) discarded++;
     }
