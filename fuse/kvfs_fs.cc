@@ -1155,6 +1155,7 @@ void ReplyXattrValue(fuse_req_t req, const std::string& v, size_t size) {
 
 void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   auto* fs = FS(req);
+  spdlog::trace("getxattr {} {}", ino, name);
   if (!IsUserXattr(name)) return (void)fuse_reply_err(req, EOPNOTSUPP);
   if (ino == kRootIno && name == kStatsXattr && fs->owner) return ReplyXattrValue(req, fs->owner->StatsJson(), size);
   if (ino == kRootIno && name == kPidXattr) return ReplyXattrValue(req, std::to_string(getpid()), size);

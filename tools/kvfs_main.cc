@@ -4,6 +4,7 @@
 //              [--segment-size SIZE] [--foreground] [--threads N] [--group-commit-ms N] [--direct-io]
 //              [--force] [--splice] [--peer-poll-ms N] [--peer-direct-io] [-o OPTS]...
 //              [--log-level LEVEL] [--config FILE]
+//              [--capacity SIZE] [--high-watermark SIZE] [--low-watermark SIZE]
 //   kvfs umount MOUNTPOINT [--timeout SECONDS]
 //   kvfs stats MOUNTPOINT [--json]
 //
@@ -113,6 +114,7 @@ struct MountArgs {
   bool peer_direct_io = false;
   std::vector<std::string> fuse_opts;
   std::string log_level = "info";
+  std::string capacity, high_watermark, low_watermark;  // DESIGN §6; empty = unlimited / none
 };
 
 uint64_t SizeOrDie(const std::string& what, const std::string& text) {
@@ -161,7 +163,18 @@ int RunMount(MountArgs a) {
   so.peer_direct_io = a.peer_direct_io;
   so.direct_io = a.direct_io;
   so.force_takeover = a.force;
+  if (!a.capacity.empty()) so.capacity_bytes = SizeOrDie("--capacity", a.capacity);
+  if (!a.high_watermark.empty()) so.global_high_watermark_bytes = SizeOrDie("--high-watermark", a.high_watermark);
+  if (!a.low_watermark.empty()) so.global_low_watermark_bytes = SizeOrDie("--low-watermark", a.low_watermark);
+  if (so.global_low_watermark_bytes && !so.global_high_watermark_bytes) {
+    Die(kExitUsage, "--low-watermark needs --high-watermark");
+  }
+  if (so.global_high_watermark_bytes && so.global_low_watermark_bytes >= so.global_high_watermark_bytes) {
+    Die(kExitUsage, "--low-watermark must be below --high-watermark");
+  }
 
+  // Logs go to stderr (spdlog's default is stdout): in daemon mode stderr becomes <index_dir>/kvfs.log.
+  spdlog::set_default_logger(spdlog::stderr_logger_mt("kvfs"));
   auto lvl = spdlog::level::from_str(a.log_level);
   spdlog::set_level(lvl);
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %L kvfs[%P] %v");
@@ -451,6 +464,13 @@ int main(int argc, char** argv) {
                     "FUSE mount options, comma separated (default allow_other,default_permissions)")
       ->delimiter(',');
   mount->add_option("--log-level", ma.log_level, "trace|debug|info|warn|error (default info)");
+  mount->add_option("--capacity", ma.capacity,
+                    "bound on this node's segment bytes on the export, e.g. 500GiB (default unlimited); "
+                    "the oldest segments are evicted");
+  mount->add_option("--high-watermark", ma.high_watermark,
+                    "global bound on all nodes' segment bytes: over it, each node evicts its share");
+  mount->add_option("--low-watermark", ma.low_watermark,
+                    "global eviction target (default 7/8 of --high-watermark)");
 
   std::string ump;
   double utimeout = 120;
