@@ -474,12 +474,21 @@ def generate_ops(seed, n_ops, scratch_root):
     return ops
 
 
-def replay_ops(ops, target_root, ref_root):
+class InvalidSequence(Exception):
+    """A fixed op list that breaks the generator's rules (it would hit an intended difference)."""
+
+
+def replay_ops(ops, target_root, ref_root, validate=False):
     """Applies a fixed op list to both sides; returns (index, op, ref result, target result) of the first
-    difference, or None. Ops on handles a side does not have answer ('err', 'no handle') on that side."""
+    difference, or None. Ops on handles a side does not have answer ('err', 'no handle') on that side.
+    validate: raise InvalidSequence if an op would have been rewritten by Generator.adjust() (so a
+    minimized list stays within what the random test compares)."""
     a, b = Side(target_root), Side(ref_root)
+    rules = Generator(0, ref_root, ref_side=b) if validate else None
     try:
         for i, op in enumerate(ops):
+            if rules is not None and rules.adjust(op) != op:
+                raise InvalidSequence("op %d %s" % (i, describe(op)))
             res = []
             for side in (b, a):
                 if op[0] in ("close", "write", "pwrite", "read", "pread", "lseek", "fstat", "ftruncate",
@@ -487,6 +496,8 @@ def replay_ops(ops, target_root, ref_root):
                     res.append(("err", "no handle"))
                 else:
                     res.append(side.apply(op))
+            if rules is not None:
+                rules.applied(op, res[0])
             if res[0] != res[1]:
                 return i, op, res[0], res[1]
         return None
@@ -509,7 +520,10 @@ def minimize(seed, n_ops, target_root, ref_root, log=sys.stderr):
         ta, tb = os.path.join(target_root, "t%d" % k), os.path.join(ref_root, "t%d" % k)
         os.mkdir(ta)
         os.mkdir(tb)
-        return replay_ops(cand, ta, tb)
+        try:
+            return replay_ops(cand, ta, tb, validate=True)
+        except InvalidSequence:
+            return None
 
     first = trial(ops)
     if first is None:
@@ -586,6 +600,34 @@ REGRESSIONS = {
         ("lseek", 1, 0, os.SEEK_END),
         ("pread", 1, 4096, 0),
         ("close", 1),
+    ],
+    # O_TRUNC of a committed file (hidden replacement), then a listing of its directory (READDIRPLUS):
+    # the writer's own pread returned 0 bytes and SEEK_END was 0 (the kernel got the committed size).
+    "hidden_replacement_own_read_after_readdir": [
+        ("mkdir", "d0", 0o755),
+        ("open", 0, "d0/f3", os.O_RDWR | os.O_CREAT, 0o644),
+        ("close", 0),
+        ("open", 1, "d0/f3", os.O_RDWR | os.O_TRUNC, 0o644),
+        ("write", 1, b"x" * 142584),
+        ("listdir", "d0"),
+        ("pread", 1, 8727, 93420),
+        ("lseek", 1, 0, os.SEEK_END),
+        ("close", 1),
+        ("readfile", "d0/f3"),
+    ],
+    # The same with O_APPEND: the append after the listing landed at the committed size (3), overwriting
+    # the writer's own bytes; the published file was 5000 bytes "AAA" + 100 "B" + "A"s instead of A*5000+B*100.
+    "hidden_replacement_append_after_readdir": [
+        ("mkdir", "d0", 0o755),
+        ("open", 0, "d0/f", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
+        ("write", 0, b"old"),
+        ("close", 0),
+        ("open", 1, "d0/f", os.O_WRONLY | os.O_TRUNC | os.O_APPEND, 0o644),
+        ("write", 1, b"A" * 5000),
+        ("listdir", "d0"),
+        ("write", 1, b"B" * 100),
+        ("close", 1),
+        ("readfile", "d0/f"),
     ],
 }
 
