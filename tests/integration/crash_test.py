@@ -223,7 +223,7 @@ class CrashTest(unittest.TestCase):
                 open(log, "w").close()
                 writer = subprocess.Popen([PY, "-c", WRITER, b.mnt, log, str(seed * 100000 + cycle), HERE],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                time.sleep(rng.uniform(0.05, 0.9))
+                time.sleep(rng.uniform(0.05, 0.5))
                 t_kill = time.monotonic()
                 # Then the writer (only the pid we started; it blocks on or errors from the dead mount),
                 # before the lazy unmount, or it would write into the bare mountpoint.
