@@ -46,6 +46,7 @@
 
 #include "fuse/kvfs_fs.h"
 #include "index/store.h"
+#include "tools/node_cmd.h"
 #include "tools/size_parse.h"
 
 namespace {
@@ -484,10 +485,23 @@ int main(int argc, char** argv) {
   stats->add_option("mountpoint", smp, "the kvfs mount point")->required();
   stats->add_flag("--json", sjson, "print JSON");
 
+  // `kvfs node list|retire|purge` (tools/node_cmd.h).
+  std::string nsub, nbacking, nnode;
+  bool njson = false, nforce = false;
+  uint32_t ngrace = 8000;
+  auto* nodecmd = app.add_subcommand("node", "list, retire or purge the nodes of a backing directory");
+  nodecmd->add_option("command", nsub, "list | retire | purge")->required();
+  nodecmd->add_option("--backing", nbacking, "the backing directory")->required();
+  nodecmd->add_option("--node", nnode, "node id (retire, purge)");
+  nodecmd->add_flag("--json", njson, "print JSON");
+  nodecmd->add_flag("--force", nforce, "retire a node that looks live; purge a released node");
+  nodecmd->add_option("--grace-ms", ngrace, "purge: wait between the DROP entries and the removal (default 8000)");
+
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
-  if (!args.empty() && args[0] != "mount" && args[0] != "umount" && args[0] != "stats" && args[0][0] != '-') {
-    std::fprintf(stderr, "kvfs: unknown command '%s' (use mount, umount or stats; see kvfs --help)\n",
+  if (!args.empty() && args[0] != "mount" && args[0] != "umount" && args[0] != "stats" && args[0] != "node" &&
+      args[0][0] != '-') {
+    std::fprintf(stderr, "kvfs: unknown command '%s' (use mount, umount, stats or node; see kvfs --help)\n",
                  args[0].c_str());
     return kExitUsage;
   }
@@ -515,5 +529,6 @@ int main(int argc, char** argv) {
   if (mount->parsed()) return RunMount(ma);
   if (umount->parsed()) return RunUmount(ump, utimeout);
   if (stats->parsed()) return RunStats(smp, sjson);
+  if (nodecmd->parsed()) return kvfs::RunNodeCommand(nsub, nbacking, nnode, njson, nforce, ngrace);
   return kExitUsage;
 }

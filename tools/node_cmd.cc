@@ -1,0 +1,299 @@
+// `kvfs node list | retire | purge` (tools/node_cmd.h).
+#include "tools/node_cmd.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "blockstore/env.h"
+#include "blockstore/node_dir.h"
+#include "index/hlc.h"
+#include "index/journal.h"
+#include "index/journal_format.h"
+
+namespace kvfs {
+namespace {
+
+constexpr int kExitOk = 0, kExitFail = 1, kExitUsage = 2;
+
+int Fail(int code, const std::string& msg) {
+  std::fprintf(stderr, "kvfs: %s\n", msg.c_str());
+  return code;
+}
+
+struct NodeInfo {
+  std::string id;
+  std::string state;  // live | released | dead | retired | purged
+  std::optional<OwnerRecord> owner;
+  std::optional<HeartbeatRecord> heartbeat;
+  std::optional<int64_t> heartbeat_age_ns;
+  bool retired_mark = false, purged_mark = false;
+  uint64_t journal_bytes = 0, journal_files = 0, snapshot_bytes = 0, segment_bytes = 0, segments = 0;
+  std::vector<SegmentId> segment_ids;
+  std::vector<std::string> files;  // every file of the node dir except OWNER/PURGED (relative, "seg/" ...)
+};
+
+bool Exists(Env* env, const std::string& p) { return env->Stat(p).ok(); }
+
+Result<NodeInfo> Inspect(Env* env, const std::string& backing, const std::string& node) {
+  NodeInfo n;
+  n.id = node;
+  const std::string dir = NodeDirPath(backing, node);
+  std::string text;
+  if (env->ReadFileToString(OwnerFilePath(backing, node), &text).ok()) {
+    auto o = OwnerRecord::Parse(text);
+    if (o.ok()) n.owner = *o;
+  }
+  text.clear();
+  if (env->ReadFileToString(HeartbeatFilePath(backing, node), &text).ok()) {
+    auto h = HeartbeatRecord::Parse(text);
+    if (h.ok()) {
+      n.heartbeat = *h;
+      n.heartbeat_age_ns = WallClockNs() - h->time_ns;
+    }
+  }
+  n.retired_mark = Exists(env, dir + "/RETIRED");
+  n.purged_mark = Exists(env, dir + "/PURGED");
+  std::vector<std::string> names;
+  Status s = env->GetChildren(dir, &names);
+  if (!s.ok()) return s;
+  for (const auto& name : names) {
+    if (name == "OWNER" || name == "PURGED" || name == "seg") continue;
+    n.files.push_back(name);
+    uint64_t g, k;
+    if (ParseJournalFileName(name, &g, &k)) {
+      auto st = env->Stat(dir + "/" + name);
+      if (st.ok()) n.journal_bytes += st->size;
+      n.journal_files++;
+    } else if (ParseSnapshotFileName(name, &g, &k)) {
+      auto st = env->Stat(dir + "/" + name);
+      if (st.ok()) n.snapshot_bytes += st->size;
+    }
+  }
+  names.clear();
+  s = env->GetChildren(SegmentDirPath(backing, node), &names);
+  if (!s.ok() && !s.IsNotFound()) return s;
+  for (const auto& name : names) {
+    n.files.push_back("seg/" + name);
+    SegmentId id;
+    id.node = node;
+    if (!ParseSegmentFileName(name, &id.generation, &id.seq)) continue;
+    auto st = env->Stat(SegmentFilePath(backing, id));
+    if (st.ok()) n.segment_bytes += st->size;
+    n.segments++;
+    n.segment_ids.push_back(id);
+  }
+  // State.
+  const HostIdentity self = HostIdentity::Current();
+  const int64_t timeout_ns = kNodeHeartbeatTimeoutMs * 1000000;
+  bool live = false;
+  if (n.owner && !n.owner->released) {
+    live = n.heartbeat_age_ns && *n.heartbeat_age_ns <= timeout_ns;
+    if (live && n.owner->owner.host == self.host && n.owner->owner.boot_id == self.boot_id &&
+        !LocalProcessAlive(n.owner->owner)) {
+      live = false;  // provably dead: same host and boot, pid gone
+    }
+  }
+  if (live) n.state = "live";
+  else if (n.purged_mark && n.segments == 0 && n.journal_files == 0) n.state = "purged";
+  else if (n.retired_mark) n.state = "retired";
+  else if (n.owner && n.owner->released) n.state = "released";
+  else n.state = "dead";
+  return n;
+}
+
+std::string Age(const NodeInfo& n) {
+  if (!n.heartbeat_age_ns) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1fs", static_cast<double>(*n.heartbeat_age_ns) / 1e9);
+  return buf;
+}
+
+nlohmann::json ToJson(const NodeInfo& n) {
+  nlohmann::json j;
+  j["node"] = n.id;
+  j["state"] = n.state;
+  j["heartbeat_age_s"] = n.heartbeat_age_ns ? nlohmann::json(static_cast<double>(*n.heartbeat_age_ns) / 1e9)
+                                            : nlohmann::json(nullptr);
+  j["generation"] = n.owner ? n.owner->generation : 0;
+  j["host"] = n.owner ? n.owner->owner.host : "";
+  j["pid"] = n.owner ? n.owner->owner.pid : 0;
+  j["retired"] = n.retired_mark;
+  j["journal_files"] = n.journal_files;
+  j["journal_bytes"] = n.journal_bytes;
+  j["snapshot_bytes"] = n.snapshot_bytes;
+  j["segments"] = n.segments;
+  j["segment_bytes"] = n.segment_bytes;
+  return j;
+}
+
+int List(Env* env, const std::string& backing, bool json) {
+  auto nodes = ListNodes(env, backing);
+  if (!nodes.ok()) return Fail(kExitFail, "listing nodes of " + backing + ": " + nodes.status().ToString());
+  nlohmann::json arr = nlohmann::json::array();
+  if (!json) {
+    std::printf("%-20s %-9s %10s %5s %-24s %14s %14s\n", "NODE", "STATE", "HEARTBEAT", "GEN", "OWNER",
+                "JOURNAL_BYTES", "SEGMENT_BYTES");
+  }
+  for (const auto& id : *nodes) {
+    auto n = Inspect(env, backing, id);
+    if (!n.ok()) return Fail(kExitFail, "node " + id + ": " + n.status().ToString());
+    if (json) {
+      arr.push_back(ToJson(*n));
+      continue;
+    }
+    std::string owner = n->owner ? n->owner->owner.host + "/" + std::to_string(n->owner->owner.pid) : "-";
+    std::printf("%-20s %-9s %10s %5llu %-24s %14llu %14llu\n", id.c_str(), n->state.c_str(), Age(*n).c_str(),
+                static_cast<unsigned long long>(n->owner ? n->owner->generation : 0), owner.c_str(),
+                static_cast<unsigned long long>(n->journal_bytes),
+                static_cast<unsigned long long>(n->segment_bytes));
+  }
+  if (json) std::cout << arr.dump(2) << "\n";
+  return kExitOk;
+}
+
+std::string Describe(const NodeInfo& n) {
+  std::string s = "node '" + n.id + "' is " + n.state;
+  if (n.owner) s += " (host " + n.owner->owner.host + " pid " + std::to_string(n.owner->owner.pid) +
+                    " generation " + std::to_string(n.owner->generation);
+  if (n.owner) s += ", heartbeat " + Age(n) + " old)";
+  return s;
+}
+
+int Retire(Env* env, const std::string& backing, const NodeInfo& n, bool force) {
+  if (n.state == "live" && !force) {
+    return Fail(kExitUsage, Describe(n) + ": its heartbeat is fresh (timeout " +
+                                std::to_string(kNodeHeartbeatTimeoutMs / 1000) +
+                                " s); refusing to retire a live node (use --force if it is gone for sure)");
+  }
+  const HostIdentity self = HostIdentity::Current();
+  std::string rec = "time_ns=" + std::to_string(WallClockNs()) + "\nhost=" + self.host +
+                    "\npid=" + std::to_string(self.pid) + "\nprevious_state=" + n.state + "\n";
+  Status s = env->WriteFileAtomic(NodeDirPath(backing, n.id) + "/RETIRED", rec);
+  if (!s.ok()) return Fail(kExitFail, "writing RETIRED of node '" + n.id + "': " + s.ToString());
+  std::printf("node %s retired (was %s)\n", n.id.c_str(), n.state.c_str());
+  return kExitOk;
+}
+
+int Purge(Env* env, const std::string& backing, const NodeInfo& n, bool force, uint32_t grace_ms, bool json) {
+  if (n.state == "live") {
+    return Fail(kExitUsage, Describe(n) + ": refusing to purge a live node (unmount it, or wait until its "
+                                          "heartbeat is older than " +
+                                std::to_string(kNodeHeartbeatTimeoutMs / 1000) + " s)");
+  }
+  if (n.state == "released" && !force) {
+    return Fail(kExitUsage, Describe(n) + " (unmounted cleanly, it may come back): retire it first or use --force");
+  }
+  if (n.state == "purged") {
+    std::printf("node %s is already purged\n", n.id.c_str());
+    return kExitOk;
+  }
+  // Take the directory over by the normal rule (not forced): a mount that started meanwhile wins.
+  NodeDirOptions no;
+  no.env = env;
+  no.backing_dir = backing;
+  no.node_id = n.id;
+  no.heartbeat_timeout = std::chrono::milliseconds(kNodeHeartbeatTimeoutMs);
+  auto nd = NodeDir::Acquire(no);
+  if (!nd.ok()) {
+    return Fail(nd.status().IsBusy() ? kExitUsage : kExitFail,
+                "cannot take over node '" + n.id + "' for purge: " + nd.status().ToString());
+  }
+  // Re-inspect under ownership: segments written between the first look and the takeover count too.
+  auto again = Inspect(env, backing, n.id);
+  if (!again.ok()) return Fail(kExitFail, again.status().ToString());
+  // DROP every segment in a journal of the new generation, durable, so peers forget its files.
+  JournalWriterOptions jo;
+  jo.env = env;
+  jo.dir = (*nd)->dir();
+  jo.node = n.id;
+  jo.generation = (*nd)->generation();
+  auto jw = JournalWriter::Open(jo);
+  if (!jw.ok()) return Fail(kExitFail, "journal for purge: " + jw.status().ToString());
+  HybridClock clock;
+  for (const auto& id : again->segment_ids) (*jw)->Append(JournalEntry::Drop(id, clock.Now()));
+  Status s = (*jw)->Sync();
+  if (!s.ok()) return Fail(kExitFail, "journaling DROPs: " + s.ToString());
+  const std::string drop_journal = (*jw)->FilePath((*jw)->current_file_number());
+  jw->reset();
+  if (!json) {
+    std::printf("node %s: generation %llu journaled DROP for %zu segment(s); waiting %u ms for peers\n",
+                n.id.c_str(), static_cast<unsigned long long>((*nd)->generation()), again->segment_ids.size(),
+                grace_ms);
+    std::fflush(stdout);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(grace_ms));
+  // Remove everything but OWNER; segments first (peers that missed the DROPs then get ENOENT on read).
+  const std::string dir = (*nd)->dir();
+  uint64_t removed = 0, bytes = again->segment_bytes + again->journal_bytes + again->snapshot_bytes;
+  std::vector<std::string> order;
+  for (const auto& f : again->files) if (f.rfind("seg/", 0) == 0) order.push_back(f);
+  for (const auto& f : again->files) if (f.rfind("seg/", 0) != 0 && f != "HEARTBEAT") order.push_back(f);
+  std::vector<std::string> names;
+  if (env->GetChildren(dir, &names).ok()) {
+    for (const auto& nm : names) {
+      uint64_t g, k;
+      if (ParseJournalFileName(nm, &g, &k) && std::find(order.begin(), order.end(), nm) == order.end()) {
+        order.push_back(nm);  // the purge's own journal
+      }
+    }
+  }
+  (void)drop_journal;
+  for (const auto& f : order) {
+    Status r = env->Remove(dir + "/" + f);
+    if (!r.ok() && !r.IsNotFound()) return Fail(kExitFail, "removing " + dir + "/" + f + ": " + r.ToString());
+    removed++;
+  }
+  s = (*nd)->Release();  // OWNER state=released with the purge's generation: the next mount starts above it
+  if (!s.ok()) return Fail(kExitFail, "releasing node '" + n.id + "': " + s.ToString());
+  env->Remove(dir + "/HEARTBEAT");
+  const HostIdentity self = HostIdentity::Current();
+  s = env->WriteFileAtomic(dir + "/PURGED", "time_ns=" + std::to_string(WallClockNs()) + "\nhost=" + self.host +
+                                                "\ngeneration=" + std::to_string((*nd)->generation()) + "\n");
+  if (!s.ok()) return Fail(kExitFail, "writing PURGED: " + s.ToString());
+  env->SyncDir(dir);
+  if (json) {
+    nlohmann::json j{{"node", n.id}, {"purged", true}, {"segments_dropped", again->segment_ids.size()},
+                     {"files_removed", removed}, {"bytes_removed", bytes}, {"generation", (*nd)->generation()}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("node %s purged: %llu file(s), %llu bytes removed\n", n.id.c_str(),
+                static_cast<unsigned long long>(removed), static_cast<unsigned long long>(bytes));
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunNodeCommand(const std::string& sub, const std::string& backing_in, const std::string& node, bool json,
+                   bool force, uint32_t grace_ms) {
+  Env* env = Env::Posix();
+  std::string backing = backing_in;
+  while (backing.size() > 1 && backing.back() == '/') backing.pop_back();
+  Status s = CheckBackingDir(env, backing);
+  if (!s.ok()) return Fail(kExitUsage, s.message());
+  if (!Exists(env, FormatFilePath(backing))) {
+    return Fail(kExitUsage, "'" + backing + "' is not a kvfs backing directory (no .kvfs/v1/FORMAT)");
+  }
+  if (sub == "list") return List(env, backing, json);
+  if (sub != "retire" && sub != "purge") {
+    return Fail(kExitUsage, "unknown node command '" + sub + "' (use list, retire or purge)");
+  }
+  if (node.empty()) return Fail(kExitUsage, "kvfs node " + sub + " needs --node ID");
+  if (!ValidateNodeId(node).ok()) return Fail(kExitUsage, "invalid node id '" + node + "'");
+  if (!Exists(env, NodeDirPath(backing, node))) {
+    return Fail(kExitUsage, "no node '" + node + "' in " + backing + " (see kvfs node list)");
+  }
+  auto n = Inspect(env, backing, node);
+  if (!n.ok()) return Fail(kExitFail, "node " + node + ": " + n.status().ToString());
+  if (sub == "retire") return Retire(env, backing, *n, force);
+  return Purge(env, backing, *n, force, grace_ms, json);
+}
+
+}  // namespace kvfs
