@@ -23,7 +23,9 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
+#include <unordered_map>
 
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
@@ -49,6 +51,10 @@ constexpr uint64_t kWholeValueLoadMax = 64ull << 20;
 constexpr int kCacheShardBits = 2;
 // Entries per ApplyBatch during a rebuild.
 constexpr size_t kRebuildBatch = 1024;
+// Capacity and eviction (store.h "Capacity and eviction").
+constexpr uint64_t kReserveMaxBytes = 1ull << 20;       // <node dir>/RESERVE: min(1 MiB, segment / 4)
+constexpr const char* kReserveName = "RESERVE";
+constexpr auto kEvictTick = std::chrono::milliseconds(100);
 
 EntryAttrs ToEntryAttrs(const Attr& a) {
   EntryAttrs e;
@@ -294,6 +300,56 @@ class StoreImpl final : public Store {
 
   std::atomic<uint64_t> records_written_{0}, journal_entries_{0}, group_commits_{0}, checksum_failures_{0};
   std::atomic<uint64_t> cache_hits_{0}, cache_misses_{0};
+
+  // ---- capacity and eviction (store.h "Capacity and eviction") ----
+  Status InitEviction();
+  void StopEvictor();
+  void OnSealed(const SealedSegment& seg);
+  void TrackAppendLocked(const Location& loc);  // requires cap_mu_
+  Status ReserveSpace(uint64_t need);
+  void NoteNoSpace();
+  void EvictLoop();
+  void EvictOnce();
+  uint64_t PeerSegmentBytes();
+  // Returns the bytes freed net of reinsertion (0 if the store is closing: then nothing is dropped).
+  uint64_t DropSegment(const SegmentId& seg, bool reinsert);
+  uint64_t ReinsertRecord(const SegmentId& seg, uint64_t record_offset, uint64_t ino, uint64_t budget);
+  void UnlinkDue(bool all);
+  void EnsureReserve();
+  void ReleaseReserve();
+  Status GoneOr(const Location& loc, Status s);  // a read failure of a dropped/vanished segment -> NotFound
+  void NotifyListener(const std::vector<ApplyResult::Changed>& changed);
+  bool OwnSegment(const SegmentId& id) const { return id.node == opts_.node_id; }
+
+  bool evict_enabled_ = false;
+  bool track_hits_ = false;
+  uint64_t node_high_ = 0, node_low_ = 0, hard_limit_ = 0, global_high_ = 0, global_low_ = 0;
+  std::chrono::milliseconds grace_{0};
+  struct SegTrack {
+    uint64_t bytes = 0;
+    bool evictable = false;  // sealed, or of an older generation (never appended again)
+  };
+  struct Dropping {
+    SegmentId id;
+    uint64_t bytes = 0;
+    std::chrono::steady_clock::time_point due;
+  };
+  std::mutex cap_mu_;  // lock order: ns_mu_ -> cap_mu_; never held across I/O
+  std::condition_variable evict_cv_;  // wakes the evictor
+  std::condition_variable space_cv_;  // wakes writers waiting for space
+  std::map<SegmentId, SegTrack> own_segs_;  // this node's segment files, oldest first
+  std::set<SegmentId> dropped_own_;         // this node's segments dropped during this mount
+  std::deque<Dropping> dropping_;           // dropped, waiting for their unlink (due order)
+  uint64_t node_bytes_ = 0, dropping_bytes_ = 0, inflight_bytes_ = 0;
+  bool evict_stop_ = false, evict_wake_ = false, emergency_ = false, stuck_ = false;
+  bool reserve_present_ = false;            // evictor thread (and Init) only
+  std::thread evict_thread_;
+  std::mutex hits_mu_;
+  // Own segments: record offset -> hits (reads at offset 0) / -> inode committed there.
+  std::map<SegmentId, std::unordered_map<uint64_t, uint32_t>> hits_;
+  std::map<SegmentId, std::unordered_map<uint64_t, uint64_t>> loc_ino_;
+  std::atomic<uint64_t> segments_dropped_{0}, segment_bytes_dropped_{0}, segments_unlinked_{0};
+  std::atomic<uint64_t> records_reinserted_{0}, bytes_reinserted_{0}, writer_waits_{0}, nospace_events_{0};
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -360,6 +416,7 @@ Status StoreImpl::Init() {
   so.segment_size = opts_.segment_size;
   so.direct_io = opts_.direct_io;
   so.seal_on_close = true;
+  so.on_seal = [this](const SealedSegment& seg) { OnSealed(seg); };
   auto sw = SegmentWriter::Open(env_, node_dir_->seg_dir(), opts_.node_id, node_dir_->generation(), so);
   if (!sw.ok()) return sw.status();
   segments_ = std::move(*sw);
@@ -395,6 +452,7 @@ Status StoreImpl::Init() {
     peers_[node] = st;
   }
   if (opts_.peer_poll_ms > 0) peer_thread_ = std::thread([this] { PeerLoop(); });
+  KVFS_RETURN_IF_ERROR(InitEviction());
   // Make the fresh journal file, the CUTs and the directory entries durable before serving.
   return Sync();
 }
@@ -498,6 +556,7 @@ Status StoreImpl::ReplayNode(const std::string& node, std::vector<JournalEntry>*
 }
 
 void StoreImpl::StopThreads() {
+  StopEvictor();
   if (node_dir_) node_dir_->StopHeartbeat();
   {
     std::lock_guard<std::mutex> l(peer_wake_mu_);
@@ -515,6 +574,7 @@ void StoreImpl::StopThreads() {
 
 Status StoreImpl::Close() {
   if (closed_) return Status::OK();
+  StopEvictor();  // no reinsertion may race with segments_->Close()
   Status s = Sync();
   StopThreads();
   closed_ = true;
@@ -733,19 +793,42 @@ Result<Location> StoreImpl::WriteRecord(uint64_t ino, const std::vector<std::str
   // A staged file that was unlinked (or detached) still writes its record: it may be renamed back or
   // committed; the record tag is informational.
   std::string tag = path.ok() ? *path : "/.kvfs-detached/" + std::to_string(ino);
+  uint64_t need = 0;
+  if (evict_enabled_) {
+    uint64_t len = 0;
+    for (auto p : parts) len += p.size();
+    need = AlignUp(len) + kAlignment;  // value + its metadata block (path, checksum table)
+    if (opts_.capacity_bytes) KVFS_RETURN_IF_ERROR(ReserveSpace(need));
+  }
   auto loc = segments_->Append(tag, hlc_.Now(), parts);
   if (loc.ok()) records_written_++;
+  if (evict_enabled_) {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    if (opts_.capacity_bytes) inflight_bytes_ -= need;
+    if (loc.ok()) TrackAppendLocked(*loc);
+  }
+  if (!loc.ok() && loc.status().IsNoSpace()) NoteNoSpace();
   return loc;
 }
 
 Status StoreImpl::CommitFile(uint64_t ino, const Location& loc, const Attr& attr) {
   std::lock_guard<std::mutex> l(ns_mu_);
+  if (evict_enabled_ && !loc.empty() && OwnSegment(loc.segment)) {
+    std::lock_guard<std::mutex> c(cap_mu_);
+    if (dropped_own_.count(loc.segment)) {
+      return Status::NoSpace("the record's segment was evicted before the file was committed");
+    }
+  }
   const uint64_t stamp = hlc_.Now();
   auto n = index_->CommitFile(ino, loc, attr, stamp);
   if (!n.ok()) return n.status();
   auto path = index_->FullPath(ino);
   if (!path.ok()) return path.status();
   EnqueueLocked(JournalEntry::Put(*path, loc, ToEntryAttrs(n->attr), stamp));
+  if (track_hits_ && !loc.empty() && OwnSegment(loc.segment)) {
+    std::lock_guard<std::mutex> h(hits_mu_);
+    loc_ino_[loc.segment][loc.record_offset] = n->attr.ino;
+  }
   return Status::OK();
 }
 
@@ -777,6 +860,11 @@ Status StoreImpl::Read(const Location& loc, uint64_t offset, size_t len, char* b
   *got = 0;
   if (loc.empty() || offset >= loc.length || len == 0) return Status::OK();
   const size_t n = static_cast<size_t>(std::min<uint64_t>(len, loc.length - offset));
+  if (track_hits_ && offset == 0 && OwnSegment(loc.segment)) {
+    std::lock_guard<std::mutex> l(hits_mu_);
+    uint32_t& h = hits_[loc.segment][loc.record_offset];
+    if (h < UINT32_MAX) h++;
+  }
   const std::string key = CacheKey(loc);
   if (auto v = cache_.Lookup(key)) {
     cache_hits_++;
@@ -791,10 +879,10 @@ Status StoreImpl::Read(const Location& loc, uint64_t offset, size_t len, char* b
   if (loc.length > kWholeValueLoadMax || loc.length > cache_.ShardCapacity() / 4) {
     // Too large to cache: read and verify just the blocks covering the range.
     auto file = SegmentFile(loc.segment);
-    if (!file.ok()) return file.status();
+    if (!file.ok()) return GoneOr(loc, file.status());
     Status s = ReadValue(file->get(), loc, offset, n, buf, got);
     if (s.IsCorruption()) checksum_failures_++;
-    return s;
+    return GoneOr(loc, s);
   }
   // One backing load per value, shared by concurrent readers.
   std::shared_ptr<Flight> flight;
@@ -819,6 +907,7 @@ Status StoreImpl::Read(const Location& loc, uint64_t offset, size_t len, char* b
       }
       v = LoadValue(loc);
     }
+    if (!v.ok()) v = GoneOr(loc, v.status());
     if (v.ok()) cache_.Insert(key, *v);
     {
       std::lock_guard<std::mutex> l(flight->mu);
@@ -887,6 +976,14 @@ Status StoreImpl::PollPeer(const std::string& node, PeerState* st, uint64_t* cha
       if (!r.ok()) return r.status();
       *changed += ops.size();
       peer_entries_applied_ += ops.size();
+      for (const auto& op : ops) {
+        // A peer dropped a segment: close our fd now, so reads after its unlink fail to open
+        // (ENOENT) rather than read a stale NFS handle.
+        if (op.kind == ApplyOp::Kind::kDrop) {
+          std::lock_guard<std::mutex> fl(files_mu_);
+          files_.erase(op.segment);
+        }
+      }
       ops.clear();
       for (auto& c : r->changed) out.names.push_back(PeerChanges::Name{c.parent, std::move(c.name), c.old_ino});
       for (uint64_t ino : r->attr_changed) out.inodes.push_back(ino);
@@ -994,6 +1091,479 @@ void StoreImpl::PeerLoop() {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Capacity and eviction (store.h "Capacity and eviction", DESIGN §6)
+
+Status StoreImpl::InitEviction() {
+  const uint64_t cap = opts_.capacity_bytes, seg = opts_.segment_size;
+  global_high_ = opts_.global_high_watermark_bytes;
+  global_low_ = opts_.global_low_watermark_bytes ? opts_.global_low_watermark_bytes : global_high_ / 8 * 7;
+  if (global_high_ && global_low_ >= global_high_) {
+    return Status::InvalidArgument("the low watermark must be below the high watermark");
+  }
+  if (opts_.reinsert_max_fraction < 0 || opts_.reinsert_max_fraction > 0.9) {
+    return Status::InvalidArgument("reinsert_max_fraction must be in [0, 0.9]");
+  }
+  evict_enabled_ = cap > 0 || global_high_ > 0;
+  if (!evict_enabled_) return Status::OK();
+  track_hits_ = opts_.reinsert_min_hits > 0 && opts_.reinsert_max_fraction > 0;
+  if (cap) {
+    node_high_ = cap >= 3 * seg ? cap - seg : cap;
+    const uint64_t step = std::max(seg, cap / 8);
+    node_low_ = node_high_ > step ? node_high_ - step : 0;
+    hard_limit_ = cap + seg;
+    if (cap < 2 * seg) {
+      spdlog::warn("kvfs: capacity {} is under two segments ({} each): writes may fail with ENOSPC", cap, seg);
+    }
+  }
+  grace_ = std::chrono::milliseconds(opts_.drop_grace_ms ? opts_.drop_grace_ms
+                                                         : 2 * opts_.peer_poll_ms + 500);
+  // This node's segment files of earlier generations (one listing and one stat each, at mount only).
+  std::vector<std::string> names;
+  Status ls = env_->GetChildren(node_dir_->seg_dir(), &names);
+  if (!ls.ok() && !ls.IsNotFound()) return ls;
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    for (const auto& name : names) {
+      SegmentId id;
+      id.node = opts_.node_id;
+      if (!ParseSegmentFileName(name, &id.generation, &id.seq)) continue;
+      if (id.generation >= node_dir_->generation()) continue;  // ours are tracked as they are written
+      auto info = env_->Stat(node_dir_->seg_dir() + "/" + name);
+      if (!info.ok()) continue;
+      auto st = index_->GetSegment(id);
+      if (st.ok() && st->state == SegmentState::kDropped) {
+        // Dropped before a crash or unmount ended its grace period: unlink after a new one.
+        dropped_own_.insert(id);
+        dropping_.push_back(Dropping{id, info->size, now + grace_});
+        dropping_bytes_ += info->size;
+        continue;
+      }
+      own_segs_[id] = SegTrack{info->size, true};
+      node_bytes_ += info->size;
+    }
+  }
+  spdlog::info("kvfs: capacity {} (evict above {} down to {}), global watermarks {}/{}, {} bytes in {} segment(s) "
+               "of earlier generations, reinsertion {}",
+               cap, node_high_, node_low_, global_high_, global_low_, node_bytes_, own_segs_.size(),
+               track_hits_ ? "on" : "off");
+  EnsureReserve();
+  evict_wake_ = true;
+  evict_thread_ = std::thread([this] { EvictLoop(); });
+  return Status::OK();
+}
+
+void StoreImpl::StopEvictor() {
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    evict_stop_ = true;
+  }
+  evict_cv_.notify_all();
+  space_cv_.notify_all();
+  if (evict_thread_.joinable()) evict_thread_.join();
+}
+
+void StoreImpl::OnSealed(const SealedSegment& seg) {
+  if (!evict_enabled_) return;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    if (dropped_own_.count(seg.id)) return;
+    SegTrack& t = own_segs_[seg.id];
+    node_bytes_ += seg.file_size;
+    node_bytes_ -= t.bytes;
+    t.bytes = seg.file_size;
+    t.evictable = true;
+    stuck_ = false;
+    evict_wake_ = true;
+  }
+  evict_cv_.notify_one();
+}
+
+void StoreImpl::TrackAppendLocked(const Location& loc) {
+  if (dropped_own_.count(loc.segment)) return;
+  SegTrack& t = own_segs_[loc.segment];
+  const uint64_t end = AlignUp(loc.value_offset + loc.length);
+  if (end > t.bytes && !t.evictable) {
+    node_bytes_ += end - t.bytes;
+    t.bytes = end;
+  }
+}
+
+Status StoreImpl::ReserveSpace(uint64_t need) {
+  if (need > hard_limit_) return Status::NoSpace("record larger than the capacity");
+  std::unique_lock<std::mutex> l(cap_mu_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.writer_wait_ms);
+  bool counted = false;
+  while (node_bytes_ + dropping_bytes_ + inflight_bytes_ + need > hard_limit_) {
+    if (evict_stop_) return Status::NoSpace("capacity reached (store closing)");
+    // Nothing left to evict and nothing about to be unlinked: waiting would not help.
+    if (stuck_ && dropping_.empty() && inflight_bytes_ == 0) return Status::NoSpace("capacity reached");
+    if (!counted) {
+      writer_waits_++;
+      counted = true;
+    }
+    evict_wake_ = true;
+    evict_cv_.notify_one();
+    if (space_cv_.wait_until(l, deadline) == std::cv_status::timeout &&
+        node_bytes_ + dropping_bytes_ + inflight_bytes_ + need > hard_limit_) {
+      return Status::NoSpace("capacity reached: eviction did not free space in time");
+    }
+  }
+  inflight_bytes_ += need;
+  return Status::OK();
+}
+
+void StoreImpl::NoteNoSpace() {
+  nospace_events_++;
+  if (!evict_enabled_) return;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    emergency_ = true;
+    evict_wake_ = true;
+  }
+  evict_cv_.notify_one();
+}
+
+void StoreImpl::EvictLoop() {
+  std::unique_lock<std::mutex> l(cap_mu_);
+  for (;;) {
+    evict_cv_.wait_for(l, kEvictTick, [&] { return evict_stop_ || evict_wake_; });
+    if (evict_stop_) return;
+    evict_wake_ = false;
+    l.unlock();
+    EvictOnce();
+    l.lock();
+  }
+}
+
+uint64_t StoreImpl::PeerSegmentBytes() {
+  uint64_t sum = 0;
+  Status s = index_->ListSegments([&](const SegmentInfo& si) {
+    if (si.id.node == opts_.node_id || si.state == SegmentState::kDropped) return true;
+    sum += si.state == SegmentState::kSealed ? std::max(opts_.segment_size, si.live_bytes) : si.live_bytes;
+    return true;
+  });
+  if (!s.ok()) spdlog::warn("kvfs: listing segments for the global watermark: {}", s.ToString());
+  return sum;
+}
+
+void StoreImpl::EvictOnce() {
+  UnlinkDue(false);
+  bool emergency;
+  uint64_t node_bytes;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    emergency = emergency_;
+    emergency_ = false;
+    node_bytes = node_bytes_;
+  }
+  // Target for this node's bytes.
+  uint64_t target = UINT64_MAX;
+  if (opts_.capacity_bytes && node_bytes > node_high_) target = node_low_;
+  if (global_high_) {
+    const uint64_t global = node_bytes + PeerSegmentBytes();
+    if (global > global_high_ && global > 0) {
+      // This node's proportional share of the excess over the low watermark.
+      const double share = static_cast<double>(global - global_low_) * node_bytes / global;
+      const uint64_t t = node_bytes > share ? node_bytes - static_cast<uint64_t>(share) : 0;
+      target = std::min(target, t);
+    }
+  }
+  if (emergency) {
+    // The backing store itself is full: free the reserve so DROP entries can be journaled, then drop
+    // until two segments' worth of space will be free.
+    ReleaseReserve();
+    target = std::min(target, node_bytes ? node_bytes - 1 : 0);  // at least the oldest segment
+    uint64_t total = 0, avail = 0;
+    if (env_->StatFs(opts_.backing_dir, &total, &avail).ok() && avail < 2 * opts_.segment_size) {
+      uint64_t pending;
+      {
+        std::lock_guard<std::mutex> l(cap_mu_);
+        pending = dropping_bytes_;
+      }
+      const uint64_t want = 2 * opts_.segment_size - avail;
+      if (want > pending) {
+        const uint64_t more = want - pending;
+        target = std::min(target, node_bytes > more ? node_bytes - more : 0);
+      }
+    }
+  }
+  if (target == UINT64_MAX || target >= node_bytes) return;
+  // Free (node bytes at the start - target), net of reinsertion. Bytes written meanwhile are the next
+  // round's business: a fast writer must not make one round evict everything.
+  const uint64_t goal = node_bytes - target;
+  uint64_t freed = 0;
+  while (freed < goal) {
+    SegmentId victim;
+    {
+      std::lock_guard<std::mutex> l(cap_mu_);
+      if (evict_stop_) break;
+      auto it = std::find_if(own_segs_.begin(), own_segs_.end(), [](const auto& kv) { return kv.second.evictable; });
+      if (it == own_segs_.end()) {
+        stuck_ = true;
+        space_cv_.notify_all();
+        break;
+      }
+      victim = it->first;
+    }
+    const uint64_t f = DropSegment(victim, /*reinsert=*/!emergency);  // a full store has no room to reinsert
+    if (f == 0) break;
+    freed += f;
+  }
+}
+
+void StoreImpl::NotifyListener(const std::vector<ApplyResult::Changed>& changed) {
+  if (changed.empty()) return;
+  PeerChanges out;
+  for (const auto& c : changed) out.names.push_back(PeerChanges::Name{c.parent, c.name, c.old_ino});
+  std::function<void(const PeerChanges&)> fn;
+  {
+    std::lock_guard<std::mutex> l(listener_mu_);
+    fn = listener_;
+  }
+  if (fn) fn(out);
+}
+
+uint64_t StoreImpl::DropSegment(const SegmentId& seg, bool reinsert) {
+  uint64_t bytes = 0, reinserted = 0;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    auto it = own_segs_.find(seg);
+    if (it == own_segs_.end()) return 0;
+    bytes = it->second.bytes;
+  }
+  // 1. Hits-based reinsertion: live records read since they were (re)written, most hits first.
+  if (track_hits_ && reinsert) {
+    std::vector<std::pair<uint32_t, uint64_t>> hot;  // (hits, record offset)
+    std::unordered_map<uint64_t, uint64_t> inos;
+    {
+      std::lock_guard<std::mutex> l(hits_mu_);
+      auto h = hits_.find(seg);
+      if (h != hits_.end()) {
+        auto li = loc_ino_.find(seg);
+        for (const auto& [off, n] : h->second) {
+          if (n < opts_.reinsert_min_hits) continue;
+          hot.emplace_back(n, off);
+          if (li != loc_ino_.end()) {
+            auto x = li->second.find(off);
+            if (x != li->second.end()) inos[off] = x->second;
+          }
+        }
+      }
+    }
+    std::sort(hot.begin(), hot.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    uint64_t budget = static_cast<uint64_t>(opts_.reinsert_max_fraction * static_cast<double>(bytes));
+    for (const auto& [n, off] : hot) {
+      {
+        // Closing: keep the segment (the records moved so far just left dead copies in it).
+        std::lock_guard<std::mutex> l(cap_mu_);
+        if (evict_stop_) return 0;
+      }
+      auto x = inos.find(off);
+      const uint64_t used = ReinsertRecord(seg, off, x == inos.end() ? 0 : x->second, budget);
+      budget -= std::min(budget, used);
+      reinserted += used;
+      if (budget < kAlignment) break;
+    }
+  }
+  // 2. The drop: index first (its files are ENOENT at once), then the journal entry.
+  Result<ApplyResult> r = Status::OK();
+  {
+    std::lock_guard<std::mutex> l(ns_mu_);
+    {
+      std::lock_guard<std::mutex> c(cap_mu_);
+      auto it = own_segs_.find(seg);
+      if (it != own_segs_.end()) {
+        bytes = it->second.bytes;
+        node_bytes_ -= bytes;
+        own_segs_.erase(it);
+      }
+      dropped_own_.insert(seg);
+      dropping_.push_back(Dropping{seg, bytes, std::chrono::steady_clock::now() + grace_});
+      dropping_bytes_ += bytes;
+    }
+    r = index_->ApplyDrop(seg);
+    EnqueueLocked(JournalEntry::Drop(seg, hlc_.Now()));
+  }
+  {
+    std::lock_guard<std::mutex> l(hits_mu_);
+    hits_.erase(seg);
+    loc_ino_.erase(seg);
+  }
+  segments_dropped_++;
+  segment_bytes_dropped_ += bytes;
+  const uint64_t freed = bytes > reinserted ? bytes - reinserted : 1;
+  if (!r.ok()) {
+    spdlog::error("kvfs: index drop of segment {}-{}: {}", seg.generation, seg.seq, r.status().ToString());
+    return freed;
+  }
+  spdlog::debug("kvfs: dropped segment {}-{} ({} bytes, {} file(s), {} bytes reinserted)", seg.generation,
+                seg.seq, bytes, r->changed.size(), reinserted);
+  NotifyListener(r->changed);
+  return freed;
+}
+
+// Re-appends the record at (seg, record_offset) if it is still the committed content of a file, and
+// journals MOVE. ino = the inode committed there (0: unknown, e.g. committed by an earlier mount; then
+// the record's path tag is resolved). Returns the bytes appended (0 if skipped).
+uint64_t StoreImpl::ReinsertRecord(const SegmentId& seg, uint64_t record_offset, uint64_t ino, uint64_t budget) {
+  auto file = SegmentFile(seg);
+  if (!file.ok()) return 0;
+  auto meta = ReadRecordMeta(file->get(), record_offset);
+  if (!meta.ok()) return 0;
+  if (ino == 0) {
+    auto resolved = index_->ResolvePath(meta->path);
+    if (!resolved.ok()) return 0;
+    ino = *resolved;
+  }
+  auto node = index_->GetInode(ino);
+  if (!node.ok() || !node->committed || !S_ISREG(node->attr.mode) || node->location.segment != seg ||
+      node->location.record_offset != record_offset) {
+    return 0;  // unlinked, replaced, or moved meanwhile: dead bytes
+  }
+  const Location old = node->location;
+  const uint64_t need = AlignUp(old.length) + kAlignment;
+  if (need > budget) return 0;
+  LruCache::Value value = cache_.Lookup(CacheKey(old));
+  if (!value) {
+    auto v = LoadValue(old);
+    if (!v.ok()) {
+      spdlog::warn("kvfs: reinsertion read of {}: {}", meta->path, v.status().ToString());
+      return 0;
+    }
+    value = *v;
+  }
+  auto path = index_->FullPath(ino);
+  if (!path.ok()) return 0;
+  const uint64_t stamp = meta->header.stamp;  // the record's original stamp, kept by MOVE
+  auto nl = segments_->Append(*path, stamp, {std::string_view(*value)});
+  if (!nl.ok()) {
+    if (nl.status().IsNoSpace()) NoteNoSpace();
+    return 0;
+  }
+  {
+    std::lock_guard<std::mutex> c(cap_mu_);
+    TrackAppendLocked(*nl);
+  }
+  bool moved = false;
+  {
+    std::lock_guard<std::mutex> l(ns_mu_);
+    auto cur = index_->FullPath(ino);  // a rename meanwhile: the MOVE goes under the current name
+    if (cur.ok()) {
+      auto r = index_->ApplyMove(*cur, old, *nl);
+      if (r.ok() && r->applied > 0) {
+        EnqueueLocked(JournalEntry::Move(*cur, old, *nl, stamp));
+        moved = true;
+      }
+    }
+  }
+  if (moved) {
+    cache_.Insert(CacheKey(*nl), value);
+    std::lock_guard<std::mutex> h(hits_mu_);
+    loc_ino_[nl->segment][nl->record_offset] = ino;
+    records_reinserted_++;
+    bytes_reinserted_ += old.length;
+  }
+  return need;
+}
+
+void StoreImpl::UnlinkDue(bool all) {
+  std::vector<Dropping> due;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    while (!dropping_.empty() && (all || dropping_.front().due <= now)) {
+      due.push_back(dropping_.front());
+      dropping_.pop_front();
+    }
+  }
+  if (due.empty()) {
+    bool idle;
+    {
+      std::lock_guard<std::mutex> l(cap_mu_);
+      idle = dropping_.empty();
+    }
+    if (idle && !reserve_present_) EnsureReserve();
+    return;
+  }
+  // The DROP entries must be durable before the files go (a rebuild must not point into them).
+  Status s = Sync();
+  std::vector<Dropping> retry;
+  for (auto& d : due) {
+    Status r = s;
+    if (r.ok()) {
+      {
+        std::lock_guard<std::mutex> fl(files_mu_);
+        files_.erase(d.id);  // close our fd (an in-flight read keeps its shared_ptr until it returns)
+      }
+      r = env_->Remove(SegmentFilePath(opts_.backing_dir, d.id));
+      if (r.IsNotFound()) r = Status::OK();
+    }
+    if (!r.ok()) {
+      spdlog::warn("kvfs: unlink of dropped segment {}-{}: {} (retrying)", d.id.generation, d.id.seq, r.ToString());
+      d.due = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      retry.push_back(d);
+      continue;
+    }
+    segments_unlinked_++;
+    {
+      std::lock_guard<std::mutex> h(hits_mu_);
+      hits_.erase(d.id);  // reads during the grace period may have counted hits
+    }
+    std::lock_guard<std::mutex> l(cap_mu_);
+    dropping_bytes_ -= d.bytes;
+  }
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    for (auto& d : retry) dropping_.push_back(d);
+  }
+  space_cv_.notify_all();
+}
+
+void StoreImpl::EnsureReserve() {
+  if (reserve_present_) return;
+  const std::string path = node_dir_->dir() + "/" + kReserveName;
+  OpenOptions o;
+  o.write = true;
+  o.create = true;
+  auto f = env_->Open(path, o);
+  if (!f.ok()) return;
+  const std::string zeros(std::min(kReserveMaxBytes, opts_.segment_size / 4), '\0');
+  Status s = (*f)->Write(0, zeros.data(), zeros.size());
+  if (s.ok()) s = (*f)->Sync();
+  if (!s.ok()) {
+    spdlog::warn("kvfs: cannot write the eviction reserve {}: {}", path, s.ToString());
+    f->reset();
+    env_->Remove(path);
+    return;
+  }
+  reserve_present_ = true;
+}
+
+void StoreImpl::ReleaseReserve() {
+  if (!reserve_present_) return;
+  Status s = env_->Remove(node_dir_->dir() + "/" + kReserveName);
+  if (!s.ok() && !s.IsNotFound()) spdlog::warn("kvfs: removing the eviction reserve: {}", s.ToString());
+  reserve_present_ = false;
+}
+
+Status StoreImpl::GoneOr(const Location& loc, Status s) {
+  if (s.ok() || s.IsNotFound() || s.IsCorruption()) return s;
+  // An I/O error (e.g. ESTALE of an NFS handle whose file a peer unlinked): is the segment gone?
+  {
+    std::lock_guard<std::mutex> fl(files_mu_);
+    files_.erase(loc.segment);
+  }
+  auto st = index_->GetSegment(loc.segment);
+  if (st.ok() && st->state == SegmentState::kDropped) return Status::NotFound("segment dropped (evicted)");
+  auto info = env_->Stat(SegmentFilePath(opts_.backing_dir, loc.segment));
+  if (!info.ok() && info.status().IsNotFound()) return Status::NotFound("segment vanished");
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Info
 
 Status StoreImpl::StatFs(uint64_t* live_bytes, uint64_t* files, uint64_t* backing_total,
@@ -1001,7 +1571,14 @@ Status StoreImpl::StatFs(uint64_t* live_bytes, uint64_t* files, uint64_t* backin
   auto st = index_->GetStats();
   *live_bytes = st.live_bytes;
   *files = st.files + st.directories;
-  return env_->StatFs(opts_.backing_dir, backing_total, backing_avail);
+  uint64_t total = 0, free_bytes = 0;
+  KVFS_RETURN_IF_ERROR(env_->StatFs(opts_.backing_dir, &total, &free_bytes));
+  *backing_total = total;
+  const uint64_t cap = opts_.global_high_watermark_bytes ? opts_.global_high_watermark_bytes : opts_.capacity_bytes;
+  uint64_t blocks = st.live_bytes + free_bytes;  // DESIGN §6: min(capacity, global live + backing free)
+  if (cap) blocks = std::max<uint64_t>(st.live_bytes, std::min(cap, blocks));
+  *backing_avail = blocks - st.live_bytes;
+  return Status::OK();
 }
 
 StoreStats StoreImpl::GetStats() {
@@ -1032,6 +1609,17 @@ StoreStats StoreImpl::GetStats() {
   }
   s.peer_entries_applied = peer_entries_applied_;
   s.peer_polls = peer_polls_;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    s.node_segment_bytes = node_bytes_;
+  }
+  s.segments_dropped = segments_dropped_;
+  s.segment_bytes_dropped = segment_bytes_dropped_;
+  s.segments_unlinked = segments_unlinked_;
+  s.records_reinserted = records_reinserted_;
+  s.bytes_reinserted = bytes_reinserted_;
+  s.writer_waits = writer_waits_;
+  s.nospace_events = nospace_events_;
   return s;
 }
 

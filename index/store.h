@@ -50,6 +50,15 @@ struct StoreOptions {
                                         // up to 16x for idle peers
   bool peer_direct_io = false;          // read peers' journals with O_DIRECT (NFS: see growth at once)
   Env* env = nullptr;                   // default Env::Posix()
+
+  // ---- capacity and eviction (DESIGN §6; see "Capacity and eviction" below) ----
+  uint64_t capacity_bytes = 0;              // bytes of THIS node's segment files (0 = unlimited)
+  uint64_t global_high_watermark_bytes = 0; // over all nodes' segments (0 = no global watermark)
+  uint64_t global_low_watermark_bytes = 0;  // evict down to this (0 = 7/8 of the high watermark)
+  uint32_t reinsert_min_hits = 1;           // reads since written that earn a reinsertion (0 = plain FIFO)
+  double reinsert_max_fraction = 0.5;       // reinserted bytes per dropped segment <= this * its bytes
+  uint32_t drop_grace_ms = 0;               // DROP -> unlink delay; 0 = 2 * peer_poll_ms + 500
+  uint32_t writer_wait_ms = 10000;          // how long a writer over the hard limit waits for eviction
 };
 
 // Attributes of an inode (what stat(2) shows). Times in ns since the epoch.
@@ -100,6 +109,39 @@ struct PeerChanges {
   std::vector<uint64_t> inodes;  // attributes / xattrs changed in place
 };
 
+// ---- Capacity and eviction (DESIGN §6) ----
+// Enabled when capacity_bytes or global_high_watermark_bytes is set; an evictor thread then runs.
+//  * Node bytes = sizes of this node's segment files (sealed: file size; active: end of its last
+//    record), excluding dropped segments that wait for their unlink.
+//  * Per node: when node bytes > high = capacity - segment_size (capacity when it is under three
+//    segments), the oldest evictable segments (sealed, or of an older generation) are dropped, oldest
+//    (generation, seq) first (FIFO), until node bytes <= low = high - max(segment_size, capacity / 8).
+//  * Global: global bytes = node bytes + for every peer segment the index knows and has not seen
+//    dropped: sealed -> max(segment_size, live bytes), open -> live bytes (from their SEAL/DROP/PUT
+//    entries; no backing I/O). Over the high watermark, this node drops its proportional share
+//    (node bytes / global bytes) of the excess over the low watermark.
+//  * Hard limit: a WriteRecord that would take node bytes + segments awaiting unlink + records in
+//    flight over capacity + segment_size waits (up to writer_wait_ms) for the evictor, then NoSpace.
+//    So the node's segment files stay under capacity + 2 segments.
+//  * Hits-based reinsertion (CacheLib Navy's hits policy): Read at offset 0 of a record in one of
+//    this node's segments counts one hit for that record (in memory, per Location; a read of a whole
+//    file through FUSE starts at offset 0 once; reads the kernel page cache answers are not seen).
+//    Before a segment is dropped, its live records with >= reinsert_min_hits hits are appended again
+//    (most hits first, at most reinsert_max_fraction of the segment's bytes) and journaled as MOVE
+//    {path, old, new} with the record's original stamp. A reinserted record starts with 0 hits, so it
+//    is reinserted again only if read again: reinsertion alone cannot loop, and every drop frees at
+//    least (1 - reinsert_max_fraction) of its segment. Costs ~50 bytes of memory per committed file of
+//    this mount (location -> inode) and per read record.
+//  * Drop = index ApplyDrop + journal DROP{segment} (its files become ENOENT at once, here and on
+//    peers when they apply it), then after drop_grace_ms a durable journal, this node's fds of the
+//    segment closed, and one unlink. Dropped segments whose unlink a crash interrupted are unlinked
+//    after the grace period at the next Open.
+//  * A read of a segment that was dropped or vanished (unlinked, ESTALE) is NotFound (ENOENT).
+//  * CommitFile of a record whose segment was dropped meanwhile: NoSpace.
+//  * Backing store full (NoSpace from a write): the writer gets NoSpace; the evictor frees a RESERVE
+//    file (<node dir>/RESERVE, min(1 MiB, segment_size / 4), kept while mounted) so the DROP entry can be journaled, drops the
+//    oldest segments until two segments' worth of space is free, and recreates RESERVE afterwards.
+
 struct StoreStats {
   uint64_t files = 0, directories = 0, live_bytes = 0;
   uint64_t segments = 0, segment_bytes = 0;
@@ -109,6 +151,11 @@ struct StoreStats {
   uint64_t backing_metadata_ops = 0, backing_syncs = 0, backing_bytes_written = 0, backing_bytes_read = 0;
   uint64_t backing_files_created = 0;
   uint64_t peers = 0, peer_entries_applied = 0, peer_polls = 0;
+  // Capacity and eviction.
+  uint64_t node_segment_bytes = 0;        // this node's segment files (excluding those awaiting unlink)
+  uint64_t segments_dropped = 0, segment_bytes_dropped = 0, segments_unlinked = 0;
+  uint64_t records_reinserted = 0, bytes_reinserted = 0;
+  uint64_t writer_waits = 0, nospace_events = 0;
 };
 
 class Store {
@@ -184,7 +231,11 @@ class Store {
   virtual void RequestPeerRefresh() = 0;
 
   // ---- info ----
-  // statfs figures: bytes used by live files, bytes the backing file system has free.
+  // statfs figures (DESIGN §6): live_bytes = global live logical bytes (this index: local and applied
+  // peers' files); backing_total = the backing file system's size; backing_avail = what may still be
+  // written: blocks - live_bytes where blocks = max(live, min(capacity, live + backing free)), capacity
+  // = global_high_watermark_bytes if set, else capacity_bytes, else unlimited. So f_blocks = live +
+  // backing_avail and f_bfree = backing_avail give DESIGN §6's statfs.
   virtual Status StatFs(uint64_t* live_bytes, uint64_t* files, uint64_t* backing_total,
                         uint64_t* backing_avail) = 0;
   virtual StoreStats GetStats() = 0;

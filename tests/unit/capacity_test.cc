@@ -1,0 +1,293 @@
+// Capacity and eviction of the Store (index/store.h "Capacity and eviction", DESIGN §6): FIFO drops of
+// whole sealed segments under a per-node capacity, hits-based reinsertion (MOVE), ENOENT after a drop,
+// statfs figures, the global watermark over peers' segments, and recovery from a full backing store.
+// Small segments (1 MiB) and short grace periods keep every test well under a few seconds.
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "blockstore/fault_env.h"
+#include "index/journal.h"
+#include "store_harness.h"
+
+namespace kvfs {
+namespace {
+
+using testing_harness::Content;
+namespace fs = std::filesystem;
+
+constexpr uint64_t kSeg = 1ull << 20;
+constexpr uint64_t kChunk = 72 * 1024;  // 14 chunks per segment
+
+class CapacityTest : public testing_harness::StoreHarness {
+ protected:
+  void SetUp() override {
+    StoreHarness::SetUp();
+    segment_size_ = kSeg;
+  }
+  StoreOptions CapOptions(uint64_t capacity, uint32_t min_hits = 1, Env* env = nullptr) {
+    StoreOptions o = Options(env);
+    o.capacity_bytes = capacity;
+    o.reinsert_min_hits = min_hits;
+    o.drop_grace_ms = 30;
+    o.writer_wait_ms = 5000;
+    return o;
+  }
+  void Open(const StoreOptions& o) {
+    auto s = Store::Open(o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(*s);
+  }
+  // Bytes of every file under the backing directory (segments, journals, reserve, ...).
+  uint64_t BackingBytes() const {
+    uint64_t sum = 0;
+    for (auto& e : fs::recursive_directory_iterator(backing_)) {
+      if (e.is_regular_file()) sum += e.file_size();
+    }
+    return sum;
+  }
+  uint64_t SegmentBytes() const {
+    uint64_t sum = 0;
+    for (const auto& p : SegmentPaths()) sum += fs::file_size(p);
+    return sum;
+  }
+  std::unique_ptr<FaultInjectionEnv> fenv_;
+  static std::string Name(int i) { return "chunk-" + std::to_string(i); }
+  // Reads the whole file through the Store (as a FUSE read from offset 0 does: one hit).
+  void ReadOk(int i) {
+    Status st;
+    std::string got = ReadAll(Name(i), &st);
+    ASSERT_TRUE(st.ok()) << Name(i) << ": " << st.ToString();
+    ASSERT_EQ(got, Content(Name(i), kChunk, 7)) << Name(i);
+  }
+  // Waits until the evictor is idle: no drop for 250 ms (> 2 evictor ticks) and every dropped segment
+  // unlinked.
+  void Settle() {
+    auto last = store_->GetStats();
+    for (int i = 0; i < 100; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      auto st = store_->GetStats();
+      if (st.segments_dropped == last.segments_dropped && st.segments_dropped == st.segments_unlinked) return;
+      last = st;
+    }
+    FAIL() << "evictor did not settle";
+  }
+};
+
+TEST_F(CapacityTest, FifoKeepsBackingUnderCapacityPlusTwoSegments) {
+  const uint64_t cap = 8 * kSeg;
+  Open(CapOptions(cap, /*min_hits=*/0));
+  const int n = 400;  // ~28 MiB: 3.5x the capacity
+  uint64_t max_seg_bytes = 0;
+  std::vector<Location> locs;
+  for (int i = 0; i < n; ++i) {
+    locs.push_back(WriteFile(Name(i), Content(Name(i), kChunk, 7)));
+    max_seg_bytes = std::max(max_seg_bytes, SegmentBytes());
+  }
+  ASSERT_TRUE(store_->Sync().ok());
+  Settle();
+  EXPECT_LE(max_seg_bytes, cap + 2 * kSeg);
+  EXPECT_LE(BackingBytes(), cap + 2 * kSeg);
+  auto st = store_->GetStats();
+  EXPECT_GT(st.segments_dropped, 10u);
+  EXPECT_EQ(st.records_reinserted, 0u);
+  EXPECT_LE(st.node_segment_bytes, cap);
+  // The newest chunks (the last 6 MiB) survive; the oldest are ENOENT, by name and by location.
+  for (int i = n - 80; i < n; ++i) ReadOk(i);
+  for (int i = 0; i < 100; ++i) {
+    Status s;
+    ReadAll(Name(i), &s);
+    EXPECT_TRUE(s.IsNotFound()) << Name(i) << ": " << s.ToString();
+    char buf[16];
+    size_t got = 0;
+    Status r = store_->Read(locs[i], 0, sizeof(buf), buf, &got);  // an "open handle" of an evicted file
+    EXPECT_TRUE(r.IsNotFound() || r.ok()) << r.ToString();      // the LRU may still hold it; never EIO
+  }
+  // statfs: live = the surviving files; blocks = min(capacity, live + free).
+  uint64_t live = 0, files = 0, total = 0, avail = 0;
+  ASSERT_TRUE(store_->StatFs(&live, &files, &total, &avail).ok());
+  uint64_t expect_live = 0;
+  for (int i = 0; i < n; ++i) {
+    if (store_->Lookup(kRootIno, Name(i)).ok()) expect_live += kChunk;
+  }
+  EXPECT_EQ(live, expect_live);
+  EXPECT_EQ(live + avail, cap);
+  // Unlink frees logical space at once.
+  ASSERT_TRUE(store_->Unlink(kRootIno, Name(n - 1), nullptr).ok());
+  ASSERT_TRUE(store_->StatFs(&live, &files, &total, &avail).ok());
+  EXPECT_EQ(live, expect_live - kChunk);
+  EXPECT_EQ(live + avail, cap);
+}
+
+TEST_F(CapacityTest, ReadChunksAreReinsertedAndSurviveRebuild) {
+  const uint64_t cap = 8 * kSeg;
+  Open(CapOptions(cap, /*min_hits=*/1));
+  const int n = 400;
+  std::vector<int> hot = {3, 5, 20, 41, 77};
+  for (int i = 0; i < n; ++i) {
+    ASSERT_NO_FATAL_FAILURE(WriteFile(Name(i), Content(Name(i), kChunk, 7)));
+    // The hot chunks are read twice every ~2 MiB written (well within one FIFO round of ~6 MiB).
+    if (i % 28 == 27) {
+      for (int h : hot) {
+        if (h <= i) {
+          ReadOk(h);
+          ReadOk(h);
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(store_->Sync().ok());
+  Settle();
+  auto st = store_->GetStats();
+  EXPECT_GT(st.records_reinserted, 0u);
+  EXPECT_LE(SegmentBytes(), cap + 2 * kSeg);
+  for (int h : hot) ReadOk(h);
+  for (int i = n - 60; i < n; ++i) ReadOk(i);
+  // Cold chunks written early are gone.
+  for (int i : {0, 1, 2, 4, 6, 30, 60}) {
+    Status s;
+    ReadAll(Name(i), &s);
+    EXPECT_TRUE(s.IsNotFound()) << Name(i);
+  }
+  // The MOVEs are journaled: a rebuilt index (from the export alone) finds the reinserted chunks.
+  std::map<std::string, Location> before;
+  for (int h : hot) before[Name(h)] = store_->Lookup(kRootIno, Name(h))->location;
+  CloseStore();
+  fs::remove_all(index_);
+  Open(Options());  // no capacity: nothing moves while we compare
+  for (int h : hot) {
+    ReadOk(h);
+    EXPECT_EQ(store_->Lookup(kRootIno, Name(h))->location, before[Name(h)]);
+  }
+  for (int i : {0, 1, 2}) EXPECT_TRUE(store_->Lookup(kRootIno, Name(i)).status().IsNotFound());
+}
+
+TEST_F(CapacityTest, PlainFifoEvictsReadChunksToo) {
+  Open(CapOptions(8 * kSeg, /*min_hits=*/0));
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_NO_FATAL_FAILURE(WriteFile(Name(i), Content(Name(i), kChunk, 7)));
+    if (i % 28 == 27) ReadAll(Name(3));  // read while it exists (NotFound once evicted)
+  }
+  ASSERT_TRUE(store_->Sync().ok());
+  Settle();
+  EXPECT_TRUE(store_->Lookup(kRootIno, Name(3)).status().IsNotFound());
+  EXPECT_EQ(store_->GetStats().records_reinserted, 0u);
+}
+
+TEST_F(CapacityTest, ReinsertionIsBoundedPerDroppedSegment) {
+  // Every chunk is hot: reinsertion may take at most half of each dropped segment, so eviction still
+  // makes progress and the node stays within its bound.
+  const uint64_t cap = 8 * kSeg;
+  Open(CapOptions(cap, 1));
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_NO_FATAL_FAILURE(WriteFile(Name(i), Content(Name(i), kChunk, 7)));
+    ReadOk(i);
+  }
+  ASSERT_TRUE(store_->Sync().ok());
+  Settle();
+  auto st = store_->GetStats();
+  EXPECT_GT(st.records_reinserted, 0u);
+  EXPECT_LE(st.bytes_reinserted, st.segment_bytes_dropped / 2);
+  EXPECT_LE(SegmentBytes(), cap + 2 * kSeg);
+}
+
+TEST_F(CapacityTest, ReopenUnlinksDroppedSegmentsAndKeepsTracking) {
+  const uint64_t cap = 6 * kSeg;
+  StoreOptions o = CapOptions(cap, 0);
+  o.drop_grace_ms = 60000;  // the unlink cannot happen during this mount
+  Open(o);
+  // Write until the first drop (then the dropped bytes wait 60 s for their unlink: more writes would
+  // block at the hard limit).
+  int written = 0;
+  for (; written < 200 && store_->GetStats().segments_dropped == 0; ++written) {
+    ASSERT_NO_FATAL_FAILURE(WriteFile(Name(written), Content(Name(written), kChunk, 7)));
+    if (store_->GetStats().node_segment_bytes > 5 * kSeg) {
+      for (int i = 0; i < 100 && store_->GetStats().segments_dropped == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+  }
+  ASSERT_TRUE(store_->Sync().ok());
+  const uint64_t dropped = store_->GetStats().segments_dropped;
+  ASSERT_GT(dropped, 0u);
+  const size_t files_before = SegmentPaths().size();
+  CloseStore();
+  Open(CapOptions(cap, 0));  // grace 30 ms: the leftover dropped segments go now
+  for (int i = 0; i < 100 && SegmentPaths().size() > files_before - dropped; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_LE(SegmentPaths().size(), files_before - dropped);
+  EXPECT_LE(store_->GetStats().node_segment_bytes, cap);
+  for (int i = written - 5; i < written; ++i) ReadOk(i);
+  EXPECT_TRUE(store_->Lookup(kRootIno, Name(0)).status().IsNotFound());
+}
+
+TEST_F(CapacityTest, FullBackingStoreFailsTheWriterThenRecovers) {
+  fenv_ = std::make_unique<FaultInjectionEnv>(Env::Posix());  // outlives store_ (TearDown)
+  FaultInjectionEnv& env = *fenv_;
+  Open(CapOptions(64 * kSeg, 1, &env));  // capacity far away: only the backing store is "full"
+  for (int i = 0; i < 60; ++i) ASSERT_NO_FATAL_FAILURE(WriteFile(Name(i), Content(Name(i), kChunk, 7)));
+  ASSERT_TRUE(store_->Sync().ok());
+  const int rule = env.FailWrites(ENOSPC, ".kseg");
+  Status err;
+  WriteFile("doomed", Content("doomed", kChunk, 7), &err);
+  EXPECT_TRUE(err.IsNoSpace()) << err.ToString();
+  env.RemoveFault(rule);
+  // The daemon evicts (at least the oldest segment) and recovers.
+  for (int i = 0; i < 200 && store_->GetStats().segments_unlinked == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  auto st = store_->GetStats();
+  EXPECT_GE(st.nospace_events, 1u);
+  EXPECT_GE(st.segments_unlinked, 1u);
+  ASSERT_NO_FATAL_FAILURE(WriteFile("after", Content("after", kChunk, 7)));
+  ASSERT_TRUE(store_->Sync().ok());
+  for (int i = 50; i < 60; ++i) ReadOk(i);  // committed data stays readable
+  Status s;
+  ReadAll(Name(0), &s);
+  EXPECT_TRUE(s.IsNotFound()) << s.ToString();  // evicted: ENOENT, not EIO
+  for (int i = 0; i < 100 && !fs::exists(NodeDir() + "/RESERVE"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(fs::exists(NodeDir() + "/RESERVE"));  // recreated once nothing waits for an unlink
+}
+
+TEST_F(CapacityTest, GlobalWatermarkEvictsThisNodesShare) {
+  // Node A fills 10 segments and goes away (it evicts nothing); node B (global high 12 MiB, low 8 MiB)
+  // then writes 6 MiB: each time the global sum passes 12 MiB, B drops its proportional share of the
+  // excess, so B ends near 12 - 10 = 2 MiB; A's data is never touched by B.
+  node_ = "node-a";
+  Open(Options());
+  for (int i = 0; i < 140; ++i) ASSERT_NO_FATAL_FAILURE(WriteFile(Name(i), Content(Name(i), kChunk, 7)));
+  CloseStore();
+  node_ = "node-b";
+  index_ = root_ + "/index-b";
+  StoreOptions o = CapOptions(0, 0);
+  o.global_high_watermark_bytes = 12 * kSeg;
+  o.global_low_watermark_bytes = 8 * kSeg;
+  Open(o);
+  for (int i = 0; i < 84; ++i) {
+    ASSERT_NO_FATAL_FAILURE(WriteFile("b-" + std::to_string(i), Content("b-" + std::to_string(i), kChunk, 7)));
+  }
+  ASSERT_TRUE(store_->Sync().ok());
+  Settle();
+  auto st = store_->GetStats();
+  EXPECT_GE(st.segments_dropped, 2u);
+  EXPECT_LE(st.node_segment_bytes, 3 * kSeg);
+  for (int i = 0; i < 140; i += 13) ReadOk(i);  // A's files, read by B
+  EXPECT_TRUE(store_->Lookup(kRootIno, "b-0").status().IsNotFound());
+  EXPECT_TRUE(store_->Lookup(kRootIno, "b-83").ok());
+  // statfs uses the global high watermark as the capacity.
+  uint64_t live = 0, files = 0, total = 0, avail = 0;
+  ASSERT_TRUE(store_->StatFs(&live, &files, &total, &avail).ok());
+  EXPECT_EQ(live + avail, std::max<uint64_t>(live, 12 * kSeg));
+}
+
+}  // namespace
+}  // namespace kvfs
