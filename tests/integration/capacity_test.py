@@ -1,0 +1,174 @@
+"""Capacity and eviction through the mount (DESIGN §6, issue 8).
+
+Run: KVFS_BINARY=build/tools/kvfs python3 tests/integration/capacity_test.py [-v] [Class.test]
+
+  test_fifo_reinsertion_statfs   segment 32 MiB, --capacity 256 MiB, 1 GiB of 2.25 MiB chunks written:
+                                 the export's bytes stay under capacity + 2 segments; the newest chunks
+                                 and the chunks read (twice, O_DIRECT so the daemon sees it) since they
+                                 were written survive with the right bytes; every other chunk is either
+                                 intact or ENOENT (never EIO); statfs: 4096-byte blocks, used = live
+                                 bytes, f_blocks = min(capacity, live + free).
+  test_sglang_cleaner_stops_at_70  a cleaner that deletes the oldest-mtime files while usage > 80 %
+                                 until < 70 % (SGLang HiCache's file backend style) runs after every
+                                 write: each run stops just under 70 % and the newest files stay.
+"""
+import errno
+import mmap
+import os
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kvfs_fixture as kf  # noqa: E402
+
+MiB = 1 << 20
+SEG = 32 * MiB
+CAP = 256 * MiB
+CHUNK = 2 * MiB + MiB // 4  # 2.25 MiB
+BASE = os.urandom(CHUNK)
+
+
+def content(name):
+    head = (name + "|").encode().ljust(64, b"#")
+    return head + BASE[64:]
+
+
+def backing_bytes(backing):
+    total = 0
+    for root, _, files in os.walk(backing):
+        for f in files:
+            try:
+                total += os.stat(os.path.join(root, f)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def write_file(path, data):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+    finally:
+        os.close(fd)
+
+
+def read_direct(path, size):
+    """Whole file through O_DIRECT (FUSE direct_io: every byte comes from the daemon, which counts the
+    read as a hit; a page-cache hit would not reach it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        buf = mmap.mmap(-1, size + 4096)
+        n = os.readv(fd, [buf])
+        return bytes(buf[:n])
+    finally:
+        os.close(fd)
+
+
+def read_plain(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def usage(mnt):
+    st = os.statvfs(mnt)
+    return (st.f_blocks - st.f_bfree) / st.f_blocks if st.f_blocks else 0.0
+
+
+@unittest.skipUnless(kf.fuse_available(), "needs /dev/fuse and fusermount3")
+class CapacityTest(unittest.TestCase):
+    def mount(self, **kw):
+        flags = dict(segment_size="32MiB", capacity="256MiB", cache_size="256MiB", log_level="warn")
+        flags.update(kw)
+        return kf.mounted(**flags)
+
+    def test_fifo_reinsertion_statfs(self):
+        n = (1 << 30) // CHUNK  # 455 chunks = 1 GiB
+        hot = [5, 17, 40, 99, 150, 260]
+        with self.mount() as (mnt, backing, _):
+            names = ["c-%04d" % i for i in range(n)]
+            peak = 0
+            t0 = time.time()
+            for i, name in enumerate(names):
+                write_file(os.path.join(mnt, name), content(name))
+                if i % 4 == 3:
+                    peak = max(peak, backing_bytes(backing))
+                # The hot chunks are read twice every ~64 MiB written (a FIFO round is ~200 MiB).
+                if i % 28 == 27:
+                    for h in hot:
+                        if h <= i:
+                            for _ in range(2):
+                                self.assertEqual(read_direct(os.path.join(mnt, names[h]), CHUNK),
+                                                 content(names[h]), names[h])
+            write_s = time.time() - t0
+            time.sleep(2.5)  # > grace (2 * 200 ms + 500 ms) + evictor ticks: dropped segments are unlinked
+            peak = max(peak, backing_bytes(backing))
+            final = backing_bytes(backing)
+            sys.stderr.write("\ncapacity: wrote 1 GiB in %.1f s, backing peak %.1f MiB, final %.1f MiB\n" %
+                             (write_s, peak / MiB, final / MiB))
+            self.assertLess(peak, CAP + 2 * SEG)
+            self.assertLess(final, CAP + 2 * SEG)
+
+            survivors, evicted = [], []
+            for name in names:
+                try:
+                    data = read_plain(os.path.join(mnt, name))
+                except OSError as e:
+                    self.assertEqual(e.errno, errno.ENOENT, "%s: %s (must be ENOENT, never EIO)" % (name, e))
+                    evicted.append(name)
+                    continue
+                self.assertEqual(data, content(name), name)
+                survivors.append(name)
+            self.assertGreater(len(evicted), n // 2)
+            for name in names[-40:]:  # the newest 90 MiB
+                self.assertIn(name, survivors)
+            for h in hot:
+                self.assertIn(names[h], survivors)
+            for i in (0, 1, 2, 3, 4, 6, 7, 30, 60):
+                self.assertIn(names[i], evicted)
+            self.assertEqual(sorted(os.listdir(mnt)), sorted(survivors))
+
+            st = os.statvfs(mnt)
+            self.assertEqual(st.f_bsize, 4096)
+            self.assertEqual(st.f_frsize, 4096)
+            live = len(survivors) * CHUNK
+            self.assertEqual((st.f_blocks - st.f_bfree) * 4096, (live + 4095) // 4096 * 4096)
+            self.assertLessEqual(st.f_blocks * 4096, CAP)
+            self.assertGreaterEqual(st.f_blocks * 4096, CAP - 4096)
+
+            # Unlink frees logical space at once.
+            os.unlink(os.path.join(mnt, survivors[-1]))
+            st2 = os.statvfs(mnt)
+            self.assertEqual((st2.f_blocks - st2.f_bfree) * 4096, (live - CHUNK + 4095) // 4096 * 4096)
+
+    def test_sglang_cleaner_stops_at_70(self):
+        with self.mount() as (mnt, _, _):
+            written, deleted, runs = [], 0, []
+            for i in range(160):  # 360 MiB
+                name = "k-%04d" % i
+                write_file(os.path.join(mnt, name), content(name))
+                written.append(name)
+                u = usage(mnt)
+                if u > 0.80:
+                    files = sorted(os.listdir(mnt), key=lambda f: os.stat(os.path.join(mnt, f)).st_mtime_ns)
+                    while usage(mnt) > 0.70 and files:
+                        os.unlink(os.path.join(mnt, files.pop(0)))
+                        deleted += 1
+                    runs.append((u, usage(mnt)))
+            self.assertTrue(runs, "usage never passed 80 %")
+            for before, after in runs:
+                self.assertGreater(before, 0.80)
+                self.assertLessEqual(after, 0.70)
+                self.assertGreater(after, 0.70 - CHUNK / CAP - 0.001)  # one chunk below 70 %, not 0 %
+            left = sorted(os.listdir(mnt))
+            self.assertGreater(len(left), 50)
+            self.assertEqual(left, written[-len(left):])  # the cleaner removed the oldest only
+            sys.stderr.write("\ncleaner: %d runs, %d deleted, %d left, usage %.1f %%\n" %
+                             (len(runs), deleted, len(left), 100 * usage(mnt)))
+
+
+if __name__ == "__main__":
+    unittest.main()
