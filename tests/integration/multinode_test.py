@@ -1,0 +1,611 @@
+#!/usr/bin/env python3
+"""Several kvfs daemons over ONE backing directory (issue 7, DESIGN §2 and §5). python3 stdlib only.
+
+Every daemon has its own --node-id, --index-dir and mountpoint; they share only the backing directory
+(on this machine a local directory; tests/nfs/multinode_nfs.sh runs the same checks with each daemon on
+its own NFS client). What is asserted:
+
+  store/load        A writes a chunk, B (and C) read it byte-identical
+  rename            a rename on B is visible on A (old name ENOENT, new name the same bytes)
+  unlink            an unlink on B of A's file hides it on A and C: stat and open are ENOENT, never EIO
+  lww               A and B write the same names concurrently: same bytes (content-addressed) everywhere;
+                    with different bytes every node converges to one writer's whole value
+  refusal           a second mount with a node id whose heartbeat is fresh exits 2 with a clear message
+  takeover          SIGKILL + restart of a node: new generation, only new-generation files written,
+                    old files untouched; peers read both old and new files
+  visibility        A closes a chunk -> B's stat succeeds: p50/p99 over KVFS_MN_CHUNKS (50) chunks,
+                    printed; p99 must stay under 2 x poll + group commit + KVFS_MN_SLACK_MS (100), issue 7's
+                    target
+  node cmd          `kvfs node list | retire | purge`: states, refusals (exit 2), purge makes the node's
+                    files ENOENT on peers, and a later mount under the purged id works
+  case 2            publish by replace (os.replace on A), B loops open/read: after the first success never
+                    ENOENT, every read one complete published version
+  case 5            A replaces f every 0.5 s (copy + append + mv, with a capacity that makes A drop
+                    segments), B checksums f every 0.1 s: never ESTALE/EIO, every checksum published
+
+Environment:
+  KVFS_MN_CASE2_SECONDS  (default 10; cases.md: 60)   KVFS_MN_CASE5_SECONDS (default 15; cases.md: 300)
+  KVFS_MN_LONG=1         both at the cases.md durations
+  KVFS_MN_CHUNKS         visibility samples (default 50)
+  KVFS_MN_POLL_MS        --peer-poll-ms of every daemon (default 200, the kvfs default)
+  plus kvfs_fixture's KVFS_BINARY, KVFS_TEST_KEEP, KVFS_TEST_LOG.
+"""
+
+import contextlib
+import errno
+import hashlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import kvfs_fixture as kf  # noqa: E402
+
+LONG = bool(os.environ.get("KVFS_MN_LONG"))
+CASE2_S = float(os.environ.get("KVFS_MN_CASE2_SECONDS", "60" if LONG else "10"))
+CASE5_S = float(os.environ.get("KVFS_MN_CASE5_SECONDS", "300" if LONG else "15"))
+CHUNKS = int(os.environ.get("KVFS_MN_CHUNKS", "50"))
+POLL_MS = int(os.environ.get("KVFS_MN_POLL_MS", "200"))
+GC_MS = 20
+SLACK_MS = int(os.environ.get("KVFS_MN_SLACK_MS", "100"))
+# pause between visibility samples: "lo,hi" ms, uniform (default 0,300: not in phase with the poll timer)
+GAP_MS = [float(x) for x in os.environ.get("KVFS_MN_GAP_MS", "0,300").split(",")]
+VISIBLE_S = 10.0  # how long a test waits for a peer's change before calling it a failure
+
+
+def sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def errname(e):
+    return errno.errorcode.get(e.errno, str(e.errno)) if isinstance(e, OSError) else repr(e)
+
+
+def percentile(xs, p):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = min(len(xs) - 1, max(0, int(round(p / 100.0 * (len(xs) - 1)))))
+    return xs[k]
+
+
+class NodeSpec:
+    """One node's private dirs over a shared backing dir (what kvfs_fixture.mounted needs)."""
+
+    def __init__(self, root, backing, name):
+        self.name = name
+        self.backing = backing
+        self.index = os.path.join(root, "idx-" + name)
+        self.mnt = os.path.join(root, "mnt-" + name)
+        os.makedirs(self.mnt, exist_ok=True)
+
+
+def wait_for(fn, timeout=VISIBLE_S, interval=0.005):
+    """Calls fn() until it returns a true value; returns (value, seconds) or (None, timeout)."""
+    t0 = time.monotonic()
+    while True:
+        v = fn()
+        if v:
+            return v, time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            return None, time.monotonic() - t0
+        time.sleep(interval)
+
+
+def try_read(path):
+    """(bytes, None) or (None, errno name)."""
+    try:
+        return kf.read_file(path), None
+    except OSError as e:
+        return None, errname(e)
+
+
+def try_stat(path):
+    try:
+        os.stat(path)
+        return None
+    except OSError as e:
+        return errname(e)
+
+
+def node_files(backing, node):
+    """{relative path: (size, sha)} of a node directory's journal and segment files."""
+    out = {}
+    d = os.path.join(backing, ".kvfs", "v1", "nodes", node)
+    for sub in ("", "seg"):
+        dd = os.path.join(d, sub)
+        if not os.path.isdir(dd):
+            continue
+        for n in sorted(os.listdir(dd)):
+            p = os.path.join(dd, n)
+            if os.path.isfile(p) and (n.startswith("journal-") or n.endswith(".kseg")):
+                with open(p, "rb") as f:
+                    data = f.read()
+                out[os.path.join(sub, n)] = (len(data), sha(data))
+    return out
+
+
+def owner_generation(backing, node):
+    with open(os.path.join(backing, ".kvfs", "v1", "nodes", node, "OWNER")) as f:
+        for line in f:
+            if line.startswith("generation="):
+                return int(line.split("=", 1)[1])
+    return None
+
+
+def file_generation(relpath):
+    base = os.path.basename(relpath)
+    if base.startswith("journal-"):
+        return int(base.split("-")[1])
+    return int(base.split("-")[0])
+
+
+@kf.skip_unless_fuse
+class MultiNodeTest(unittest.TestCase):
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="kvfs-mn-")
+        self.backing = os.path.join(self.root, "backing")
+        os.mkdir(self.backing)
+        self.stack = contextlib.ExitStack()
+
+    def tearDown(self):
+        self.stack.close()  # unmounts every node (the fixture reaps only the pids it started)
+        if os.environ.get("KVFS_TEST_KEEP"):
+            sys.stderr.write("multinode_test: keeping %s\n" % self.root)
+        else:
+            import shutil
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def spec(self, name):
+        return NodeSpec(self.root, self.backing, name)
+
+    def mount(self, name, index=None, **flags):
+        """Mounts node `name` (index: another index dir); returns (mountpoint, proc). Unmounted in tearDown."""
+        flags.setdefault("peer_poll_ms", POLL_MS)
+        flags.setdefault("group_commit_ms", GC_MS)
+        flags.setdefault("o", "default_permissions")
+        spec = self.spec(name)
+        if index:
+            spec.index = os.path.join(self.root, index)
+        mnt, _, proc = self.stack.enter_context(kf.mounted(backing=spec, node_id=name, **flags))
+        return mnt, proc
+
+    # ---- helpers that turn a wrong observation into a precise failure ----
+
+    def expect_bytes(self, node, path, want, what):
+        got, _ = wait_for(lambda: try_read(path)[0] is not None)
+        data, err = try_read(path)
+        if data is None:
+            self.fail("%s: read %s on node %s: expected %d bytes (sha %s), got %s after %.1f s"
+                      % (what, path, node, len(want), sha(want)[:12], err, VISIBLE_S))
+        if data != want:
+            self.fail("%s: read %s on node %s: expected %d bytes sha %s, got %d bytes sha %s"
+                      % (what, path, node, len(want), sha(want)[:12], len(data), sha(data)[:12]))
+
+    def expect_enoent(self, node, path, what):
+        _, t = wait_for(lambda: try_stat(path) == "ENOENT")
+        st = try_stat(path)
+        if st != "ENOENT":
+            self.fail("%s: stat %s on node %s: expected ENOENT within %.0f s, got %s"
+                      % (what, path, node, VISIBLE_S, st or "success"))
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            os.close(fd)
+            self.fail("%s: open %s on node %s: expected ENOENT, got success" % (what, path, node))
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                self.fail("%s: open %s on node %s: expected ENOENT, got %s" % (what, path, node, errname(e)))
+        return t
+
+    # ---- tests ----
+
+    def test_two_nodes_store_load_rename_unlink(self):
+        a, _ = self.mount("A")
+        b, _ = self.mount("B")
+        data = os.urandom(1 << 20) + b"tail"
+        os.makedirs(os.path.join(a, "kv", "ab"))
+        kf.write_file(os.path.join(a, "kv", "ab", "chunk0"), data)
+        self.expect_bytes("B", os.path.join(b, "kv", "ab", "chunk0"), data, "store on A, load on B")
+        # rename on B, visible on A
+        os.rename(os.path.join(b, "kv", "ab", "chunk0"), os.path.join(b, "kv", "ab", "chunk0.moved"))
+        self.expect_bytes("A", os.path.join(a, "kv", "ab", "chunk0.moved"), data, "rename on B")
+        self.expect_enoent("A", os.path.join(a, "kv", "ab", "chunk0"), "rename on B (old name)")
+        # a fresh file of A unlinked on B: ENOENT on A (stat and open), not EIO
+        other = os.urandom(300000)
+        kf.write_file(os.path.join(a, "kv", "ab", "chunk1"), other)
+        self.expect_bytes("B", os.path.join(b, "kv", "ab", "chunk1"), other, "store on A, load on B (2)")
+        os.unlink(os.path.join(b, "kv", "ab", "chunk1"))
+        self.expect_enoent("B", os.path.join(b, "kv", "ab", "chunk1"), "unlink on B (local)")
+        self.expect_enoent("A", os.path.join(a, "kv", "ab", "chunk1"), "unlink on B (writer A)")
+        self.assertNotIn("chunk1", os.listdir(os.path.join(a, "kv", "ab")),
+                         "unlink on B: readdir on A still lists chunk1")
+        # the rename's result survives on both
+        self.expect_bytes("B", os.path.join(b, "kv", "ab", "chunk0.moved"), data, "rename on B (B)")
+
+    def test_three_nodes(self):
+        a, _ = self.mount("A")
+        b, _ = self.mount("B")
+        c, _ = self.mount("C")
+        files = {("n%02d" % i): os.urandom(4096 * (i + 1)) for i in range(8)}
+        for n, v in files.items():
+            kf.write_file(os.path.join(a, n), v)
+        for node, m in (("B", b), ("C", c)):
+            for n, v in files.items():
+                self.expect_bytes(node, os.path.join(m, n), v, "store on A, load on " + node)
+        os.rename(os.path.join(b, "n00"), os.path.join(b, "renamed"))
+        for node, m in (("A", a), ("C", c)):
+            self.expect_bytes(node, os.path.join(m, "renamed"), files["n00"], "rename on B, seen on " + node)
+            self.expect_enoent(node, os.path.join(m, "n00"), "rename on B (old name), seen on " + node)
+        os.unlink(os.path.join(b, "n01"))
+        for node, m in (("A", a), ("C", c)):
+            self.expect_enoent(node, os.path.join(m, "n01"), "unlink on B, seen on " + node)
+        # C writes, A and B read
+        v = os.urandom(70000)
+        kf.write_file(os.path.join(c, "fromC"), v)
+        for node, m in (("A", a), ("B", b)):
+            self.expect_bytes(node, os.path.join(m, "fromC"), v, "store on C, load on " + node)
+
+    def test_unlink_on_B_while_A_reader_has_it_open(self):
+        a, _ = self.mount("A")
+        b, _ = self.mount("B")
+        v = os.urandom(200000)
+        kf.write_file(os.path.join(a, "f"), v)
+        self.expect_bytes("B", os.path.join(b, "f"), v, "store on A, load on B")
+        fd = os.open(os.path.join(a, "f"), os.O_RDONLY)
+        try:
+            os.unlink(os.path.join(b, "f"))
+            self.expect_enoent("A", os.path.join(a, "f"), "unlink on B with an open reader on A")
+            got = os.pread(fd, len(v) + 10, 0)
+            self.assertEqual(sha(got), sha(v), "reader on A opened before B's unlink: expected the old "
+                             "%d bytes, got %d bytes" % (len(v), len(got)))
+        finally:
+            os.close(fd)
+
+    def test_lww_concurrent_writers(self):
+        a, _ = self.mount("A")
+        b, _ = self.mount("B")
+        n = 40
+        # content-addressed: both write the same bytes under each name
+        same = {("ca%03d" % i): os.urandom(65536 + 4096 * i) for i in range(n)}
+        # not content-addressed: different bytes, one must win everywhere
+        diff = {("d%03d" % i): (os.urandom(20000), os.urandom(30000)) for i in range(n)}
+        errors = []
+
+        def writer(m, idx):
+            try:
+                names = list(same)
+                random.Random(idx).shuffle(names)
+                for k in names:
+                    tmp = os.path.join(m, "%s.tmp.%d" % (k, idx))
+                    kf.write_file(tmp, same[k])
+                    os.replace(tmp, os.path.join(m, k))
+                for k, vals in diff.items():
+                    kf.write_file(os.path.join(m, k), vals[idx])
+            except OSError as e:
+                errors.append("writer %d: %s %s" % (idx, errname(e), e.filename))
+
+        ts = [threading.Thread(target=writer, args=(m, i)) for i, m in enumerate((a, b))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(errors, [], "concurrent writers")
+        for node, m in (("A", a), ("B", b)):
+            for k, v in same.items():
+                self.expect_bytes(node, os.path.join(m, k), v, "same-bytes writers (LWW)")
+        # converge: both nodes show the same winner for every name, and it is one writer's whole value
+
+        def converged():
+            for k, (va, vb) in diff.items():
+                ra, ea = try_read(os.path.join(a, k))
+                rb, eb = try_read(os.path.join(b, k))
+                if ra is None or rb is None or ra != rb:
+                    return False
+            return True
+
+        ok, t = wait_for(converged, timeout=VISIBLE_S, interval=0.1)
+        for k, (va, vb) in diff.items():
+            ra, ea = try_read(os.path.join(a, k))
+            rb, eb = try_read(os.path.join(b, k))
+            wa = "A" if ra == va else "B" if ra == vb else ("error " + ea if ea else "mix/other")
+            wb = "A" if rb == va else "B" if rb == vb else ("error " + eb if eb else "mix/other")
+            self.assertIn(wa, ("A", "B"), "LWW %s on A: expected one writer's bytes, got %s" % (k, wa))
+            self.assertEqual(wa, wb, "LWW %s: node A shows writer %s, node B shows writer %s after %.0f s"
+                             % (k, wa, wb, VISIBLE_S))
+        for node, m in (("A", a), ("B", b)):
+            left = [x for x in os.listdir(m) if ".tmp." in x]
+            self.assertEqual(left, [], "temp names left on node %s" % node)
+
+    def test_second_mount_with_live_node_id_is_refused(self):
+        self.mount("A")
+        other = NodeSpec(self.root, self.backing, "A2")
+        r = kf.run_kvfs("mount", other.mnt, "--backing", self.backing, "--node-id", "A",
+                        "--index-dir", other.index, "--foreground", timeout=60)
+        if r.returncode == 0 or kf.is_mounted(other.mnt):
+            kf.unmount(other.mnt)
+        msg = r.stderr.strip()
+        self.assertEqual(r.returncode, 2, "second mount of node A: expected exit 2, got %d (%s)"
+                         % (r.returncode, msg))
+        self.assertIn("node 'A'", msg, "refusal message should name the node: %r" % msg)
+        self.assertIn("--force", msg, "refusal message should say how to take over: %r" % msg)
+        self.assertIn("heartbeat", msg, "refusal message should give the heartbeat age: %r" % msg)
+        self.assertEqual(len(msg.splitlines()), 1, "refusal should be one line: %r" % msg)
+        sys.stderr.write("\nrefusal message: %s\n" % msg)
+
+    def test_restart_takeover_new_generation_only(self):
+        a, proc = self.mount("A")
+        b, _ = self.mount("B")
+        old = {("old%d" % i): os.urandom(50000 + i) for i in range(5)}
+        for k, v in old.items():
+            kf.write_file(os.path.join(a, k), v)
+        fd = os.open(os.path.join(a, "old0"), os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        gen1 = owner_generation(self.backing, "A")
+        # crash A (SIGKILL of the pid we started) and lazily detach its dead mount
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kf.unmount(os.path.join(self.root, "mnt-A"))
+        before = node_files(self.backing, "A")
+        a, proc = self.mount("A")  # same node id, same index dir: owner pid gone -> takeover
+        gen2 = owner_generation(self.backing, "A")
+        self.assertGreater(gen2, gen1, "restart: expected a new generation above %d, got %s" % (gen1, gen2))
+        new = {("new%d" % i): os.urandom(40000 + i) for i in range(5)}
+        for k, v in new.items():
+            kf.write_file(os.path.join(a, k), v)
+        for k, v in old.items():
+            self.expect_bytes("A", os.path.join(a, k), v, "old file after restart (A)")
+        for k, v in {**old, **new}.items():
+            self.expect_bytes("B", os.path.join(b, k), v, "peer B after A's restart")
+        after = node_files(self.backing, "A")
+        for p, (size, h) in before.items():
+            self.assertIn(p, after, "restart: old-generation file %s vanished" % p)
+            self.assertEqual(after[p], (size, h), "restart: old-generation file %s was modified (%d bytes "
+                             "-> %d)" % (p, size, after[p][0]))
+        for p in after:
+            if p not in before:
+                self.assertEqual(file_generation(p), gen2, "restart: new file %s is not of generation %d"
+                                 % (p, gen2))
+        self.assertTrue(any(p not in before for p in after), "restart wrote no new-generation file")
+
+    def test_visibility_latency(self):
+        a, _ = self.mount("A")
+        b, _ = self.mount("B")
+        os.mkdir(os.path.join(a, "vis"))
+        self.expect_enoent("B", os.path.join(b, "vis", "none"), "warm-up")
+        _, t = wait_for(lambda: os.path.isdir(os.path.join(b, "vis")))
+        lat = []
+        payload = os.urandom(256 << 10)
+        for i in range(CHUNKS):
+            name = "c%04d" % i
+            kf.write_file(os.path.join(a, "vis", name), payload)  # close() returned
+            t0 = time.monotonic()
+            pb = os.path.join(b, "vis", name)
+            while True:
+                try:
+                    os.stat(pb)
+                    break
+                except FileNotFoundError:
+                    pass
+                if time.monotonic() - t0 > VISIBLE_S:
+                    self.fail("visibility: chunk %s closed on A not visible on B after %.0f s" % (name, VISIBLE_S))
+                time.sleep(0.002)
+            lat.append((time.monotonic() - t0) * 1000.0)
+            time.sleep(random.uniform(GAP_MS[0], GAP_MS[-1]) / 1000.0)  # not in phase with the poll timer
+        p50, p99, mx = percentile(lat, 50), percentile(lat, 99), max(lat)
+        bound = 2 * POLL_MS + GC_MS + SLACK_MS  # issue 7's target (+ slack for this shared machine)
+        sys.stderr.write("\nvisibility A close -> B stat (%d chunks of 256 KiB, poll %d ms, group commit %d ms): "
+                         "p50 %.1f ms, p99 %.1f ms, max %.1f ms\n" % (len(lat), POLL_MS, GC_MS, p50, p99, mx))
+        self.assertLess(p99, bound, "visibility A close -> B stat: expected p99 < %d ms (2 x poll + group commit "
+                        "+ %d ms slack), got p99 %.1f ms (p50 %.1f ms)" % (bound, SLACK_MS, p99, p50))
+
+    def node_cmd(self, *args):
+        r = kf.run_kvfs("node", *args, "--backing", self.backing, timeout=120)
+        return r.returncode, r.stdout, r.stderr.strip()
+
+    def node_states(self):
+        import json
+        rc, out, err = self.node_cmd("list", "--json")
+        self.assertEqual(rc, 0, "kvfs node list: %s" % err)
+        return {n["node"]: n for n in json.loads(out)}
+
+    def test_node_list_retire_purge(self):
+        a, aproc = self.mount("A")
+        b, _ = self.mount("B")
+        c, cproc = self.mount("C")
+        files = {("a%d" % i): os.urandom(100000 + i) for i in range(4)}
+        for k, v in files.items():
+            kf.write_file(os.path.join(a, k), v)
+        for k, v in files.items():
+            self.expect_bytes("B", os.path.join(b, k), v, "store on A, load on B")
+        st = self.node_states()
+        for n in ("A", "B", "C"):
+            self.assertEqual(st[n]["state"], "live", "node list: %s should be live: %s" % (n, st[n]))
+        self.assertGreater(st["A"]["segment_bytes"], 400000, "node list: A's segment bytes: %s" % st["A"])
+        self.assertGreater(st["A"]["journal_bytes"], 0, "node list: A's journal bytes: %s" % st["A"])
+        self.assertLess(st["A"]["heartbeat_age_s"], 30)
+        rc, out, err = self.node_cmd("list")
+        sys.stderr.write("\n" + out)
+        # a live node: retire refused (exit 2) unless --force, purge refused always
+        rc, _, err = self.node_cmd("retire", "--node", "B")
+        self.assertEqual(rc, 2, "retire of live B: expected exit 2, got %d (%s)" % (rc, err))
+        self.assertIn("live", err)
+        rc, _, err = self.node_cmd("purge", "--node", "B", "--force")
+        self.assertEqual(rc, 2, "purge --force of live B: expected exit 2, got %d (%s)" % (rc, err))
+        # C crashes (SIGKILL of the pid we started): same host, pid gone -> dead
+        cproc.send_signal(signal.SIGKILL)
+        cproc.wait()
+        kf.unmount(os.path.join(self.root, "mnt-C"))
+        self.assertEqual(self.node_states()["C"]["state"], "dead")
+        # A unmounts cleanly -> released; purge needs retire (or --force)
+        kf.unmount(a)
+        aproc.wait(timeout=60)
+        self.assertEqual(self.node_states()["A"]["state"], "released")
+        rc, _, err = self.node_cmd("purge", "--node", "A")
+        self.assertEqual(rc, 2, "purge of released A without retire: expected exit 2, got %d (%s)" % (rc, err))
+        rc, out, err = self.node_cmd("retire", "--node", "A")
+        self.assertEqual(rc, 0, "retire of released A: %s" % err)
+        self.assertEqual(self.node_states()["A"]["state"], "retired")
+        rc, out, err = self.node_cmd("purge", "--node", "A", "--grace-ms", "4000")
+        self.assertEqual(rc, 0, "purge of retired A: %s" % err)
+        sys.stderr.write(out)
+        for k in files:
+            self.expect_enoent("B", os.path.join(b, k), "purge of A, seen on B")
+        left = sorted(os.listdir(os.path.join(self.backing, ".kvfs", "v1", "nodes", "A")))
+        self.assertEqual([x for x in left if x not in ("OWNER", "PURGED", "seg")], [],
+                         "purge left files in A's directory: %s" % left)
+        self.assertEqual(os.listdir(os.path.join(self.backing, ".kvfs", "v1", "nodes", "A", "seg")), [])
+        st = self.node_states()
+        self.assertEqual(st["A"]["state"], "purged")
+        purge_gen = st["A"]["generation"]
+        # the dead node C purges without retire
+        rc, out, err = self.node_cmd("purge", "--node", "C", "--grace-ms", "500")
+        self.assertEqual(rc, 0, "purge of dead C: %s" % err)
+        # A mounts again under the purged id with its OLD index dir: its own purged files are still in
+        # that index (known limitation, docs/operations.md), so their reads must be ENOENT, never EIO
+        a, aproc = self.mount("A")
+        self.assertGreater(owner_generation(self.backing, "A"), purge_gen)
+        for k in files:
+            data, err = try_read(os.path.join(a, k))
+            self.assertEqual(err, "ENOENT", "read of purged %s on A (old index): expected ENOENT, got %s"
+                             % (k, err or "%d bytes" % len(data)))
+        stale = [k for k in files if try_stat(os.path.join(a, k)) is None]
+        if stale:
+            sys.stderr.write("KNOWN GAP: A remounted with its old index still lists purged %s (stat ok, "
+                             "read ENOENT)\n" % stale)
+        v = os.urandom(12345)
+        kf.write_file(os.path.join(a, "again"), v)
+        self.expect_bytes("B", os.path.join(b, "again"), v, "mount of A after purge, load on B")
+        kf.unmount(a)
+        aproc.wait(timeout=60)  # released at exit
+        # ... and with a fresh index dir (a new pod): none of the purged names exist
+        a, _ = self.mount("A", index="idx-A-fresh")
+        for k in files:
+            self.expect_enoent("A", os.path.join(a, k), "purged file on A with a fresh index")
+        self.expect_bytes("A", os.path.join(a, "again"), v, "A's post-purge file after a fresh join")
+
+    def test_case02_publish_by_replace(self):
+        a, _ = self.mount("A")
+        b, _ = self.mount("B")
+        stop = threading.Event()
+        published = set()
+        werr = []
+
+        def make(seq):
+            body = ("%08d:" % seq).encode() + os.urandom(random.randint(100, 20000))
+            return body + b"#" + sha(body).encode()
+
+        def writer():
+            seq = 0
+            try:
+                while not stop.is_set():
+                    v = make(seq)
+                    published.add(v)
+                    tmp = os.path.join(a, "value.json.tmp")
+                    kf.write_file(tmp, v)
+                    os.replace(tmp, os.path.join(a, "value.json"))
+                    seq += 1
+                    time.sleep(0.01)
+            except OSError as e:
+                werr.append("writer on A: %s %s at version %d" % (errname(e), e.filename, seq))
+
+        wt = threading.Thread(target=writer)
+        wt.start()
+        fails = []
+        reads = 0
+        seqs = set()
+        try:
+            pb = os.path.join(b, "value.json")
+            ok, _ = wait_for(lambda: try_stat(pb) is None)
+            self.assertTrue(ok, "case 2: value.json never appeared on B")
+            t_end = time.monotonic() + CASE2_S
+            while time.monotonic() < t_end and len(fails) < 20:
+                data, err = try_read(pb)
+                reads += 1
+                if data is None:
+                    fails.append("read %d: open/read value.json on B: expected a published version, got %s"
+                                 % (reads, err))
+                    continue
+                body, _, h = data.rpartition(b"#")
+                if data not in published or sha(body).encode() != h:
+                    fails.append("read %d: expected one complete published version, got %d bytes (head %r)"
+                                 % (reads, len(data), data[:12]))
+                else:
+                    seqs.add(int(data[:8]))
+        finally:
+            stop.set()
+            wt.join()
+        sys.stderr.write("\ncase 2: %d reads on B over %.0f s, %d distinct versions seen, %d published\n"
+                         % (reads, CASE2_S, len(seqs), len(published)))
+        self.assertEqual(werr, [])
+        self.assertEqual(fails, [], "case 2 failures (first 20)")
+        self.assertGreater(len(seqs), 1, "case 2: B saw only one version: peer updates do not arrive")
+
+    def test_case05_replaced_while_other_node_reads(self):
+        # A's capacity makes it drop its oldest segments while B reads (cases.md: "let segments be dropped")
+        a, _ = self.mount("A", segment_size="1MiB", capacity="4MiB")
+        b, _ = self.mount("B")
+        stop = threading.Event()
+        published = {}
+        werr = []
+        pa = os.path.join(a, "f")
+        v0 = os.urandom(256 << 10)
+        published[sha(v0)] = 0
+        kf.write_file(pa, v0)
+
+        def writer():
+            i = 0
+            try:
+                while not stop.is_set():
+                    i += 1
+                    cur = kf.read_file(pa)
+                    nxt = cur[-(512 << 10):] + os.urandom(16 << 10)  # copy, append (bounded size)
+                    published[sha(nxt)] = i
+                    tmp = pa + ".tmp"
+                    kf.write_file(tmp, nxt)
+                    os.rename(tmp, pa)  # mv f.tmp f
+                    kf.write_file(os.path.join(a, "filler%d" % i), os.urandom(256 << 10))  # fill segments
+                    time.sleep(0.5)
+            except OSError as e:
+                werr.append("writer on A: %s %s at version %d" % (errname(e), e.filename, i))
+
+        pb = os.path.join(b, "f")
+        ok, _ = wait_for(lambda: try_stat(pb) is None)
+        self.assertTrue(ok, "case 5: f never appeared on B")
+        wt = threading.Thread(target=writer)
+        wt.start()
+        fails, sums, n = [], set(), 0
+        try:
+            t_end = time.monotonic() + CASE5_S
+            while time.monotonic() < t_end and len(fails) < 20:
+                n += 1
+                data, err = try_read(pb)
+                if data is None:
+                    fails.append("checksum %d of f on B: expected a published version, got %s" % (n, err))
+                elif sha(data) not in published:
+                    fails.append("checksum %d of f on B: %d bytes sha %s is not a published version"
+                                 % (n, len(data), sha(data)[:12]))
+                else:
+                    sums.add(published[sha(data)])
+                time.sleep(0.1)
+        finally:
+            stop.set()
+            wt.join()
+        st = kf.stats(a)
+        sys.stderr.write("\ncase 5: %d checksums on B over %.0f s, %d distinct versions, %d published; A dropped "
+                         "%s segments\n" % (n, CASE5_S, len(sums), len(published), st.get("segments_dropped")))
+        self.assertEqual(werr, [])
+        self.assertEqual(fails, [], "case 5 failures (first 20)")
+        self.assertGreater(len(sums), 1, "case 5: B saw only one version")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
