@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -287,6 +288,62 @@ TEST_F(CapacityTest, GlobalWatermarkEvictsThisNodesShare) {
   uint64_t live = 0, files = 0, total = 0, avail = 0;
   ASSERT_TRUE(store_->StatFs(&live, &files, &total, &avail).ok());
   EXPECT_EQ(live + avail, std::max<uint64_t>(live, 12 * kSeg));
+}
+
+
+// ---- Benchmark (not run by default) -----------------------------------------------------------------
+// Hit ratio of FIFO vs FIFO + hits-based reinsertion on a Zipf read workload 4x larger than the
+// capacity. A cache client: a request reads its key if it exists (hit), else writes it (miss + fill).
+//   kvfs_unit_tests --gtest_also_run_disabled_tests --gtest_filter='CapacityBench*'
+// Numbers: docs/benchmarks.md "Capacity and eviction: FIFO vs FIFO + reinsertion".
+class CapacityBench : public CapacityTest {};
+
+TEST_F(CapacityBench, DISABLED_ZipfHitRatio) {
+  constexpr uint64_t kValue = 32 * 1024;
+  constexpr uint64_t kCap = 16 * kSeg;            // 16 MiB
+  constexpr int kKeys = 2048;                     // 2048 x 32 KiB = 64 MiB = 4x the capacity
+  constexpr int kWarmup = 10000, kRequests = 30000;
+  const std::string value(kValue, 'v');
+  printf("| zipf s | policy | hit ratio | bytes reinserted / bytes filled | segments dropped |\n");
+  printf("|---|---|---|---|---|\n");
+  for (double alpha : {0.8, 1.0, 1.2}) {
+    std::vector<double> cdf(kKeys);
+    double sum = 0;
+    for (int r = 0; r < kKeys; ++r) cdf[r] = (sum += 1.0 / std::pow(r + 1, alpha));
+    for (auto& c : cdf) c /= sum;
+    for (uint32_t min_hits : {0u, 1u, 2u}) {
+      TearDown();
+      SetUp();
+      Open(CapOptions(kCap, min_hits));
+      std::mt19937_64 rng(42);  // same request sequence for every policy
+      std::uniform_real_distribution<double> u(0, 1);
+      uint64_t hits = 0, fills = 0;
+      char buf[4096];
+      for (int i = 0; i < kWarmup + kRequests; ++i) {
+        const int rank = static_cast<int>(std::lower_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin());
+        const std::string name = "k" + std::to_string(rank * 7919 % kKeys);  // hot keys spread out
+        auto n = store_->Lookup(kRootIno, name);
+        bool hit = false;
+        if (n.ok()) {
+          size_t got = 0;
+          hit = store_->Read(n->location, 0, sizeof(buf), buf, &got).ok();
+        }
+        if (!hit) {
+          if (n.ok()) store_->Unlink(kRootIno, name, nullptr);  // evicted under our feet
+          WriteFile(name, value);
+          fills++;
+        }
+        if (i >= kWarmup && hit) hits++;
+      }
+      auto st = store_->GetStats();
+      printf("| %.1f | %s | %.3f | %.3f | %llu |\n", alpha,
+             min_hits == 0 ? "FIFO" : (min_hits == 1 ? "FIFO + reinsertion (>= 1 hit)" : "FIFO + reinsertion (>= 2 hits)"),
+             static_cast<double>(hits) / kRequests,
+             static_cast<double>(st.bytes_reinserted) / static_cast<double>(fills * kValue),
+             static_cast<unsigned long long>(st.segments_dropped));
+      fflush(stdout);
+    }
+  }
 }
 
 }  // namespace
