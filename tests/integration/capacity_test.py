@@ -92,8 +92,12 @@ class CapacityTest(unittest.TestCase):
             names = ["c-%04d" % i for i in range(n)]
             peak = 0
             t0 = time.time()
+            early_fd = None
             for i, name in enumerate(names):
                 write_file(os.path.join(mnt, name), content(name))
+                if i == 1:
+                    # A handle opened before its segment is dropped (O_DIRECT: reads reach the daemon).
+                    early_fd = os.open(os.path.join(mnt, names[1]), os.O_RDONLY | os.O_DIRECT)
                 if i % 4 == 3:
                     peak = max(peak, backing_bytes(backing))
                 # The hot chunks are read twice every ~64 MiB written (a FIFO round is ~200 MiB).
@@ -109,6 +113,16 @@ class CapacityTest(unittest.TestCase):
             final = backing_bytes(backing)
             sys.stderr.write("\ncapacity: wrote 1 GiB in %.1f s, backing peak %.1f MiB, final %.1f MiB\n" %
                              (write_s, peak / MiB, final / MiB))
+            buf = mmap.mmap(-1, CHUNK + 4096)
+            try:
+                got = os.preadv(early_fd, [buf], 0)
+                self.assertEqual(bytes(buf[:got]), content(names[1]))  # served by the daemon's LRU
+                sys.stderr.write("capacity: open handle of an evicted chunk: read from the LRU\n")
+            except OSError as e:
+                self.assertEqual(e.errno, errno.ENOENT, "read of an open handle after eviction: %s" % e)
+                sys.stderr.write("capacity: open handle of an evicted chunk: ENOENT\n")
+            finally:
+                os.close(early_fd)
             self.assertLess(peak, CAP + 2 * SEG)
             self.assertLess(final, CAP + 2 * SEG)
 
