@@ -27,6 +27,7 @@ if [ "${1:-}" != node ]; then
   [ -x "$bin" ] || { echo "multinode_nfs: no kvfs binary (set KVFS_BIN)" >&2; exit 2; }
   bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
   out=$(mktemp /tmp/kvfs-mn-nfs.XXXXXX)
+  trap 'rm -f "$out"' EXIT
   start=$(date +%s)
   KVFS_BIN=$bin "$here/testbed.sh" run --nodes 2 --timeout "${KVFS_MN_NFS_TIMEOUT:-900}" --env "KVFS_BIN=$bin" \
     --env "KVFS_MN_NFS_CHUNKS=${KVFS_MN_NFS_CHUNKS:-20}" --env "KVFS_MN_NFS_IDLE_S=${KVFS_MN_NFS_IDLE_S:-10}" \
