@@ -433,6 +433,96 @@ bool ExpandConfig(CLI::App* mount, std::vector<std::string>* args, std::string* 
   return true;
 }
 
+// mount(8) integration: mount.fuse3 runs `kvfs SOURCE MOUNTPOINT -o OPTS` for the type fuse.kvfs (an
+// /etc/fstab line `/mnt/novus /mnt/novus-kv fuse.kvfs _netdev,node_id=gpu7 0 0`, or `mount -t fuse.kvfs`).
+// Rewrites that form into `mount MOUNTPOINT --backing SOURCE ...`: an OPTS key that names a long flag of
+// `kvfs mount` (node_id or node-id -> --node-id; flags without a value or =true/false) becomes that flag;
+// mount(8)'s own options (_netdev, nofail, defaults, rw, auto, noauto, user, nouser, users) are dropped;
+// everything else goes to FUSE as -o (none left, or only generic VFS flags such as dev,suid: plus the
+// default allow_other,default_permissions).
+// Leaves `args` alone unless args[0] and args[1] are both not commands and not flags. False (message
+// printed) for a malformed call.
+bool TranslateMountHelperForm(CLI::App* mount, std::vector<std::string>* args) {
+  auto& a = *args;
+  static const char* kCommands[] = {"mount", "umount", "stats", "node"};
+  if (a.size() < 2 || a[0].empty() || a[0][0] == '-' || a[1].empty() || a[1][0] == '-') return true;
+  for (const char* c : kCommands) {
+    if (a[0] == c) return true;
+  }
+  std::vector<std::string> out = {"mount", a[1], "--backing", a[0]};
+  std::vector<std::string> fuse;
+  auto bad = [](const std::string& m) {
+    std::fprintf(stderr, "kvfs: %s\n", m.c_str());
+    return false;
+  };
+  auto add_opts = [&](const std::string& list) -> bool {
+    size_t i = 0;
+    while (i <= list.size()) {
+      size_t e = list.find(',', i);
+      if (e == std::string::npos) e = list.size();
+      std::string opt = list.substr(i, e - i);
+      i = e + 1;
+      if (opt.empty()) continue;
+      static const char* kIgnored[] = {"_netdev", "nofail", "defaults", "rw", "auto", "noauto", "user", "nouser",
+                                       "users"};
+      if (std::find_if(std::begin(kIgnored), std::end(kIgnored), [&](const char* x) { return opt == x; }) !=
+          std::end(kIgnored)) {
+        continue;
+      }
+      size_t eq = opt.find('=');
+      std::string key = opt.substr(0, eq), val = eq == std::string::npos ? "" : opt.substr(eq + 1);
+      std::replace(key.begin(), key.end(), '_', '-');
+      CLI::Option* o = key.size() > 1 && key != "backing" ? mount->get_option_no_throw("--" + key) : nullptr;
+      if (o == nullptr) {
+        fuse.push_back(opt);
+        continue;
+      }
+      if (o->get_expected_max() == 0) {  // a flag: `splice` or `splice=true|false`
+        if (eq == std::string::npos || val == "true" || val == "1" || val == "yes" || val == "on") {
+          out.push_back("--" + key);
+        } else if (!(val == "false" || val == "0" || val == "no" || val == "off")) {
+          return bad("mount option '" + opt + "': must be true or false");
+        }
+        continue;
+      }
+      if (eq == std::string::npos || val.empty()) return bad("mount option '" + opt + "' needs a value");
+      out.push_back("--" + key);
+      out.push_back(val);
+    }
+    return true;
+  };
+  for (size_t i = 2; i < a.size(); ++i) {
+    if (a[i] == "-o" && i + 1 < a.size()) {
+      if (!add_opts(a[++i])) return false;
+    } else if (a[i].rfind("-o", 0) == 0 && a[i].size() > 2) {
+      if (!add_opts(a[i].substr(2))) return false;
+    } else if (a[i] == "-n" || a[i] == "-s" || a[i] == "-v") {
+      continue;  // mount(8) helper flags: no mtab, sloppy, verbose
+    } else {
+      return bad("unexpected argument '" + a[i] + "' (mount helper form: kvfs SOURCE MOUNTPOINT -o OPTS)");
+    }
+  }
+  // mount.fuse3 adds "dev,suid" (and mount(8) "rw"): generic VFS flags like these do not replace the
+  // default FUSE options; any other FUSE option (allow_other, ...) does, as -o does for `kvfs mount`.
+  static const char* kGeneric[] = {"dev",   "nodev",   "suid",   "nosuid",     "exec",       "noexec",
+                                   "ro",    "atime",   "noatime", "diratime",  "nodiratime", "relatime",
+                                   "norelatime", "strictatime", "sync", "async", "dirsync", "lazytime",
+                                   "nolazytime"};
+  bool only_generic = std::all_of(fuse.begin(), fuse.end(), [&](const std::string& f) {
+    return std::find_if(std::begin(kGeneric), std::end(kGeneric), [&](const char* x) { return f == x; }) !=
+           std::end(kGeneric);
+  });
+  if (!fuse.empty() && only_generic) fuse.insert(fuse.begin(), {"allow_other", "default_permissions"});
+  if (!fuse.empty()) {
+    std::string j;
+    for (const auto& f : fuse) j += (j.empty() ? "" : ",") + f;
+    out.push_back("-o");
+    out.push_back(j);
+  }
+  a = std::move(out);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -499,6 +589,7 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  if (!TranslateMountHelperForm(mount, &args)) return kExitUsage;  // `kvfs SOURCE MOUNTPOINT -o OPTS`
   if (!args.empty() && args[0] != "mount" && args[0] != "umount" && args[0] != "stats" && args[0] != "node" &&
       args[0][0] != '-') {
     std::fprintf(stderr, "kvfs: unknown command '%s' (use mount, umount, stats or node; see kvfs --help)\n",
