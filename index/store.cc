@@ -39,6 +39,7 @@
 #include "index/index_db.h"
 #include "index/journal.h"
 #include "index/journal_format.h"
+#include "index/replay.h"
 
 namespace kvfs {
 namespace {
@@ -50,7 +51,7 @@ constexpr uint64_t kWholeValueLoadMax = 64ull << 20;
 // shards keep a 36 MiB value cacheable (a shard holds capacity / 4) at little contention cost.
 constexpr int kCacheShardBits = 2;
 // Entries per ApplyBatch during a rebuild.
-constexpr size_t kRebuildBatch = 1024;
+constexpr size_t kRebuildBatch = kReplayBatch;
 // Capacity and eviction (store.h "Capacity and eviction").
 constexpr uint64_t kReserveMaxBytes = 1ull << 20;       // <node dir>/RESERVE: min(1 MiB, segment / 4)
 constexpr const char* kReserveName = "RESERVE";
@@ -68,84 +69,11 @@ EntryAttrs ToEntryAttrs(const Attr& a) {
   return e;
 }
 
-Attr FromEntryAttrs(const EntryAttrs& e) {
-  Attr a;
-  a.mode = e.mode;
-  a.uid = e.uid;
-  a.gid = e.gid;
-  a.size = e.size;
-  a.atime_ns = e.atime_ns;
-  a.mtime_ns = e.mtime_ns;
-  a.ctime_ns = e.ctime_ns;
-  return a;
-}
-
 std::string JoinPath(const std::string& dir, std::string_view name) {
   std::string p = dir == "/" ? std::string() : dir;
   p += '/';
   p.append(name);
   return p;
-}
-
-// Translates a journal entry into an index ApplyOp. Returns false for entries the index does not apply
-// (CUT: handled by the reader's stop position).
-bool ToApplyOp(const JournalEntry& e, ApplyOp* op) {
-  op->stamp = e.stamp;
-  op->path = e.path;
-  switch (e.op) {
-    case JournalOp::kPut:
-      op->kind = ApplyOp::Kind::kPut;
-      op->location = e.location;
-      op->attr = FromEntryAttrs(e.attrs);
-      return true;
-    case JournalOp::kSymlink:
-      op->kind = ApplyOp::Kind::kPut;
-      op->attr = FromEntryAttrs(e.attrs);
-      op->symlink = e.path2;
-      return true;
-    case JournalOp::kRename:
-      op->kind = ApplyOp::Kind::kRename;
-      op->to = e.path2;
-      op->location = e.location;
-      return true;
-    case JournalOp::kUnlink:
-      op->kind = ApplyOp::Kind::kUnlink;
-      return true;
-    case JournalOp::kMkdir:
-      op->kind = ApplyOp::Kind::kMkdir;
-      op->attr = FromEntryAttrs(e.attrs);
-      return true;
-    case JournalOp::kRmdir:
-      op->kind = ApplyOp::Kind::kRmdir;
-      return true;
-    case JournalOp::kSetattr:
-      op->kind = ApplyOp::Kind::kSetattr;
-      op->attr = FromEntryAttrs(e.attrs);
-      op->mask = e.mask;
-      return true;
-    case JournalOp::kXattr:
-      op->kind = ApplyOp::Kind::kXattr;
-      op->xattr_name = e.xattr_name;
-      op->xattr_value = e.xattr_value;
-      op->xattr_remove = e.xattr_remove;
-      return true;
-    case JournalOp::kSeal:
-      op->kind = ApplyOp::Kind::kSeal;
-      op->segment = e.segment;
-      return true;
-    case JournalOp::kDrop:
-      op->kind = ApplyOp::Kind::kDrop;
-      op->segment = e.segment;
-      return true;
-    case JournalOp::kMove:
-      op->kind = ApplyOp::Kind::kMove;
-      op->location = e.location;
-      op->old_location = e.old_location;
-      return true;
-    case JournalOp::kCut:
-      return false;
-  }
-  return false;
 }
 
 std::string DefaultNodeId() {
@@ -255,7 +183,17 @@ class StoreImpl final : public Store {
   HybridClock hlc_;
   std::unique_ptr<NodeDir> node_dir_;
   std::unique_ptr<IndexDb> index_;
-  std::unique_ptr<SegmentWriter> segments_;
+  // The active segment writer. Replaced (ReopenSegmentWriter) after a failed fdatasync broke it: the
+  // kernel may have dropped the dirty pages, so later records go to a fresh segment. Guarded by seg_mu_;
+  // users take a reference with Segments().
+  std::shared_ptr<SegmentWriter> segments_;
+  std::mutex seg_mu_;
+  std::shared_ptr<SegmentWriter> Segments() {
+    std::lock_guard<std::mutex> l(seg_mu_);
+    return segments_;
+  }
+  SegmentWriterOptions seg_opts_;
+  void ReopenSegmentWriter();
   std::unique_ptr<JournalWriter> journal_;
   bool closed_ = false;
   std::vector<JournalEntry> startup_cuts_;  // CUTs found by the rebuild, journaled at start
@@ -294,7 +232,8 @@ class StoreImpl final : public Store {
   std::mutex peer_wake_mu_;
   std::condition_variable peer_cv_;
   bool peer_wake_ = false, peer_stop_ = false;
-  std::chrono::steady_clock::time_point last_early_poll_{};
+  std::chrono::steady_clock::time_point last_early_poll_{}, followup_at_{};
+  bool followup_pending_ = false;
   std::thread peer_thread_;
   std::atomic<uint64_t> peer_entries_applied_{0}, peer_polls_{0};
 
@@ -417,9 +356,10 @@ Status StoreImpl::Init() {
   so.direct_io = opts_.direct_io;
   so.seal_on_close = true;
   so.on_seal = [this](const SealedSegment& seg) { OnSealed(seg); };
+  seg_opts_ = so;
   auto sw = SegmentWriter::Open(env_, node_dir_->seg_dir(), opts_.node_id, node_dir_->generation(), so);
   if (!sw.ok()) return sw.status();
-  segments_ = std::move(*sw);
+  segments_ = std::shared_ptr<SegmentWriter>(std::move(*sw));
 
   JournalWriterOptions jo;
   jo.env = env_;
@@ -470,88 +410,33 @@ Status StoreImpl::Rebuild() {
   return Status::OK();
 }
 
-// Replays every journal file of `node` in (generation, number) order into the index. CUT entries (which
-// a takeover writes as the first entries of its generation's first journal file) limit the files they
-// name, so bytes behind a cut are never applied even if they become readable later. A torn tail of one
-// of this node's own files that no CUT covers yet yields a CUT entry in *cuts, journaled by the new
-// generation.
+// Replays `node`'s journals into the index with the shared rules of index/replay.h (the same code
+// `kvfs-fsck --rebuild-index` runs). A torn tail of one of this node's own files that no CUT covers yet
+// yields a CUT entry in *cuts, journaled by the new generation.
 Status StoreImpl::ReplayNode(const std::string& node, std::vector<JournalEntry>* cuts) {
-  std::vector<JournalFile> files;
-  Status s = ListJournalFiles(env_, NodeDirPath(opts_.backing_dir, node), &files);
-  if (s.IsNotFound()) return Status::OK();
-  KVFS_RETURN_IF_ERROR(s);
-
-  // Pre-pass: the CUTs at the head of each generation's first file.
-  std::map<std::pair<uint64_t, uint64_t>, uint64_t> cut_at;  // (generation, number) -> valid bytes
-  for (const auto& f : files) {
-    if (f.number != 0) continue;
-    auto reader = JournalReader::Open(env_, f.path, 0, JournalReaderOptions{});
-    if (!reader.ok()) continue;
-    JournalEntry e;
-    JournalPosition end;
-    for (;;) {
-      auto more = (*reader)->Next(&e, &end);
-      if (!more.ok() || !*more || e.op != JournalOp::kCut) break;
-      if (e.cut_file.kind == FileRef::Kind::kJournal && e.cut_file.node == node) {
-        auto key = std::make_pair(e.cut_file.generation, e.cut_file.number);
-        auto it = cut_at.find(key);
-        cut_at[key] = it == cut_at.end() ? e.cut_offset : std::min(it->second, e.cut_offset);
-      }
-    }
-  }
-
-  uint64_t max_stamp = 0;
-  for (const auto& f : files) {
-    JournalReaderOptions ro;
-    ro.skip_damage = true;
-    auto cut = cut_at.find({f.generation, f.number});
-    if (cut != cut_at.end()) ro.limit = cut->second;
-    auto reader = JournalReader::Open(env_, f.path, 0, ro);
-    if (!reader.ok()) {
-      spdlog::error("kvfs: journal {} unreadable: {}", f.path, reader.status().ToString());
+  ReplayNodeResult result;
+  KVFS_RETURN_IF_ERROR(kvfs::ReplayNode(env_, opts_.backing_dir, node, index_.get(), &result));
+  for (const auto& f : result.files) {
+    if (!f.opened || !f.status.ok()) {
+      spdlog::error("kvfs: journal {}: {}", f.file.path, f.status.ToString());
       continue;
     }
-    std::vector<ApplyOp> ops;
-    JournalPosition last;
-    auto flush = [&]() -> Status {
-      if (ops.empty()) return Status::OK();
-      auto r = index_->ApplyBatch(ops, node, last.ToString());
-      ops.clear();
-      return r.ok() ? Status::OK() : r.status();
-    };
-    JournalEntry e;
-    JournalPosition end;
-    for (;;) {
-      auto more = (*reader)->Next(&e, &end);
-      if (!more.ok()) {
-        spdlog::error("kvfs: journal {}: {}", f.path, more.status().ToString());
-        break;
-      }
-      if (!*more) break;
-      max_stamp = std::max(max_stamp, e.stamp);
-      ApplyOp op;
-      if (ToApplyOp(e, &op)) ops.push_back(std::move(op));
-      last = end;
-      if (ops.size() >= kRebuildBatch) KVFS_RETURN_IF_ERROR(flush());
-    }
-    KVFS_RETURN_IF_ERROR(flush());
-    const auto& rep = (*reader)->report();
+    const auto& rep = f.report;
     if (rep.corrupt_regions > 0) {
-      spdlog::error("kvfs: journal {}: {} damaged region(s), {} bytes skipped", f.path, rep.corrupt_regions,
+      spdlog::error("kvfs: journal {}: {} damaged region(s), {} bytes skipped", f.file.path, rep.corrupt_regions,
                     rep.corrupt_bytes);
     }
-    if (rep.end == JournalEnd::kTorn && node == opts_.node_id && cut == cut_at.end()) {
-      spdlog::warn("kvfs: journal {}: torn tail of {} bytes at offset {}; cutting", f.path, rep.tail_bytes,
+    if (rep.end == JournalEnd::kTorn && node == opts_.node_id && f.limit == UINT64_MAX) {
+      spdlog::warn("kvfs: journal {}: torn tail of {} bytes at offset {}; cutting", f.file.path, rep.tail_bytes,
                    rep.valid_end.offset);
       FileRef ref;
       ref.kind = FileRef::Kind::kJournal;
       ref.node = node;
-      ref.generation = f.generation;
-      ref.number = f.number;
+      ref.generation = f.file.generation;
+      ref.number = f.file.number;
       cuts->push_back(JournalEntry::Cut(ref, rep.valid_end.offset, 0));
     }
   }
-  if (max_stamp) KVFS_RETURN_IF_ERROR(index_->SetHlcFloor(max_stamp));
   return Status::OK();
 }
 
@@ -574,13 +459,13 @@ void StoreImpl::StopThreads() {
 
 Status StoreImpl::Close() {
   if (closed_) return Status::OK();
-  StopEvictor();  // no reinsertion may race with segments_->Close()
+  StopEvictor();  // no reinsertion may race with Segments()->Close()
   Status s = Sync();
   StopThreads();
   closed_ = true;
-  if (s.ok()) s = segments_->Close();
+  if (s.ok()) s = Segments()->Close();
   std::vector<JournalEntry> sealed;
-  for (const auto& seg : segments_->TakeSealed()) sealed.push_back(JournalEntry::Seal(seg.id, hlc_.Now()));
+  for (const auto& seg : Segments()->TakeSealed()) sealed.push_back(JournalEntry::Seal(seg.id, hlc_.Now()));
   for (auto& e : sealed) journal_->Append(e);
   if (s.ok()) s = journal_->Sync();
   for (const auto& e : sealed) index_->SetSegmentState(e.segment, SegmentState::kSealed);
@@ -647,20 +532,41 @@ void StoreImpl::GroupCommitLoop() {
 
 Status StoreImpl::CommitRound(std::vector<JournalEntry>* batch) {
   // 1. Records first: every entry in the batch points at a record appended before it was queued.
-  KVFS_RETURN_IF_ERROR(segments_->Sync());
+  auto segments = Segments();
+  Status s = segments->Sync();
+  if (!s.ok()) {
+    // The entries stay queued (the caller re-queues the batch); the writer is broken for good, so
+    // records written from now on go to a new segment.
+    ReopenSegmentWriter();
+    return s;
+  }
   // 2. Segments sealed since the last round are journaled as SEAL.
-  for (const auto& seg : segments_->TakeSealed()) {
+  for (const auto& seg : segments->TakeSealed()) {
     batch->push_back(JournalEntry::Seal(seg.id, hlc_.Now()));
     index_->SetSegmentState(seg.id, SegmentState::kSealed);
   }
-  if (batch->empty()) return Status::OK();
-  // 3. The journal entries, durable.
-  for (const auto& e : *batch) journal_->Append(e);
-  KVFS_RETURN_IF_ERROR(journal_->Sync());
+  // 3. The journal entries, durable. Once appended, the journal writer owns them: a failed Sync keeps
+  // their bytes and rewrites them at the next one, so they are not re-queued here (no duplicates).
   journal_entries_ += batch->size();
-  group_commits_++;
+  for (const auto& e : *batch) journal_->Append(e);
   batch->clear();
+  if (journal_->synced_position() == journal_->appended_position()) return Status::OK();
+  KVFS_RETURN_IF_ERROR(journal_->Sync());
+  group_commits_++;
   return Status::OK();
+}
+
+void StoreImpl::ReopenSegmentWriter() {
+  std::lock_guard<std::mutex> l(seg_mu_);
+  SegmentWriterOptions so = seg_opts_;
+  so.first_seq = segments_->ActiveSegment().seq + 1;
+  auto sw = SegmentWriter::Open(env_, node_dir_->seg_dir(), opts_.node_id, node_dir_->generation(), so);
+  if (!sw.ok()) {
+    spdlog::error("kvfs: cannot open a new segment writer after a failed sync: {}", sw.status().ToString());
+    return;
+  }
+  spdlog::warn("kvfs: segment sync failed; new records go to segment {}", so.first_seq);
+  segments_ = std::shared_ptr<SegmentWriter>(std::move(*sw));
 }
 
 Status StoreImpl::Sync() {
@@ -800,7 +706,7 @@ Result<Location> StoreImpl::WriteRecord(uint64_t ino, const std::vector<std::str
     need = AlignUp(len) + kAlignment;  // value + its metadata block (path, checksum table)
     if (opts_.capacity_bytes) KVFS_RETURN_IF_ERROR(ReserveSpace(need));
   }
-  auto loc = segments_->Append(tag, hlc_.Now(), parts);
+  auto loc = Segments()->Append(tag, hlc_.Now(), parts);
   if (loc.ok()) records_written_++;
   if (evict_enabled_) {
     std::lock_guard<std::mutex> l(cap_mu_);
@@ -925,7 +831,8 @@ Status StoreImpl::Read(const Location& loc, uint64_t offset, size_t len, char* b
   if (!flight->status.ok()) {
     if (flight->status.IsCorruption() && leader) {
       checksum_failures_++;
-      spdlog::error("kvfs: checksum mismatch reading {}: {}", key.size(), flight->status.ToString());
+      spdlog::error("kvfs: checksum mismatch reading segment {}/{}-{} record @{}: {}", loc.segment.node,
+                    loc.segment.generation, loc.segment.seq, loc.record_offset, flight->status.ToString());
     }
     return flight->status;
   }
@@ -959,6 +866,7 @@ Status StoreImpl::PollPeer(const std::string& node, PeerState* st, uint64_t* cha
     ro.skip_damage = false;
     ro.direct = opts_.peer_direct_io;
     ro.expect_node = node;
+    ro.readahead = 4 * kJournalBlockSize;  // an idle peer's poll reads one small window at its tail
     auto reader = JournalReader::Open(env_, f.path, start, ro);
     if (!reader.ok()) return reader.status();
     std::vector<ApplyOp> ops;
@@ -1005,7 +913,7 @@ Status StoreImpl::PollPeer(const std::string& node, PeerState* st, uint64_t* cha
                      node, e.stamp);
       }
       ApplyOp op;
-      if (ToApplyOp(e, &op)) ops.push_back(std::move(op));
+      if (JournalEntryToApplyOp(e, &op)) ops.push_back(std::move(op));
       last = end;
       if (ops.size() >= kRebuildBatch) KVFS_RETURN_IF_ERROR(apply());
     }
@@ -1048,6 +956,10 @@ void StoreImpl::RequestPeerRefresh() {
   {
     std::lock_guard<std::mutex> l(peer_wake_mu_);
     const auto now = std::chrono::steady_clock::now();
+    // A miss usually means a peer is about to publish the name: poll now, and once more after the
+    // peer's group commit has had time to make its entry durable.
+    followup_at_ = now + std::chrono::milliseconds(2 * opts_.group_commit_interval_ms + 10);
+    followup_pending_ = true;
     if (now - last_early_poll_ < std::chrono::milliseconds(std::max<uint32_t>(1, opts_.peer_poll_ms / 4))) return;
     last_early_poll_ = now;
     peer_wake_ = true;
@@ -1064,9 +976,15 @@ void StoreImpl::PeerLoop() {
     bool early = false;
     {
       std::unique_lock<std::mutex> l(peer_wake_mu_);
-      peer_cv_.wait_for(l, interval, [&] { return peer_stop_ || peer_wake_; });
+      auto until = clock::now() + interval;
+      if (followup_pending_ && followup_at_ < until) until = followup_at_;
+      peer_cv_.wait_until(l, until, [&] { return peer_stop_ || peer_wake_; });
       if (peer_stop_) return;
       early = peer_wake_;
+      if (followup_pending_ && clock::now() >= followup_at_) {
+        early = true;
+        followup_pending_ = false;
+      }
       peer_wake_ = false;
     }
     // New nodes appear rarely: list the nodes directory every 10 rounds (and on an early poll).
@@ -1083,9 +1001,17 @@ void StoreImpl::PeerLoop() {
       uint64_t changed = 0;
       Status s = PollPeer(node, &st, &changed);
       if (!s.ok()) spdlog::warn("kvfs: tailing peer {}: {}", node, s.ToString());
-      // Back off for idle peers (64 idle nodes must not flood the server): 1x, 2x, 4x ... 16x.
-      st.idle_polls = changed ? 0 : std::min<uint32_t>(st.idle_polls + 1, 4);
-      st.next_poll = now + interval * (1u << st.idle_polls) - interval / 2;
+      if (changed) {
+        st.idle_polls = 0;
+        st.next_poll = now + interval;
+      } else if (!early) {
+        // Back off for idle peers (64 idle nodes must not flood the server): 1x, 2x, 4x the interval.
+        // An early (lookup-miss) poll that finds nothing leaves the schedule alone. The visibility
+        // bound for a peer idle for a while is therefore group commit + 4 x interval, and a reader
+        // that probes (a lookup miss) sees it within group commit + interval / 4 + a few ms.
+        st.idle_polls = std::min<uint32_t>(st.idle_polls + 1, 2);
+        st.next_poll = now + interval * (1u << st.idle_polls) - interval / 2;
+      }
     }
   }
 }
@@ -1438,7 +1364,7 @@ uint64_t StoreImpl::ReinsertRecord(const SegmentId& seg, uint64_t record_offset,
   auto path = index_->FullPath(ino);
   if (!path.ok()) return 0;
   const uint64_t stamp = meta->header.stamp;  // the record's original stamp, kept by MOVE
-  auto nl = segments_->Append(*path, stamp, {std::string_view(*value)});
+  auto nl = Segments()->Append(*path, stamp, {std::string_view(*value)});
   if (!nl.ok()) {
     if (nl.status().IsNoSpace()) NoteNoSpace();
     return 0;
@@ -1587,7 +1513,7 @@ StoreStats StoreImpl::GetStats() {
   s.files = st.files;
   s.directories = st.directories;
   s.live_bytes = st.live_bytes;
-  auto sw = segments_->GetStats();
+  auto sw = Segments()->GetStats();
   s.segments = sw.segments_created;
   s.segment_bytes = sw.value_bytes;
   s.records_written = records_written_;
