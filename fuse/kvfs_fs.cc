@@ -106,6 +106,7 @@ struct Version {
   ChunkBuffer data;
   Attr attr;          // mode, uid, gid, times; attr.size is ignored (data.size() is the size)
   uint64_t gen = 1;   // bumped on every change of the bytes or the size
+  uint64_t attr_gen = 1;  // bumped on every change of attr (chmod, utimens...) after creation
 
   // io_mu serializes record writes and commits of this version; guards the fields below.
   std::mutex io_mu;
@@ -113,6 +114,7 @@ struct Version {
   uint64_t record_gen = 0;
   Location record;
   uint64_t committed_gen = 0;  // gen of the last successful CommitFile (0 = never)
+  uint64_t committed_attr_gen = 0;
 
   // Guarded by the owning Inode's mu.
   int writers = 0;
@@ -136,12 +138,15 @@ struct Inode {
   bool contended = false;            // a hidden version is being written: page cache may mix versions
   bool hidden_ever = false;          // never keep_cache again: cached pages may belong to a hidden version
   Attr last_attr;                    // last attributes seen (answers fstat of an unlinked file)
+  Location last_loc;                 // last committed location seen (opens of a just-replaced file)
+  bool last_committed = false;
 };
 
 struct Handle {
   std::shared_ptr<Inode> inode;
   std::shared_ptr<Version> version;  // writable handles; readers of a staged version
   bool writable = false;
+  bool append = false;  // O_APPEND
   Location loc;      // readers of committed content: pinned at open
   uint64_t size = 0;
 };
@@ -276,14 +281,26 @@ struct KvfsFs::Impl {
 
   // Attributes stat shows for ino: the primary staged version if any, else the Store's. *timeout: how
   // long the kernel may cache them (0 while staged: st_size must be exact).
+  // The attributes stat shows while versions are staged (in->mu held): the newest version being
+  // written (hidden ones included: the kernel keeps ONE i_size per inode, and the writer's page-cache
+  // reads and appends use it, so it must be the writer's size), else the visible primary. False: none.
+  static bool StagedAttr(Inode& in, Attr* out) {
+    std::shared_ptr<Version> v = in.primary;
+    for (auto& w : in.writing) {
+      if (!v || w->seq > v->seq) v = w;
+    }
+    if (!v) return false;
+    VersionAttr(*v, out);
+    out->ino = in.ino;
+    if (in.unlinked) out->nlink = 0;
+    return true;
+  }
+
   Status GetAttr(uint64_t ino, Attr* out, double* timeout) {
     auto in = Get(ino);
     if (in) {
       std::lock_guard<std::mutex> g(in->mu);
-      if (in->primary) {
-        VersionAttr(*in->primary, out);
-        out->ino = ino;
-        if (in->unlinked) out->nlink = 0;
+      if (StagedAttr(*in, out)) {
         in->last_attr = *out;
         *timeout = 0;
         return Status::OK();
@@ -315,6 +332,8 @@ struct KvfsFs::Impl {
     if (in) {
       std::lock_guard<std::mutex> g(in->mu);
       in->last_attr = *out;
+      in->last_loc = n->location;
+      in->last_committed = n->committed;
       // A hidden version is being written: its writer's lseek(SEEK_END)/append must ask again.
       if (!in->writing.empty()) cacheable = false;
     }
@@ -333,12 +352,10 @@ struct KvfsFs::Impl {
     double at = (S_ISDIR(a.mode) || S_ISLNK(a.mode) || n.committed) ? opts.attr_timeout_s : 0;
     {
       std::lock_guard<std::mutex> g(in->mu);
-      if (in->primary) {
-        VersionAttr(*in->primary, &a);
-        a.ino = n.attr.ino;
-        at = 0;
-      }
+      if (StagedAttr(*in, &a)) at = 0;
       in->last_attr = a;
+      in->last_loc = n.location;
+      in->last_committed = n.committed;
     }
     FillStat(a, &e.attr);
     e.attr_timeout = at;
@@ -394,8 +411,9 @@ struct KvfsFs::Impl {
   //  - O_TRUNC of a committed file nobody writes: a *replacement* (hidden, page cache): readers and
   //    stat keep the committed content until the new version commits whole;
   //  - O_TRUNC of a staged file (created, never committed): a new empty primary version.
+  // need_content=false: the caller truncates to 0 anyway (skip the copy-on-write load).
   Result<std::shared_ptr<Version>> AcquireWritable(const std::shared_ptr<Inode>& in, bool trunc,
-                                                   const fuse_ctx* ctx) {
+                                                   const fuse_ctx* ctx, bool need_content = true) {
     std::lock_guard<std::mutex> g(in->mu);
     // Newest version being written or being committed by its last release (still in `writing`).
     std::shared_ptr<Version> newest;
@@ -443,8 +461,12 @@ struct KvfsFs::Impl {
     }
     // Copy-on-write: a non-truncating writable open of a committed file starts from its content.
     auto v = NewVersion(false, false);
-    Status s = LoadCommitted(in->ino, v.get(), &a);
-    if (!s.ok()) return s;
+    if (need_content) {
+      Status s = LoadCommitted(in->ino, v.get(), &a);
+      if (!s.ok()) return s;
+    } else {
+      a.size = 0;
+    }
     a.ino = in->ino;
     v->attr = a;
     in->primary = v;
@@ -492,15 +514,16 @@ struct KvfsFs::Impl {
       if (IsUnlinked(*in)) return Status::OK();
       KVFS_RETURN_IF_ERROR(FlushLocked(*in, *v));
       Attr a;
-      uint64_t gen;
+      uint64_t gen, attr_gen;
       {
         std::shared_lock<std::shared_mutex> rg(v->mu);
         gen = v->gen;
+        attr_gen = v->attr_gen;
         if (v->record_gen != gen && attempt < 3) continue;  // a write landed after the record: again
         a = v->attr;
         a.size = v->data.size();
       }
-      if (v->committed_gen == gen) return Status::OK();
+      if (v->committed_gen == gen && v->committed_attr_gen == attr_gen) return Status::OK();
       a.ino = in->ino;
       if (a.nlink == 0) a.nlink = 1;
       Location loc = a.size == 0 ? Location{} : v->record;
@@ -513,6 +536,7 @@ struct KvfsFs::Impl {
       }
       committed++;
       v->committed_gen = gen;
+      v->committed_attr_gen = attr_gen;
       bool inval = false;
       {
         std::lock_guard<std::mutex> lg(in->mu);
@@ -521,12 +545,23 @@ struct KvfsFs::Impl {
         if (in->primary && in->primary != v && in->primary->seq < v->seq) in->primary = nullptr;
         inval = in->contended || v->hidden;
         in->last_attr = a;
+        in->last_loc = loc;
+        in->last_committed = true;
       }
       // The content changed under readers that cached the old one (a hidden version committed, or
       // versions raced): drop the kernel's cached pages and attributes of this inode.
       if (inval) QueueInval(in->ino);
       return Status::OK();
     }
+  }
+
+  // close(2) of the version's last writer handle (FLUSH): the version becomes what stat and new
+  // readers see at once (close-to-open), even though its journal PUT waits for RELEASE, which the
+  // kernel sends asynchronously after close returns.
+  void PromoteAtClose(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v) {
+    std::lock_guard<std::mutex> g(in->mu);
+    if (in->unlinked || v->writers != 1 || in->primary == v) return;
+    in->primary = v;
   }
 
   // Drops one writer of v; the last one commits it (DESIGN §4 "Commit").
@@ -536,7 +571,16 @@ struct KvfsFs::Impl {
       if (--v->writers > 0) return Status::OK();
     }
     bool unl = IsUnlinked(*in);
-    Status s = Commit(in, v);
+    Status s;
+    for (int round = 0;; ++round) {
+      s = Commit(in, v);
+      // A truncate(path) or chmod that landed on this version while it was being committed (its last
+      // writer already gone) must not be lost: commit again.
+      std::lock_guard<std::mutex> g(in->mu);
+      if (!s.ok() || v->writers != 0 || in->unlinked || round >= 8) break;
+      std::shared_lock<std::shared_mutex> vg(v->mu);
+      if (v->committed_gen == v->gen && v->committed_attr_gen == v->attr_gen) break;
+    }
     std::lock_guard<std::mutex> g(in->mu);
     if (v->writers == 0) {
       auto& w = in->writing;
@@ -683,10 +727,6 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
     if (!S_ISREG(type)) return (void)fuse_reply_err(req, EINVAL);
     uint64_t size = static_cast<uint64_t>(attr->st_size);
     std::shared_ptr<Version> v = (h && h->writable) ? h->version : nullptr;
-    if (!v) {
-      std::lock_guard<std::mutex> g(in->mu);
-      v = in->primary;
-    }
     if (v) {
       std::unique_lock<std::shared_mutex> g(v->mu);
       uint64_t cap = v->data.capacity();
@@ -695,8 +735,9 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
       v->gen++;
       v->attr.mtime_ns = v->attr.ctime_ns = now;
     } else {
-      // truncate(2) of a committed file nobody writes: a new version, committed at once.
-      auto r = fs->AcquireWritable(in, size == 0, fuse_req_ctx(req));
+      // truncate(2) by name: join the version being written (even one whose last writer is committing
+      // it right now, so the new size cannot be lost), else a new version; the last writer commits.
+      auto r = fs->AcquireWritable(in, /*trunc=*/false, fuse_req_ctx(req), /*need_content=*/size != 0);
       if (!r.ok()) return Reply(req, r.status());
       auto nv = *r;
       {
@@ -724,6 +765,7 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
       if (amask & kSetAtime) v->attr.atime_ns = na.atime_ns;
       if (amask & kSetMtime) v->attr.mtime_ns = na.mtime_ns;
       v->attr.ctime_ns = na.ctime_ns;
+      v->attr_gen++;
     }
   }
   if (amask & ~static_cast<uint32_t>(kSetCtime)) {
@@ -844,6 +886,7 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
   bool trunc = force_trunc || (fi->flags & O_TRUNC);
   auto h = std::make_unique<Handle>();
   h->inode = in;
+  h->append = fi->flags & O_APPEND;
   bool direct = (fi->flags & O_DIRECT) || fs->opts.direct_io_all;
   fi->keep_cache = 0;
   if (writable) {
@@ -869,12 +912,23 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
     }
     if (!h->version) {
       auto n = fs->store->GetInode(in->ino);
-      if (!n.ok()) return n.status();
-      h->loc = n->location;
-      h->size = n->attr.size;
+      if (!n.ok()) {
+        // Replaced or unlinked by this node between the kernel's LOOKUP and this OPEN: like a local
+        // fs, open the doomed inode and read the version it last had (its record is still in its
+        // segment). A peer's replacement answers ESTALE instead: the kernel then finds the new file.
+        std::lock_guard<std::mutex> g(in->mu);
+        if (!n.status().IsNotFound() || !in->unlinked || !in->last_committed || in->last_attr.ino != in->ino) {
+          return n.status();
+        }
+        h->loc = in->last_loc;
+        h->size = in->last_attr.size;
+      } else {
+        h->loc = n->location;
+        h->size = n->attr.size;
+      }
       // Committed content never changes under this inode except through this daemon, which writes
       // through the page cache or invalidates it: keep the cache across opens.
-      fi->keep_cache = n->committed ? 1 : 0;
+      fi->keep_cache = (n.ok() && n->committed) ? 1 : 0;
     }
     // The kernel keeps ONE page cache and ONE i_size per inode. Once an inode has had two versions at
     // a time (a hidden one next to the visible one), a page-cache reader could get pages or a size of
@@ -990,6 +1044,9 @@ void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off
   {
     std::unique_lock<std::shared_mutex> g(v.mu);
     uint64_t cap = v.data.capacity();
+    // O_APPEND on a shadow (direct_io) handle: the kernel's append offset is the inode's i_size, which
+    // another version may have set; append to this version's end instead (no page cache to disagree).
+    if (h->append && v.direct && !fi->writepage) off = static_cast<off_t>(v.data.size());
     v.data.Write(static_cast<uint64_t>(off), buf, size);
     fs->staged_bytes += static_cast<int64_t>(v.data.capacity()) - static_cast<int64_t>(cap);
     v.gen++;
@@ -1002,7 +1059,9 @@ void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   auto* fs = FS(req);
   Handle* h = H(fi);
   if (!h->writable || !h->version) return (void)fuse_reply_err(req, 0);
-  Reply(req, fs->Flush(*h->inode, *h->version));
+  Status s = fs->Flush(*h->inode, *h->version);
+  if (s.ok()) fs->PromoteAtClose(h->inode, h->version);
+  Reply(req, s);
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
@@ -1076,20 +1135,27 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus
     s = fs->store->ReadDir(ino, after, [&](const DirEntry& d) {
       off_t next = static_cast<off_t>(d.cookie);
       if (!plus) return add_plain(d.name.c_str(), d.ino, d.mode, next);
-      auto node = fs->store->GetInode(d.ino);
-      if (!node.ok()) return true;  // removed meanwhile: skip it
       fuse_entry_param e;
       std::memset(&e, 0, sizeof(e));
+      bool staged = false;
+      if (auto in = fs->Get(d.ino)) {
+        std::lock_guard<std::mutex> g(in->mu);
+        staged = in->primary || !in->writing.empty();
+      }
+      if (staged) {
+        // Being written: attributes from a listing would race with the writer's own i_size updates.
+        // nodeid 0 in READDIRPLUS = "name only, no attributes, no lookup reference".
+        e.attr.st_ino = d.ino;
+        e.attr.st_mode = d.mode;
+        size_t n = fuse_add_direntry_plus(req, buf.data() + used, size - used, d.name.c_str(), &e, next);
+        if (n > size - used) return false;
+        used += n;
+        return true;
+      }
+      auto node = fs->store->GetInode(d.ino);
+      if (!node.ok()) return true;  // removed meanwhile: skip it
       Attr a = node->attr;
       double at = (S_ISDIR(a.mode) || S_ISLNK(a.mode) || node->committed) ? fs->opts.attr_timeout_s : 0;
-      auto in = fs->Get(d.ino);
-      if (in) {
-        std::lock_guard<std::mutex> g(in->mu);
-        if (in->primary) {
-          KvfsFs::Impl::VersionAttr(*in->primary, &a);
-          at = 0;
-        }
-      }
       a.ino = d.ino;
       e.ino = d.ino;
       FillStat(a, &e.attr);

@@ -408,11 +408,13 @@ class AttrOps(MountedTestCase):
         os.close(fd)
         self.assertEqual(kf.read_file(path), b"abc" + b"\0" * 4997)
         fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
-        # A truncating rewrite of a committed file is a hidden version: stat (also the writer's fstat,
-        # which carries no handle) shows the committed file until close (docs/semantics.md).
-        self.assertEqual(os.stat(path).st_size, 5000)
-        self.assertEqual(os.lseek(fd, 0, os.SEEK_END), 0)  # lseek asks with the handle: its version
+        # A truncating rewrite of a committed file is a hidden version: stat shows the size being written
+        # (exact, one i_size per inode), readers keep reading the committed bytes whole until close.
+        self.assertEqual(os.stat(path).st_size, 0)
+        self.assertEqual(os.fstat(fd).st_size, 0)
+        self.assertEqual(os.lseek(fd, 0, os.SEEK_END), 0)
         os.write(fd, b"new")
+        self.assertEqual(os.fstat(fd).st_size, 3)
         self.assertEqual(kf.read_file(path), b"abc" + b"\0" * 4997)
         os.close(fd)
         self.assertEqual(os.stat(path).st_size, 3)
@@ -945,15 +947,28 @@ class SameTempWriters(MountedTestCase):
         # O_TRUNC of a committed file (LMCache local_disk): readers see the old version whole until close.
         path = self.p("final")
         kf.write_file(path, pattern("old", self.SIZE))
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        fd = os.open(path, os.O_RDWR | os.O_TRUNC)
         try:
             os.write(fd, pattern("new", self.SIZE)[:70000])
-            self.assertEqual(kf.read_file(path), pattern("old", self.SIZE))
-            self.assertEqual(os.stat(path).st_size, self.SIZE)
+            self.assertEqual(kf.read_file(path), pattern("old", self.SIZE))  # whole, never truncated
+            self.assertEqual(os.stat(path).st_size, 70000)  # st_size is exact: the size being written
+            os.listdir(self.d)  # READDIRPLUS must not reset the writer's size
+            self.assertEqual(os.pread(fd, 100, 69950), pattern("new", self.SIZE)[69950:70000])
             os.write(fd, pattern("new", self.SIZE)[70000:])
         finally:
             os.close(fd)
         self.assertEqual(kf.read_file(path), pattern("new", self.SIZE))
+        # O_APPEND rewrite with a listing in the middle (differential_test regression)
+        kf.write_file(path, b"old")
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_APPEND)
+        try:
+            os.write(fd, b"A" * 5000)
+            os.listdir(self.d)
+            os.stat(path)
+            os.write(fd, b"B" * 100)
+        finally:
+            os.close(fd)
+        self.assertEqual(kf.read_file(path), b"A" * 5000 + b"B" * 100)
 
 
 @kf.skip_unless_fuse
