@@ -182,6 +182,11 @@ struct KvfsFs::Impl {
     std::string name;
   };
   std::deque<Notice> nq;
+  struct ListenerGate {
+    std::mutex mu;
+    Impl* impl = nullptr;
+  };
+  std::shared_ptr<ListenerGate> gate;
   bool nq_stop = false;
   std::thread notifier;
 
@@ -1351,11 +1356,22 @@ KvfsFs::KvfsFs(Store* store, FsOptions opts) : impl_(std::make_unique<Impl>(stor
   impl_->owner = this;
   impl_->notifier = std::thread([this] { impl_->NotifierMain(); });
   // Peers' changes reach the kernel through the notifier thread (it holds no lock a worker needs).
-  store->SetChangeListener([impl = impl_.get()](const PeerChanges& c) { impl->OnPeerChanges(c); });
+  // The Store may still run a copy of the callback after SetChangeListener(nullptr): the gate makes a
+  // late call a no-op once this object is being destroyed.
+  impl_->gate = std::make_shared<Impl::ListenerGate>();
+  impl_->gate->impl = impl_.get();
+  store->SetChangeListener([gate = impl_->gate](const PeerChanges& c) {
+    std::lock_guard<std::mutex> g(gate->mu);
+    if (gate->impl) gate->impl->OnPeerChanges(c);
+  });
 }
 
 KvfsFs::~KvfsFs() {
   impl_->store->SetChangeListener(nullptr);
+  {
+    std::lock_guard<std::mutex> g(impl_->gate->mu);
+    impl_->gate->impl = nullptr;
+  }
   {
     std::lock_guard<std::mutex> g(impl_->nq_mu);
     impl_->nq_stop = true;
