@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -212,6 +213,12 @@ struct KvfsFs::Impl {
   }
   void MaybeEraseLocked(const std::shared_ptr<Inode>& in) {
     if (in->nlookup == 0 && in->open_handles == 0 && in->ino != kRootIno) {
+      {
+        // A version still committing (deferred) keeps its inode: a new Inode object for the same
+        // number would not see it.
+        std::lock_guard<std::mutex> g(in->mu);
+        if (!in->writing.empty()) return;
+      }
       auto it = table.find(in->ino);
       if (it != table.end() && it->second == in) table.erase(it);
     }
@@ -569,11 +576,33 @@ struct KvfsFs::Impl {
     in->primary = v;
   }
 
-  // Drops one writer of v; the last one commits it (DESIGN §4 "Commit").
-  Status ReleaseWritable(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v) {
+  // Drops one writer of v; the last one commits it (DESIGN §4 "Commit"). defer: commit it
+  // opts.commit_delay_ms later on the committer thread, so that the rename that usually follows close
+  // (temp file + rename) happens first and the journal gets one PUT under the final name instead of a
+  // PUT under the temp name + a RENAME. Until then the version stays staged and visible as before.
+  Status ReleaseWritable(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v,
+                         bool defer = false) {
     {
       std::lock_guard<std::mutex> g(in->mu);
       if (--v->writers > 0) return Status::OK();
+    }
+    if (defer && opts.commit_delay_ms > 0) {
+      std::lock_guard<std::mutex> g(cq_mu);
+      if (!cq_stop) {
+        cq.push_back(Deferred{std::chrono::steady_clock::now() + std::chrono::milliseconds(opts.commit_delay_ms),
+                              in, v});
+        cq_cv.notify_one();
+        return Status::OK();
+      }
+    }
+    return FinishRelease(in, v);
+  }
+
+  // The last writer is gone: commit v (again if something changed while committing), then drop it.
+  Status FinishRelease(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v) {
+    {
+      std::lock_guard<std::mutex> g(in->mu);
+      if (v->writers > 0) return Status::OK();  // a new writer joined: its release commits
     }
     bool unl = IsUnlinked(*in);
     Status s;
@@ -597,6 +626,52 @@ struct KvfsFs::Impl {
       if (unl || in->unlinked) discarded++;
     }
     return s;
+  }
+
+  // ---- deferred commits ----
+  struct Deferred {
+    std::chrono::steady_clock::time_point due;
+    std::shared_ptr<Inode> in;
+    std::shared_ptr<Version> v;
+  };
+  std::mutex cq_mu;
+  std::condition_variable cq_cv;
+  std::deque<Deferred> cq;  // due times are nondecreasing (one fixed delay)
+  bool cq_stop = false;
+  std::thread committer;
+
+  void CommitterMain() {
+    std::unique_lock<std::mutex> lk(cq_mu);
+    for (;;) {
+      if (cq.empty()) {
+        if (cq_stop) return;
+        cq_cv.wait(lk);
+        continue;
+      }
+      if (!cq_stop && std::chrono::steady_clock::now() < cq.front().due) {
+        cq_cv.wait_until(lk, cq.front().due);
+        continue;
+      }
+      Deferred d = std::move(cq.front());
+      cq.pop_front();
+      lk.unlock();
+      Status s = FinishRelease(d.in, d.v);
+      if (!s.ok()) spdlog::error("commit of inode {}: {} (version not published)", d.in->ino, s.ToString());
+      {
+        std::lock_guard<std::mutex> g(table_mu);
+        MaybeEraseLocked(d.in);
+      }
+      lk.lock();
+    }
+  }
+  // Commits everything deferred now and stops the committer thread.
+  void StopCommitter() {
+    {
+      std::lock_guard<std::mutex> g(cq_mu);
+      cq_stop = true;
+      cq_cv.notify_all();
+    }
+    if (committer.joinable()) committer.join();
   }
 };
 
@@ -953,7 +1028,7 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
 
 void ReleaseHandle(KvfsFs::Impl* fs, Handle* h) {
   if (h->writable && h->version) {
-    Status s = fs->ReleaseWritable(h->inode, h->version);
+    Status s = fs->ReleaseWritable(h->inode, h->version, /*defer=*/true);
     if (!s.ok()) spdlog::error("release of inode {}: {} (version not published)", h->inode->ino, s.ToString());
   }
   auto in = h->inode;
@@ -1355,6 +1430,7 @@ KvfsFs::KvfsFs(Store* store, FsOptions opts) : impl_(std::make_unique<Impl>(stor
   impl_->Ref(kRootIno, S_IFDIR);
   impl_->owner = this;
   impl_->notifier = std::thread([this] { impl_->NotifierMain(); });
+  impl_->committer = std::thread([this] { impl_->CommitterMain(); });
   // Peers' changes reach the kernel through the notifier thread (it holds no lock a worker needs).
   // The Store may still run a copy of the callback after SetChangeListener(nullptr): the gate makes a
   // late call a no-op once this object is being destroyed.
@@ -1367,6 +1443,7 @@ KvfsFs::KvfsFs(Store* store, FsOptions opts) : impl_(std::make_unique<Impl>(stor
 }
 
 KvfsFs::~KvfsFs() {
+  impl_->StopCommitter();
   impl_->store->SetChangeListener(nullptr);
   {
     std::lock_guard<std::mutex> g(impl_->gate->mu);
@@ -1429,8 +1506,9 @@ int KvfsFs::Loop() {
     fuse_session_unmount(impl_->se);
     impl_->mounted = false;
   }
-  // Versions still open here belong to handles the kernel never released (lazy unmount / abort):
-  // publish what they have, as a release would.
+  // Deferred commits first, then versions still open here: they belong to handles the kernel never
+  // released (lazy unmount / abort): publish what they have, as a release would.
+  impl_->StopCommitter();
   std::vector<std::pair<std::shared_ptr<Inode>, std::shared_ptr<Version>>> left;
   {
     std::lock_guard<std::mutex> g(impl_->table_mu);

@@ -38,6 +38,10 @@ struct FsOptions {
   double attr_timeout_s = 3600;         // committed files and directories
   double negative_timeout_s = 1;        // ENOENT answers (connectors mostly probe absent keys)
   bool direct_io_all = false;           // reply direct_io on every open (debugging / benchmarks)
+  // The journal PUT of a version whose last writer was released waits this long (ms), so a rename
+  // right after close(2) comes first: temp + rename journals one PUT under the final name. 0 = commit
+  // in the RELEASE handler. Keep it well below the group-commit interval (durability adds it).
+  uint32_t commit_delay_ms = 5;
 };
 
 // Counters of the FUSE layer (exported through the user.kvfs.stats virtual xattr with Store stats).
