@@ -44,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "blockstore/deadline_env.h"
 #include "fuse/kvfs_fs.h"
 #include "index/store.h"
 #include "tools/node_cmd.h"
@@ -113,6 +114,7 @@ struct MountArgs {
   uint32_t group_commit_ms = 20;
   uint32_t peer_poll_ms = 200;
   bool peer_direct_io = false;
+  uint32_t backing_deadline_ms = 0;
   std::vector<std::string> fuse_opts;
   std::string log_level = "info";
   std::string capacity, high_watermark, low_watermark;  // DESIGN §6; empty = unlimited / none
@@ -220,6 +222,14 @@ int RunMount(MountArgs a) {
     Die(code, msg);
   };
 
+  if (a.backing_deadline_ms > 0) {
+    // Every backing request gets a deadline: a hung export becomes EIO for the caller (DESIGN §7).
+    // Created here, after the fork (its worker threads would not survive it); lives until exit.
+    kvfs::DeadlineEnvOptions dopts;
+    dopts.deadline = std::chrono::milliseconds(a.backing_deadline_ms);
+    static kvfs::DeadlineEnv* deadline_env = new kvfs::DeadlineEnv(kvfs::Env::Posix(), dopts);
+    so.env = deadline_env;
+  }
   auto opened = kvfs::Store::Open(so);
   if (!opened.ok()) {
     const auto& s = opened.status();
@@ -549,6 +559,8 @@ int main(int argc, char** argv) {
   mount->add_flag("--direct-io", ma.direct_io, "O_DIRECT for segment writes");
   mount->add_option("--peer-poll-ms", ma.peer_poll_ms, "how often peers' journals are tailed, ms (0 = never)");
   mount->add_flag("--peer-direct-io", ma.peer_direct_io, "read peers' journals with O_DIRECT");
+  mount->add_option("--backing-deadline-ms", ma.backing_deadline_ms,
+                    "deadline for every backing-store request; a hung export becomes EIO (default 0 = off)");
   mount->add_flag("--force", ma.force, "take over the node directory even if its owner looks alive");
   mount->add_flag("--splice", ma.splice, "enable FUSE splice read/write/move");
   mount->add_option("-o", ma.fuse_opts,

@@ -148,6 +148,17 @@ class DaemonLifecycle(unittest.TestCase):
         finally:
             self.assertEqual(kf.run_kvfs("umount", self.b.mnt).returncode, 0)
 
+    def test_backing_deadline_flag_serves_and_persists(self):
+        # --backing-deadline-ms routes every backing request through the deadline Env; a healthy
+        # export must work exactly as without it, across a remount.
+        data = os.urandom(3 * 1024 * 1024 + 17)
+        with kf.mounted(backing=self.b, backing_deadline_ms=5000) as (mnt, _, _):
+            with open(os.path.join(mnt, "f"), "wb") as f:
+                f.write(data)
+        with kf.mounted(backing=self.b, backing_deadline_ms=5000) as (mnt, _, _):
+            with open(os.path.join(mnt, "f"), "rb") as f:
+                self.assertEqual(f.read(), data)
+
     def test_umount_busy(self):
         with kf.mounted(backing=self.b) as (mnt, _, _):
             fd = os.open(os.path.join(mnt, "open"), os.O_CREAT | os.O_WRONLY, 0o644)
