@@ -315,6 +315,14 @@ Status StoreImpl::Init() {
     opts_.index_dir = std::string("/var/lib/kvfs/") + buf + "-" + opts_.node_id;
   }
 
+  // The index first: a refused mount (index dir held by another mount) must not write anything to the
+  // shared backing store. Rebuilt below when new, not closed cleanly, or unusable.
+  KVFS_RETURN_IF_ERROR(Env::Posix()->CreateDirs(opts_.index_dir));
+  IndexDbOptions io;
+  io.dir = opts_.index_dir;
+  io.node_id = opts_.node_id;
+  auto idx = IndexDb::Open(io);
+  if (!idx.ok() && idx.status().IsBusy()) return idx.status();
   NodeDirOptions nd;
   nd.env = env_;
   nd.backing_dir = opts_.backing_dir;
@@ -326,13 +334,6 @@ Status StoreImpl::Init() {
   spdlog::info("kvfs: node {} generation {} ({})", opts_.node_id, node_dir_->generation(),
                node_dir_->takeover_reason());
 
-  // The index: open; rebuild when new, not closed cleanly, or unusable.
-  KVFS_RETURN_IF_ERROR(Env::Posix()->CreateDirs(opts_.index_dir));
-  IndexDbOptions io;
-  io.dir = opts_.index_dir;
-  io.node_id = opts_.node_id;
-  auto idx = IndexDb::Open(io);
-  if (!idx.ok() && idx.status().IsBusy()) return idx.status();
   bool rebuild = !idx.ok() || (*idx)->Created() || !(*idx)->WasCleanlyClosed();
   if (!idx.ok()) spdlog::warn("kvfs: index {} unusable ({}); rebuilding", io.dir, idx.status().ToString());
   if (rebuild && idx.ok() && (*idx)->Created()) {

@@ -142,6 +142,20 @@ int RunMount(MountArgs a) {
   if (!IsDir(a.mountpoint)) Die(kExitUsage, "mountpoint '" + a.mountpoint + "' does not exist or is not a directory");
   a.backing = RealPath(a.backing);
   a.mountpoint = RealPath(a.mountpoint);
+  {
+    // The daemon reads and writes its segments under the backing directory: it must not be (inside)
+    // the mountpoint, and the mountpoint must not be inside kvfs's own metadata.
+    auto inside = [](const std::string& p, const std::string& dir) {
+      return p == dir || (p.size() > dir.size() && p.compare(0, dir.size(), dir) == 0 &&
+                          (dir == "/" || p[dir.size()] == '/'));
+    };
+    if (inside(a.backing, a.mountpoint)) {
+      Die(kExitUsage, "backing directory '" + a.backing + "' is the mountpoint or inside it");
+    }
+    if (a.backing.find("/.kvfs") != std::string::npos || inside(a.mountpoint, a.backing + "/.kvfs")) {
+      Die(kExitUsage, "backing directory '" + a.backing + "' is inside kvfs metadata (.kvfs)");
+    }
+  }
   if (IsMountPoint(a.mountpoint)) Die(kExitUsage, "mountpoint '" + a.mountpoint + "' is busy (already mounted)");
   if (!DirEmpty(a.mountpoint)) Die(kExitUsage, "mountpoint '" + a.mountpoint + "' is not empty");
   if (a.threads == 0) Die(kExitUsage, "--threads must be at least 1");

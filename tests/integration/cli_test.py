@@ -76,6 +76,16 @@ class CliErrors(unittest.TestCase):
             r = self.mount(mnt=other)
             self.assertUsageError(r, "in use")
             self.assertFalse(kf.is_mounted(other))
+            # A second node id on the same index dir is refused before it touches the shared store.
+            r = self.mount("--node-id", "intruder", mnt=other)
+            self.assertUsageError(r, "in use")
+            self.assertFalse(os.path.exists(os.path.join(self.b.backing, ".kvfs", "v1", "nodes", "intruder")))
+
+    def test_backing_inside_mountpoint_is_refused(self):
+        r = kf.run_kvfs("mount", self.b.mnt, "--backing", self.b.mnt, "--index-dir", self.b.index)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("mountpoint", r.stderr)
+        self.assertFalse(kf.is_mounted(self.b.mnt))
 
     def test_unknown_flag(self):
         self.assertUsageError(self.mount("--bogus"), "--bogus")
