@@ -10,7 +10,7 @@
 //      unrepairable damage — lost journal entries, damaged segment headers or regions — is reported again)
 //   2  usage error or bad input (unknown option, not a kvfs backing directory, unknown node, unusable index dir)
 //   3  --repair refused for a node owned by a live mount (fresh heartbeat); nothing of that node was changed
-//   4  I/O error reading or writing the export or the index
+//   2  I/O error reading or writing the export or the index (same code as a usage error)
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,7 +27,7 @@
 
 namespace {
 
-constexpr int kExitClean = 0, kExitProblems = 1, kExitUsage = 2, kExitRefused = 3, kExitIO = 4;
+constexpr int kExitClean = 0, kExitProblems = 1, kExitUsage = 2, kExitRefused = 3, kExitIO = 2;  // the issue's contract: 2 = usage or I/O error
 
 const char* kManual = R"(NAME
     kvfs-fsck - check and repair a kvfs backing directory
@@ -67,7 +67,7 @@ OPTIONS
 
 EXIT STATUS
     0 clean, 1 problems found (and repaired with --repair), 2 usage or bad input, 3 repair refused
-    (live owner), 4 I/O error.
+    (live owner), 2 I/O error.
 )";
 
 std::string Human(uint64_t b) {
