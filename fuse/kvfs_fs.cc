@@ -638,6 +638,7 @@ struct KvfsFs::Impl {
   std::condition_variable cq_cv;
   std::deque<Deferred> cq;  // due times are nondecreasing (one fixed delay)
   bool cq_stop = false;
+  int cq_inflight = 0;  // commits the committer thread popped and is running (guarded by cq_mu)
   std::thread committer;
 
   void CommitterMain() {
@@ -654,15 +655,30 @@ struct KvfsFs::Impl {
       }
       Deferred d = std::move(cq.front());
       cq.pop_front();
+      cq_inflight++;
       lk.unlock();
-      Status s = FinishRelease(d.in, d.v);
-      if (!s.ok()) spdlog::error("commit of inode {}: {} (version not published)", d.in->ino, s.ToString());
-      {
-        std::lock_guard<std::mutex> g(table_mu);
-        MaybeEraseLocked(d.in);
-      }
+      RunDeferred(d);
       lk.lock();
+      cq_inflight--;
+      cq_cv.notify_all();
     }
+  }
+  void RunDeferred(Deferred& d) {
+    Status s = FinishRelease(d.in, d.v);
+    if (!s.ok()) spdlog::error("commit of inode {}: {} (version not published)", d.in->ino, s.ToString());
+    std::lock_guard<std::mutex> g(table_mu);
+    MaybeEraseLocked(d.in);
+  }
+  // Runs every deferred commit now, in the calling thread, and waits for the one the committer may be
+  // running: fsync / fsyncdir must also cover files closed just before (their commit is deferred).
+  void DrainDeferred() {
+    std::deque<Deferred> todo;
+    {
+      std::unique_lock<std::mutex> lk(cq_mu);
+      todo.swap(cq);
+      cq_cv.wait(lk, [&] { return cq_inflight == 0; });
+    }
+    for (auto& d : todo) RunDeferred(d);
   }
   // Commits everything deferred now and stops the committer thread.
   void StopCommitter() {
@@ -1156,6 +1172,7 @@ void OpFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
     Status s = fs->Commit(h->inode, h->version);
     if (!s.ok()) return Reply(req, s);
   }
+  fs->DrainDeferred();  // a version closed just before (commit deferred) is covered too
   Reply(req, fs->store->Sync());
 }
 
@@ -1166,7 +1183,10 @@ void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 
 void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
 
-void OpFsyncdir(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) { Reply(req, FS(req)->store->Sync()); }
+void OpFsyncdir(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) {
+  FS(req)->DrainDeferred();
+  Reply(req, FS(req)->store->Sync());
+}
 
 // Directory offsets: 0 = start, 1 = after ".", 2 = after "..", otherwise the Store cookie of the last
 // entry returned (stable: entries created or removed during a listing neither skip nor repeat others).

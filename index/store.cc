@@ -652,10 +652,11 @@ Status StoreImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
   if (r->replaced && replaced_ino) *replaced_ino = r->replaced_node.attr.ino;
   if (journaled) {
     EnqueueLocked(JournalEntry::Rename(*from, *to, src->location, stamp));
-  } else if (r->replaced && r->replaced_node.committed) {
-    // The destination's committed file is gone now even if the staged source is never committed.
-    EnqueueLocked(JournalEntry::Unlink(*to, stamp));
   }
+  // A staged source replacing a committed destination journals nothing now: its PUT under the new name
+  // (at commit, a few ms later) replaces the destination for peers in one step. Journaling an UNLINK
+  // here would show peers an ENOENT window on every temp + rename publish (cases.md case 2). If the
+  // staged file is discarded instead, peers and a rebuilt index keep the old destination.
   return Status::OK();
 }
 

@@ -109,7 +109,14 @@ class MountHelper(unittest.TestCase):
         kf.write_file(os.path.join(self.b.mnt, "chunk-0.bin"), data)
         with open(os.path.join(self.b.mnt, "chunk-0.bin"), "rb") as f:
             self.assertEqual(f.read(), data)
-        st = json.loads(os.getxattr(self.b.mnt, "user.kvfs.stats").decode())
+        # The commit runs a few ms after the last close (deferred so a rename right after close
+        # journals one PUT): the committed-file count follows shortly.
+        deadline = time.time() + 5
+        while True:
+            st = json.loads(os.getxattr(self.b.mnt, "user.kvfs.stats").decode())
+            if st["files"] >= 1 or time.time() > deadline:
+                break
+            time.sleep(0.01)
         self.assertGreaterEqual(st["files"], 1)
         self.assertTrue(os.path.isdir(os.path.join(self.b.backing, ".kvfs", "v1", "nodes", node)))
         return pid, opts
