@@ -176,25 +176,4 @@ Status DecodeTrailer(const char* src, Trailer* out) {
   return Status::OK();
 }
 
-std::string SegmentFileName(uint64_t generation, uint64_t seq) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%020" PRIu64 "-%020" PRIu64 ".kseg", generation, seq);
-  return buf;
-}
-
-std::optional<std::pair<uint64_t, uint64_t>> ParseSegmentFileName(std::string_view name) {
-  constexpr std::string_view kExt = ".kseg";
-  if (name.size() <= kExt.size() || name.substr(name.size() - kExt.size()) != kExt) return std::nullopt;
-  name.remove_suffix(kExt.size());
-  const size_t dash = name.find('-');
-  if (dash == std::string_view::npos || dash == 0 || dash + 1 == name.size()) return std::nullopt;
-  uint64_t gen = 0, seq = 0;
-  auto parse = [](std::string_view s, uint64_t* v) {
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
-    return ec == std::errc() && p == s.data() + s.size();
-  };
-  if (!parse(name.substr(0, dash), &gen) || !parse(name.substr(dash + 1), &seq)) return std::nullopt;
-  return std::make_pair(gen, seq);
-}
-
 }  // namespace kvfs::format

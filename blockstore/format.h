@@ -211,12 +211,6 @@ inline constexpr uint64_t SealedFileSize(uint64_t footer_offset, uint64_t count)
   return footer_offset + FooterBytes(count) + kTrailerBlockSize;
 }
 
-// ---------------------------------------------------------------------------------------------------
-// File names: "<generation>-<seq>.kseg", both zero padded decimal to 20 digits (fits every u64), so
-// names sort in (generation, seq) order. Same names as blockstore/node_dir.h SegmentFileName.
-// ---------------------------------------------------------------------------------------------------
-std::string SegmentFileName(uint64_t generation, uint64_t seq);
-// Parses a segment file name; nullopt when the name is not one (e.g. a .tmp file).
-std::optional<std::pair<uint64_t, uint64_t>> ParseSegmentFileName(std::string_view name);
+// Segment file names ("<gen20>-<seq20>.kseg") are defined once, in blockstore/node_dir.h.
 
 }  // namespace kvfs::format

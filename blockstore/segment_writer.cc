@@ -1,5 +1,7 @@
 #include "blockstore/segment_writer.h"
 
+#include "blockstore/node_dir.h"
+
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
@@ -106,7 +108,7 @@ Result<std::unique_ptr<SegmentWriter>> SegmentWriter::Open(Env* env, std::string
 }
 
 std::string SegmentWriter::SegmentPath(uint64_t seq) const {
-  return seg_dir_ + "/" + format::SegmentFileName(generation_, seq);
+  return seg_dir_ + "/" + SegmentFileName(generation_, seq);
 }
 
 SegmentId SegmentWriter::ActiveSegment() const {

@@ -1,5 +1,5 @@
 // SegmentWriter: appends records (blockstore/format.h) to the segments of one node directory,
-// <backing>/.kvfs/v1/nodes/<node>/seg/, as files named format::SegmentFileName(generation, seq)
+// <backing>/.kvfs/v1/nodes/<node>/seg/, as files named SegmentFileName(generation, seq) (node_dir.h)
 // ("00000000000000000003-00000000000000000017.kseg"). Single writer per directory and generation (DESIGN §2): two
 // SegmentWriters must never share (seg_dir, generation).
 //

@@ -18,6 +18,7 @@
 
 #include "blockstore/env.h"
 #include "blockstore/segment_reader.h"
+#include "blockstore/node_dir.h"
 #include "blockstore/segment_writer.h"
 
 namespace kvfs {
@@ -119,7 +120,7 @@ void BM_SegmentReadValue(benchmark::State& state) {
   }
   OpenOptions oo;
   oo.direct = direct;
-  auto f = std::move(*Env::Posix()->Open(dir + "/" + format::SegmentFileName(1, 1), oo));
+  auto f = std::move(*Env::Posix()->Open(dir + "/" + SegmentFileName(1, 1), oo));
   char* out = AlignedAlloc(n);
   size_t i = 0;
   for (auto _ : state) {

@@ -20,6 +20,7 @@
 #include "blockstore/fault_env.h"
 #include "blockstore/format.h"
 #include "blockstore/segment_reader.h"
+#include "blockstore/node_dir.h"
 #include "blockstore/segment_writer.h"
 
 namespace kvfs {
@@ -70,7 +71,7 @@ class SegmentTest : public ::testing::Test {
     EXPECT_TRUE(w.ok()) << w.status().ToString();
     return w.ok() ? std::move(*w) : nullptr;
   }
-  std::string SegPath(const SegmentId& id) { return seg_dir_ + "/" + format::SegmentFileName(id.generation, id.seq); }
+  std::string SegPath(const SegmentId& id) { return seg_dir_ + "/" + SegmentFileName(id.generation, id.seq); }
   std::unique_ptr<BackingFile> OpenSeg(const SegmentId& id, bool direct = false) {
     OpenOptions o;
     o.direct = direct;
@@ -307,13 +308,13 @@ TEST_F(SegmentTest, FormatCodecsRoundTrip) {
   format::EncodeFooterEntry(e, eb);
   EXPECT_EQ(format::DecodeFooterEntry(eb), e);
 
-  EXPECT_EQ(format::SegmentFileName(3, 17), "00000000000000000003-00000000000000000017.kseg");
-  auto p = format::ParseSegmentFileName("0000000003-0000000017.kseg");
-  ASSERT_TRUE(p);
-  EXPECT_EQ(p->first, 3u);
-  EXPECT_EQ(p->second, 17u);
-  EXPECT_FALSE(format::ParseSegmentFileName("0000000003-0000000017.kseg.tmp"));
-  EXPECT_FALSE(format::ParseSegmentFileName("x-1.kseg"));
+  EXPECT_EQ(SegmentFileName(3, 17), "00000000000000000003-00000000000000000017.kseg");
+  uint64_t g = 0, q = 0;
+  ASSERT_TRUE(ParseSegmentFileName("00000000000000000003-00000000000000000017.kseg", &g, &q));
+  EXPECT_EQ(g, 3u);
+  EXPECT_EQ(q, 17u);
+  EXPECT_FALSE(ParseSegmentFileName("00000000000000000003-00000000000000000017.kseg.tmp", &g, &q));
+  EXPECT_FALSE(ParseSegmentFileName("x-1.kseg", &g, &q));
   EXPECT_EQ(format::RecordSpan(10, 0), 4096u);
   EXPECT_EQ(format::RecordSpan(10, 1), 8192u);
   EXPECT_EQ(format::ValueDelta(4096 - 64 - 8 * 577 + 1, 37748736 + 1), 8192u);
