@@ -167,9 +167,19 @@ class CapacityTest(unittest.TestCase):
                 written.append(name)
                 u = usage(mnt)
                 if u > 0.80:
-                    files = sorted(os.listdir(mnt), key=lambda f: os.stat(os.path.join(mnt, f)).st_mtime_ns)
+                    # A real cleaner tolerates files that vanish between listdir and stat/unlink
+                    # (here: the evictor drops segments meanwhile).
+                    def mtime(f):
+                        try:
+                            return os.stat(os.path.join(mnt, f)).st_mtime_ns
+                        except FileNotFoundError:
+                            return -1
+                    files = sorted(os.listdir(mnt), key=mtime)
                     while usage(mnt) > 0.70 and files:
-                        os.unlink(os.path.join(mnt, files.pop(0)))
+                        try:
+                            os.unlink(os.path.join(mnt, files.pop(0)))
+                        except FileNotFoundError:
+                            pass
                         deleted += 1
                     runs.append((u, usage(mnt)))
             self.assertTrue(runs, "usage never passed 80 %")

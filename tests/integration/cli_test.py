@@ -133,9 +133,15 @@ class DaemonLifecycle(unittest.TestCase):
             data = os.urandom(3 << 20)
             kf.write_file(os.path.join(self.b.mnt, "f"), data)
             self.assertEqual(kf.read_file(os.path.join(self.b.mnt, "f")), data)
-            s = kf.run_kvfs("stats", self.b.mnt, "--json")
-            self.assertEqual(s.returncode, 0, s.stderr)
-            st = json.loads(s.stdout)
+            # The commit runs a few ms after the last close (deferred): wait for it to be counted.
+            deadline = time.time() + 5
+            while True:
+                s = kf.run_kvfs("stats", self.b.mnt, "--json")
+                self.assertEqual(s.returncode, 0, s.stderr)
+                st = json.loads(s.stdout)
+                if st["live_bytes"] >= 3 << 20 or time.time() > deadline:
+                    break
+                time.sleep(0.01)
             for k in ("files", "live_bytes", "segments", "cache_hit_rate", "records_written", "journal_entries",
                       "backing_metadata_ops", "backing_files_created"):
                 self.assertIn(k, st)
