@@ -29,6 +29,7 @@
 #include <unordered_map>
 
 #include "fuse/chunk_buffer.h"
+#include "fuse/stats_render.h"
 
 #ifndef FALLOC_FL_KEEP_SIZE
 #define FALLOC_FL_KEEP_SIZE 0x01
@@ -172,6 +173,8 @@ struct KvfsFs::Impl {
   std::atomic<int64_t> staged_bytes{0};
   std::atomic<uint64_t> open_handles{0}, staged_versions{0}, shadows{0}, committed{0}, discarded{0},
       flush_records{0}, flush_errors{0}, commit_errors{0};
+  std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
+  FuseOpStats op_stats;  // requests and handler latency by operation (Timed in MakeOps)
 
   // Kernel page-cache invalidations run on their own thread: fuse_lowlevel_notify_inval_inode must not
   // be called from a worker that the kernel may be waiting on.
@@ -1112,6 +1115,9 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
     std::shared_lock<std::shared_mutex> g(vp->mu);
     std::vector<iovec> iov;
     vp->data.Iov(static_cast<uint64_t>(off), size, &iov);
+    uint64_t n = 0;
+    for (const auto& v : iov) n += v.iov_len;
+    fs->bytes_read.fetch_add(n, std::memory_order_relaxed);
     fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));  // the kernel copies during the call
     return;
   }
@@ -1126,6 +1132,7 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
     spdlog::error("read of inode {} at {}+{}: {}", h->inode->ino, uoff, want, s.ToString());
     return Reply(req, s);
   }
+  fs->bytes_read.fetch_add(got, std::memory_order_relaxed);
   fuse_reply_buf(req, buf.data(), got);
 }
 
@@ -1148,6 +1155,7 @@ void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off
     v.gen++;
     v.attr.mtime_ns = v.attr.ctime_ns = NowNs();
   }
+  fs->bytes_written.fetch_add(size, std::memory_order_relaxed);
   fuse_reply_write(req, size);
 }
 
@@ -1399,45 +1407,60 @@ void OpLseek(fuse_req_t req, fuse_ino_t, off_t off, int whence, fuse_file_info* 
   fuse_reply_err(req, EINVAL);
 }
 
+// Timed<K, Fn>::Call: the handler Fn, counted and timed as operation K (op_stats.h). The Impl pointer
+// is taken before Fn runs: the reply inside Fn frees the request.
+template <FuseOp K, auto Fn>
+struct Timed;
+template <FuseOp K, typename... A, void (*Fn)(fuse_req_t, A...)>
+struct Timed<K, Fn> {
+  static void Call(fuse_req_t req, A... a) {
+    KvfsFs::Impl* fs = FS(req);
+    const auto t0 = std::chrono::steady_clock::now();
+    Fn(req, a...);
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+    fs->op_stats.Observe(K, static_cast<uint64_t>(ns.count()));
+  }
+};
+
 fuse_lowlevel_ops MakeOps() {
   fuse_lowlevel_ops ops;
   std::memset(&ops, 0, sizeof(ops));
   ops.init = OpInit;
   ops.destroy = OpDestroy;
-  ops.lookup = OpLookup;
-  ops.forget = OpForget;
-  ops.forget_multi = OpForgetMulti;
-  ops.getattr = OpGetattr;
-  ops.setattr = OpSetattr;
-  ops.readlink = OpReadlink;
-  ops.mknod = OpMknod;
-  ops.mkdir = OpMkdir;
-  ops.unlink = OpUnlink;
-  ops.rmdir = OpRmdir;
-  ops.symlink = OpSymlink;
-  ops.rename = OpRename;
-  ops.link = OpLink;
-  ops.open = OpOpen;
-  ops.read = OpRead;
-  ops.write = OpWrite;
-  ops.flush = OpFlush;
-  ops.release = OpRelease;
-  ops.fsync = OpFsync;
-  ops.opendir = OpOpendir;
-  ops.readdir = OpReaddir;
-  ops.readdirplus = OpReaddirplus;
-  ops.releasedir = OpReleasedir;
-  ops.fsyncdir = OpFsyncdir;
-  ops.statfs = OpStatfs;
-  ops.setxattr = OpSetxattr;
-  ops.getxattr = OpGetxattr;
-  ops.listxattr = OpListxattr;
-  ops.removexattr = OpRemovexattr;
-  ops.access = OpAccess;
-  ops.create = OpCreate;
-  ops.ioctl = OpIoctl;
-  ops.fallocate = OpFallocate;
-  ops.lseek = OpLseek;
+  ops.lookup = Timed<FuseOp::kLookup, OpLookup>::Call;
+  ops.forget = Timed<FuseOp::kForget, OpForget>::Call;
+  ops.forget_multi = Timed<FuseOp::kForget, OpForgetMulti>::Call;
+  ops.getattr = Timed<FuseOp::kGetattr, OpGetattr>::Call;
+  ops.setattr = Timed<FuseOp::kSetattr, OpSetattr>::Call;
+  ops.readlink = Timed<FuseOp::kReadlink, OpReadlink>::Call;
+  ops.mknod = Timed<FuseOp::kMknod, OpMknod>::Call;
+  ops.mkdir = Timed<FuseOp::kMkdir, OpMkdir>::Call;
+  ops.unlink = Timed<FuseOp::kUnlink, OpUnlink>::Call;
+  ops.rmdir = Timed<FuseOp::kRmdir, OpRmdir>::Call;
+  ops.symlink = Timed<FuseOp::kSymlink, OpSymlink>::Call;
+  ops.rename = Timed<FuseOp::kRename, OpRename>::Call;
+  ops.link = Timed<FuseOp::kLink, OpLink>::Call;
+  ops.open = Timed<FuseOp::kOpen, OpOpen>::Call;
+  ops.read = Timed<FuseOp::kRead, OpRead>::Call;
+  ops.write = Timed<FuseOp::kWrite, OpWrite>::Call;
+  ops.flush = Timed<FuseOp::kFlush, OpFlush>::Call;
+  ops.release = Timed<FuseOp::kRelease, OpRelease>::Call;
+  ops.fsync = Timed<FuseOp::kFsync, OpFsync>::Call;
+  ops.opendir = Timed<FuseOp::kOpendir, OpOpendir>::Call;
+  ops.readdir = Timed<FuseOp::kReaddir, OpReaddir>::Call;
+  ops.readdirplus = Timed<FuseOp::kReaddirplus, OpReaddirplus>::Call;
+  ops.releasedir = Timed<FuseOp::kReleasedir, OpReleasedir>::Call;
+  ops.fsyncdir = Timed<FuseOp::kFsyncdir, OpFsyncdir>::Call;
+  ops.statfs = Timed<FuseOp::kStatfs, OpStatfs>::Call;
+  ops.setxattr = Timed<FuseOp::kSetxattr, OpSetxattr>::Call;
+  ops.getxattr = Timed<FuseOp::kGetxattr, OpGetxattr>::Call;
+  ops.listxattr = Timed<FuseOp::kListxattr, OpListxattr>::Call;
+  ops.removexattr = Timed<FuseOp::kRemovexattr, OpRemovexattr>::Call;
+  ops.access = Timed<FuseOp::kAccess, OpAccess>::Call;
+  ops.create = Timed<FuseOp::kCreate, OpCreate>::Call;
+  ops.ioctl = Timed<FuseOp::kIoctl, OpIoctl>::Call;
+  ops.fallocate = Timed<FuseOp::kFallocate, OpFallocate>::Call;
+  ops.lseek = Timed<FuseOp::kLseek, OpLseek>::Call;
   return ops;
 }
 
@@ -1548,6 +1571,15 @@ void KvfsFs::Exit() {
   if (impl_->se) fuse_session_exit(impl_->se);
 }
 
+StatsSnapshot KvfsFs::Snapshot() {
+  StatsSnapshot s;
+  s.pid = getpid();
+  s.store = impl_->store->GetStats();
+  s.fs = GetFsStats();
+  s.fuse_ops = impl_->op_stats.Snapshot();
+  return s;
+}
+
 FsStats KvfsFs::GetFsStats() {
   FsStats s;
   {
@@ -1567,44 +1599,11 @@ FsStats KvfsFs::GetFsStats() {
   s.flush_records = impl_->flush_records.load();
   s.flush_errors = impl_->flush_errors.load();
   s.commit_errors = impl_->commit_errors.load();
+  s.bytes_read = impl_->bytes_read.load();
+  s.bytes_written = impl_->bytes_written.load();
   return s;
 }
 
-std::string KvfsFs::StatsJson() {
-  StoreStats st = impl_->store->GetStats();
-  FsStats f = GetFsStats();
-  nlohmann::json j;
-  j["pid"] = getpid();
-  j["files"] = st.files;
-  j["directories"] = st.directories;
-  j["live_bytes"] = st.live_bytes;
-  j["segments"] = st.segments;
-  j["segment_bytes"] = st.segment_bytes;
-  j["records_written"] = st.records_written;
-  j["journal_entries"] = st.journal_entries;
-  j["group_commits"] = st.group_commits;
-  j["cache_hits"] = st.cache_hits;
-  j["cache_misses"] = st.cache_misses;
-  j["cache_bytes"] = st.cache_bytes;
-  uint64_t lookups = st.cache_hits + st.cache_misses;
-  j["cache_hit_rate"] = lookups ? double(st.cache_hits) / double(lookups) : 0.0;
-  j["checksum_failures"] = st.checksum_failures;
-  j["backing_metadata_ops"] = st.backing_metadata_ops;
-  j["backing_syncs"] = st.backing_syncs;
-  j["backing_bytes_written"] = st.backing_bytes_written;
-  j["backing_bytes_read"] = st.backing_bytes_read;
-  j["backing_files_created"] = st.backing_files_created;
-  j["fuse"] = {{"known_inodes", f.known_inodes},
-               {"open_handles", f.open_handles},
-               {"staged_versions", f.staged_versions},
-               {"staged_bytes", f.staged_bytes},
-               {"shadow_versions_created", f.shadow_versions_created},
-               {"versions_committed", f.versions_committed},
-               {"versions_discarded", f.versions_discarded},
-               {"flush_records", f.flush_records},
-               {"flush_errors", f.flush_errors},
-               {"commit_errors", f.commit_errors}};
-  return j.dump();
-}
+std::string KvfsFs::StatsJson() { return StatsToJson(Snapshot()); }
 
 }  // namespace kvfs

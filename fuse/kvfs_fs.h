@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "blockstore/status.h"
+#include "fuse/op_stats.h"
 #include "index/store.h"
 
 namespace kvfs {
@@ -49,6 +50,16 @@ struct FsStats {
   uint64_t known_inodes = 0, open_handles = 0, staged_versions = 0, staged_bytes = 0;
   uint64_t shadow_versions_created = 0, versions_committed = 0, versions_discarded = 0;
   uint64_t flush_records = 0, flush_errors = 0, commit_errors = 0;
+  uint64_t bytes_read = 0, bytes_written = 0;  // READ reply bytes, WRITE request bytes
+};
+
+// Everything `kvfs stats` and the Prometheus exposition show, taken at one moment (KvfsFs::Snapshot);
+// rendered by fuse/stats_render.h. Counters are totals since the mount, gauges are current values.
+struct StatsSnapshot {
+  int64_t pid = 0;  // the daemon's
+  StoreStats store;
+  FsStats fs;
+  std::vector<FuseOpSnapshot> fuse_ops;  // every operation kind, in FuseOp order
 };
 
 class KvfsFs {
@@ -72,7 +83,9 @@ class KvfsFs {
   // Ends the loop from another thread.
   void Exit();
 
-  // JSON (one object) with the Store's and this layer's counters; what `kvfs stats` prints.
+  // The Store's and this layer's figures now. Thread-safe; cheap (one scan of the index's segment list).
+  StatsSnapshot Snapshot();
+  // StatsToJson(Snapshot()): what the user.kvfs.stats xattr answers and `kvfs stats` prints.
   std::string StatsJson();
   FsStats GetFsStats();
 

@@ -236,6 +236,16 @@ class StoreImpl final : public Store {
   bool followup_pending_ = false;
   std::thread peer_thread_;
   std::atomic<uint64_t> peer_entries_applied_{0}, peer_polls_{0};
+  // Per-peer figures for GetStats (own mutex: a scrape must not wait for a slow poll under peer_mu_).
+  struct PeerStatsRec {
+    uint64_t polls = 0, applied = 0;
+    double lag_s = 0;
+    bool polled = false;
+    std::chrono::steady_clock::time_point last_poll{};
+  };
+  std::mutex peer_stats_mu_;
+  std::map<std::string, PeerStatsRec> peer_stats_;
+  void NotePeerPoll(const std::string& node, uint64_t applied, uint64_t newest_stamp);
 
   std::atomic<uint64_t> records_written_{0}, journal_entries_{0}, group_commits_{0}, checksum_failures_{0};
   std::atomic<uint64_t> cache_hits_{0}, cache_misses_{0};
@@ -847,9 +857,32 @@ Status StoreImpl::Read(const Location& loc, uint64_t offset, size_t len, char* b
 // ---------------------------------------------------------------------------------------------------
 // Peers (DESIGN §5): tail every other node's journal and apply it to the index.
 
+void StoreImpl::NotePeerPoll(const std::string& node, uint64_t applied, uint64_t newest_stamp) {
+  std::lock_guard<std::mutex> l(peer_stats_mu_);
+  PeerStatsRec& r = peer_stats_[node];
+  r.polls++;
+  r.applied += applied;
+  r.polled = true;
+  r.last_poll = std::chrono::steady_clock::now();
+  if (newest_stamp != 0) {
+    const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch()).count();
+    const int64_t lag_ms = now_ms - static_cast<int64_t>(newest_stamp >> HybridClock::kLogicalBits);
+    r.lag_s = lag_ms > 0 ? static_cast<double>(lag_ms) / 1000.0 : 0.0;
+  }
+}
+
 Status StoreImpl::PollPeer(const std::string& node, PeerState* st, uint64_t* changed) {
   *changed = 0;
   peer_polls_++;
+  uint64_t newest_stamp = 0;  // of the entries read in this poll (peer lag, GetStats)
+  struct NoteOnExit {
+    StoreImpl* self;
+    const std::string& node;
+    const uint64_t* changed;
+    const uint64_t* newest;
+    ~NoteOnExit() { self->NotePeerPoll(node, *changed, *newest); }
+  } note_on_exit{this, node, changed, &newest_stamp};
   std::vector<JournalFile> files;
   Status s = ListJournalFiles(env_, NodeDirPath(opts_.backing_dir, node), &files);
   if (s.IsNotFound()) return Status::OK();
@@ -917,6 +950,7 @@ Status StoreImpl::PollPeer(const std::string& node, PeerState* st, uint64_t* cha
       ApplyOp op;
       if (JournalEntryToApplyOp(e, &op)) ops.push_back(std::move(op));
       last = end;
+      newest_stamp = std::max(newest_stamp, e.stamp);
       if (ops.size() >= kRebuildBatch) KVFS_RETURN_IF_ERROR(apply());
     }
     KVFS_RETURN_IF_ERROR(apply());
@@ -1548,6 +1582,61 @@ StoreStats StoreImpl::GetStats() {
   s.bytes_reinserted = bytes_reinserted_;
   s.writer_waits = writer_waits_;
   s.nospace_events = nospace_events_;
+  auto& b = s.backing_ops;
+  b.open = c.open;
+  b.create = c.create;
+  b.close = c.close;
+  b.read = c.read;
+  b.write = c.write;
+  b.write_batches = c.write_batches;
+  b.sync = c.sync;
+  b.mkdir = c.mkdir;
+  b.rename = c.rename;
+  b.remove = c.remove;
+  b.stat = c.stat;
+  b.list = c.list;
+  b.syncdir = c.syncdir;
+  // Segments per node, from the index (one scan of its segments column family; no backing I/O).
+  std::map<std::string, NodeSegmentStats> nodes;
+  nodes[opts_.node_id].node = opts_.node_id;
+  Status ls = index_->ListSegments([&](const SegmentInfo& si) {
+    if (si.state == SegmentState::kDropped) return true;
+    NodeSegmentStats& n = nodes[si.id.node];
+    n.node = si.id.node;
+    if (si.state == SegmentState::kSealed) {
+      n.sealed_segments++;
+      n.segment_bytes += std::max(opts_.segment_size, si.live_bytes);
+    } else {
+      n.open_segments++;
+      n.segment_bytes += si.live_bytes;
+    }
+    n.live_bytes += si.live_bytes;
+    return true;
+  });
+  if (!ls.ok()) spdlog::warn("kvfs: listing segments for stats: {}", ls.ToString());
+  if (evict_enabled_) {
+    NodeSegmentStats& own = nodes[opts_.node_id];
+    own.segment_bytes = s.node_segment_bytes;
+    own.estimated = false;
+  }
+  s.nodes.push_back(nodes[opts_.node_id]);
+  for (auto& [id, n] : nodes) {
+    if (id != opts_.node_id) s.nodes.push_back(n);
+  }
+  for (auto& n : s.nodes) n.dead_bytes = n.segment_bytes > n.live_bytes ? n.segment_bytes - n.live_bytes : 0;
+  {
+    std::lock_guard<std::mutex> l(peer_stats_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& [id, r] : peer_stats_) {
+      PeerJournalStats p;
+      p.node = id;
+      p.polls = r.polls;
+      p.entries_applied = r.applied;
+      p.lag_seconds = r.lag_s;
+      if (r.polled) p.last_poll_age_seconds = std::chrono::duration<double>(now - r.last_poll).count();
+      s.peer_journals.push_back(p);
+    }
+  }
   return s;
 }
 

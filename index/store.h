@@ -142,8 +142,40 @@ struct PeerChanges {
 //    file (<node dir>/RESERVE, min(1 MiB, segment_size / 4), kept while mounted) so the DROP entry can be journaled, drops the
 //    oldest segments until two segments' worth of space is free, and recreates RESERVE afterwards.
 
+// Backing-store operations by kind since the mount (a copy of EnvCounters, env.h): the round trips a
+// network file system pays for, which kvfs exists to make rare.
+struct BackingOpCounts {
+  uint64_t open = 0, create = 0, close = 0, read = 0, write = 0, write_batches = 0, sync = 0, mkdir = 0,
+           rename = 0, remove = 0, stat = 0, list = 0, syncdir = 0;
+};
+
+// The segments one node (this one or a peer) has on the backing store, as this node's index knows them
+// (dropped segments excluded). live_bytes: sizes of the committed files located in them. segment_bytes:
+// this node's own segments with capacity tracking on (--capacity / --high-watermark): the exact file
+// sizes; otherwise the estimate the global watermark uses (sealed: max(segment_size, live bytes), open:
+// live bytes), with estimated = true. dead_bytes = segment_bytes - live_bytes (0 if negative): space
+// only eviction reclaims.
+struct NodeSegmentStats {
+  std::string node;
+  uint64_t open_segments = 0, sealed_segments = 0;
+  uint64_t segment_bytes = 0, live_bytes = 0, dead_bytes = 0;
+  bool estimated = true;
+};
+
+// Tailing of one peer's journal (DESIGN §5). lag_seconds: for the newest entry applied, the time from
+// the peer stamping it (the physical part of its HLC stamp) to this node applying it: the peer's group
+// commit + NFS visibility + this node's poll interval (clock skew between the nodes adds to it; never
+// negative). last_poll_age_seconds: time since the last completed poll of the peer (-1 = never).
+struct PeerJournalStats {
+  std::string node;
+  uint64_t polls = 0, entries_applied = 0;
+  double lag_seconds = 0, last_poll_age_seconds = -1;
+};
+
+// A snapshot of the Store's counters (GetStats): monotonic counters since the mount unless the comment
+// says "gauge". The one source of these figures for `kvfs stats` and the Prometheus exposition.
 struct StoreStats {
-  uint64_t files = 0, directories = 0, live_bytes = 0;
+  uint64_t files = 0, directories = 0, live_bytes = 0;  // gauges (index)
   uint64_t segments = 0, segment_bytes = 0;
   uint64_t records_written = 0, journal_entries = 0, group_commits = 0;
   uint64_t cache_hits = 0, cache_misses = 0, cache_bytes = 0;
@@ -156,6 +188,9 @@ struct StoreStats {
   uint64_t segments_dropped = 0, segment_bytes_dropped = 0, segments_unlinked = 0;
   uint64_t records_reinserted = 0, bytes_reinserted = 0;
   uint64_t writer_waits = 0, nospace_events = 0;
+  BackingOpCounts backing_ops;
+  std::vector<NodeSegmentStats> nodes;      // this node first, then peers by id
+  std::vector<PeerJournalStats> peer_journals;  // by peer id
 };
 
 class Store {

@@ -5,6 +5,7 @@
 //              [--force] [--splice] [--peer-poll-ms N] [--peer-direct-io] [-o OPTS]...
 //              [--log-level LEVEL] [--config FILE]
 //              [--capacity SIZE] [--high-watermark SIZE] [--low-watermark SIZE]
+//              [--metrics-listen HOST:PORT]
 //   kvfs umount MOUNTPOINT [--timeout SECONDS]
 //   kvfs stats MOUNTPOINT [--json]
 //
@@ -47,6 +48,8 @@
 #include "blockstore/deadline_env.h"
 #include "fuse/kvfs_fs.h"
 #include "index/store.h"
+#include "fuse/stats_render.h"
+#include "tools/metrics_server.h"
 #include "tools/node_cmd.h"
 #include "tools/size_parse.h"
 
@@ -118,6 +121,7 @@ struct MountArgs {
   std::vector<std::string> fuse_opts;
   std::string log_level = "info";
   std::string capacity, high_watermark, low_watermark;  // DESIGN §6; empty = unlimited / none
+  std::string metrics_listen;                           // HOST:PORT of the Prometheus listener; empty = off
 };
 
 uint64_t SizeOrDie(const std::string& what, const std::string& text) {
@@ -189,6 +193,11 @@ int RunMount(MountArgs a) {
   if (so.global_high_watermark_bytes && so.global_low_watermark_bytes >= so.global_high_watermark_bytes) {
     Die(kExitUsage, "--low-watermark must be below --high-watermark");
   }
+  kvfs::ListenAddress metrics_addr;
+  if (!a.metrics_listen.empty()) {
+    std::string err;
+    if (!kvfs::ParseListenAddress(a.metrics_listen, &metrics_addr, &err)) Die(kExitUsage, "--metrics-listen " + err);
+  }
 
   // Logs go to stderr (spdlog's default is stdout): in daemon mode stderr becomes <index_dir>/kvfs.log.
   spdlog::set_default_logger(spdlog::stderr_logger_mt("kvfs"));
@@ -235,6 +244,13 @@ int RunMount(MountArgs a) {
     }
     Die(code, msg);
   };
+
+  // The metrics socket is bound before the store opens: a port in use fails the mount with nothing touched.
+  kvfs::MetricsServer metrics;
+  if (!a.metrics_listen.empty()) {
+    kvfs::Status bs = metrics.Bind(metrics_addr);
+    if (!bs.ok()) return fail(kExitUsage, bs.message());
+  }
 
   if (a.backing_deadline_ms > 0) {
     // Every backing request gets a deadline: a hung export becomes EIO for the caller (DESIGN §7).
@@ -287,8 +303,14 @@ int RunMount(MountArgs a) {
   }
   spdlog::info("mounted {} over {} (node {}, index {}, {} threads)", a.mountpoint, a.backing, so.node_id,
                so.index_dir, a.threads);
+  if (!a.metrics_listen.empty()) {
+    kvfs::KvfsFs* fsp = fs.get();
+    metrics.Serve([fsp] { return kvfs::StatsToPrometheus(fsp->Snapshot()); });
+    spdlog::info("metrics at http://{}/metrics", a.metrics_listen);
+  }
 
   int rc = fs->Loop();
+  metrics.Stop();  // before fs goes: the listener renders from it
   fs.reset();  // unmounts if still mounted, destroys the session
   kvfs::Status cs = store->Close();
   if (!cs.ok()) {
@@ -399,6 +421,37 @@ int RunStats(const std::string& mp_in, bool json) {
     std::printf("open handles           %llu\n", (unsigned long long)f.value("open_handles", uint64_t{0}));
     std::printf("staged versions        %llu (%llu bytes)\n", (unsigned long long)f.value("staged_versions", uint64_t{0}),
                 (unsigned long long)f.value("staged_bytes", uint64_t{0}));
+    std::printf("fuse bytes read        %llu\n", (unsigned long long)f.value("bytes_read", uint64_t{0}));
+    std::printf("fuse bytes written     %llu\n", (unsigned long long)f.value("bytes_written", uint64_t{0}));
+  }
+  if (j.contains("eviction")) {
+    const auto& e = j["eviction"];
+    std::printf("evicted segments       %llu (%llu bytes)\n", (unsigned long long)e.value("segments_dropped", uint64_t{0}),
+                (unsigned long long)e.value("segment_bytes_dropped", uint64_t{0}));
+  }
+  if (j.contains("nodes")) {
+    for (const auto& n : j["nodes"]) {
+      std::printf("node %-17s %llu open + %llu sealed segments, %llu live / %llu dead bytes%s\n",
+                  n.value("node", std::string()).c_str(), (unsigned long long)n.value("open_segments", uint64_t{0}),
+                  (unsigned long long)n.value("sealed_segments", uint64_t{0}),
+                  (unsigned long long)n.value("live_bytes", uint64_t{0}),
+                  (unsigned long long)n.value("dead_bytes", uint64_t{0}), n.value("estimated", true) ? " (est.)" : "");
+    }
+  }
+  if (j.contains("peer_journals")) {
+    for (const auto& p : j["peer_journals"]) {
+      std::printf("peer %-17s %llu entries applied, lag %.3f s, last poll %.1f s ago\n",
+                  p.value("node", std::string()).c_str(), (unsigned long long)p.value("entries_applied", uint64_t{0}),
+                  p.value("lag_seconds", 0.0), p.value("last_poll_age_seconds", -1.0));
+    }
+  }
+  if (j.contains("fuse_ops") && j["fuse_ops"].is_object()) {
+    std::printf("fuse operations        count      mean latency\n");
+    for (const auto& [op, o] : j["fuse_ops"].items()) {
+      const uint64_t n = o.value("count", uint64_t{0});
+      std::printf("  %-20s %10llu %10.1f us\n", op.c_str(), (unsigned long long)n,
+                  n ? 1e6 * o.value("sum_seconds", 0.0) / double(n) : 0.0);
+    }
   }
   return 0;
 }
@@ -588,6 +641,8 @@ int main(int argc, char** argv) {
                     "global bound on all nodes' segment bytes: over it, each node evicts its share");
   mount->add_option("--low-watermark", ma.low_watermark,
                     "global eviction target (default 7/8 of --high-watermark)");
+  mount->add_option("--metrics-listen", ma.metrics_listen,
+                    "serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 (default off)");
 
   std::string ump;
   double utimeout = 120;

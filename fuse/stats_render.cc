@@ -1,0 +1,259 @@
+#include "fuse/stats_render.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace kvfs {
+namespace {
+
+std::string Num(uint64_t v) { return std::to_string(v); }
+std::string Num(double v) {
+  char b[64];
+  std::snprintf(b, sizeof(b), "%.9g", v);
+  return b;
+}
+
+// Builds the exposition text: one family (HELP, TYPE, samples) at a time.
+class Expo {
+ public:
+  void Family(const char* name, const char* type, const char* help) {
+    out_ += "# HELP ";
+    out_ += name;
+    out_ += ' ';
+    out_ += help;
+    out_ += "\n# TYPE ";
+    out_ += name;
+    out_ += ' ';
+    out_ += type;
+    out_ += '\n';
+  }
+  template <typename T>
+  void Sample(std::string_view name, const std::string& labels, T value) {
+    out_ += name;
+    if (!labels.empty()) {
+      out_ += '{';
+      out_ += labels;
+      out_ += '}';
+    }
+    out_ += ' ';
+    out_ += Num(value);
+    out_ += '\n';
+  }
+  template <typename T>
+  void One(const char* name, const char* type, const char* help, T value) {
+    Family(name, type, help);
+    Sample(name, "", value);
+  }
+  std::string& str() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+std::string Label(const char* k, std::string_view v) { return std::string(k) + "=\"" + PrometheusEscape(v) + "\""; }
+
+}  // namespace
+
+std::string PrometheusEscape(std::string_view v) {
+  std::string o;
+  o.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\') o += "\\\\";
+    else if (c == '"') o += "\\\"";
+    else if (c == '\n') o += "\\n";
+    else o += c;
+  }
+  return o;
+}
+
+std::string StatsToJson(const StatsSnapshot& snap) {
+  const StoreStats& st = snap.store;
+  const FsStats& f = snap.fs;
+  nlohmann::json j;
+  j["pid"] = snap.pid;
+  j["files"] = st.files;
+  j["directories"] = st.directories;
+  j["live_bytes"] = st.live_bytes;
+  j["segments"] = st.segments;
+  j["segment_bytes"] = st.segment_bytes;
+  j["records_written"] = st.records_written;
+  j["journal_entries"] = st.journal_entries;
+  j["group_commits"] = st.group_commits;
+  j["cache_hits"] = st.cache_hits;
+  j["cache_misses"] = st.cache_misses;
+  j["cache_bytes"] = st.cache_bytes;
+  const uint64_t lookups = st.cache_hits + st.cache_misses;
+  j["cache_hit_rate"] = lookups ? double(st.cache_hits) / double(lookups) : 0.0;
+  j["checksum_failures"] = st.checksum_failures;
+  j["backing_metadata_ops"] = st.backing_metadata_ops;
+  j["backing_syncs"] = st.backing_syncs;
+  j["backing_bytes_written"] = st.backing_bytes_written;
+  j["backing_bytes_read"] = st.backing_bytes_read;
+  j["backing_files_created"] = st.backing_files_created;
+  const BackingOpCounts& b = st.backing_ops;
+  j["backing_ops"] = {{"open", b.open},   {"create", b.create}, {"close", b.close},
+                      {"read", b.read},   {"write", b.write},   {"write_batches", b.write_batches},
+                      {"sync", b.sync},   {"mkdir", b.mkdir},   {"rename", b.rename},
+                      {"remove", b.remove}, {"stat", b.stat},   {"list", b.list},
+                      {"syncdir", b.syncdir}};
+  j["eviction"] = {{"node_segment_bytes", st.node_segment_bytes},
+                   {"segments_dropped", st.segments_dropped},
+                   {"segment_bytes_dropped", st.segment_bytes_dropped},
+                   {"segments_unlinked", st.segments_unlinked},
+                   {"records_reinserted", st.records_reinserted},
+                   {"bytes_reinserted", st.bytes_reinserted},
+                   {"writer_waits", st.writer_waits},
+                   {"nospace_events", st.nospace_events}};
+  j["nodes"] = nlohmann::json::array();
+  for (const auto& n : st.nodes) {
+    j["nodes"].push_back({{"node", n.node},
+                          {"open_segments", n.open_segments},
+                          {"sealed_segments", n.sealed_segments},
+                          {"segment_bytes", n.segment_bytes},
+                          {"live_bytes", n.live_bytes},
+                          {"dead_bytes", n.dead_bytes},
+                          {"estimated", n.estimated}});
+  }
+  j["peers"] = st.peers;
+  j["peer_journals"] = nlohmann::json::array();
+  for (const auto& p : st.peer_journals) {
+    j["peer_journals"].push_back({{"node", p.node},
+                                  {"polls", p.polls},
+                                  {"entries_applied", p.entries_applied},
+                                  {"lag_seconds", p.lag_seconds},
+                                  {"last_poll_age_seconds", p.last_poll_age_seconds}});
+  }
+  j["fuse"] = {{"known_inodes", f.known_inodes},
+               {"open_handles", f.open_handles},
+               {"staged_versions", f.staged_versions},
+               {"staged_bytes", f.staged_bytes},
+               {"shadow_versions_created", f.shadow_versions_created},
+               {"versions_committed", f.versions_committed},
+               {"versions_discarded", f.versions_discarded},
+               {"flush_records", f.flush_records},
+               {"flush_errors", f.flush_errors},
+               {"commit_errors", f.commit_errors},
+               {"bytes_read", f.bytes_read},
+               {"bytes_written", f.bytes_written}};
+  nlohmann::json ops = nlohmann::json::object();
+  for (const auto& o : snap.fuse_ops) {
+    if (o.count == 0) continue;
+    nlohmann::json buckets = nlohmann::json::array();
+    for (size_t i = 0; i < kLatencyBucketsSeconds.size(); ++i) buckets.push_back(o.buckets[i]);
+    ops[FuseOpName(o.op)] = {{"count", o.count}, {"sum_seconds", o.sum_seconds}, {"buckets", buckets}};
+  }
+  j["fuse_ops"] = ops;
+  nlohmann::json le = nlohmann::json::array();
+  for (double x : kLatencyBucketsSeconds) le.push_back(x);
+  j["fuse_op_buckets_seconds"] = le;  // upper bounds of fuse_ops.*.buckets (cumulative counts)
+  return j.dump();
+}
+
+std::string StatsToPrometheus(const StatsSnapshot& snap) {
+  const StoreStats& st = snap.store;
+  const FsStats& f = snap.fs;
+  Expo e;
+
+  // ---- FUSE layer ----
+  e.Family("kvfs_fuse_operation_duration_seconds", "histogram",
+           "Time the daemon spent handling FUSE requests, by operation.");
+  for (const auto& o : snap.fuse_ops) {
+    const std::string op = Label("op", FuseOpName(o.op));
+    for (size_t i = 0; i < kLatencyBuckets; ++i) {
+      const std::string le = i < kLatencyBucketsSeconds.size() ? Num(kLatencyBucketsSeconds[i]) : "+Inf";
+      e.Sample("kvfs_fuse_operation_duration_seconds_bucket", op + ",le=\"" + le + "\"", o.buckets[i]);
+    }
+    e.Sample("kvfs_fuse_operation_duration_seconds_sum", op, o.sum_seconds);
+    e.Sample("kvfs_fuse_operation_duration_seconds_count", op, o.count);
+  }
+  e.One("kvfs_fuse_read_bytes_total", "counter", "Bytes returned by FUSE READ requests.", f.bytes_read);
+  e.One("kvfs_fuse_written_bytes_total", "counter", "Bytes received in FUSE WRITE requests.", f.bytes_written);
+  e.One("kvfs_fuse_open_handles", "gauge", "Open file handles.", f.open_handles);
+  e.One("kvfs_fuse_known_inodes", "gauge", "Inodes the kernel holds references to.", f.known_inodes);
+  e.One("kvfs_staged_versions", "gauge", "File versions being written (in memory, not yet committed).",
+        f.staged_versions);
+  e.One("kvfs_staged_bytes", "gauge", "Memory held by staged file versions.", f.staged_bytes);
+  e.One("kvfs_versions_committed_total", "counter", "File versions committed (journaled).", f.versions_committed);
+  e.One("kvfs_versions_discarded_total", "counter", "Staged versions discarded (unlinked before commit).",
+        f.versions_discarded);
+  e.One("kvfs_shadow_versions_created_total", "counter", "Concurrent O_TRUNC writers given a version of their own.",
+        f.shadow_versions_created);
+  e.One("kvfs_flush_records_total", "counter", "Records written by FLUSH.", f.flush_records);
+  e.One("kvfs_flush_errors_total", "counter", "FLUSH requests that failed to write their record.", f.flush_errors);
+  e.One("kvfs_commit_errors_total", "counter", "Version commits that failed.", f.commit_errors);
+
+  // ---- index and data ----
+  e.One("kvfs_files", "gauge", "Files in the index (this node's and applied peers').", st.files);
+  e.One("kvfs_directories", "gauge", "Directories in the index.", st.directories);
+  e.One("kvfs_live_bytes", "gauge", "Logical bytes of all files in the index.", st.live_bytes);
+  e.One("kvfs_records_written_total", "counter", "Records appended to this node's segments.", st.records_written);
+  e.One("kvfs_journal_entries_total", "counter", "Entries appended to this node's journal.", st.journal_entries);
+  e.One("kvfs_group_commits_total", "counter", "Group commits (durability rounds).", st.group_commits);
+  e.One("kvfs_cache_hits_total", "counter", "Reads served from the value cache.", st.cache_hits);
+  e.One("kvfs_cache_misses_total", "counter", "Reads that loaded a value from the backing store.", st.cache_misses);
+  e.One("kvfs_cache_bytes", "gauge", "Bytes held by the value cache.", st.cache_bytes);
+  e.One("kvfs_checksum_failures_total", "counter", "Reads that failed their checksum (answered EIO).",
+        st.checksum_failures);
+
+  // ---- backing store ----
+  const BackingOpCounts& b = st.backing_ops;
+  e.Family("kvfs_backing_operations_total", "counter",
+           "Operations on the backing store (the export), by kind; create opens are also counted as open.");
+  const std::pair<const char*, uint64_t> kinds[] = {
+      {"open", b.open},   {"create", b.create}, {"close", b.close},  {"read", b.read},     {"write", b.write},
+      {"write_batch", b.write_batches}, {"sync", b.sync}, {"mkdir", b.mkdir}, {"rename", b.rename},
+      {"remove", b.remove}, {"stat", b.stat}, {"list", b.list},      {"syncdir", b.syncdir}};
+  for (const auto& [k, v] : kinds) e.Sample("kvfs_backing_operations_total", Label("op", k), v);
+  e.One("kvfs_backing_read_bytes_total", "counter", "Bytes read from the backing store.", st.backing_bytes_read);
+  e.One("kvfs_backing_written_bytes_total", "counter", "Bytes written to the backing store.",
+        st.backing_bytes_written);
+
+  // ---- segments per node ----
+  e.Family("kvfs_node_segments", "gauge", "Segments of a node known to this index, by state.");
+  for (const auto& n : st.nodes) {
+    e.Sample("kvfs_node_segments", Label("node", n.node) + ",state=\"open\"", n.open_segments);
+    e.Sample("kvfs_node_segments", Label("node", n.node) + ",state=\"sealed\"", n.sealed_segments);
+  }
+  e.Family("kvfs_node_segment_bytes", "gauge",
+           "Bytes of a node's segments (exact for this node with capacity tracking, else estimated).");
+  for (const auto& n : st.nodes) e.Sample("kvfs_node_segment_bytes", Label("node", n.node), n.segment_bytes);
+  e.Family("kvfs_node_live_bytes", "gauge", "Bytes of committed files located in a node's segments.");
+  for (const auto& n : st.nodes) e.Sample("kvfs_node_live_bytes", Label("node", n.node), n.live_bytes);
+  e.Family("kvfs_node_dead_bytes", "gauge", "Segment bytes of a node no file uses (reclaimed by eviction).");
+  for (const auto& n : st.nodes) e.Sample("kvfs_node_dead_bytes", Label("node", n.node), n.dead_bytes);
+
+  // ---- peers ----
+  e.One("kvfs_peers", "gauge", "Peer nodes whose journals this node tails.", st.peers);
+  e.Family("kvfs_peer_journal_polls_total", "counter", "Polls of a peer's journal.");
+  for (const auto& p : st.peer_journals) e.Sample("kvfs_peer_journal_polls_total", Label("peer", p.node), p.polls);
+  e.Family("kvfs_peer_journal_entries_applied_total", "counter", "A peer's journal entries applied to this index.");
+  for (const auto& p : st.peer_journals) {
+    e.Sample("kvfs_peer_journal_entries_applied_total", Label("peer", p.node), p.entries_applied);
+  }
+  e.Family("kvfs_peer_journal_lag_seconds", "gauge",
+           "For the newest applied entry of a peer: time from its stamp on the peer to its apply here.");
+  for (const auto& p : st.peer_journals) e.Sample("kvfs_peer_journal_lag_seconds", Label("peer", p.node), p.lag_seconds);
+  e.Family("kvfs_peer_journal_last_poll_age_seconds", "gauge", "Time since the last completed poll of a peer.");
+  for (const auto& p : st.peer_journals) {
+    if (p.last_poll_age_seconds >= 0) {
+      e.Sample("kvfs_peer_journal_last_poll_age_seconds", Label("peer", p.node), p.last_poll_age_seconds);
+    }
+  }
+
+  // ---- capacity and eviction ----
+  e.One("kvfs_evicted_segments_total", "counter", "Segments of this node dropped by eviction.", st.segments_dropped);
+  e.One("kvfs_evicted_bytes_total", "counter", "Bytes of this node's segments dropped by eviction.",
+        st.segment_bytes_dropped);
+  e.One("kvfs_unlinked_segments_total", "counter", "Dropped segments whose files were removed.", st.segments_unlinked);
+  e.One("kvfs_reinserted_records_total", "counter", "Records rewritten before their segment was dropped.",
+        st.records_reinserted);
+  e.One("kvfs_reinserted_bytes_total", "counter", "Bytes rewritten by reinsertion.", st.bytes_reinserted);
+  e.One("kvfs_writer_waits_total", "counter", "Writes that waited for eviction at the capacity limit.",
+        st.writer_waits);
+  e.One("kvfs_nospace_events_total", "counter", "Writes that found the backing store or capacity full (ENOSPC).",
+        st.nospace_events);
+  return std::move(e.str());
+}
+
+}  // namespace kvfs

@@ -1,0 +1,195 @@
+"""Prometheus metrics: `kvfs mount --metrics-listen HOST:PORT` serves GET /metrics; the figures move by
+what the test did, histograms are cumulative and consistent, and bad addresses are one-line errors.
+
+Run: KVFS_BINARY=build/tools/kvfs python3 tests/integration/metrics_test.py [-v]
+"""
+import json
+import os
+import re
+import socket
+import sys
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kvfs_fixture as kf  # noqa: E402
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def free_port():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def parse(text):
+    """Exposition text -> ({(name, frozenset(labels)): value}, {name: type}). Fails on a malformed line."""
+    samples, types = {}, {}
+    for line in text.splitlines():
+        if not line:
+            continue
+        if line.startswith("# TYPE "):
+            _, _, name, typ = line.split(" ", 3)
+            types[name] = typ
+            continue
+        if line.startswith("#"):
+            continue
+        m = SAMPLE.match(line)
+        assert m, "malformed sample line: %r" % line
+        labels = frozenset(LABEL.findall(m.group(3) or ""))
+        samples[(m.group(1), labels)] = float(m.group(4))
+    return samples, types
+
+
+def fetch(port):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+        assert r.status == 200
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4"), r.headers["Content-Type"]
+        return parse(r.read().decode())
+
+
+def val(samples, name, **labels):
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+@kf.skip_unless_fuse
+class Metrics(unittest.TestCase):
+    def test_counters_move_and_histograms_are_consistent(self):
+        port = free_port()
+        with kf.mounted(metrics_listen="127.0.0.1:%d" % port) as (mnt, _, _):
+            before, types = fetch(port)
+            self.assertEqual(types["kvfs_fuse_operation_duration_seconds"], "histogram")
+            for name, typ in types.items():
+                if typ == "counter":
+                    self.assertTrue(name.endswith("_total"), name)
+            n_files, size = 3, (1 << 20) + 4096 + 7  # > max_write (1 MiB): at least 2 WRITEs per file
+            blobs = [os.urandom(size) for _ in range(n_files)]
+            for i, b in enumerate(blobs):
+                kf.write_file(os.path.join(mnt, "chunk%d.bin" % i), b)
+            # Committed (the commit runs a few ms after the last close) and journaled (the next group
+            # commit): wait until the daemon shows both.
+            j0 = val(before, "kvfs_journal_entries_total")
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                st = kf.stats(mnt)
+                if st["files"] >= n_files and st["journal_entries"] >= j0 + n_files:
+                    break
+                time.sleep(0.01)
+            # O_DIRECT reads reach the daemon (no page cache in between).
+            buf = kf.aligned_buffer(size + 4096)
+            fd = os.open(os.path.join(mnt, "chunk0.bin"), os.O_RDONLY | os.O_DIRECT)
+            try:
+                got = os.readv(fd, [buf])
+            finally:
+                os.close(fd)
+            self.assertEqual(got, size)
+            self.assertEqual(bytes(buf[:size]), blobs[0])
+            after, _ = fetch(port)
+            js = kf.stats(mnt)  # the same snapshot source as /metrics: no I/O in between
+
+        d = lambda name, **l: val(after, name, **l) - val(before, name, **l)  # noqa: E731
+        written = n_files * size
+        self.assertGreaterEqual(d("kvfs_fuse_written_bytes_total"), written)
+        self.assertLess(d("kvfs_fuse_written_bytes_total"), written + (1 << 20))
+        self.assertGreaterEqual(d("kvfs_fuse_read_bytes_total"), size)
+        self.assertGreaterEqual(d("kvfs_fuse_operation_duration_seconds_count", op="write"), 2 * n_files)
+        self.assertEqual(d("kvfs_fuse_operation_duration_seconds_count", op="create"), n_files)
+        self.assertGreaterEqual(d("kvfs_fuse_operation_duration_seconds_count", op="read"), 1)
+        self.assertGreaterEqual(d("kvfs_fuse_operation_duration_seconds_count", op="release"), n_files + 1)
+        self.assertEqual(val(after, "kvfs_files"), n_files)
+        self.assertEqual(val(after, "kvfs_live_bytes"), written)
+        self.assertGreaterEqual(d("kvfs_records_written_total"), n_files)
+        self.assertGreaterEqual(d("kvfs_journal_entries_total"), n_files)
+        self.assertGreaterEqual(d("kvfs_cache_hits_total") + d("kvfs_cache_misses_total"), 1)
+        self.assertGreaterEqual(d("kvfs_backing_written_bytes_total"), written)
+        self.assertGreaterEqual(d("kvfs_backing_operations_total", op="write"), 1)
+        self.assertGreaterEqual(d("kvfs_backing_operations_total", op="sync"), 1)
+        self.assertEqual(val(after, "kvfs_checksum_failures_total"), 0)
+        self.assertEqual(val(after, "kvfs_evicted_segments_total"), 0)
+        # This node's segments: what it wrote is live.
+        nodes = {dict(k[1])["node"] for k in after if k[0] == "kvfs_node_live_bytes"}
+        self.assertEqual(len(nodes), 1)
+        node = nodes.pop()
+        self.assertEqual(val(after, "kvfs_node_live_bytes", node=node), written)
+        self.assertGreaterEqual(val(after, "kvfs_node_segment_bytes", node=node), written)
+        # The JSON of `kvfs stats` is the same figures.
+        self.assertEqual(js["fuse"]["bytes_written"], val(after, "kvfs_fuse_written_bytes_total"))
+        self.assertEqual(js["fuse_ops"]["create"]["count"], val(after, "kvfs_fuse_operation_duration_seconds_count",
+                                                                 op="create"))
+
+        # Histograms: per op, buckets non-decreasing in le order, +Inf == _count, _sum >= 0.
+        ops = {dict(k[1])["op"] for k in after if k[0] == "kvfs_fuse_operation_duration_seconds_count"}
+        self.assertIn("write", ops)
+        self.assertIn("lookup", ops)
+        for op in ops:
+            buckets = sorted(((float(dict(k[1])["le"]), v) for k, v in after.items()
+                              if k[0] == "kvfs_fuse_operation_duration_seconds_bucket" and dict(k[1])["op"] == op))
+            self.assertGreaterEqual(len(buckets), 10)
+            self.assertEqual(buckets[-1][0], float("inf"))
+            counts = [v for _, v in buckets]
+            self.assertEqual(counts, sorted(counts), op)
+            self.assertEqual(counts[-1], val(after, "kvfs_fuse_operation_duration_seconds_count", op=op), op)
+            self.assertGreaterEqual(val(after, "kvfs_fuse_operation_duration_seconds_sum", op=op), 0)
+            if counts[-1] > 0:
+                self.assertGreater(val(after, "kvfs_fuse_operation_duration_seconds_sum", op=op), 0, op)
+
+    def test_listener_is_gone_after_unmount(self):
+        port = free_port()
+        with kf.mounted(metrics_listen="127.0.0.1:%d" % port):
+            fetch(port)
+        with self.assertRaises(urllib.error.URLError):
+            urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5)
+
+
+@kf.skip_unless_fuse
+class MetricsErrors(unittest.TestCase):
+    def setUp(self):
+        self.b = kf.Backing()
+
+    def tearDown(self):
+        self.b.cleanup()
+
+    def mount(self, listen):
+        return kf.run_kvfs("mount", self.b.mnt, "--backing", self.b.backing, "--index-dir", self.b.index,
+                           "--metrics-listen", listen, timeout=60)
+
+    def assertOneLineError(self, r, needle):
+        self.assertEqual(r.returncode, 2, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertTrue(lines[0].startswith("kvfs: --metrics-listen"), r.stderr)
+        self.assertIn(needle, lines[0])
+        self.assertFalse(kf.is_mounted(self.b.mnt))
+
+    def test_bad_values(self):
+        for bad, needle in (("9464", "HOST:PORT"), (":9464", "no host"), ("127.0.0.1:", "port"),
+                            ("127.0.0.1:0", "port"), ("127.0.0.1:65536", "port"), ("127.0.0.1:http", "port"),
+                            ("::1:9464", "brackets")):
+            self.assertOneLineError(self.mount(bad), needle)
+        # Nothing was created in the backing store or the index dir by a refused mount.
+        self.assertEqual(os.listdir(self.b.backing), [])
+        self.assertFalse(os.path.exists(self.b.index))
+
+    def test_port_in_use(self):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        try:
+            r = self.mount("127.0.0.1:%d" % s.getsockname()[1])  # daemon mode: the child reports it
+            self.assertOneLineError(r, "in use")
+        finally:
+            s.close()
+        self.assertFalse(os.path.exists(os.path.join(self.b.backing, ".kvfs")))
+
+    def test_unresolvable_host(self):
+        self.assertOneLineError(self.mount("no-such-host.invalid:9464"), "cannot listen")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,144 @@
+// The Prometheus and JSON renderings of a StatsSnapshot, and the FUSE latency histogram.
+#include "fuse/stats_render.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "fuse/op_stats.h"
+
+namespace kvfs {
+namespace {
+
+// name{labels} -> value, for every sample line.
+std::map<std::string, double> ParseSamples(const std::string& text) {
+  std::map<std::string, double> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.rfind(' ');
+    out[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
+  }
+  return out;
+}
+
+TEST(FuseOpStats, BucketsAreCumulativeAndEndWithTheCount) {
+  FuseOpStats st;
+  st.Observe(FuseOp::kWrite, 5'000);          // 5 us   -> le 1e-05
+  st.Observe(FuseOp::kWrite, 10'000);         // 10 us  -> le 1e-05 (upper bounds are inclusive)
+  st.Observe(FuseOp::kWrite, 2'000'000);      // 2 ms   -> le 0.0025
+  st.Observe(FuseOp::kWrite, 60'000'000'000); // 60 s   -> +Inf only
+  st.Observe(FuseOp::kRead, 300'000);         // 300 us -> le 0.0005
+  auto snap = st.Snapshot();
+  ASSERT_EQ(snap.size(), kFuseOpCount);
+  const FuseOpSnapshot& w = snap[static_cast<size_t>(FuseOp::kWrite)];
+  EXPECT_EQ(w.op, FuseOp::kWrite);
+  EXPECT_EQ(w.count, 4u);
+  EXPECT_DOUBLE_EQ(w.sum_seconds, 60.002015);
+  EXPECT_EQ(w.buckets[0], 2u);   // le 1e-05
+  EXPECT_EQ(w.buckets[6], 2u);   // le 0.001
+  EXPECT_EQ(w.buckets[7], 3u);   // le 0.0025
+  EXPECT_EQ(w.buckets[18], 3u);  // le 10
+  EXPECT_EQ(w.buckets[19], 4u);  // +Inf
+  const FuseOpSnapshot& r = snap[static_cast<size_t>(FuseOp::kRead)];
+  EXPECT_EQ(r.count, 1u);
+  EXPECT_EQ(r.buckets[4], 0u);  // le 0.00025
+  EXPECT_EQ(r.buckets[5], 1u);  // le 0.0005
+  EXPECT_EQ(snap[static_cast<size_t>(FuseOp::kLookup)].count, 0u);
+  EXPECT_STREQ(FuseOpName(FuseOp::kReaddirplus), "readdirplus");
+  EXPECT_STREQ(FuseOpName(FuseOp::kLseek), "lseek");
+}
+
+StatsSnapshot Sample() {
+  StatsSnapshot s;
+  s.pid = 42;
+  s.store.files = 3;
+  s.store.cache_hits = 7;
+  s.store.cache_misses = 1;
+  s.store.checksum_failures = 2;
+  s.store.backing_ops.rename = 5;
+  s.store.backing_ops.stat = 9;
+  s.store.segments_dropped = 4;
+  NodeSegmentStats n;
+  n.node = "gpu\"7\\x";
+  n.sealed_segments = 2;
+  n.open_segments = 1;
+  n.segment_bytes = 1000;
+  n.live_bytes = 600;
+  n.dead_bytes = 400;
+  s.store.nodes.push_back(n);
+  PeerJournalStats p;
+  p.node = "gpu8";
+  p.entries_applied = 11;
+  p.lag_seconds = 0.25;
+  p.last_poll_age_seconds = 1.5;
+  s.store.peer_journals.push_back(p);
+  s.fs.bytes_written = 4096;
+  s.fs.staged_bytes = 123;
+  FuseOpStats ops;
+  ops.Observe(FuseOp::kWrite, 20'000);
+  s.fuse_ops = ops.Snapshot();
+  return s;
+}
+
+TEST(StatsRender, PrometheusNamesValuesAndEscaping) {
+  const std::string text = StatsToPrometheus(Sample());
+  auto m = ParseSamples(text);
+  EXPECT_EQ(m["kvfs_files"], 3);
+  EXPECT_EQ(m["kvfs_cache_hits_total"], 7);
+  EXPECT_EQ(m["kvfs_cache_misses_total"], 1);
+  EXPECT_EQ(m["kvfs_checksum_failures_total"], 2);
+  EXPECT_EQ(m["kvfs_backing_operations_total{op=\"rename\"}"], 5);
+  EXPECT_EQ(m["kvfs_backing_operations_total{op=\"stat\"}"], 9);
+  EXPECT_EQ(m["kvfs_evicted_segments_total"], 4);
+  EXPECT_EQ(m["kvfs_fuse_written_bytes_total"], 4096);
+  EXPECT_EQ(m["kvfs_staged_bytes"], 123);
+  EXPECT_EQ(m["kvfs_node_live_bytes{node=\"gpu\\\"7\\\\x\"}"], 600);
+  EXPECT_EQ(m["kvfs_node_dead_bytes{node=\"gpu\\\"7\\\\x\"}"], 400);
+  EXPECT_EQ(m["kvfs_node_segments{node=\"gpu\\\"7\\\\x\",state=\"sealed\"}"], 2);
+  EXPECT_EQ(m["kvfs_peer_journal_entries_applied_total{peer=\"gpu8\"}"], 11);
+  EXPECT_DOUBLE_EQ(m["kvfs_peer_journal_lag_seconds{peer=\"gpu8\"}"], 0.25);
+  EXPECT_EQ(m["kvfs_fuse_operation_duration_seconds_count{op=\"write\"}"], 1);
+  EXPECT_EQ(m["kvfs_fuse_operation_duration_seconds_bucket{op=\"write\",le=\"1e-05\"}"], 0);
+  EXPECT_EQ(m["kvfs_fuse_operation_duration_seconds_bucket{op=\"write\",le=\"2.5e-05\"}"], 1);
+  EXPECT_EQ(m["kvfs_fuse_operation_duration_seconds_bucket{op=\"write\",le=\"+Inf\"}"], 1);
+  EXPECT_EQ(m["kvfs_fuse_operation_duration_seconds_count{op=\"lookup\"}"], 0);
+  // Every family has HELP and TYPE, and counters end in _total.
+  std::istringstream in(text);
+  std::string line;
+  int families = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("# TYPE ", 0) != 0) continue;
+    families++;
+    std::istringstream f(line.substr(7));
+    std::string name, type;
+    f >> name >> type;
+    if (type == "counter") {
+      EXPECT_TRUE(name.size() > 6 && name.substr(name.size() - 6) == "_total") << name;
+    }
+    EXPECT_NE(text.find("# HELP " + name + " "), std::string::npos) << name;
+  }
+  EXPECT_GT(families, 30);
+  EXPECT_EQ(PrometheusEscape("a\nb"), "a\\nb");
+}
+
+TEST(StatsRender, JsonKeepsTheStatsKeys) {
+  auto j = nlohmann::json::parse(StatsToJson(Sample()));
+  EXPECT_EQ(j["pid"], 42);
+  EXPECT_EQ(j["files"], 3);
+  EXPECT_DOUBLE_EQ(j["cache_hit_rate"].get<double>(), 7.0 / 8.0);
+  EXPECT_EQ(j["backing_ops"]["rename"], 5);
+  EXPECT_EQ(j["fuse"]["bytes_written"], 4096);
+  EXPECT_EQ(j["nodes"][0]["dead_bytes"], 400);
+  EXPECT_EQ(j["peer_journals"][0]["node"], "gpu8");
+  EXPECT_EQ(j["fuse_ops"]["write"]["count"], 1);
+  EXPECT_FALSE(j["fuse_ops"].contains("lookup"));  // only operations that ran
+  EXPECT_EQ(j["fuse_ops"]["write"]["buckets"].size(), kLatencyBucketsSeconds.size());
+}
+
+}  // namespace
+}  // namespace kvfs
