@@ -13,6 +13,8 @@
 #include <map>
 #include <sstream>
 
+#include "blockstore/log.h"
+
 namespace kvfs {
 
 namespace {
@@ -416,7 +418,7 @@ void Heartbeat::Run() {
     beats_.fetch_add(1);
     if (!s.ok()) {
       failures_.fetch_add(1);
-      spdlog::warn("kvfs: heartbeat failed: {}", s.ToString());
+      LogLimited(spdlog::level::warn, LogKey("heartbeat", s), "kvfs: heartbeat failed: {}", ErrnoText(s));
     }
     l.lock();
     last_ = s;

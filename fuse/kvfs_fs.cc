@@ -28,6 +28,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "blockstore/log.h"
 #include "fuse/chunk_buffer.h"
 #include "fuse/stats_render.h"
 
@@ -252,6 +253,20 @@ struct KvfsFs::Impl {
     std::lock_guard<std::mutex> g(in->mu);
     in->unlinked = true;
     in->last_attr.nlink = 0;
+  }
+
+  // The inode's path in the mount, for log lines ("/a/b"); "(unlinked)" when the index no longer has it.
+  std::string PathOf(uint64_t ino) {
+    std::vector<std::string> parts;
+    for (int depth = 0; ino != kRootIno && depth < 256; ++depth) {
+      auto n = store->GetInode(ino);
+      if (!n.ok()) return "(unlinked)";
+      parts.push_back(n->name);
+      ino = n->parent;
+    }
+    std::string p;
+    for (auto it = parts.rbegin(); it != parts.rend(); ++it) p += "/" + *it;
+    return p.empty() ? "/" : p;
   }
 
   void QueueInval(uint64_t ino) {
@@ -507,7 +522,8 @@ struct KvfsFs::Impl {
     auto r = store->WriteRecord(in.ino, v.data.Parts());
     if (!r.ok()) {
       flush_errors++;
-      spdlog::warn("write record of inode {} ({} bytes): {}", in.ino, v.data.size(), r.status().ToString());
+      LogLimited(spdlog::level::warn, LogKey("fuse-write-record", r.status()), "write record of {} (inode {}, {} bytes): {}",
+                 PathOf(in.ino), in.ino, v.data.size(), ErrnoText(r.status()));
       return r.status();
     }
     flush_records++;
@@ -546,7 +562,8 @@ struct KvfsFs::Impl {
       if (!s.ok()) {
         if (s.IsNotFound() || IsUnlinked(*in)) return Status::OK();  // unlinked meanwhile: discarded
         commit_errors++;
-        spdlog::warn("commit of inode {}: {}", in->ino, s.ToString());
+        LogLimited(spdlog::level::warn, LogKey("fuse-commit", s), "commit of {} (inode {}): {}", PathOf(in->ino),
+                   in->ino, ErrnoText(s));
         return s;
       }
       committed++;
@@ -668,7 +685,10 @@ struct KvfsFs::Impl {
   }
   void RunDeferred(Deferred& d) {
     Status s = FinishRelease(d.in, d.v);
-    if (!s.ok()) spdlog::error("commit of inode {}: {} (version not published)", d.in->ino, s.ToString());
+    if (!s.ok()) {
+      LogLimited(spdlog::level::err, LogKey("fuse-deferred-commit", s), "commit of {} (inode {}): {} (version not published)",
+                 PathOf(d.in->ino), d.in->ino, ErrnoText(s));
+    }
     std::lock_guard<std::mutex> g(table_mu);
     MaybeEraseLocked(d.in);
   }
@@ -1048,7 +1068,10 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
 void ReleaseHandle(KvfsFs::Impl* fs, Handle* h) {
   if (h->writable && h->version) {
     Status s = fs->ReleaseWritable(h->inode, h->version, /*defer=*/true);
-    if (!s.ok()) spdlog::error("release of inode {}: {} (version not published)", h->inode->ino, s.ToString());
+    if (!s.ok()) {
+      LogLimited(spdlog::level::err, LogKey("fuse-release", s), "release of {} (inode {}): {} (version not published)",
+                 fs->PathOf(h->inode->ino), h->inode->ino, ErrnoText(s));
+    }
   }
   auto in = h->inode;
   delete h;
@@ -1129,7 +1152,8 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
   size_t got = 0;
   Status s = fs->store->Read(h->loc, uoff, want, buf.data(), &got);
   if (!s.ok()) {
-    spdlog::error("read of inode {} at {}+{}: {}", h->inode->ino, uoff, want, s.ToString());
+    LogLimited(spdlog::level::err, LogKey("fuse-read", s), "read of {} (inode {}) at {}+{}: {}",
+               fs->PathOf(h->inode->ino), h->inode->ino, uoff, want, ErrnoText(s));
     return Reply(req, s);
   }
   fs->bytes_read.fetch_add(got, std::memory_order_relaxed);
@@ -1562,7 +1586,9 @@ int KvfsFs::Loop() {
   }
   for (auto& [in, v] : left) {
     Status s = impl_->Commit(in, v);
-    if (!s.ok()) spdlog::error("final commit of inode {}: {}", in->ino, s.ToString());
+    if (!s.ok()) {
+      spdlog::error("final commit of {} (inode {}): {}", impl_->PathOf(in->ino), in->ino, ErrnoText(s));
+    }
   }
   return r < 0 ? 1 : 0;
 }

@@ -31,6 +31,7 @@
 #include <xxhash.h>
 
 #include "blockstore/format.h"
+#include "blockstore/log.h"
 #include "blockstore/lru_cache.h"
 #include "blockstore/node_dir.h"
 #include "blockstore/segment_reader.h"
@@ -429,7 +430,7 @@ Status StoreImpl::ReplayNode(const std::string& node, std::vector<JournalEntry>*
   KVFS_RETURN_IF_ERROR(kvfs::ReplayNode(env_, opts_.backing_dir, node, index_.get(), &result));
   for (const auto& f : result.files) {
     if (!f.opened || !f.status.ok()) {
-      spdlog::error("kvfs: journal {}: {}", f.file.path, f.status.ToString());
+      spdlog::error("kvfs: journal {}: {}", f.file.path, ErrnoText(f.status));
       continue;
     }
     const auto& rep = f.report;
@@ -486,7 +487,7 @@ Status StoreImpl::Close() {
   }
   if (s.ok()) s = node_dir_->Release();
   index_->Close();
-  if (!s.ok()) spdlog::error("kvfs: close: {}", s.ToString());
+  if (!s.ok()) spdlog::error("kvfs: close: {}", ErrnoText(s));
   return s;
 }
 
@@ -526,7 +527,7 @@ void StoreImpl::GroupCommitLoop() {
       // the waiters of this round.
       pending_.insert(pending_.begin(), std::make_move_iterator(batch.begin()),
                       std::make_move_iterator(batch.end()));
-      spdlog::error("kvfs: group commit failed: {}", s.ToString());
+      LogLimited(spdlog::level::err, LogKey("group-commit", s), "kvfs: group commit failed: {}", ErrnoText(s));
     } else {
       last_ok_round_ = round;
     }
@@ -843,8 +844,9 @@ Status StoreImpl::Read(const Location& loc, uint64_t offset, size_t len, char* b
   if (!flight->status.ok()) {
     if (flight->status.IsCorruption() && leader) {
       checksum_failures_++;
-      spdlog::error("kvfs: checksum mismatch reading segment {}/{}-{} record @{}: {}", loc.segment.node,
-                    loc.segment.generation, loc.segment.seq, loc.record_offset, flight->status.ToString());
+      LogLimited(spdlog::level::err, "checksum", "kvfs: checksum mismatch reading segment {}/{}-{} record @{}: {}",
+                 loc.segment.node, loc.segment.generation, loc.segment.seq, loc.record_offset,
+                 ErrnoText(flight->status));
     }
     return flight->status;
   }
@@ -938,7 +940,8 @@ Status StoreImpl::PollPeer(const std::string& node, PeerState* st, uint64_t* cha
     for (;;) {
       auto more = (*reader)->Next(&e, &end);
       if (!more.ok()) {
-        spdlog::warn("kvfs: peer {} journal {}: {}", node, f.path, more.status().ToString());
+        LogLimited(spdlog::level::warn, LogKey("peer-journal:" + node, more.status()), "kvfs: peer {} journal {}: {}",
+                   node, f.path, ErrnoText(more.status()));
         stop = true;
         break;
       }
@@ -1036,7 +1039,10 @@ void StoreImpl::PeerLoop() {
       if (!early && now < st.next_poll) continue;
       uint64_t changed = 0;
       Status s = PollPeer(node, &st, &changed);
-      if (!s.ok()) spdlog::warn("kvfs: tailing peer {}: {}", node, s.ToString());
+      if (!s.ok()) {
+        LogLimited(spdlog::level::warn, LogKey("peer-tail:" + node, s), "kvfs: tailing peer {}: {}", node,
+                   ErrnoText(s));
+      }
       if (changed) {
         st.idle_polls = 0;
         st.next_poll = now + interval;
@@ -1464,7 +1470,8 @@ void StoreImpl::UnlinkDue(bool all) {
       if (r.IsNotFound()) r = Status::OK();
     }
     if (!r.ok()) {
-      spdlog::warn("kvfs: unlink of dropped segment {}-{}: {} (retrying)", d.id.generation, d.id.seq, r.ToString());
+      LogLimited(spdlog::level::warn, LogKey("unlink-dropped", r), "kvfs: unlink of dropped segment {}-{}: {} (retrying)",
+                 d.id.generation, d.id.seq, ErrnoText(r));
       d.due = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       retry.push_back(d);
       continue;
@@ -1496,7 +1503,7 @@ void StoreImpl::EnsureReserve() {
   Status s = (*f)->Write(0, zeros.data(), zeros.size());
   if (s.ok()) s = (*f)->Sync();
   if (!s.ok()) {
-    spdlog::warn("kvfs: cannot write the eviction reserve {}: {}", path, s.ToString());
+    spdlog::warn("kvfs: cannot write the eviction reserve {}: {}", path, ErrnoText(s));
     f->reset();
     env_->Remove(path);
     return;
