@@ -76,12 +76,6 @@ struct Analysis {
   uint64_t max_stamp = 0;
 };
 
-std::string Hex(uint64_t v) {
-  char b[32];
-  snprintf(b, sizeof(b), "%llu", static_cast<unsigned long long>(v));
-  return b;
-}
-
 bool EndsWith(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }

@@ -149,7 +149,9 @@ TEST_P(CorruptionTest, DamagedJournalBlockLosesOnlyItsEntries) {
       EXPECT_TRUE(st.ok() && got == Content(n, sizes_[n], 7)) << n << " " << st.ToString();
     }
   }
-  if (rebuild()) EXPECT_EQ(present.size(), names.size() - lost.size());
+  if (rebuild()) {
+    EXPECT_EQ(present.size(), names.size() - lost.size());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(IndexKeptOrRebuilt, CorruptionTest, ::testing::Bool(),

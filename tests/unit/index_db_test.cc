@@ -324,7 +324,9 @@ TEST_F(IndexDbTest, ReadDirPagedWhileMutating) {
     while (!stop) {
       std::string n = "churn-" + std::to_string(i);
       EXPECT_TRUE(db_->CreateFile(d, n, 0644, 0, 0, true).ok());
-      if (i >= 50) EXPECT_TRUE(db_->Unlink(d, "churn-" + std::to_string(i - 50)).ok());
+      if (i >= 50) {
+        EXPECT_TRUE(db_->Unlink(d, "churn-" + std::to_string(i - 50)).ok());
+      }
       i++;
     }
   });
@@ -339,7 +341,9 @@ TEST_F(IndexDbTest, ReadDirPagedWhileMutating) {
                        EXPECT_GE(e.cookie, 3u);
                        last_cookie = e.cookie;
                        last = e.cookie;
-                       if (e.name.rfind("stable-", 0) == 0) EXPECT_TRUE(seen_stable.insert(e.name).second) << e.name;
+                       if (e.name.rfind("stable-", 0) == 0) {
+                         EXPECT_TRUE(seen_stable.insert(e.name).second) << e.name;
+                       }
                        return ++n < 100;
                      })
                     .ok());
@@ -733,7 +737,9 @@ TEST(DirCookieTest, CollisionsLoseNothing) {
                         .ok());
         if (n == 0) break;
         // mutate between pages: the hole gets reused by a new name
-        if (names.size() == 7) EXPECT_TRUE(d->Mkdir(kRootIno, "late", 0755, 0, 0).ok());
+        if (names.size() == 7) {
+          EXPECT_TRUE(d->Mkdir(kRootIno, "late", 0755, 0, 0).ok());
+        }
       }
       std::sort(names.begin(), names.end());
       return names;
@@ -742,7 +748,9 @@ TEST(DirCookieTest, CollisionsLoseNothing) {
     std::set<std::string> uniq(names.begin(), names.end());
     EXPECT_EQ(uniq.size(), names.size());
     for (int i = 1; i < 60; i++)
-      if (i != 10) EXPECT_EQ(uniq.count("n" + std::to_string(i)), 1u) << i;
+      if (i != 10) {
+        EXPECT_EQ(uniq.count("n" + std::to_string(i)), 1u) << i;
+      }
     EXPECT_EQ(uniq.count("n0") + uniq.count("n10"), 0u);
     db->reset();
     auto again = IndexDb::Open(o);

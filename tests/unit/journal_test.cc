@@ -199,8 +199,12 @@ class JournalFileTest : public ::testing::Test {
     for (int i = 0; i < n; i++) {
       out.entries.push_back(SizedEntry(rng, i, RandomSize(rng)));
       out.ends.push_back((*w)->Append(out.entries.back()));
-      if (rng() % 5 == 0) EXPECT_TRUE((*w)->Flush().ok());
-      if (rng() % 17 == 0) EXPECT_TRUE((*w)->Sync().ok());
+      if (rng() % 5 == 0) {
+        EXPECT_TRUE((*w)->Flush().ok());
+      }
+      if (rng() % 17 == 0) {
+        EXPECT_TRUE((*w)->Sync().ok());
+      }
     }
     EXPECT_TRUE((*w)->Sync().ok());
     EXPECT_EQ((*w)->synced_position(), out.ends.back());
@@ -309,7 +313,9 @@ TEST_F(JournalFileTest, LimitActsLikeACut) {
     while (expect < w.ends.size() && w.ends[expect].offset <= c) expect++;
     ASSERT_EQ(got.size(), expect) << c;
     EXPECT_EQ(rep.file_size, c);
-    if (i % 2) EXPECT_EQ(rep.end, JournalEnd::kClean);
+    if (i % 2) {
+      EXPECT_EQ(rep.end, JournalEnd::kClean);
+    }
   }
 }
 
@@ -476,8 +482,12 @@ TEST_F(JournalFileTest, RotationAndListing) {
   for (int i = 0; i < 800; i++) {
     entries.push_back(SizedEntry(rng, i, RandomSize(rng) / 4));
     ends.push_back((*w)->Append(entries.back()));
-    if (i > 0) ASSERT_LT(ends[i - 1], ends[i]);
-    if (rng() % 10 == 0) ASSERT_TRUE((*w)->Sync().ok());
+    if (i > 0) {
+      ASSERT_LT(ends[i - 1], ends[i]);
+    }
+    if (rng() % 10 == 0) {
+      ASSERT_TRUE((*w)->Sync().ok());
+    }
   }
   ASSERT_TRUE((*w)->Sync().ok());
   ASSERT_GT((*w)->current_file_number(), 3u);
@@ -500,7 +510,9 @@ TEST_F(JournalFileTest, RotationAndListing) {
     EXPECT_EQ(rep.header.file_number, f - 1);
     EXPECT_EQ(rep.end, JournalEnd::kClean);
     EXPECT_FALSE(got.empty());
-    if (f + 1 < files.size()) EXPECT_GE(rep.file_size, o.max_file_size);
+    if (f + 1 < files.size()) {
+      EXPECT_GE(rep.file_size, o.max_file_size);
+    }
     for (auto& [e, pos] : got) {
       ASSERT_EQ(e, entries[i]);
       ASSERT_EQ(pos, ends[i]);
@@ -589,7 +601,9 @@ TEST(HybridClockTest, MonotonicAcrossThreads) {
       seen[t].reserve(kPer);
       for (int i = 0; i < kPer; i++) {
         seen[t].push_back(clock.Now());
-        if (i % 1000 == 0) ASSERT_TRUE(clock.Update(seen[t].back() - 5).ok());
+        if (i % 1000 == 0) {
+          ASSERT_TRUE(clock.Update(seen[t].back() - 5).ok());
+        }
       }
     });
   }
