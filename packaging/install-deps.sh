@@ -4,6 +4,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config git
       libfuse3-dev fuse3 librocksdb-dev liburing-dev libxxhash-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev libspdlog-dev nlohmann-json3-dev libcpp-httplib-dev
+      libsystemd-dev
       python3 clang-format fio strace)
 missing=()
 for p in "${pkgs[@]}"; do

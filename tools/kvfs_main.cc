@@ -15,6 +15,10 @@
 // with the child's code, so `kvfs mount` fails with a clear message and exit 2 for usage errors
 // (missing backing dir, bad mountpoint, index dir in use, unknown flag, bad size).
 //
+// systemd (kvfs@.service, Type=notify): with NOTIFY_SOCKET set (sd_notify(3); a no-op otherwise) the
+// daemon sends READY=1 once the FUSE session is mounted and about to serve, and STOPPING=1 when the
+// session ends (unmount or SIGTERM), before the final flush (Store::Close).
+//
 // The daemon answers two virtual xattrs on the mount root (hidden from listxattr):
 //   user.kvfs.pid    the daemon's pid (kvfs umount waits for it to exit after fusermount3 -u)
 //   user.kvfs.stats  one JSON object of Store and FUSE counters (kvfs stats)
@@ -26,6 +30,7 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -309,7 +314,11 @@ int RunMount(MountArgs a) {
     spdlog::info("metrics at http://{}/metrics", a.metrics_listen);
   }
 
+  sd_notifyf(0, "READY=1\nSTATUS=serving %s over %s\nMAINPID=%d", a.mountpoint.c_str(), a.backing.c_str(),
+             static_cast<int>(getpid()));
+
   int rc = fs->Loop();
+  sd_notifyf(0, "STOPPING=1\nSTATUS=unmounted %s; flushing", a.mountpoint.c_str());
   metrics.Stop();  // before fs goes: the listener renders from it
   fs.reset();  // unmounts if still mounted, destroys the session
   kvfs::Status cs = store->Close();
