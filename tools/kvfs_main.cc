@@ -54,6 +54,7 @@
 #include "fuse/kvfs_fs.h"
 #include "index/store.h"
 #include "fuse/stats_render.h"
+#include "tools/fuse_options.h"
 #include "tools/metrics_server.h"
 #include "tools/node_cmd.h"
 #include "tools/size_parse.h"
@@ -280,8 +281,8 @@ int RunMount(MountArgs a) {
   fo.max_threads = a.threads;
   fo.splice = a.splice;
   auto fs = std::make_unique<kvfs::KvfsFs>(store.get(), fo);
-  std::vector<std::string> fopts = a.fuse_opts;
-  if (fopts.empty()) fopts = {"allow_other", "default_permissions"};  // DESIGN §8 default
+  // DESIGN §8 defaults; default_permissions stays on unless -o no_default_permissions (tools/fuse_options.h).
+  std::vector<std::string> fopts = kvfs::MountFuseOptions(a.fuse_opts);
   kvfs::Status ms = fs->Mount(a.mountpoint, fopts, "kvfs:" + a.backing);
   if (!ms.ok()) {
     fs.reset();
@@ -640,7 +641,8 @@ int main(int argc, char** argv) {
   mount->add_flag("--force", ma.force, "take over the node directory even if its owner looks alive");
   mount->add_flag("--splice", ma.splice, "enable FUSE splice read/write/move");
   mount->add_option("-o", ma.fuse_opts,
-                    "FUSE mount options, comma separated (default allow_other,default_permissions)")
+                    "FUSE mount options, comma separated (default allow_other,default_permissions; "
+                    "default_permissions is kept unless no_default_permissions is given)")
       ->delimiter(',');
   mount->add_option("--log-level", ma.log_level, "trace|debug|info|warn|error (default info)");
   mount->add_option("--capacity", ma.capacity,

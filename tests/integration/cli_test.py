@@ -101,6 +101,26 @@ class CliErrors(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertFalse(kf.is_mounted(self.b.mnt))
 
+    def _super_options(self, mnt):
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                pre, post = line.rstrip("\n").split(" - ", 1)
+                if pre.split()[4].encode().decode("unicode_escape") == os.path.realpath(mnt):
+                    return set(post.split(" ", 2)[2].split(","))
+        self.fail("%s is not in /proc/self/mountinfo" % mnt)
+
+    def test_allow_other_keeps_default_permissions(self):
+        # KV caches hold users' prompts: -o allow_other alone must not switch the kernel's mode checks off.
+        for o, want_dp in (("allow_other", True), ("allow_other,default_permissions", True),
+                           ("allow_other,no_default_permissions", False)):
+            with kf.mounted(backing=self.b, o=o) as (mnt, _, _):
+                opts = self._super_options(mnt)
+                self.assertIn("allow_other", opts, o)
+                self.assertEqual("default_permissions" in opts, want_dp, "%s: %s" % (o, sorted(opts)))
+                self.assertNotIn("no_default_permissions", opts)
+        with kf.mounted(backing=self.b) as (mnt, _, _):  # no -o: both defaults
+            self.assertTrue({"allow_other", "default_permissions"} <= self._super_options(mnt))
+
     def test_umount_and_stats_of_non_kvfs(self):
         self.assertUsageError(kf.run_kvfs("umount", self.b.mnt), "not mounted")
         self.assertUsageError(kf.run_kvfs("stats", self.b.mnt), "not a kvfs mount")

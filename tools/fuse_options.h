@@ -1,0 +1,41 @@
+// MountFuseOptions: the FUSE "-o" options `kvfs mount` passes to the kernel (DESIGN §8).
+//
+//   no -o at all                      -> allow_other,default_permissions
+//   -o LIST                           -> LIST, plus default_permissions unless LIST already has it
+//   -o ...,no_default_permissions,... -> LIST without it and without default_permissions (the only way
+//                                        to turn the kernel's permission checks off: KV caches hold users'
+//                                        prompts, so `-o allow_other` alone must not open them to all)
+// Empty entries are dropped; order is kept. no_default_permissions is kvfs's own key (libfuse has no
+// negative form); it never reaches libfuse.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+namespace kvfs {
+
+inline constexpr const char* kNoDefaultPermissions = "no_default_permissions";
+
+inline std::vector<std::string> MountFuseOptions(const std::vector<std::string>& given) {
+  std::vector<std::string> out;
+  bool opt_out = false, has_dp = false;
+  for (const auto& o : given) {
+    if (o.empty()) continue;
+    if (o == kNoDefaultPermissions) {
+      opt_out = true;
+      continue;
+    }
+    if (o == "default_permissions") has_dp = true;
+    out.push_back(o);
+  }
+  if (given.empty()) return {"allow_other", "default_permissions"};
+  if (opt_out) {
+    out.erase(std::remove(out.begin(), out.end(), "default_permissions"), out.end());
+  } else if (!has_dp) {
+    out.push_back("default_permissions");
+  }
+  return out;
+}
+
+}  // namespace kvfs
