@@ -27,6 +27,7 @@
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "blockstore/log.h"
 #include "fuse/chunk_buffer.h"
@@ -121,6 +122,12 @@ struct Version {
 
   // Guarded by the owning Inode's mu.
   int writers = 0;
+  // When its last writer was released (Impl::next_order; 0 = never released). A commit counts from this
+  // moment, not from when the (deferred) commit runs: the order of close(2) decides which version wins.
+  uint64_t close_order = 0;
+  // A version released before another version of the inode committed: it never commits (it would put
+  // older content over newer), no open joins it, stat ignores it. Its deferred commit just drops it.
+  bool superseded = false;
 };
 
 // One inode the kernel knows (or that an open handle still uses).
@@ -133,6 +140,9 @@ struct Inode {
   uint64_t nlookup = 0;
   uint64_t open_handles = 0;
 
+  // Serializes the commits of this inode's versions (taken after Version::io_mu, before mu), so the
+  // superseded check and CommitFile are one step.
+  std::mutex commit_mu;
   std::mutex mu;  // guards the fields below
   bool unlinked = false;             // its name was unlinked or replaced: staged versions are discarded
   std::shared_ptr<Version> primary;  // the staged version that opens join and stat shows
@@ -171,11 +181,30 @@ struct KvfsFs::Impl {
   std::mutex table_mu;
   std::unordered_map<uint64_t, std::shared_ptr<Inode>> table;
   std::atomic<uint64_t> next_seq{1};
+  std::atomic<uint64_t> next_order{1};  // Version::close_order
   std::atomic<int64_t> staged_bytes{0};
   std::atomic<uint64_t> open_handles{0}, staged_versions{0}, shadows{0}, committed{0}, discarded{0},
-      flush_records{0}, flush_errors{0}, commit_errors{0};
+      flush_records{0}, flush_errors{0}, commit_errors{0}, renumbered{0};
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
   FuseOpStats op_stats;  // requests and handler latency by operation (Timed in MakeOps)
+
+  // Inode numbers that Renumber just handed out for a writer that is retrying its open (ESTALE). Their
+  // first writable open starts the new version without renumbering again, and read-only opens before
+  // it use direct_io (no page-cache pages or i_size the writer's O_TRUNC could cut). Not tied to the
+  // inode table: the kernel's retry itself FORGETs the new number once (fuse_dentry_revalidate) before
+  // it looks it up again. Bounded (kMaxFresh; a writer that never retried leaves its number here).
+  // A leaf lock.
+  static constexpr size_t kMaxFresh = 65536;
+  std::mutex fresh_mu;
+  std::unordered_set<uint64_t> fresh;
+  bool IsFresh(uint64_t ino) {
+    std::lock_guard<std::mutex> g(fresh_mu);
+    return fresh.count(ino) != 0;
+  }
+  bool TakeFresh(uint64_t ino) {
+    std::lock_guard<std::mutex> g(fresh_mu);
+    return fresh.erase(ino) != 0;
+  }
 
   // Kernel page-cache invalidations run on their own thread: fuse_lowlevel_notify_inval_inode must not
   // be called from a worker that the kernel may be waiting on.
@@ -317,6 +346,7 @@ struct KvfsFs::Impl {
   static bool StagedAttr(Inode& in, Attr* out) {
     std::shared_ptr<Version> v = in.primary;
     for (auto& w : in.writing) {
+      if (w->superseded) continue;
       if (!v || w->seq > v->seq) v = w;
     }
     if (!v) return false;
@@ -448,6 +478,7 @@ struct KvfsFs::Impl {
     // Newest version being written or being committed by its last release (still in `writing`).
     std::shared_ptr<Version> newest;
     for (auto& w : in->writing) {
+      if (w->superseded) continue;  // older than the committed content: never joined
       if (!newest || w->seq > newest->seq) newest = w;
     }
     auto join = [&](const std::shared_ptr<Version>& v) {
@@ -470,9 +501,40 @@ struct KvfsFs::Impl {
     }
     auto n = store->GetInode(in->ino);
     Attr a;
-    // Gone between the kernel's LOOKUP and this OPEN (unlinked, or renamed over by another thread or a
-    // peer): NotFound, which the open answers with ESTALE so the kernel looks the name up again.
+    // Gone between the kernel's LOOKUP and this OPEN (unlinked, renumbered, or renamed over by another
+    // thread or a peer): NotFound, which the open answers with ESTALE so the kernel looks the name up
+    // again.
     if (!n.ok()) return n.status();
+    if (n->committed && S_ISREG(n->attr.mode) && !TakeFresh(in->ino)) {
+      // New content of a committed file gets a new inode number (DESIGN §3). The kernel keeps ONE
+      // page cache and ONE i_size per inode: were the new version written under this number, a reader
+      // that opened the old content (page cache) would read it cut to the new size. So the file moves
+      // to a fresh number now, and the open answers ESTALE: the kernel looks the name up again
+      // (LOOKUP_REVAL) and retries the open on the new number, once. This number keeps the old content
+      // for its open handles (pinned Location) until they close; the kernel forgets it then.
+      auto nn = store->Renumber(in->ino);
+      if (!nn.ok()) return nn.status();
+      {
+        std::lock_guard<std::mutex> fg(fresh_mu);
+        if (fresh.size() >= kMaxFresh) fresh.clear();  // abandoned retries; worst case one more ESTALE
+        fresh.insert(nn->attr.ino);
+      }
+      in->unlinked = true;  // its name now belongs to the new number
+      in->last_attr = n->attr;
+      in->last_attr.ino = in->ino;
+      in->last_loc = n->location;
+      in->last_committed = true;
+      renumbered++;
+      {
+        // Other processes' cached dentries of the name: the notifier thread (it holds no lock a
+        // worker needs) invalidates them.
+        std::lock_guard<std::mutex> qg(nq_mu);
+        nq.push_back(Notice{in->ino, n->parent, n->name});
+        nq_cv.notify_one();
+      }
+      return Status::FromErrno(ESTALE, "inode " + std::to_string(in->ino) + " renumbered to " +
+                                           std::to_string(nn->attr.ino) + " for a new version");
+    }
     a = n->attr;
     a.ino = in->ino;
     if (trunc) {
@@ -541,8 +603,13 @@ struct KvfsFs::Impl {
   // Commits v (record + journal PUT under the inode's current name) unless its name is gone.
   Status Commit(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v) {
     std::lock_guard<std::mutex> g(v->io_mu);
+    std::lock_guard<std::mutex> cg(in->commit_mu);
     for (int attempt = 0;; ++attempt) {
       if (IsUnlinked(*in)) return Status::OK();
+      {
+        std::lock_guard<std::mutex> lg(in->mu);
+        if (v->superseded) return Status::OK();  // a version closed later already committed
+      }
       KVFS_RETURN_IF_ERROR(FlushLocked(*in, *v));
       Attr a;
       uint64_t gen, attr_gen;
@@ -573,6 +640,15 @@ struct KvfsFs::Impl {
       {
         std::lock_guard<std::mutex> lg(in->mu);
         in->committed_seq = std::max(in->committed_seq, v->seq);
+        // Versions whose last writer was released before this commit (their own commit is deferred)
+        // are older content: they must not commit after this one, nor be joined.
+        uint64_t order = v->writers > 0 || v->close_order == 0 ? next_order.fetch_add(1) : v->close_order;
+        for (auto& w : in->writing) {
+          if (w != v && w->writers == 0 && w->close_order != 0 && w->close_order < order) {
+            w->superseded = true;
+            if (in->primary == w) in->primary = nullptr;
+          }
+        }
         // A newer commit hides an older staged primary (its writers keep writing; it commits later).
         if (in->primary && in->primary != v && in->primary->seq < v->seq) in->primary = nullptr;
         inval = in->contended || v->hidden;
@@ -605,6 +681,7 @@ struct KvfsFs::Impl {
     {
       std::lock_guard<std::mutex> g(in->mu);
       if (--v->writers > 0) return Status::OK();
+      v->close_order = next_order.fetch_add(1);
     }
     if (defer && opts.commit_delay_ms > 0) {
       std::lock_guard<std::mutex> g(cq_mu);
@@ -631,7 +708,7 @@ struct KvfsFs::Impl {
       // A truncate(path) or chmod that landed on this version while it was being committed (its last
       // writer already gone) must not be lost: commit again.
       std::lock_guard<std::mutex> g(in->mu);
-      if (!s.ok() || v->writers != 0 || in->unlinked || round >= 8) break;
+      if (!s.ok() || v->writers != 0 || in->unlinked || v->superseded || round >= 8) break;
       std::shared_lock<std::shared_mutex> vg(v->mu);
       if (v->committed_gen == v->gen && v->committed_attr_gen == v->attr_gen) break;
     }
@@ -643,7 +720,7 @@ struct KvfsFs::Impl {
       // (it can never be published or opened by name again).
       if (in->primary == v && !in->unlinked) in->primary = nullptr;
       if (w.empty()) in->contended = false;
-      if (unl || in->unlinked) discarded++;
+      if (unl || in->unlinked || v->superseded) discarded++;
     }
     return s;
   }
@@ -857,7 +934,7 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
       // truncate(2) by name: join the version being written (even one whose last writer is committing
       // it right now, so the new size cannot be lost), else a new version; the last writer commits.
       auto r = fs->AcquireWritable(in, /*trunc=*/false, fuse_req_ctx(req), /*need_content=*/size != 0);
-      if (!r.ok()) return Reply(req, r.status());
+      if (!r.ok()) return Reply(req, r.status(), ErrCtx::kInode);  // ESTALE: truncate(2) retries the path
       auto nv = *r;
       {
         std::unique_lock<std::shared_mutex> g(nv->mu);
@@ -1053,7 +1130,7 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
     // a time (a hidden one next to the visible one), a page-cache reader could get pages or a size of
     // the other version (zero-filled tails, or a mix): such readers read through direct_io, which
     // returns exactly the bytes of the version this handle reads.
-    if (contended || hidden_ever) {
+    if (contended || hidden_ever || fs->IsFresh(in->ino)) {
       direct = true;
       fi->keep_cache = 0;
     }
@@ -1625,6 +1702,7 @@ FsStats KvfsFs::GetFsStats() {
   s.flush_records = impl_->flush_records.load();
   s.flush_errors = impl_->flush_errors.load();
   s.commit_errors = impl_->commit_errors.load();
+  s.inodes_renumbered = impl_->renumbered.load();
   s.bytes_read = impl_->bytes_read.load();
   s.bytes_written = impl_->bytes_written.load();
   return s;

@@ -8,6 +8,11 @@
 //     staged version (copy-on-write from the committed content when there is none).
 //   - A second O_TRUNC open of an inode whose primary version still has writers gets a *shadow*
 //     version of its own (direct_io): both writers produce whole versions, never a mix.
+//   - New content gets a new inode number (DESIGN §3): a writable open or truncate(path) of a committed
+//     file nobody writes moves it to a fresh number (Store::Renumber) and answers ESTALE, so the kernel
+//     retries on the new number; the old number keeps the old content for its open handles.
+//   - Versions commit in the order their last writers were released: one released before another
+//     version committed is superseded (never committed, never joined).
 //   - FLUSH writes the version's bytes as one record (Store::WriteRecord) when they changed since the
 //     last record; fsync and the last RELEASE of a version's writable handles commit it
 //     (Store::CommitFile) under the inode's name at that moment. Unlinked versions are discarded.
@@ -51,6 +56,7 @@ struct FsStats {
   uint64_t shadow_versions_created = 0, versions_committed = 0, versions_discarded = 0;
   uint64_t flush_records = 0, flush_errors = 0, commit_errors = 0;
   uint64_t bytes_read = 0, bytes_written = 0;  // READ reply bytes, WRITE request bytes
+  uint64_t inodes_renumbered = 0;  // committed files moved to a new inode number for a new version
 };
 
 // Everything `kvfs stats` and the Prometheus exposition show, taken at one moment (KvfsFs::Snapshot);

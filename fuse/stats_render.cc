@@ -134,6 +134,7 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                {"flush_records", f.flush_records},
                {"flush_errors", f.flush_errors},
                {"commit_errors", f.commit_errors},
+               {"inodes_renumbered", f.inodes_renumbered},
                {"bytes_read", f.bytes_read},
                {"bytes_written", f.bytes_written}};
   nlohmann::json ops = nlohmann::json::object();
@@ -182,6 +183,8 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
   e.One("kvfs_flush_records_total", "counter", "Records written by FLUSH.", f.flush_records);
   e.One("kvfs_flush_errors_total", "counter", "FLUSH requests that failed to write their record.", f.flush_errors);
   e.One("kvfs_commit_errors_total", "counter", "Version commits that failed.", f.commit_errors);
+  e.One("kvfs_inodes_renumbered_total", "counter",
+        "Committed files moved to a new inode number for a new version (DESIGN 3).", f.inodes_renumbered);
 
   // ---- index and data ----
   e.One("kvfs_files", "gauge", "Files in the index (this node's and applied peers').", st.files);

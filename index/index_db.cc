@@ -1272,6 +1272,34 @@ Result<Node> IndexDb::CommitFile(uint64_t ino, const Location& loc, const Attr& 
   return NodeOf(n);
 }
 
+Result<Node> IndexDb::Renumber(uint64_t ino) {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  Txn t(impl_.get());
+  Ops o{impl_.get(), t};
+  auto r = o.MustRec(ino);
+  if (!r.ok()) return r.status();
+  if (!r->is_reg() || !r->committed) return Status::InvalidArgument("renumber of a non-committed or non-regular inode");
+  std::optional<DentryVal> d;
+  KVFS_RETURN_IF_ERROR(o.GetDentry(r->parent, r->name, &d));
+  if (!d || d->ino != ino) return Status::NotFound("inode " + std::to_string(ino) + " has no name");
+  auto nino = impl_->AllocIno();
+  if (!nino.ok()) return nino.status();
+  std::vector<std::pair<std::string, std::string>> xattrs;  // (name, value)
+  const std::string prefix = InoKey(ino);
+  KVFS_RETURN_IF_ERROR(t.ForEachPrefix(kXattrs, prefix, [&](auto& k, auto& v) {
+    xattrs.emplace_back(k.substr(prefix.size()), v);
+    return true;
+  }));
+  InodeRec n = *r;
+  n.attr.ino = *nino;
+  KVFS_RETURN_IF_ERROR(o.PutRec(&*r, nullptr));  // old number: record, xattrs, segment membership
+  KVFS_RETURN_IF_ERROR(o.PutRec(nullptr, &n));
+  for (auto& [name, value] : xattrs) t.Put(kXattrs, XattrKey(*nino, name), std::move(value));
+  KVFS_RETURN_IF_ERROR(o.Link(r->parent, r->name, *nino, n.attr.mode, d->stamp, d->node, d->cookie));
+  KVFS_RETURN_IF_ERROR(t.Commit());
+  return NodeOf(n);
+}
+
 Status IndexDb::SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags,
                          uint64_t stamp) {
   if (name.empty() || name.size() > 255) return Status::InvalidArgument("bad xattr name");

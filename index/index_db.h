@@ -62,7 +62,9 @@
 // ---- inode numbers ----
 // Root is 1 (kRootIno, mode S_IFDIR|0755, created with the index). Numbers increase monotonically and are
 // never reused within the life of the index dir: ranges of 1M are reserved in meta (synced) before use.
-// A file whose content changes through an applied PUT gets a new inode number (DESIGN §3).
+// A file whose content changes gets a new inode number (DESIGN §3): through an applied PUT, or
+// Renumber (the FUSE layer, before a local writer starts a new version). Numbers are not journaled: an
+// index rebuilt from the journals numbers everything afresh.
 //
 // ---- thread safety ----
 // Every method is thread-safe. Writes are serialized by one namespace mutex and each is one atomic
@@ -222,6 +224,12 @@ class IndexDb {
   // staged inode under its remembered name. NotFound if the inode is gone (unlinked before commit).
   Result<Node> CommitFile(uint64_t ino, const Location& loc, const Attr& attr, uint64_t stamp,
                           std::string_view node = {});
+  // Gives the committed regular file `ino` a fresh inode number (DESIGN §3: new content gets a new
+  // number; the caller is about to start a new version). The dentry (same cookie and stamp), attributes,
+  // location, xattrs and segment membership move to the new number; `ino` no longer exists afterwards.
+  // Content and path are unchanged, so nothing is journaled. Returns the node under its new number.
+  // NotFound if ino is gone or detached, InvalidArgument if it is not a committed regular file.
+  Result<Node> Renumber(uint64_t ino);
   // Lists dir in cookie order after `after` (0 = from the start); fn returns false to stop.
   Status ReadDir(uint64_t dir, uint64_t after, const std::function<bool(const DirEntry&)>& fn);
 

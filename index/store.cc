@@ -136,6 +136,7 @@ class StoreImpl final : public Store {
   // ---- data ----
   Result<Location> WriteRecord(uint64_t ino, const std::vector<std::string_view>& parts) override;
   Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr) override;
+  Result<Node> Renumber(uint64_t ino) override;
   Status Read(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) override;
   Status Sync() override;
 
@@ -749,6 +750,22 @@ Status StoreImpl::CommitFile(uint64_t ino, const Location& loc, const Attr& attr
     loc_ino_[loc.segment][loc.record_offset] = n->attr.ino;
   }
   return Status::OK();
+}
+
+Result<Node> StoreImpl::Renumber(uint64_t ino) {
+  std::lock_guard<std::mutex> l(ns_mu_);
+  auto n = index_->Renumber(ino);
+  if (!n.ok()) return n.status();
+  const Location& loc = n->location;
+  if (track_hits_ && !loc.empty() && OwnSegment(loc.segment)) {
+    std::lock_guard<std::mutex> h(hits_mu_);
+    auto it = loc_ino_.find(loc.segment);
+    if (it != loc_ino_.end()) {
+      auto x = it->second.find(loc.record_offset);
+      if (x != it->second.end() && x->second == ino) x->second = n->attr.ino;
+    }
+  }
+  return n;
 }
 
 Result<std::shared_ptr<BackingFile>> StoreImpl::SegmentFile(const SegmentId& id) {

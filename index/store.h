@@ -229,6 +229,13 @@ class Store {
   // Updates the masked attributes (kSetSize only changes the recorded size of a *staged* file or is used
   // together with CommitFile; data is the FUSE layer's business). Journals SETATTR for committed inodes.
   virtual Result<Attr> SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) = 0;
+  // Moves the committed regular file `ino` to a fresh inode number (DESIGN §3: new content gets a new
+  // number; the FUSE layer calls it before a writer starts a new version of a committed file, so the
+  // kernel's page cache and i_size of the old number stay those of the old content). Same name, content,
+  // attributes and xattrs; `ino` is gone afterwards (NotFound). Nothing is journaled (inode numbers are
+  // local: a rebuilt index numbers files afresh). Returns the node under its new number. NotFound if ino
+  // is gone, InvalidArgument if it is not a committed regular file.
+  virtual Result<Node> Renumber(uint64_t ino) = 0;
   // Lists a directory in cookie order, starting after `after` (0 = from the start). fn returns false to
   // stop. Entries created or removed during a listing never make others skip or repeat.
   virtual Status ReadDir(uint64_t dir, uint64_t after, const std::function<bool(const DirEntry&)>& fn) = 0;

@@ -629,6 +629,28 @@ REGRESSIONS = {
         ("close", 1),
         ("readfile", "d0/f"),
     ],
+    # Seed 20562005. The first version's commit was still deferred (5 ms after close) when a second
+    # version (O_TRUNC) was closed and truncate(path) joined and committed it; the next O_RDWR open then
+    # joined the OLD, empty first version (still listed as being written), so a new reader (reading the
+    # committed 161,453 zero bytes) did not see the writer's 7,843 bytes, and the old version's deferred
+    # commit would have published 7,843 bytes over the newer 161,453. Fix: a version released before
+    # another version committed is superseded (never joined, never committed).
+    "deferred_commit_superseded_by_truncate_path": [
+        ("open", 0, "f", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+        ("close", 0),
+        ("open", 1, "f", os.O_WRONLY | os.O_TRUNC, 0o644),
+        ("close", 1),
+        ("truncate", "f", 161453),
+        ("open", 2, "f", os.O_RDWR, 0o644),
+        ("pwrite", 2, bytes(range(256)) * 30 + b"x" * 163, 0),
+        ("open", 3, "f", os.O_RDONLY, 0o644),
+        ("pread", 3, 300000, 0),
+        ("stat", "f"),
+        ("close", 3),
+        ("close", 2),
+        ("readfile", "f"),
+        ("stat", "f"),
+    ],
 }
 
 

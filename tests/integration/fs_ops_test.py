@@ -971,6 +971,123 @@ class SameTempWriters(MountedTestCase):
         self.assertEqual(kf.read_file(path), b"A" * 5000 + b"B" * 100)
 
 
+class NewContentNewInode(MountedTestCase):
+    """DESIGN §3: new content of a committed file gets a new inode number (docs/semantics.md §1)."""
+
+    def test_reader_across_in_place_shrink(self):
+        # The known bug this fixes: a reader opened before an in-place O_TRUNC rewrite to a shorter size
+        # read the old bytes cut to the new size (one kernel i_size for both versions).
+        path = self.p("f")
+        old = pattern("old", 1000000)
+        kf.write_file(path, old)
+        time.sleep(0.3)  # the commit (deferred 5 ms after close) is long done: a plain committed file
+        before = os.stat(path)
+        r = os.open(path, os.O_RDONLY)
+        try:
+            self.assertEqual(os.pread(r, 4096, 0), old[:4096])  # page cache of the old inode populated
+            new = pattern("new", 3000)
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+            os.write(fd, new)
+            os.close(fd)
+            got = os.pread(r, 2 << 20, 0)
+            self.assertEqual(len(got), len(old))
+            self.assertEqual(got, old)  # the old version, whole
+            fr = os.fstat(r)
+            self.assertEqual((fr.st_size, fr.st_ino), (1000000, before.st_ino))
+            n = os.open(path, os.O_RDONLY)
+            try:
+                self.assertEqual(os.pread(n, 2 << 20, 0), new)
+                fn = os.fstat(n)
+                self.assertEqual(fn.st_size, 3000)
+                self.assertNotEqual(fn.st_ino, before.st_ino)
+                self.assertEqual(os.stat(path).st_ino, fn.st_ino)
+            finally:
+                os.close(n)
+            self.assertEqual(os.pread(r, 2 << 20, 0), old)  # still, after the new version is read
+        finally:
+            os.close(r)
+        self.assertEqual(kf.read_file(path), new)
+
+    def test_reader_across_truncate_path(self):
+        path = self.p("f")
+        old = pattern("old", 300000)
+        kf.write_file(path, old)
+        time.sleep(0.05)
+        r = os.open(path, os.O_RDONLY)
+        try:
+            self.assertEqual(os.read(r, 10), old[:10])
+            os.truncate(path, 1000)
+            self.assertEqual(os.stat(path).st_size, 1000)
+            self.assertEqual(os.pread(r, 1 << 20, 0), old)
+            self.assertEqual(os.fstat(r).st_size, 300000)
+        finally:
+            os.close(r)
+        self.assertEqual(kf.read_file(path), old[:1000])
+
+    def test_st_ino_changes_with_content_only(self):
+        path = self.p("f")
+        kf.write_file(path, b"one")
+        os.setxattr(path, "user.k", b"v")
+        time.sleep(0.05)
+        seen = [os.stat(path).st_ino]
+        renumbered0 = kf.stats(self.mnt)["fuse"]["inodes_renumbered"]
+
+        def changed(what):
+            time.sleep(0.05)  # the deferred commit
+            ino = os.stat(path).st_ino
+            self.assertNotIn(ino, seen, what)
+            seen.append(ino)
+            self.assertEqual([e.inode() for e in os.scandir(self.d) if e.name == "f"], [ino], what)
+
+        kf.write_file(path, b"two")  # O_TRUNC rewrite
+        changed("O_TRUNC rewrite")
+        fd = os.open(path, os.O_RDWR)  # in-place write without O_TRUNC
+        os.pwrite(fd, b"T", 0)
+        os.close(fd)
+        changed("O_RDWR write")
+        os.truncate(path, 2)
+        changed("truncate(path)")
+        with open(path, "ab") as f:
+            f.write(b"xyz")
+        changed("O_APPEND")
+        self.assertEqual(kf.read_file(path), b"Twxyz")
+        self.assertEqual(os.getxattr(path, "user.k"), b"v")  # xattrs move with the file
+        self.assertEqual(kf.stats(self.mnt)["fuse"]["inodes_renumbered"] - renumbered0, 4)
+        # Attribute changes, renames and reads keep the number.
+        ino = seen[-1]
+        os.chmod(path, 0o600)
+        os.utime(path, (1, 2))
+        os.setxattr(path, "user.k2", b"w")
+        kf.read_file(path)
+        os.rename(path, self.p("g"))
+        self.assertEqual(os.stat(self.p("g")).st_ino, ino)
+        # A file being written keeps its number: joins and ftruncate of an open writer.
+        fd = os.open(self.p("h"), os.O_WRONLY | os.O_CREAT, 0o644)
+        ino_h = os.fstat(fd).st_ino
+        os.write(fd, b"abc")
+        fd2 = os.open(self.p("h"), os.O_WRONLY)
+        os.ftruncate(fd2, 1)
+        os.close(fd2)
+        os.close(fd)
+        self.assertEqual(os.stat(self.p("h")).st_ino, ino_h)
+        self.assertEqual(kf.read_file(self.p("h")), b"a")
+
+    def test_rename_over_open_reader_then_rewrite(self):
+        a, b = self.p("a"), self.p("b")
+        kf.write_file(a, pattern("a", 50000))
+        kf.write_file(b, pattern("b", 70000))
+        time.sleep(0.05)
+        r = os.open(b, os.O_RDONLY)
+        try:
+            os.rename(a, b)
+            kf.write_file(b, b"short")  # rewrite of the renamed file
+            self.assertEqual(os.pread(r, 1 << 20, 0), pattern("b", 70000))
+            self.assertEqual(os.fstat(r).st_size, 70000)
+        finally:
+            os.close(r)
+        self.assertEqual(kf.read_file(b), b"short")
+
+
 @kf.skip_unless_fuse
 class Remount(unittest.TestCase):
     def test_persistence_byte_identical(self):
