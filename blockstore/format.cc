@@ -115,6 +115,9 @@ Status DecodeRecordHeader(const char* src, RecordHeader* out) {
   h.meta_checksum = Get<uint64_t>(src, 32);
   if (h.flags & ~kRecordKnownFlags) return Status::Corruption("record header: unknown flags " + std::to_string(h.flags));
   if (h.path_len == 0) return Status::Corruption("record header: empty path");
+  if (h.value_len > kMaxValueLength) {
+    return Status::Corruption("record header: value length " + std::to_string(h.value_len) + " over the maximum");
+  }
   if (h.block_size != kChecksumBlock) {
     return Status::Corruption("record header: unsupported block size " + std::to_string(h.block_size));
   }
@@ -169,8 +172,12 @@ Status DecodeTrailer(const char* src, Trailer* out) {
   t.record_count = Get<uint64_t>(src, 24);
   t.footer_checksum = Get<uint64_t>(src, 32);
   t.nonce = Get<uint64_t>(src, 40);
-  if (t.footer_offset < kSegmentHeaderSize || t.footer_offset % kAlignment != 0) {
+  if (t.footer_offset < kSegmentHeaderSize || t.footer_offset % kAlignment != 0 || t.footer_offset >= (1ull << 56)) {
     return Status::Corruption("segment trailer: bad footer offset " + std::to_string(t.footer_offset));
+  }
+  if (t.record_count > t.footer_offset) {  // bounds count * 40 far from overflow (a decoder bound)
+    return Status::Corruption("segment trailer: " + std::to_string(t.record_count) + " records cannot fit before " +
+                              "the footer at " + std::to_string(t.footer_offset));
   }
   *out = t;
   return Status::OK();

@@ -96,7 +96,7 @@ Status DecodeSegmentHeader(const char* src, size_t n, SegmentHeader* out);
 //        0     4  magic            "KREC" (kRecordMagic)
 //        4     2  flags            kRecordFlag* bits; unknown bits are Corruption
 //        6     2  path length      bytes of the full virtual path (no NUL), 1..65535
-//        8     8  value length     bytes (0 allowed)
+//        8     8  value length     bytes (0 allowed), at most kMaxValueLength (1 TiB)
 //       16     8  stamp            hybrid logical clock stamp of the write (opaque here)
 //       24     4  block size       65536 (kChecksumBlock)
 //       28     4  block count      ceil(value length / block size)
@@ -109,6 +109,10 @@ Status DecodeSegmentHeader(const char* src, size_t n, SegmentHeader* out);
 inline constexpr uint32_t kRecordMagic = 0x4345524Bu;  // bytes "KREC"
 inline constexpr size_t kRecordHeaderSize = 64;
 inline constexpr size_t kMaxPathLength = 65535;
+// A decoder bound, not a limit anyone reaches (a file's bytes are staged in memory): it keeps the
+// record-size arithmetic (BlockCount, RecordSpan, offsets) far from 64-bit overflow for any header a
+// peer or a damaged disk may present.
+inline constexpr uint64_t kMaxValueLength = 1ull << 40;
 inline constexpr uint16_t kRecordFlagProvisional = 1u << 0;  // staged data spilled before commit (§4)
 inline constexpr uint16_t kRecordKnownFlags = kRecordFlagProvisional;
 
@@ -124,8 +128,8 @@ struct RecordHeader {
 
 // dst: kRecordHeaderSize bytes.
 void EncodeRecordHeader(const RecordHeader& h, char* dst);
-// src: kRecordHeaderSize bytes. Corruption on bad magic, checksum, unknown flags, block size or a
-// block count that does not match the value length.
+// src: kRecordHeaderSize bytes. Corruption on bad magic, checksum, unknown flags, block size, a value
+// length over kMaxValueLength or a block count that does not match the value length.
 Status DecodeRecordHeader(const char* src, RecordHeader* out);
 // True iff src (>= 4 bytes) starts with the record magic (to tell "no record here" from damage).
 bool HasRecordMagic(const char* src);
@@ -183,8 +187,8 @@ FooterEntry DecodeFooterEntry(const char* src);
 //        0     8  magic            "KVFSEND\0" (kTrailerMagic)
 //        8     4  version          kFormatVersion
 //       12     4  reserved         0
-//       16     8  footer offset    4 KiB aligned, >= 4096
-//       24     8  record count
+//       16     8  footer offset    4 KiB aligned, >= 4096, < 2^56
+//       24     8  record count     <= footer offset (a decoder bound: no overflow in the sizes)
 //       32     8  footer checksum  XXH3-64 of the count * 40 footer entry bytes (no padding)
 //       40     8  nonce            = the segment header's nonce
 //       48     8  reserved         0
@@ -204,7 +208,7 @@ struct Trailer {
 // dst: kTrailerBlockSize bytes (zeroed, trailer in its last kTrailerSize bytes).
 void EncodeTrailerBlock(const Trailer& t, char* dst);
 // src: kTrailerSize bytes. NotFound when the magic is absent (not sealed); Corruption when the magic is
-// there but the checksum, version or fields are wrong.
+// there but the checksum, version or fields are wrong (including the bounds in the table above).
 Status DecodeTrailer(const char* src, Trailer* out);
 inline constexpr uint64_t FooterBytes(uint64_t count) { return AlignUp(count * kFooterEntrySize); }
 inline constexpr uint64_t SealedFileSize(uint64_t footer_offset, uint64_t count) {

@@ -283,8 +283,8 @@ Result<SegmentFooter> ReadFooter(BackingFile* file, uint64_t file_size) {
     uint64_t prev_end = format::kSegmentHeaderSize;
     for (uint64_t i = 0; i < t.record_count; ++i) {
       auto e = format::DecodeFooterEntry(sb.get() + i * format::kFooterEntrySize);
-      if (e.record_offset < prev_end || e.value_offset < e.record_offset ||
-          e.value_offset + e.value_length > t.footer_offset) {
+      if (e.record_offset < prev_end || e.value_offset < e.record_offset || e.value_offset > t.footer_offset ||
+          e.value_length > t.footer_offset - e.value_offset) {
         return Status::Corruption("segment " + At(file, t.footer_offset) + ": footer entry " + std::to_string(i) +
                                   " out of order or out of range");
       }

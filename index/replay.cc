@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "blockstore/log.h"
 #include "blockstore/node_dir.h"
 
 namespace kvfs {
@@ -25,6 +26,16 @@ Attr FromEntryAttrs(const EntryAttrs& e) {
 }  // namespace
 
 bool JournalEntryToApplyOp(const JournalEntry& e, ApplyOp* op) {
+  // Segment ids become backing paths (SegmentFilePath): only valid node ids may reach them.
+  auto bad_node = [&](const std::string& node) {
+    if (ValidateNodeId(node).ok()) return false;
+    LogLimited(spdlog::level::warn, "journal-bad-node-id", "kvfs: skipping {} entry on '{}': segment of invalid node id '{}'",
+               JournalOpName(e.op), e.path, node);
+    return true;
+  };
+  if (!e.location.empty() && bad_node(e.location.segment.node)) return false;
+  if (!e.old_location.empty() && bad_node(e.old_location.segment.node)) return false;
+  if ((e.op == JournalOp::kSeal || e.op == JournalOp::kDrop) && bad_node(e.segment.node)) return false;
   op->stamp = e.stamp;
   op->path = e.path;
   switch (e.op) {

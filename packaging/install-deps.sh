@@ -6,6 +6,9 @@ pkgs=(build-essential cmake pkg-config git
       libgtest-dev libgmock-dev libbenchmark-dev libspdlog-dev nlohmann-json3-dev libcpp-httplib-dev
       libsystemd-dev
       python3 clang-format fio strace)
+# Fuzzing is opt-in (tests/fuzz, -DKVFS_FUZZ=ON): KVFS_FUZZ=1 also installs clang (libFuzzer). CI does not
+# need it: the regression corpus runs in the unit tests with gcc.
+if [ "${KVFS_FUZZ:-0}" = 1 ]; then pkgs+=(clang); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
