@@ -1285,12 +1285,30 @@ void OpFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
   Reply(req, fs->store->Sync());
 }
 
+// A directory handle counts as an open handle of its inode, so fstat of an open directory that was
+// removed (rmdir) answers its last attributes, as on a local fs, not ESTALE (differential seed 267).
 void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  fi->fh = 0;
-  fuse_reply_open(req, fi);
+  auto* fs = FS(req);
+  auto in = fs->Get(ino);
+  if (!in) {
+    auto n = fs->store->GetInode(ino);
+    if (!n.ok()) return Reply(req, n.status(), ErrCtx::kInode);
+    in = fs->GetOrMake(ino, n->attr.mode);
+    std::lock_guard<std::mutex> g(in->mu);
+    in->last_attr = n->attr;
+    in->last_attr.ino = ino;
+  }
+  auto h = std::make_unique<Handle>();
+  h->inode = in;
+  fs->AddHandle(in);
+  fi->fh = reinterpret_cast<uint64_t>(h.release());
+  if (fuse_reply_open(req, fi) != 0) ReleaseHandle(fs, H(fi));
 }
 
-void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
+void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  if (H(fi)) ReleaseHandle(FS(req), H(fi));
+  fuse_reply_err(req, 0);
+}
 
 void OpFsyncdir(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) {
   FS(req)->DrainDeferred();
