@@ -20,6 +20,8 @@
 #include <mutex>
 #include <optional>
 
+#include "blockstore/log.h"
+
 #ifndef RENAME_NOREPLACE
 #define RENAME_NOREPLACE (1 << 0)
 #endif
@@ -347,6 +349,22 @@ struct IndexDb::Impl {
     return ToStatus(s, "index get");
   }
   Result<uint64_t> AllocIno();
+
+  // A failed write (typically ENOSPC on the local index disk) puts RocksDB in its read-only error
+  // state: every later write fails, and syncing its WAL again would trip RocksDB's own assertion. So
+  // the first failure is logged once, loudly, and SyncWal/MarkClean stop touching the WAL; the index is
+  // read-only until the next mount (which rebuilds it from the journals: it was not closed cleanly).
+  std::atomic<bool> write_failed{false};
+  Status WriteError(const rocksdb::Status& rs, std::string_view what) {
+    Status st = ToStatus(rs, what);
+    if (!write_failed.exchange(true)) {
+      spdlog::error("kvfs: local index {} is read-only after a failed write ({}): creates, renames, unlinks and "
+                    "peers' changes fail (ENOSPC/EIO) until the next mount; reads of existing files continue. "
+                    "Free space in {} and remount (the index is rebuilt from the journals)",
+                    dir, st.ToString(), dir);
+    }
+    return st;
+  }
 };
 
 // A write transaction under Impl::mu: an overlay of pending puts/deletes per column family (so later
@@ -436,7 +454,7 @@ class Txn {
     rocksdb::WriteOptions wo;
     wo.sync = false;
     auto s = im_->db->Write(wo, &wb);
-    if (!s.ok()) return ToStatus(s, "index write");
+    if (!s.ok()) return im_->WriteError(s, "index write");
     im_->files = nf, im_->dirs = nd, im_->live_bytes = nl;
     im_->staged += d_staged;
     if (raise) im_->hlc = hlc;
@@ -476,7 +494,7 @@ Result<uint64_t> IndexDb::Impl::AllocIno() {
     rocksdb::WriteOptions wo;
     wo.sync = true;
     auto s = db->Put(wo, H(kMeta), kMetaInoLimit, v);
-    if (!s.ok()) return ToStatus(s, "reserve inode numbers");
+    if (!s.ok()) return WriteError(s, "reserve inode numbers");
     ino_limit = lim;
   }
   return next_ino++;
@@ -721,6 +739,26 @@ void ApplyAttrMask(Attr* a, const Attr& in, uint32_t mask) {
 IndexDb::IndexDb() : impl_(std::make_unique<Impl>()) {}
 IndexDb::~IndexDb() { Close(); }
 
+namespace {
+// RocksDB's own diagnostics go to kvfs's log (spdlog), warnings and errors only, instead of a LOG file in
+// the index dir: on a full index disk RocksDB's file logger asserts (WritableFileWriter::
+// AssertFalseAndGetStatusForPrevError in Debian's librocksdb) on its next line after a failed append,
+// which aborted the daemon.
+class SpdlogRocksLogger final : public rocksdb::Logger {
+ public:
+  SpdlogRocksLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override { Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap); }
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (level < GetInfoLogLevel()) return;
+    char buf[1024];
+    std::vsnprintf(buf, sizeof(buf), format, ap);
+    if (level >= rocksdb::InfoLogLevel::ERROR_LEVEL) LogLimited(spdlog::level::err, "rocksdb-error", "rocksdb: {}", buf);
+    else LogLimited(spdlog::level::warn, "rocksdb-warn", "rocksdb: {}", buf);
+  }
+};
+}  // namespace
+
 Result<std::unique_ptr<IndexDb>> IndexDb::Open(const IndexDbOptions& opts) {
   if (opts.dir.empty()) return Status::InvalidArgument("index dir not set");
   if (opts.node_id.empty() || opts.node_id.find('\0') != std::string::npos)
@@ -734,6 +772,7 @@ Result<std::unique_ptr<IndexDb>> IndexDb::Open(const IndexDbOptions& opts) {
   dbo.create_if_missing = true;
   dbo.create_missing_column_families = true;
   dbo.keep_log_file_num = 3;
+  dbo.info_log = std::make_shared<SpdlogRocksLogger>();
   dbo.max_background_jobs = 2;
   dbo.db_write_buffer_size = 64ull << 20;
   auto cache = rocksdb::NewLRUCache(opts.block_cache_bytes);
@@ -903,13 +942,17 @@ Status IndexDb::MarkOpen() {
 }
 
 Status IndexDb::MarkClean() {
-  KVFS_RETURN_IF_ERROR(SyncWal());
+  KVFS_RETURN_IF_ERROR(SyncWal());  // refused after a failed write: the next mount rebuilds
   rocksdb::WriteOptions wo;
   wo.sync = true;
   return ToStatus(impl_->db->Put(wo, impl_->H(kMeta), kMetaClean, "1"), "mark clean");
 }
 
-Status IndexDb::SyncWal() { return ToStatus(impl_->db->FlushWAL(true), "sync index wal"); }
+Status IndexDb::SyncWal() {
+  if (impl_->write_failed) return Status::IOError("index " + impl_->dir + " is read-only after a failed write");
+  auto s = impl_->db->FlushWAL(true);
+  return s.ok() ? Status::OK() : impl_->WriteError(s, "sync index wal");
+}
 
 // ---- reads ----
 Result<Node> IndexDb::Lookup(uint64_t parent, std::string_view name) {
