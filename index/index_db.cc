@@ -740,7 +740,7 @@ IndexDb::IndexDb() : impl_(std::make_unique<Impl>()) {}
 IndexDb::~IndexDb() { Close(); }
 
 namespace {
-// RocksDB's own diagnostics go to kvfs's log (spdlog), warnings and errors only, instead of a LOG file in
+// RocksDB's own diagnostics go to kvfs's log (spdlog; see Logv), instead of a LOG file in
 // the index dir: on a full index disk RocksDB's file logger asserts (WritableFileWriter::
 // AssertFalseAndGetStatusForPrevError in Debian's librocksdb) on its next line after a failed append,
 // which aborted the daemon.
@@ -753,8 +753,10 @@ class SpdlogRocksLogger final : public rocksdb::Logger {
     if (level < GetInfoLogLevel()) return;
     char buf[1024];
     std::vsnprintf(buf, sizeof(buf), format, ap);
-    if (level >= rocksdb::InfoLogLevel::ERROR_LEVEL) LogLimited(spdlog::level::err, "rocksdb-error", "rocksdb: {}", buf);
-    else LogLimited(spdlog::level::warn, "rocksdb-warn", "rocksdb: {}", buf);
+    // RocksDB's errors as kvfs warnings; its warnings (e.g. a refused Open, which kvfs reports itself as a
+    // one-line error) only with --log-level debug.
+    if (level >= rocksdb::InfoLogLevel::ERROR_LEVEL) LogLimited(spdlog::level::warn, "rocksdb-error", "rocksdb: {}", buf);
+    else spdlog::debug("rocksdb: {}", buf);
   }
 };
 }  // namespace
