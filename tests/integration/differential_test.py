@@ -13,6 +13,7 @@ Environment:
   KVFS_DIFF_SEED   first seed (default: time-based; the seed is printed on failure and at start)
   KVFS_DIFF_OPS    operations per run (default 3000)
   KVFS_DIFF_RUNS   runs (seeds SEED, SEED+1, ...) per target (default 2)
+  KVFS_DIFF_EXTRA_SEEDS  comma-separated seeds run after those (CI: seeds that once failed)
   KVFS_DIFF_POSIX=1 also generate the sequences where kvfs intentionally differs from POSIX (EXCLUDED)
 
 Regressions_*: minimized failing sequences (REGRESSIONS) replayed deterministically.
@@ -569,10 +570,11 @@ class _Differential:
         n_ops = int(os.environ.get("KVFS_DIFF_OPS", "3000"))
         runs = int(os.environ.get("KVFS_DIFF_RUNS", "2"))
         seed0 = _seed0()
-        sys.stderr.write("\ndifferential %s: seeds %d..%d, %d ops each (KVFS_DIFF_SEED to repeat)\n"
-                         % (self.KIND, seed0, seed0 + runs - 1, n_ops))
-        for r in range(runs):
-            seed = seed0 + r
+        extra = [int(x) for x in os.environ.get("KVFS_DIFF_EXTRA_SEEDS", "").split(",") if x.strip()]
+        sys.stderr.write("\ndifferential %s: seeds %d..%d%s, %d ops each (KVFS_DIFF_SEED to repeat)\n"
+                         % (self.KIND, seed0, seed0 + runs - 1,
+                            "".join(", %d" % x for x in extra), n_ops))
+        for seed in [seed0 + r for r in range(runs)] + extra:
             with kt.target(self.KIND) as t, kt.target(kt.reference_kind(self.KIND)) as ref:
                 failure = run_differential(t.root, ref.root, seed, n_ops)
                 alive = t.alive()
