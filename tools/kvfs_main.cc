@@ -434,6 +434,13 @@ int RunStats(const std::string& mp_in, bool json) {
     std::printf("fuse bytes read        %llu\n", (unsigned long long)f.value("bytes_read", uint64_t{0}));
     std::printf("fuse bytes written     %llu\n", (unsigned long long)f.value("bytes_written", uint64_t{0}));
   }
+  if (j.contains("backing_ops") && j["backing_ops"].is_object()) {
+    std::string line;
+    for (const auto& [op, n] : j["backing_ops"].items()) {
+      if (n.is_number_unsigned() && n.get<uint64_t>() > 0) line += " " + op + "=" + std::to_string(n.get<uint64_t>());
+    }
+    std::printf("backing ops by kind   %s\n", line.empty() ? " none" : line.c_str());
+  }
   if (j.contains("eviction")) {
     const auto& e = j["eviction"];
     std::printf("evicted segments       %llu (%llu bytes)\n", (unsigned long long)e.value("segments_dropped", uint64_t{0}),

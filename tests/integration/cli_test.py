@@ -171,6 +171,8 @@ class DaemonLifecycle(unittest.TestCase):
             self.assertEqual(human.returncode, 0)
             self.assertIn("records written", human.stdout)
             self.assertIn("cache hit rate", human.stdout)
+            self.assertRegex(human.stdout, r"backing ops by kind +.*write=[1-9]")
+            self.assertRegex(human.stdout, r"fuse bytes written +[1-9]")
         finally:
             u = kf.run_kvfs("umount", self.b.mnt)
         self.assertEqual(u.returncode, 0, u.stderr)
