@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "blockstore/format.h"
+#include "blockstore/segment_check.h"
 #include "blockstore/segment_reader.h"
 #include "index/hlc.h"
 #include "index/journal.h"
@@ -24,34 +25,10 @@ namespace {
 
 namespace stdfs = std::filesystem;
 
-constexpr uint64_t kVerifyChunk = 4ull << 20;  // bytes of value verified per ReadValue call
-
-struct RecInfo {
-  uint64_t value_offset = 0, value_len = 0, end = 0, stamp = 0;
-  uint16_t flags = 0;
-  std::string path;
-  bool bad_value = false;
-  std::string bad_detail;
-};
-
-struct SegScan {
+// One segment file of a node: the shared check (blockstore/segment_check.h) plus what the journals say.
+struct SegScan : SegmentCheck {
   SegmentId id;
   std::string path;
-  uint64_t size = 0;
-  bool header_ok = false;
-  bool header_torn = false;  // shorter than a header block or an all-zero one: a crash right after create
-  std::string header_detail;
-  format::SegmentHeader header;
-  bool sealed = false;
-  bool trailer_bad = false;
-  std::string trailer_detail;
-  uint64_t footer_offset = 0;
-  uint64_t cut = UINT64_MAX;
-  uint64_t limit = 0;
-  std::map<uint64_t, RecInfo> records;               // by record offset
-  std::vector<std::pair<uint64_t, uint64_t>> damaged;  // [start, end) regions skipped by resync
-  bool torn = false;
-  uint64_t tail_start = 0;  // valid end when torn (first byte not covered by a good record)
   bool dropped = false;
   bool seal_journaled = false;
 };
@@ -147,105 +124,9 @@ OwnerState Fsck::ReadOwner(const std::string& node) {
 Status Fsck::ScanSegment(const std::string& node, uint64_t gen, uint64_t seq, uint64_t cut, SegScan* s) {
   s->id = SegmentId{node, gen, seq};
   s->path = SegmentFilePath(opts_.backing_dir, s->id);
-  s->cut = cut;
   auto f = env_->Open(s->path, OpenOptions{});
   if (!f.ok()) return f.status();
-  BackingFile* file = f->get();
-  auto size = file->Size();
-  if (!size.ok()) return size.status();
-  s->size = *size;
-  auto h = ReadSegmentHeader(file);
-  if (!h.ok()) {
-    if (!h.status().IsCorruption()) return h.status();
-    s->header_detail = h.status().message();
-    // A crash between creating the file and writing its header leaves it short or zero: a torn tail at 0.
-    std::string block(format::kSegmentHeaderSize, '\0');
-    size_t got = 0;
-    KVFS_RETURN_IF_ERROR(file->Read(0, block.size(), block.data(), &got));
-    if (got < block.size() || block.find_first_not_of('\0') == std::string::npos) {
-      s->header_torn = true;
-      s->limit = std::min(s->size, cut);
-      s->torn = cut == UINT64_MAX;
-      s->tail_start = 0;
-    }
-    return Status::OK();
-  }
-  s->header_ok = true;
-  s->header = *h;
-  auto footer = ReadFooter(file, s->size);
-  if (footer.ok()) {
-    s->sealed = true;
-    s->footer_offset = footer->trailer.footer_offset;
-  } else if (footer.status().IsCorruption()) {
-    s->trailer_bad = true;
-    s->trailer_detail = footer.status().message();
-  } else if (!footer.status().IsNotFound()) {
-    return footer.status();
-  }
-  const uint64_t end = s->sealed ? s->footer_offset : s->size;
-  s->limit = std::min(end, cut);
-  uint64_t off = format::kSegmentHeaderSize;
-  auto good_at = [&](uint64_t o, RecordMeta* m) -> Result<bool> {
-    auto r = ReadRecordMeta(file, o);
-    if (r.ok()) {
-      if (r->end_offset > s->limit) return false;
-      *m = std::move(*r);
-      return true;
-    }
-    if (r.status().IsCorruption()) return false;
-    return r.status();
-  };
-  while (off < s->limit) {
-    RecordMeta m;
-    auto g = good_at(off, &m);
-    if (!g.ok()) return g.status();
-    if (!*g) {
-      // Resynchronise at the next 4 KiB block holding a valid record.
-      uint64_t next = off + kAlignment;
-      bool found = false;
-      for (; next < s->limit; next += kAlignment) {
-        auto g2 = good_at(next, &m);
-        if (!g2.ok()) return g2.status();
-        if (*g2) {
-          found = true;
-          break;
-        }
-      }
-      if (!found) {
-        s->torn = true;
-        s->tail_start = off;
-        break;
-      }
-      s->damaged.emplace_back(off, next);
-      off = next;
-    }
-    RecInfo ri;
-    ri.value_offset = m.value_offset;
-    ri.value_len = m.value_len();
-    ri.end = m.end_offset;
-    ri.stamp = m.header.stamp;
-    ri.flags = m.header.flags;
-    ri.path = m.path;
-    if (opts_.verify_data) {
-      std::string buf;
-      for (uint64_t vo = 0; vo < ri.value_len; vo += kVerifyChunk) {
-        const size_t n = static_cast<size_t>(std::min(kVerifyChunk, ri.value_len - vo));
-        buf.resize(n);
-        size_t got = 0;
-        Status vs = ReadValue(file, m, vo, n, buf.data(), &got);
-        if (vs.IsCorruption()) {
-          ri.bad_value = true;
-          ri.bad_detail = vs.message();
-          break;
-        }
-        KVFS_RETURN_IF_ERROR(vs);
-      }
-    }
-    s->records.emplace(off, std::move(ri));
-    off = m.end_offset;
-  }
-  if (!s->torn) s->tail_start = std::max<uint64_t>(off, format::kSegmentHeaderSize);
-  return Status::OK();
+  return CheckSegmentFile(f->get(), cut, opts_.verify_data, s);
 }
 
 Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) {

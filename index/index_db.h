@@ -23,6 +23,12 @@
 //   tombstones  full path                             stamp u64, node str
 //   meta        "format" "node" "ino_limit" "hlc" "clean" "stats" "applied/<node>"  (see index_db.cc)
 //
+// "applied/<node>" is the journal position ("<gen>-<n>@<offset>", journal.h) up to which the index holds
+// that node's entries: for peers, where tailing resumes; for the index's OWN node, set by a rebuild and
+// at every clean close (Store::Close), so a clean index applies only the own entries that follow it
+// (written while the node was down, e.g. by kvfs-fsck --repair). Format 2 added that own-node meaning
+// (format 1 indexes are rebuilt).
+//
 // Dentries have a whole-key bloom filter (negative lookups of a hash fan-out never touch a data block).
 //
 // ---- readdir cookies ----
@@ -96,7 +102,7 @@ class ColumnFamilyHandle;
 
 namespace kvfs {
 
-inline constexpr uint32_t kIndexFormatVersion = 1;
+inline constexpr uint32_t kIndexFormatVersion = 2;
 
 struct IndexDbOptions {
   std::string dir;                          // local directory (never on NFS); created if missing

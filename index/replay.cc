@@ -116,7 +116,7 @@ void CollectNodeCuts(Env* env, const std::string& node, const std::vector<Journa
 }
 
 Status ReplayNode(Env* env, const std::string& backing, const std::string& node, IndexDb* index,
-                  ReplayNodeResult* out) {
+                  ReplayNodeResult* out, const JournalPosition& from) {
   std::vector<JournalFile> files;
   Status s = ListJournalFiles(env, NodeDirPath(backing, node), &files);
   if (s.IsNotFound()) return Status::OK();
@@ -125,13 +125,17 @@ Status ReplayNode(Env* env, const std::string& backing, const std::string& node,
   CollectNodeCuts(env, node, files, &cut_at);
 
   for (const auto& f : files) {
+    const auto key = std::make_pair(f.generation, f.number);
+    const auto from_key = std::make_pair(from.generation, from.file_number);
+    if (key < from_key) continue;
+    const uint64_t start = key == from_key ? from.offset : 0;
     ReplayedFile rf;
     rf.file = f;
     JournalReaderOptions ro;
     ro.skip_damage = true;
     auto cut = cut_at.find({f.generation, f.number});
     if (cut != cut_at.end()) ro.limit = rf.limit = cut->second;
-    auto reader = JournalReader::Open(env, f.path, 0, ro);
+    auto reader = JournalReader::Open(env, f.path, start, ro);
     if (!reader.ok()) {
       spdlog::error("kvfs: journal {} unreadable: {}", f.path, reader.status().ToString());
       rf.status = reader.status();
@@ -140,12 +144,14 @@ Status ReplayNode(Env* env, const std::string& backing, const std::string& node,
     }
     rf.opened = true;
     std::vector<ApplyOp> ops;
-    JournalPosition last;
+    JournalPosition last, recorded;
     auto flush = [&]() -> Status {
       if (ops.empty()) return Status::OK();
       auto r = index->ApplyBatch(ops, node, last.ToString());
       ops.clear();
-      return r.ok() ? Status::OK() : r.status();
+      if (!r.ok()) return r.status();
+      recorded = last;
+      return Status::OK();
     };
     JournalEntry e;
     JournalPosition end;
@@ -165,6 +171,12 @@ Status ReplayNode(Env* env, const std::string& backing, const std::string& node,
       if (ops.size() >= kReplayBatch) KVFS_RETURN_IF_ERROR(flush());
     }
     KVFS_RETURN_IF_ERROR(flush());
+    if (last != JournalPosition{} && last != recorded) {
+      // Only entries the index does not apply (CUTs) since the last batch: record the position anyway,
+      // so a replay from it (Store::Open of a clean index) does not read them again.
+      auto r = index->ApplyBatch({}, node, last.ToString());
+      if (!r.ok()) return r.status();
+    }
     rf.report = (*reader)->report();
     if (rf.report.corrupt_regions > 0) {
       spdlog::error("kvfs: journal {}: {} damaged region(s), {} bytes skipped", f.path,

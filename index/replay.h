@@ -11,7 +11,8 @@
 //     files do not affect the index (no entry points behind a segment's valid end unless the export was
 //     damaged; kvfs-fsck reports those).
 //   * Entries are applied in batches of kReplayBatch with IndexDb::ApplyBatch, recording the applied
-//     position of the node in the same batch. CUT entries are not applied.
+//     position of the node in the same batch (also at the end of a file whose last entries were CUTs).
+//     CUT entries are not applied.
 //   * The highest stamp seen raises the index's HLC floor.
 //
 // Thread safety: the functions are reentrant; the IndexDb is thread-safe.
@@ -65,8 +66,11 @@ struct ReplayNodeResult {
 // Replays every journal file of `node` under `backing` into `index` (rules above). A node directory
 // without journals is OK (empty result). Errors: only IndexDb failures and a failure to list the
 // directory; damaged / unreadable files are reported in the result and skipped.
+// from: replay only what lies after this position (an entry end the index already holds, e.g. its
+// applied position of the node): files before from's (generation, number) are skipped and that file is
+// read from from.offset (its header is not re-checked). Default {0, 0, 0}: everything.
 Status ReplayNode(Env* env, const std::string& backing, const std::string& node, IndexDb* index,
-                  ReplayNodeResult* out);
+                  ReplayNodeResult* out, const JournalPosition& from = {});
 
 // Replays every node under `backing` (ListNodes order). out (optional): per-node results.
 Status ReplayAllNodes(Env* env, const std::string& backing, IndexDb* index,

@@ -40,6 +40,7 @@
 #include "index/index_db.h"
 #include "index/journal.h"
 #include "index/journal_format.h"
+#include "index/recovery.h"
 #include "index/replay.h"
 
 namespace kvfs {
@@ -170,7 +171,10 @@ class StoreImpl final : public Store {
   Status CommitRound(std::vector<JournalEntry>* batch);
   void StopThreads();
   Status Rebuild();
-  Status ReplayNode(const std::string& node, std::vector<JournalEntry>* cuts);
+  Status ReplayNode(const std::string& node, std::vector<JournalEntry>* cuts, const JournalPosition& from = {},
+                    uint64_t* entries = nullptr);
+  Status CatchUpOwnJournal();
+  Status RecoverSegments();
   Result<std::shared_ptr<BackingFile>> SegmentFile(const SegmentId& id);
   Result<LruCache::Value> LoadValue(const Location& loc);
   Result<std::string> PathOf(uint64_t parent, std::string_view name) {
@@ -198,7 +202,9 @@ class StoreImpl final : public Store {
   void ReopenSegmentWriter();
   std::unique_ptr<JournalWriter> journal_;
   bool closed_ = false;
-  std::vector<JournalEntry> startup_cuts_;  // CUTs found by the rebuild, journaled at start
+  std::vector<JournalEntry> startup_cuts_;   // CUTs found by the recovery, journaled first at start
+  std::vector<JournalEntry> startup_seals_;  // SEALs of earlier generations' segments, journaled next
+  uint64_t recovery_entries_ = 0, recovery_cuts_ = 0, recovery_seals_ = 0;  // set by Init
 
   std::mutex ns_mu_;  // namespace mutations + their journal entries
 
@@ -360,7 +366,9 @@ Status StoreImpl::Init() {
     KVFS_RETURN_IF_ERROR(Rebuild());
   } else {
     index_ = std::move(*idx);
+    KVFS_RETURN_IF_ERROR(CatchUpOwnJournal());
   }
+  KVFS_RETURN_IF_ERROR(RecoverSegments());
   KVFS_RETURN_IF_ERROR(index_->MarkOpen());
   hlc_.SetFloor(index_->HlcFloor());
 
@@ -385,11 +393,17 @@ Status StoreImpl::Init() {
 
   {
     std::lock_guard<std::mutex> l(ns_mu_);
+    // CUTs first: replay and kvfs-fsck read them at the head of journal-<generation>-0.
     for (auto& cut : startup_cuts_) {
       cut.stamp = hlc_.Now();
       EnqueueLocked(std::move(cut));
     }
     startup_cuts_.clear();
+    for (auto& seal : startup_seals_) {
+      seal.stamp = hlc_.Now();
+      EnqueueLocked(std::move(seal));
+    }
+    startup_seals_.clear();
   }
   gc_thread_ = std::thread([this] { GroupCommitLoop(); });
   node_dir_->StartHeartbeat(std::chrono::milliseconds(opts_.heartbeat_interval_ms));
@@ -423,12 +437,57 @@ Status StoreImpl::Rebuild() {
   return Status::OK();
 }
 
-// Replays `node`'s journals into the index with the shared rules of index/replay.h (the same code
-// `kvfs-fsck --rebuild-index` runs). A torn tail of one of this node's own files that no CUT covers yet
-// yields a CUT entry in *cuts, journaled by the new generation.
-Status StoreImpl::ReplayNode(const std::string& node, std::vector<JournalEntry>* cuts) {
+// A clean index holds this node's own entries up to its applied position of this node (recorded at the
+// clean close, or by the rebuild that made it). Entries appended to the node's journal after that — by
+// `kvfs-fsck --repair` (CUT, SEAL, UNLINK in a generation of its own) or by a mount of this node that
+// used another index directory — are applied now, before anything is served.
+Status StoreImpl::CatchUpOwnJournal() {
+  JournalPosition from;
+  auto pos = index_->GetAppliedPosition(opts_.node_id);
+  if (pos.ok()) {
+    unsigned long long g = 0, n = 0, off = 0;
+    if (sscanf(pos->c_str(), "%llu-%llu@%llu", &g, &n, &off) != 3) {
+      return Status::Corruption("index: bad applied position '" + *pos + "' of node " + opts_.node_id);
+    }
+    from = JournalPosition{g, n, off};
+  } else if (!pos.status().IsNotFound()) {
+    return pos.status();
+  }
+  uint64_t entries = 0;
+  KVFS_RETURN_IF_ERROR(ReplayNode(opts_.node_id, &startup_cuts_, from, &entries));
+  recovery_entries_ += entries;
+  if (entries > 0) {
+    spdlog::info("kvfs: applied {} entries of this node's journal written after {} while it was down "
+                 "(kvfs-fsck --repair?)", entries, from.ToString());
+  }
+  return Status::OK();
+}
+
+// This node's directory after a takeover: stale temp files removed; segments of earlier generations:
+// torn tails cut, unsealed ones sealed, lost SEALs journaled (index/recovery.h). The entries lead the
+// new generation's journal (Init).
+Status StoreImpl::RecoverSegments() {
+  uint64_t removed = 0;
+  KVFS_RETURN_IF_ERROR(RemoveStaleTempFiles(env_, opts_.backing_dir, opts_.node_id, &removed));
+  SegmentRecoveryPlan plan;
+  KVFS_RETURN_IF_ERROR(PlanSegmentRecovery(env_, opts_.backing_dir, opts_.node_id, node_dir_->generation(),
+                                           index_.get(), &plan));
+  for (const auto& e : plan.seals) KVFS_RETURN_IF_ERROR(index_->SetSegmentState(e.segment, SegmentState::kSealed));
+  recovery_cuts_ += plan.cuts.size();
+  recovery_seals_ += plan.seals.size();
+  for (auto& e : plan.cuts) startup_cuts_.push_back(std::move(e));
+  for (auto& e : plan.seals) startup_seals_.push_back(std::move(e));
+  return Status::OK();
+}
+
+// Replays `node`'s journals (after `from`) into the index with the shared rules of index/replay.h (the
+// same code `kvfs-fsck --rebuild-index` runs). A torn tail of one of this node's own files that no CUT
+// covers yet yields a CUT entry in *cuts, journaled by the new generation. *entries = entries read.
+Status StoreImpl::ReplayNode(const std::string& node, std::vector<JournalEntry>* cuts, const JournalPosition& from,
+                             uint64_t* entries) {
   ReplayNodeResult result;
-  KVFS_RETURN_IF_ERROR(kvfs::ReplayNode(env_, opts_.backing_dir, node, index_.get(), &result));
+  KVFS_RETURN_IF_ERROR(kvfs::ReplayNode(env_, opts_.backing_dir, node, index_.get(), &result, from));
+  if (entries) *entries = result.entries;
   for (const auto& f : result.files) {
     if (!f.opened || !f.status.ok()) {
       spdlog::error("kvfs: journal {}: {}", f.file.path, ErrnoText(f.status));
@@ -482,6 +541,12 @@ Status StoreImpl::Close() {
   for (auto& e : sealed) journal_->Append(e);
   if (s.ok()) s = journal_->Sync();
   for (const auto& e : sealed) index_->SetSegmentState(e.segment, SegmentState::kSealed);
+  if (s.ok()) {
+    // The index holds this node's entries up to here: the next mount applies only what follows
+    // (CatchUpOwnJournal).
+    auto r = index_->ApplyBatch({}, opts_.node_id, journal_->synced_position().ToString());
+    if (!r.ok()) s = r.status();
+  }
   if (s.ok()) {
     index_->SetHlcFloor(hlc_.Now());
     s = index_->MarkClean();
@@ -1661,6 +1726,9 @@ StoreStats StoreImpl::GetStats() {
       s.peer_journals.push_back(p);
     }
   }
+  s.recovery_entries = recovery_entries_;
+  s.recovery_cuts = recovery_cuts_;
+  s.recovery_seals = recovery_seals_;
   return s;
 }
 

@@ -191,14 +191,21 @@ struct StoreStats {
   BackingOpCounts backing_ops;
   std::vector<NodeSegmentStats> nodes;      // this node first, then peers by id
   std::vector<PeerJournalStats> peer_journals;  // by peer id
+  // Mount-time recovery (Open): own journal entries applied to a clean index (written while the node
+  // was down, e.g. by kvfs-fsck --repair), CUT and SEAL entries journaled for earlier generations'
+  // segments. A second Open after a clean Close finds 0, 0, 0.
+  uint64_t recovery_entries = 0, recovery_cuts = 0, recovery_seals = 0;
 };
 
 class Store {
  public:
   // Opens (creating if needed) the store: validates the backing dir and its FORMAT, takes over the node
   // directory by the rule of DESIGN §2 (Busy if a live owner holds it and !force_takeover), opens or
-  // rebuilds the index (rebuild when it is missing or was not closed cleanly), starts the group commit
-  // and heartbeat threads.
+  // rebuilds the index (rebuild when it is missing or was not closed cleanly; a clean one applies the
+  // node's own journal entries written after its clean close, e.g. by kvfs-fsck --repair), recovers the
+  // node's segments of earlier generations (index/recovery.h: torn tails CUT, unsealed segments and lost
+  // SEALs journaled as SEAL; nothing is truncated), journals those CUT/SEAL entries first in the new
+  // generation's journal, starts the group commit and heartbeat threads.
   static Result<std::unique_ptr<Store>> Open(const StoreOptions& opts);
   virtual ~Store() = default;
 

@@ -216,9 +216,14 @@ TEST_F(FsckTest, DamagedRecordHeaderGivesDamagedRegionAndDanglingEntry) {
   EXPECT_EQ(again.problems, 1u) << Describe(again);  // the damage itself stays (unrepairable)
   EXPECT_EQ(again.Count(FsckKind::kDanglingEntry), 0u);
   EXPECT_EQ(again.repaired, 0u);
-  fs::remove_all(index_);  // NOTE: a clean local index does not replay its own node's journal (see report)
-  OpenStore();
+  OpenStore();  // over its clean local index: applies the repair's UNLINK (Store::Open catch-up)
   Status st;
+  ReadAll("b", &st);
+  EXPECT_TRUE(st.IsNotFound()) << st.ToString();
+  ExpectReads({"a", "c", "d", "e"});
+  CloseStore();
+  fs::remove_all(index_);  // and a rebuilt index agrees
+  OpenStore();
   ReadAll("b", &st);
   EXPECT_TRUE(st.IsNotFound()) << st.ToString();
   ExpectReads({"a", "c", "d", "e"});
@@ -275,8 +280,9 @@ TEST_F(FsckTest, StaleTempFileIsRemovedByRepair) {
 
 TEST_F(FsckTest, RepairIsRefusedWhileALiveMountOwnsTheNode) {
   OpenStore();
-  WriteSet();
-  store_.reset();  // crash: generation 1's segment stays unsealed
+  auto locs = WriteSet();
+  CloseStore();
+  FlipByte(SegPath(locs["b"]), locs["b"].record_offset + 9);  // b becomes a dangling entry
   OpenStore();     // generation 2, live (this process, fresh heartbeat)
   const auto journals = JournalPaths();
   auto r = Run(Opts(/*repair=*/true, /*owner_dead=*/false));
@@ -285,7 +291,8 @@ TEST_F(FsckTest, RepairIsRefusedWhileALiveMountOwnsTheNode) {
   EXPECT_TRUE(r.nodes[0].live);
   EXPECT_TRUE(r.nodes[0].repair_refused);
   EXPECT_NE(r.nodes[0].repair_refused_reason.find("alive"), std::string::npos) << r.nodes[0].repair_refused_reason;
-  EXPECT_EQ(r.Count(FsckKind::kUnsealedSegment, true), 1u) << Describe(r);  // gen 1's, not the active one
+  EXPECT_EQ(r.Count(FsckKind::kDanglingEntry, true), 1u) << Describe(r);
+  EXPECT_EQ(r.Count(FsckKind::kUnsealedSegment, true), 0u) << Describe(r);  // not the live one's active one
   EXPECT_EQ(r.repaired, 0u);
   EXPECT_EQ(JournalPaths(), journals);  // nothing written
   CloseStore();
@@ -343,8 +350,7 @@ TEST_F(FsckTest, MissingSegmentMakesItsFilesDanglingAndRepairUnlinksThem) {
   auto fixed = Run(Opts(true));
   EXPECT_EQ(fixed.repaired, in_first);
   EXPECT_EQ(Run(Opts()).problems, 0u);
-  fs::remove_all(index_);
-  OpenStore();
+  OpenStore();  // over its clean local index: applies the repair's UNLINKs
   for (auto& [n, l] : locs) {
     Status st;
     std::string got = ReadAll(n, &st);

@@ -1,0 +1,52 @@
+// Mount-time recovery of a node's segment files (DESIGN §2 "Nothing a peer may be reading is ever
+// truncated", §7 invariant 3). The Store runs it after it took the node directory over (a new generation
+// G) and its index holds every entry of the node's journals (rebuilt, or caught up); it journals what
+// the plan says as the first entries of journal-<G>-0, where replay and kvfs-fsck read CUTs.
+//
+// For every segment file of `node` of a generation < G that the index does not know as sealed or dropped
+// (a SEAL / DROP entry was applied), the file is checked exactly as kvfs-fsck checks it
+// (blockstore/segment_check.h) and:
+//   * a torn tail (bytes after the last valid record, or a header block that was never written) or a
+//     damaged trailer gets CUT{segment, valid end} — the file itself is never truncated or rewritten;
+//   * the segment gets SEAL{segment}: an unsealed one is sealed logically (it is never appended again:
+//     its writer's generation is over), and one sealed on disk whose SEAL entry a crash lost gets it now.
+// Damage inside a segment (a damaged header, damaged regions between valid records) is logged; it is
+// kvfs-fsck's to report (its files' reads fail with EIO; `kvfs-fsck --repair` unlinks them).
+// A second run finds nothing to do: every segment it handled is then known as sealed.
+//
+// Cost: one listing of the node's seg/ directory, one index lookup per segment file of an earlier
+// generation, and a metadata walk (one or two reads per record) of each unsealed segment only — after a
+// crash, typically the one segment that was active.
+//
+// Thread safety: reentrant; run it before the node's generation writes anything.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "blockstore/env.h"
+#include "blockstore/status.h"
+#include "index/index_db.h"
+#include "index/journal_format.h"
+
+namespace kvfs {
+
+struct SegmentRecoveryPlan {
+  std::vector<JournalEntry> cuts;   // CUT{segment file, valid end}; stamp 0 (the caller stamps them)
+  std::vector<JournalEntry> seals;  // SEAL{segment}; stamp 0
+  uint64_t checked = 0;             // segment files walked
+  uint64_t damaged = 0;             // of those, with a damaged header or damaged regions (logged)
+};
+
+// Removes the stale *.tmp files (an interrupted Env::WriteFileAtomic of OWNER, HEARTBEAT or peers) of
+// `node`'s directory and its seg/ directory, as `kvfs-fsck --repair` does. Only for the node's owner,
+// before its own heartbeat / peer threads start (nothing else writes .tmp files there). *removed = count.
+Status RemoveStaleTempFiles(Env* env, const std::string& backing, const std::string& node, uint64_t* removed);
+
+// Plans the recovery of `node`'s segments of generations < `generation` (see above). Reads only.
+// Errors: IOError from listing or reading the export (a read failure is never taken for damage).
+Status PlanSegmentRecovery(Env* env, const std::string& backing, const std::string& node, uint64_t generation,
+                           IndexDb* index, SegmentRecoveryPlan* out);
+
+}  // namespace kvfs

@@ -1,0 +1,283 @@
+// Mount-time recovery at the Store level (index/recovery.h, Store::Open): the crash states are made with
+// FaultInjectionEnv (a short segment write, a failing journal, a crash = the Store destroyed without
+// Close), then a new Store must
+//   * CUT a torn segment tail (a CUT entry at the head of the new generation's journal; the file keeps
+//     every byte), and SEAL the earlier generation's unsealed segment;
+//   * journal a SEAL that a crash lost (sealed on disk, no SEAL entry);
+//   * apply `kvfs-fsck --repair` entries (UNLINK, SEAL) appended to its own journal while it was down,
+//     although its local index is clean;
+// after which kvfs-fsck finds no problem, and a second recovery finds nothing to do.
+#include <gtest/gtest.h>
+
+#include "blockstore/fault_env.h"
+#include "index/fsck.h"
+#include "index/journal.h"
+#include "store_harness.h"
+
+namespace kvfs {
+namespace {
+
+using testing_harness::Content;
+namespace fs = std::filesystem;
+
+class RecoveryTest : public testing_harness::StoreHarness {
+ protected:
+  FsckReport Fsck(bool repair = false, const std::string& rebuild_index = "") {
+    FsckOptions o;
+    o.backing_dir = backing_;
+    o.repair = repair;
+    o.rebuild_index_dir = rebuild_index;
+    o.process_alive = [](const HostIdentity&) { return false; };  // the crashed "mount" was this process
+    auto r = RunFsck(o);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : FsckReport{};
+  }
+  static std::string Describe(const FsckReport& r) {
+    std::string s;
+    for (const auto& f : r.findings) {
+      s += std::string(FsckKindName(f.kind)) + (f.severity == FsckSeverity::kProblem ? " P " : " i ") + f.detail + "\n";
+    }
+    return s;
+  }
+  // Entries of the newest journal file (the running generation's journal-<G>-0).
+  std::vector<JournalEntry> NewestJournalEntries() {
+    auto paths = JournalPaths();
+    EXPECT_FALSE(paths.empty());
+    std::vector<std::pair<JournalEntry, JournalPosition>> entries;
+    JournalReadReport rep;
+    EXPECT_TRUE(ReadJournalFile(Env::Posix(), paths.back(), JournalReaderOptions{}, &entries, &rep).ok());
+    std::vector<JournalEntry> out;
+    for (auto& [e, p] : entries) out.push_back(e);
+    return out;
+  }
+  void ExpectFile(const std::string& n, size_t size, uint64_t seed = 1) {
+    Status st;
+    std::string got = ReadAll(n, &st);
+    EXPECT_TRUE(st.ok()) << n << ": " << st.ToString();
+    EXPECT_TRUE(got == Content(n, size, seed)) << n;
+  }
+  void ExpectNothingToRecover() {
+    auto st = store_->GetStats();
+    EXPECT_EQ(st.recovery_entries, 0u);
+    EXPECT_EQ(st.recovery_cuts, 0u);
+    EXPECT_EQ(st.recovery_seals, 0u);
+  }
+};
+
+TEST_F(RecoveryTest, TornSegmentTailIsCutAndTheSegmentSealedAtMount) {
+  auto env = std::make_unique<FaultInjectionEnv>(Env::Posix());
+  OpenStore(env.get());
+  const Location a = WriteFile("a", Content("a", 30000, 1));
+  WriteFile("b", Content("b", 200000, 1));
+  ASSERT_TRUE(store_->Sync().ok());
+  const std::string seg = SegPath(a);
+  const uint64_t valid_end = fs::file_size(seg);
+  // The next record write reaches the file only partly (a header block and a bit), then the mount dies.
+  env->ShortWriteNth(1, 4096 + 512, EIO, "/seg/");
+  Status err;
+  WriteFile("c", Content("c", 100000, 1), &err);
+  ASSERT_TRUE(err.IsIOError()) << err.ToString();
+  store_.reset();  // crash
+  env.reset();
+  const uint64_t crashed_size = fs::file_size(seg);
+  ASSERT_EQ(crashed_size, valid_end + 4096 + 512);
+
+  env = std::make_unique<FaultInjectionEnv>(Env::Posix());
+  OpenStore(env.get());
+  auto st = store_->GetStats();
+  EXPECT_EQ(st.recovery_cuts, 1u);
+  EXPECT_EQ(st.recovery_seals, 1u);
+  auto entries = NewestJournalEntries();
+  ASSERT_GE(entries.size(), 2u);
+  EXPECT_EQ(entries[0].op, JournalOp::kCut);  // CUTs lead journal-<G>-0
+  EXPECT_EQ(entries[0].cut_file.kind, FileRef::Kind::kSegment);
+  EXPECT_EQ(entries[0].cut_file.node, node_);
+  EXPECT_EQ(entries[0].cut_file.generation, a.segment.generation);
+  EXPECT_EQ(entries[0].cut_file.number, a.segment.seq);
+  EXPECT_EQ(entries[0].cut_offset, valid_end);
+  EXPECT_EQ(entries[1].op, JournalOp::kSeal);
+  EXPECT_TRUE(entries[1].segment == a.segment);
+  EXPECT_EQ(fs::file_size(seg), crashed_size);  // never truncated
+  ExpectFile("a", 30000);
+  ExpectFile("b", 200000);
+  Status cs;
+  ReadAll("c", &cs);
+  EXPECT_TRUE(cs.IsNotFound()) << cs.ToString();
+  CloseStore();
+
+  auto r = Fsck();
+  EXPECT_EQ(r.problems, 0u) << Describe(r);
+  // Idempotent: the next mount (clean) and a mount after a crash find nothing more to cut or seal.
+  OpenStore(env.get());
+  ExpectNothingToRecover();
+  store_.reset();  // crash of a generation that wrote nothing
+  OpenStore(env.get());
+  ExpectNothingToRecover();
+  ExpectFile("b", 200000);
+  CloseStore();
+  EXPECT_EQ(fs::file_size(seg), crashed_size);
+  EXPECT_EQ(Fsck().problems, 0u);
+}
+
+TEST_F(RecoveryTest, HeaderlessSegmentOfACrashIsCutAtZero) {
+  OpenStore();
+  const Location a = WriteFile("a", Content("a", 30000, 1));
+  ASSERT_TRUE(store_->Sync().ok());
+  store_.reset();
+  // A crash right after a segment file was created: no header block yet.
+  const std::string empty = SegmentFilePath(backing_, SegmentId{node_, a.segment.generation, a.segment.seq + 1});
+  { std::ofstream(empty).flush(); }
+  FaultInjectionEnv env(Env::Posix());
+  OpenStore(&env);
+  auto st = store_->GetStats();
+  EXPECT_EQ(st.recovery_cuts, 1u);
+  EXPECT_EQ(st.recovery_seals, 2u);  // the crashed active segment and the empty one
+  auto entries = NewestJournalEntries();
+  ASSERT_GE(entries.size(), 3u);
+  EXPECT_EQ(entries[0].op, JournalOp::kCut);
+  EXPECT_EQ(entries[0].cut_file.number, a.segment.seq + 1);
+  EXPECT_EQ(entries[0].cut_offset, 0u);
+  ExpectFile("a", 30000);
+  CloseStore();
+  auto r = Fsck();
+  EXPECT_EQ(r.problems, 0u) << Describe(r);
+  EXPECT_TRUE(fs::exists(empty));
+  OpenStore(&env);
+  ExpectNothingToRecover();
+  CloseStore();
+}
+
+TEST_F(RecoveryTest, LostSealIsJournaledAtMount) {
+  segment_size_ = 1ull << 20;
+  auto env = std::make_unique<FaultInjectionEnv>(Env::Posix());
+  OpenStore(env.get());
+  WriteFile("f0", Content("f0", 300000, 1));
+  ASSERT_TRUE(store_->Sync().ok());
+  // The journal fails from now on: the records reach the segments (one of them fills up and is sealed
+  // on disk), but neither their PUTs nor the SEAL entry reach the journal before the crash.
+  env->FailWrites(EIO, "journal-");
+  for (int i = 1; i <= 4; ++i) WriteFile("f" + std::to_string(i), Content("f" + std::to_string(i), 300000, 1));
+  EXPECT_FALSE(store_->Sync().ok());
+  ASSERT_EQ(SegmentPaths().size(), 2u);
+  store_.reset();
+  env.reset();
+  {
+    auto before = Fsck();
+    EXPECT_EQ(before.Count(FsckKind::kSealNotJournaled, true), 1u) << Describe(before);
+    EXPECT_EQ(before.Count(FsckKind::kUnsealedSegment, true), 1u) << Describe(before);
+  }
+
+  env = std::make_unique<FaultInjectionEnv>(Env::Posix());
+  OpenStore(env.get());
+  auto st = store_->GetStats();
+  EXPECT_EQ(st.recovery_cuts, 0u);
+  EXPECT_EQ(st.recovery_seals, 2u);  // the lost SEAL of the full segment + the crashed active one
+  size_t seals = 0;
+  for (const auto& e : NewestJournalEntries()) seals += e.op == JournalOp::kSeal;
+  EXPECT_EQ(seals, 2u);
+  ExpectFile("f0", 300000);
+  CloseStore();
+  auto r = Fsck();
+  EXPECT_EQ(r.problems, 0u) << Describe(r);
+  EXPECT_EQ(r.Count(FsckKind::kSealNotJournaled), 0u);
+  OpenStore(env.get());
+  ExpectNothingToRecover();
+  CloseStore();
+}
+
+TEST_F(RecoveryTest, CleanIndexAppliesFsckRepairUnlinkWrittenWhileDown) {
+  OpenStore();
+  const Location a = WriteFile("a", Content("a", 10000, 1));
+  const Location b = WriteFile("b", Content("b", 150000, 1));
+  WriteFile("c", Content("c", 70001, 1));
+  CloseStore();  // the local index is clean
+  FlipByte(SegPath(b), b.record_offset + 9);  // b's record header: b is a dangling entry
+  auto fixed = Fsck(/*repair=*/true);
+  EXPECT_EQ(fixed.Count(FsckKind::kDanglingEntry), 1u) << Describe(fixed);
+  EXPECT_EQ(fixed.repaired, 1u) << Describe(fixed);
+
+  FaultInjectionEnv env(Env::Posix());
+  OpenStore(&env);
+  EXPECT_EQ(store_->GetStats().recovery_entries, 1u);  // the UNLINK of /b
+  Status st;
+  ReadAll("b", &st);
+  EXPECT_TRUE(st.IsNotFound()) << st.ToString();  // not EIO: the repair's UNLINK applies here too
+  ExpectFile("a", 10000);
+  ExpectFile("c", 70001);
+  auto names = List();
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"a", "c"}));
+  // A later write of the path wins over the repair's UNLINK (its stamp is above it).
+  WriteFile("b", Content("b", 5000, 2));
+  CloseStore();
+  OpenStore(&env);
+  ExpectNothingToRecover();
+  ExpectFile("b", 5000, 2);
+  CloseStore();
+  fs::remove_all(index_);  // the rebuilt index agrees
+  OpenStore(&env);
+  ExpectFile("b", 5000, 2);
+  ExpectFile("a", 10000);
+  (void)a;
+  CloseStore();
+}
+
+TEST_F(RecoveryTest, CleanIndexAppliesFsckRepairSealWrittenWhileDown) {
+  OpenStore();
+  WriteFile("a", Content("a", 30000, 1));
+  ASSERT_TRUE(store_->Sync().ok());
+  store_.reset();  // crash: the segment stays unsealed, the index is dirty
+  // A clean index made from the export (kvfs-fsck --rebuild-index), then a repair that seals the segment.
+  auto rebuilt = Fsck(false, index_);
+  EXPECT_EQ(rebuilt.index_files, 1u);
+  auto fixed = Fsck(true);
+  EXPECT_EQ(fixed.Count(FsckKind::kUnsealedSegment, true), 1u) << Describe(fixed);
+  EXPECT_EQ(fixed.unrepaired, 0u) << Describe(fixed);
+
+  FaultInjectionEnv env(Env::Posix());
+  OpenStore(&env);
+  auto st = store_->GetStats();
+  EXPECT_EQ(st.recovery_entries, 1u);  // the repair's SEAL, applied to the clean index
+  EXPECT_EQ(st.recovery_seals, 0u);    // so the segment needs no SEAL of the mount's own
+  EXPECT_EQ(st.recovery_cuts, 0u);
+  ExpectFile("a", 30000);
+  CloseStore();
+  EXPECT_EQ(Fsck().problems, 0u);
+  OpenStore(&env);
+  ExpectNothingToRecover();
+  CloseStore();
+}
+
+TEST_F(RecoveryTest, PowerCutThenMountLeavesNothingForFsck) {
+  // Power cuts at several moments of a writer; each mount after it must leave an export that kvfs-fsck
+  // finds clean (torn tails cut, segments sealed, SEALs journaled) and lose no synced file.
+  segment_size_ = 1ull << 20;
+  std::vector<std::pair<std::string, size_t>> synced;
+  for (int round = 0; round < 6; ++round) {
+    auto env = std::make_unique<FaultInjectionEnv>(Env::Posix());
+    OpenStore(env.get());
+    for (int i = 0; i < 6; ++i) {
+      const std::string n = "r" + std::to_string(round) + "-" + std::to_string(i);
+      const size_t size = 50000 + 61000 * i;
+      WriteFile(n, Content(n, size, 1));
+      if (i == 2 + round % 3) {
+        ASSERT_TRUE(store_->Sync().ok());
+        for (int j = 0; j <= i; ++j) {
+          const std::string m = "r" + std::to_string(round) + "-" + std::to_string(j);
+          synced.emplace_back(m, 50000 + 61000 * j);
+        }
+      }
+    }
+    ASSERT_TRUE(env->DropUnsyncedData().ok());  // the power cut
+    store_.reset();
+    env.reset();
+    OpenStore();
+    for (const auto& [n, size] : synced) ExpectFile(n, size);
+    CloseStore();
+    auto r = Fsck();
+    EXPECT_EQ(r.problems, 0u) << "round " << round << "\n" << Describe(r);
+  }
+}
+
+}  // namespace
+}  // namespace kvfs
