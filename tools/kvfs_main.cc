@@ -23,6 +23,7 @@
 //   user.kvfs.pid    the daemon's pid (kvfs umount waits for it to exit after fusermount3 -u)
 //   user.kvfs.stats  one JSON object of Store and FUSE counters (kvfs stats)
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -51,6 +52,7 @@
 #include <vector>
 
 #include "blockstore/deadline_env.h"
+#include "blockstore/fault_env.h"
 #include "fuse/kvfs_fs.h"
 #include "index/store.h"
 #include "fuse/stats_render.h"
@@ -73,6 +75,39 @@ std::string RealPath(const std::string& p) {
   char buf[PATH_MAX];
   if (!realpath(p.c_str(), buf)) return p;
   return buf;
+}
+
+// ---- TEST ONLY: simulated power cut (tests/integration/crash_test.py "power cut" cycles) ----
+// With KVFS_TEST_POWER_CUT_SIGNAL=1 in the daemon's environment, every backing request goes through a
+// FaultInjectionEnv (blockstore/fault_env.h) and SIGUSR2 simulates a power cut or an NFS client crash at
+// that moment: new backing requests hang, requests already in flight get kPowerCutGraceMs to finish,
+// every write not yet made durable is dropped (files cut back to their last fdatasync'ed length, files
+// and renames whose directory was not synced undone), and the process _exit()s at once with
+// kPowerCutExitCode, flushing nothing. SIGKILL alone cannot show this: the page cache survives it.
+// Not a user feature; not documented in --help.
+constexpr const char* kPowerCutEnvVar = "KVFS_TEST_POWER_CUT_SIGNAL";
+constexpr int kPowerCutExitCode = 86;
+constexpr int kPowerCutGraceMs = 100;
+
+// Call in the process's main thread before any other thread starts (they inherit the signal mask).
+kvfs::Env* StartPowerCutSimulation() {
+  static kvfs::FaultInjectionEnv* env = new kvfs::FaultInjectionEnv(kvfs::Env::Posix());
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set] {
+    int sig = 0;
+    while (sigwait(&set, &sig) != 0 || sig != SIGUSR2) {
+    }
+    env->Hang(std::chrono::hours(24), kvfs::kFaultAll);  // freeze: nothing new reaches the disk
+    std::this_thread::sleep_for(std::chrono::milliseconds(kPowerCutGraceMs));
+    kvfs::Status s = env->DropUnsyncedData();
+    std::fprintf(stderr, "kvfs: TEST power cut: unsynced backing writes dropped (%s); exiting\n",
+                 s.ToString().c_str());
+    _exit(kPowerCutExitCode);
+  }).detach();
+  return env;
 }
 
 bool IsDir(const std::string& p) {
@@ -251,6 +286,14 @@ int RunMount(MountArgs a) {
     Die(code, msg);
   };
 
+  kvfs::Env* base_env = kvfs::Env::Posix();
+  if (const char* pc = std::getenv(kPowerCutEnvVar); pc != nullptr && std::string(pc) == "1") {
+    base_env = StartPowerCutSimulation();  // TEST ONLY (see above); before any thread starts
+    spdlog::warn("kvfs: {}=1: TEST power-cut simulation on (SIGUSR2 drops unsynced writes and exits)",
+                 kPowerCutEnvVar);
+  }
+  so.env = base_env;
+
   // The metrics socket is bound before the store opens: a port in use fails the mount with nothing touched.
   kvfs::MetricsServer metrics;
   if (!a.metrics_listen.empty()) {
@@ -263,7 +306,7 @@ int RunMount(MountArgs a) {
     // Created here, after the fork (its worker threads would not survive it); lives until exit.
     kvfs::DeadlineEnvOptions dopts;
     dopts.deadline = std::chrono::milliseconds(a.backing_deadline_ms);
-    static kvfs::DeadlineEnv* deadline_env = new kvfs::DeadlineEnv(kvfs::Env::Posix(), dopts);
+    static kvfs::DeadlineEnv* deadline_env = new kvfs::DeadlineEnv(base_env, dopts);
     so.env = deadline_env;
   }
   auto opened = kvfs::Store::Open(so);
