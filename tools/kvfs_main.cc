@@ -77,13 +77,16 @@ std::string RealPath(const std::string& p) {
   return buf;
 }
 
-// ---- TEST ONLY: simulated power cut (tests/integration/crash_test.py "power cut" cycles) ----
+// ---- TEST ONLY: simulated power cut and backing failures (tests/integration/crash_test.py) ----
 // With KVFS_TEST_POWER_CUT_SIGNAL=1 in the daemon's environment, every backing request goes through a
-// FaultInjectionEnv (blockstore/fault_env.h) and SIGUSR2 simulates a power cut or an NFS client crash at
-// that moment: new backing requests hang, requests already in flight get kPowerCutGraceMs to finish,
-// every write not yet made durable is dropped (files cut back to their last fdatasync'ed length, files
-// and renames whose directory was not synced undone), and the process _exit()s at once with
-// kPowerCutExitCode, flushing nothing. SIGKILL alone cannot show this: the page cache survives it.
+// FaultInjectionEnv (blockstore/fault_env.h), and two signals act on it:
+//   SIGUSR2  a power cut or an NFS client crash at that moment: new backing requests hang, requests
+//            already in flight get kPowerCutGraceMs to finish, every write not yet made durable is dropped
+//            (files cut back to their last fdatasync'ed length, files and renames whose directory was not
+//            synced undone), and the process _exit()s at once with kPowerCutExitCode, flushing nothing.
+//            SIGKILL alone cannot show this: the page cache survives it.
+//   SIGUSR1  toggles a backing failure: while on, every backing write and fdatasync fails with EIO
+//            (cases.md case 9 "a fault-injection switch"); off again, the export works as before.
 // Not a user feature; not documented in --help.
 constexpr const char* kPowerCutEnvVar = "KVFS_TEST_POWER_CUT_SIGNAL";
 constexpr int kPowerCutExitCode = 86;
@@ -94,11 +97,27 @@ kvfs::Env* StartPowerCutSimulation() {
   static kvfs::FaultInjectionEnv* env = new kvfs::FaultInjectionEnv(kvfs::Env::Posix());
   sigset_t set;
   sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
   sigaddset(&set, SIGUSR2);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::thread([set] {
-    int sig = 0;
-    while (sigwait(&set, &sig) != 0 || sig != SIGUSR2) {
+    bool failing = false;
+    std::vector<int> rules;
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0) continue;
+      if (sig == SIGUSR1) {
+        failing = !failing;
+        if (failing) {
+          rules = {env->FailWrites(EIO), env->FailSyncs(EIO)};
+        } else {
+          for (int id : rules) env->RemoveFault(id);
+          rules.clear();
+        }
+        std::fprintf(stderr, "kvfs: TEST backing failure switch %s\n", failing ? "ON (EIO)" : "off");
+        continue;
+      }
+      break;  // SIGUSR2
     }
     env->Hang(std::chrono::hours(24), kvfs::kFaultAll);  // freeze: nothing new reaches the disk
     std::this_thread::sleep_for(std::chrono::milliseconds(kPowerCutGraceMs));
@@ -289,7 +308,7 @@ int RunMount(MountArgs a) {
   kvfs::Env* base_env = kvfs::Env::Posix();
   if (const char* pc = std::getenv(kPowerCutEnvVar); pc != nullptr && std::string(pc) == "1") {
     base_env = StartPowerCutSimulation();  // TEST ONLY (see above); before any thread starts
-    spdlog::warn("kvfs: {}=1: TEST power-cut simulation on (SIGUSR2 drops unsynced writes and exits)",
+    spdlog::warn("kvfs: {}=1: TEST fault hooks on (SIGUSR2: power cut; SIGUSR1: backing EIO switch)",
                  kPowerCutEnvVar);
   }
   so.env = base_env;

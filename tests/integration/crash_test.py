@@ -32,6 +32,12 @@
                                 CrashTest.test_power_cut_cycles
   test_writer_killed_mid_file   SIGKILL of the WRITER (not the daemon) in the middle of a temp file: the
                           final name never appears; the mount keeps working; same after a remount.
+  test_case9_backing_eio_switch   cases.md case 9 with "a fault-injection switch" (no root needed): the TEST-ONLY
+                          SIGUSR1 switch of a KVFS_TEST_POWER_CUT_SIGNAL=1 daemon makes every backing write and
+                          fdatasync fail with EIO; `echo data > k` and Python open/write/close/fsync report
+                          EIO; the mount keeps serving committed files; after the switch is off and kvfs is
+                          remounted, every file whose write reported success is there, and the others are
+                          absent or complete.
   test_case9_backing_fails_under_writer   cases.md case 9: the backing directory is a small tmpfs that
                           fills up under the writer (ENOSPC from the export); `echo data > k` and Python
                           open/write/close/fsync report ENOSPC or EIO; after the store recovers (tmpfs
@@ -401,6 +407,78 @@ os.rename(os.path.join(sys.argv[1], "big.tmp"), os.path.join(sys.argv[1], "big")
                 data = kf.read_file(tmp)
                 for i in range(0, len(data), 1 << 20):
                     self.assertEqual(data[i:i + (1 << 20)], bytes([(i >> 20) % 251]) * len(data[i:i + (1 << 20)]))
+        finally:
+            d.kill()
+            b.cleanup()
+
+    def test_case9_backing_eio_switch(self):
+        import errno as E
+        b = kf.Backing(prefix="kvfs-case9s-")
+        d = Daemon(b, power_cut=True)
+        try:
+            ok, failed, errors = [], [], []
+            sh = subprocess.run(["sh", "-c", "echo data > %s/k1" % b.mnt], capture_output=True, text=True)
+            self.assertEqual(sh.returncode, 0, sh.stderr)
+            ok.append(("k1", b"data\n"))
+            for i in range(3):
+                rel = "before%d" % i
+                data = make_content(rel, 700 * KIB)
+                kf.write_file(os.path.join(b.mnt, rel), data)
+                ok.append((rel, data))
+            fd = os.open(b.mnt, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+            os.kill(d.proc.pid, signal.SIGUSR1)  # the backing store fails from now on
+            time.sleep(0.3)
+            # The shell ignores close(2)'s error, so `echo > k2` may "succeed": k2 must then be absent or
+            # complete after the remount. `dd conv=fsync` (fsync on the writing fd) reports the error.
+            sh = subprocess.run(["sh", "-c", "echo data > %s/k2" % b.mnt], capture_output=True, text=True)
+            if sh.returncode != 0:
+                self.assertRegex(sh.stderr, "Input/output error")
+            sync = subprocess.run(["sh", "-c", "echo data | dd of=%s/k3 conv=fsync status=none" % b.mnt],
+                                  capture_output=True, text=True)
+            self.assertNotEqual(sync.returncode, 0, "dd conv=fsync of k3 succeeded on a failing backing store")
+            self.assertRegex(sync.stderr, "Input/output error")
+            failed += ["k2", "k3"]
+            for i in range(4):
+                rel = "during%d" % i
+                data = make_content(rel, 300 * KIB)
+                try:
+                    fd = os.open(os.path.join(b.mnt, rel), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    try:
+                        os.write(fd, data)
+                        if i % 2:
+                            os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    ok.append((rel, data))
+                except OSError as e:
+                    errors.append(e.errno)
+                    failed.append(rel)
+            self.assertEqual(errors, [E.EIO] * 4, errors)
+            # The mount keeps serving what was committed before.
+            for rel, data in ok:
+                self.assertEqual(kf.read_file(os.path.join(b.mnt, rel)), data, rel)
+            os.kill(d.proc.pid, signal.SIGUSR1)  # the backing store recovers
+            time.sleep(0.3)
+            kf.write_file(os.path.join(b.mnt, "after"), make_content("after", 200 * KIB))
+            ok.append(("after", make_content("after", 200 * KIB)))
+            self.assertEqual(d.stop(), 0)
+            d = Daemon(b)
+            for rel, data in ok:
+                p = os.path.join(b.mnt, rel)
+                self.assertTrue(os.path.exists(p), rel + " reported success but is missing")
+                self.assertEqual(kf.read_file(p), data, rel)
+            for rel in failed:
+                p = os.path.join(b.mnt, rel)
+                if os.path.exists(p) and rel not in ("k2", "k3"):  # absent, or complete
+                    self.assertIsNone(verify_content(rel, kf.read_file(p)), rel)
+            for k in ("k2", "k3"):
+                p = os.path.join(b.mnt, k)
+                if os.path.exists(p):
+                    self.assertEqual(kf.read_file(p), b"data\n", k)
+            sys.stderr.write("case9 switch: %d files ok, errors %s, echo k2 rc=%d %s\n" % (
+                len(ok), errors, sh.returncode, sh.stderr.strip()))
         finally:
             d.kill()
             b.cleanup()
