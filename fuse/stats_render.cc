@@ -105,6 +105,9 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                    {"bytes_reinserted", st.bytes_reinserted},
                    {"writer_waits", st.writer_waits},
                    {"nospace_events", st.nospace_events}};
+  j["recovery"] = {{"own_entries_applied", st.recovery_entries},
+                   {"cuts", st.recovery_cuts},
+                   {"seals", st.recovery_seals}};
   j["nodes"] = nlohmann::json::array();
   for (const auto& n : st.nodes) {
     j["nodes"].push_back({{"node", n.node},

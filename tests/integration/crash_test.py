@@ -239,7 +239,7 @@ class CrashTest(unittest.TestCase):
         t_start = time.time()
         stats = dict(kind="power cut" if power_cut else "SIGKILL", cycles=0, renamed=0, synced=0,
                      checked_durable=0, visible=0, index_compares=0, lost_young=0, min_lost_age=None,
-                     fsck_runs=0)
+                     fsck_runs=0, recovery_cuts=0, recovery_seals=0)
         b = None
         daemon = None
         log = None
@@ -272,6 +272,9 @@ class CrashTest(unittest.TestCase):
                                 "%s/daemon.log)" % (cycle, seed, POWER_CUT_EXIT, b.root))
                 # --- remount and check ---
                 daemon = Daemon(b, power_cut=power_cut)
+                rec = json.loads(os.getxattr(b.mnt, "user.kvfs.stats"))["recovery"]
+                stats["recovery_cuts"] += rec["cuts"]
+                stats["recovery_seals"] += rec["seals"]
                 events = []
                 with open(log) as f:
                     for line in f:
@@ -313,6 +316,8 @@ class CrashTest(unittest.TestCase):
             if daemon:
                 self.final_checks(b, daemon, stats)
                 daemon = None
+            if cycles >= 5:  # each crash after a record was written leaves a segment the remount seals
+                self.assertGreater(stats["recovery_seals"], 0, json.dumps(stats))
         finally:
             if daemon:
                 daemon.kill()
