@@ -1,11 +1,24 @@
 // ChunkBuffer: the bytes of a staged file version, in fixed 1 MiB chunks.
 //
-// Chunks never move once allocated, so growing a 36 MiB value by 4 KiB pwrites never copies what was
-// written, and the whole value is handed to Store::WriteRecord as a list of string_views (one per chunk)
-// without a concatenation. Bytes between the old end and a write or truncate beyond it read as zeros
-// (files have no holes: they are zero-filled here).
+// Each chunk slot is either
+//   * in RAM: a 1 MiB allocation that never moves, so growing a 36 MiB value by 4 KiB pwrites never
+//     copies what was written, and an all-RAM value is handed to Store::WriteRecord as a list of
+//     string_views (one per chunk) without a concatenation; or
+//   * a *reference* to bytes already on the backing store: value bytes [off, off + n) of the record at
+//     `loc` hold the chunk's bytes (n = the chunk's bytes below size()). References come from the
+//     committed value a copy-on-write version starts from (SetBacking) and from spills of staged
+//     chunks to provisional records (ToRef).
+// Bytes between the old end and a write or truncate beyond it read as zeros (files have no holes: they
+// are zero-filled here).
 //
-// Not thread-safe: the owner (a Version) guards it with its own lock.
+// Reading or changing a referenced chunk goes through a Fetch callback (the FUSE layer passes one that
+// calls Store::Read, so every byte is verified against its block checksum). A write or a growing resize
+// that touches a referenced chunk first copies the chunk into RAM (*materializes* it: one read of up to
+// 1 MiB), unless the write replaces every byte of it. The methods without a Fetch are for all-RAM
+// buffers (they must not touch a referenced chunk).
+//
+// Errors: the Fetch's Status (EIO for a checksum mismatch, NotFound for a dropped segment); on an error
+// the buffer is unchanged. Not thread-safe: the owner (a Version) guards it with its own lock.
 #pragma once
 
 #include <sys/uio.h>
@@ -13,9 +26,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
+
+#include "blockstore/status.h"
+#include "blockstore/types.h"
 
 namespace kvfs {
 
@@ -23,54 +40,124 @@ class ChunkBuffer {
  public:
   static constexpr uint64_t kChunk = 1ull << 20;  // bytes
 
+  // Reads exactly len bytes of the value at loc, starting at value offset off, into out.
+  using Fetch = std::function<Status(const Location& loc, uint64_t off, size_t len, char* out)>;
+
   uint64_t size() const { return size_; }
-  // Bytes allocated (what the staging budget counts).
-  uint64_t capacity() const { return chunks_.size() * kChunk; }
+  // Bytes allocated in RAM (what the staging budget counts).
+  uint64_t capacity() const { return ram_chunks_ * kChunk; }
+  // Bytes below size() held by references (on the backing store).
+  uint64_t referenced_bytes() const {
+    uint64_t n = 0;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (!slots_[i].ram) n += ChunkLen(i);
+    }
+    return n;
+  }
+  bool has_refs() const { return ram_chunks_ < slots_.size(); }
+
+  // Replaces the content with references to the first `size` bytes of the value at loc (chunk i ->
+  // value offset i * kChunk). size must be <= loc.length.
+  void SetBacking(const Location& loc, uint64_t size) {
+    slots_.clear();
+    ram_chunks_ = 0;
+    size_ = size;
+    for (uint64_t off = 0; off < size; off += kChunk) slots_.push_back(Slot{nullptr, loc, off});
+  }
 
   // Sets the size; growing zero-fills [old size, n), shrinking frees the chunks past the end.
-  void Resize(uint64_t n) {
+  Status Resize(uint64_t n, const Fetch& fetch) {
     if (n > size_) {
+      if (size_ % kChunk != 0) KVFS_RETURN_IF_ERROR(Materialize(size_ / kChunk, fetch));
       Reserve(n);
       Zero(size_, n);
     } else {
-      chunks_.resize((n + kChunk - 1) / kChunk);
+      size_t keep = (n + kChunk - 1) / kChunk;
+      for (size_t i = keep; i < slots_.size(); ++i) {
+        if (slots_[i].ram) ram_chunks_--;
+      }
+      slots_.resize(keep);
     }
     size_ = n;
+    return Status::OK();
   }
+  void Resize(uint64_t n) { (void)Resize(n, nullptr); }
 
   // Writes len bytes at off, zero-filling a gap between the current end and off.
-  void Write(uint64_t off, const char* p, size_t len) {
-    if (len == 0) return;
-    uint64_t end = off + len;
+  Status Write(uint64_t off, const char* p, size_t len, const Fetch& fetch) {
+    if (len == 0) return Status::OK();
+    const uint64_t end = off + len;
+    const uint64_t new_size = std::max(size_, end);
+    const size_t old_slots = slots_.size();
+    // Referenced chunks the write (or the zero-filled gap before it) changes only in part: copy them
+    // into RAM first. Chunks it replaces whole just get fresh RAM.
+    const uint64_t first = std::min(off, size_) / kChunk, last = (end - 1) / kChunk;
+    for (uint64_t ci = first; ci <= last && ci < old_slots; ++ci) {
+      if (slots_[ci].ram) continue;
+      const uint64_t cs = ci * kChunk, ce = std::min(cs + kChunk, new_size);
+      if (off <= cs && end >= ce) {
+        slots_[ci].ram.reset(new char[kChunk]);
+        slots_[ci].loc = Location{};
+        ram_chunks_++;
+      } else {
+        Status s = Materialize(ci, fetch);
+        if (!s.ok()) return s;  // chunks materialized so far keep the same bytes: nothing changed
+      }
+    }
     Reserve(end);
     if (off > size_) Zero(size_, off);
     while (len > 0) {
       uint64_t ci = off / kChunk, co = off % kChunk;
       size_t n = std::min<uint64_t>(len, kChunk - co);
-      std::memcpy(chunks_[ci].get() + co, p, n);
+      std::memcpy(slots_[ci].ram.get() + co, p, n);
       off += n;
       p += n;
       len -= n;
     }
-    size_ = std::max(size_, end);
+    size_ = new_size;
+    return Status::OK();
   }
+  void Write(uint64_t off, const char* p, size_t len) { (void)Write(off, p, len, nullptr); }
 
-  // Copies up to len bytes at off into out; returns the count (short only at the end).
-  size_t Read(uint64_t off, size_t len, char* out) const {
-    if (off >= size_) return 0;
+  // Copies up to len bytes at off into out; *got = the count (short only at the end).
+  Status Read(uint64_t off, size_t len, char* out, const Fetch& fetch, size_t* got) const {
+    *got = 0;
+    if (off >= size_) return Status::OK();
     len = std::min<uint64_t>(len, size_ - off);
     size_t done = 0;
     while (done < len) {
       uint64_t ci = off / kChunk, co = off % kChunk;
       size_t n = std::min<uint64_t>(len - done, kChunk - co);
-      std::memcpy(out + done, chunks_[ci].get() + co, n);
+      const Slot& s = slots_[ci];
+      if (s.ram) {
+        std::memcpy(out + done, s.ram.get() + co, n);
+      } else {
+        if (!fetch) return Status::IOError("chunk buffer: referenced chunk without a fetch");
+        KVFS_RETURN_IF_ERROR(fetch(s.loc, s.off + co, n, out + done));
+      }
       off += n;
       done += n;
     }
-    return done;
+    *got = done;
+    return Status::OK();
+  }
+  size_t Read(uint64_t off, size_t len, char* out) const {
+    size_t got = 0;
+    (void)Read(off, len, out, nullptr, &got);
+    return got;
   }
 
-  // iovecs over [off, off+len) clipped to the size (valid until the next mutation).
+  // True when [off, off+len) clipped to the size is all in RAM (Iov may be used).
+  bool InRam(uint64_t off, size_t len) const {
+    if (off >= size_ || len == 0) return true;
+    uint64_t end = std::min<uint64_t>(off + len, size_);
+    for (uint64_t ci = off / kChunk; ci <= (end - 1) / kChunk; ++ci) {
+      if (!slots_[ci].ram) return false;
+    }
+    return true;
+  }
+
+  // iovecs over [off, off+len) clipped to the size (valid until the next mutation). Requires InRam.
   size_t Iov(uint64_t off, size_t len, std::vector<iovec>* iov) const {
     iov->clear();
     if (off >= size_) return 0;
@@ -79,46 +166,111 @@ class ChunkBuffer {
     while (done < len) {
       uint64_t ci = off / kChunk, co = off % kChunk;
       size_t n = std::min<uint64_t>(len - done, kChunk - co);
-      iov->push_back(iovec{chunks_[ci].get() + co, n});
+      iov->push_back(iovec{slots_[ci].ram.get() + co, n});
       off += n;
       done += n;
     }
     return done;
   }
 
-  // The whole value as one view per chunk (valid until the next mutation).
+  // The whole value as one view per chunk (valid until the next mutation). Requires !has_refs().
   std::vector<std::string_view> Parts() const {
     std::vector<std::string_view> parts;
-    uint64_t left = size_;
-    for (size_t i = 0; left > 0; ++i) {
-      size_t n = std::min<uint64_t>(left, kChunk);
-      parts.emplace_back(chunks_[i].get(), n);
-      left -= n;
-    }
+    for (size_t i = 0; i < slots_.size(); ++i) parts.emplace_back(slots_[i].ram.get(), ChunkLen(i));
     return parts;
   }
 
-  // A writable pointer to chunk i (for filling the buffer in place, e.g. from Store::Read); the caller
-  // then sets the size with SetSizeUnchecked.
-  char* ChunkData(size_t i) { return chunks_[i].get(); }
-  void ReserveFor(uint64_t n) { Reserve(n); }
-  void SetSizeUnchecked(uint64_t n) { size_ = n; }
+  // The whole value as one view per chunk; referenced chunks are read (through fetch) into buffers
+  // appended to *temps, which must outlive the views.
+  Status Gather(const Fetch& fetch, std::vector<std::string_view>* parts,
+                std::vector<std::unique_ptr<char[]>>* temps) const {
+    parts->clear();
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const size_t n = ChunkLen(i);
+      if (slots_[i].ram) {
+        parts->emplace_back(slots_[i].ram.get(), n);
+        continue;
+      }
+      if (!fetch) return Status::IOError("chunk buffer: referenced chunk without a fetch");
+      std::unique_ptr<char[]> b(new char[n]);
+      KVFS_RETURN_IF_ERROR(fetch(slots_[i].loc, slots_[i].off, n, b.get()));
+      parts->emplace_back(b.get(), n);
+      temps->push_back(std::move(b));
+    }
+    return Status::OK();
+  }
+
+  // True when the whole value is exactly one record's value: every chunk i references value offset
+  // i * kChunk of the same record and that record's length is size() (> 0). *loc = that record.
+  bool WholeRecord(Location* loc) const {
+    if (size_ == 0 || ram_chunks_ != 0) return false;
+    const Location& l = slots_[0].loc;
+    if (l.length != size_) return false;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (slots_[i].off != i * kChunk || !(slots_[i].loc == l)) return false;
+    }
+    *loc = l;
+    return true;
+  }
+
+  // ---- spilling ----
+  // Indices of the chunks in RAM, in file order.
+  std::vector<size_t> RamChunks() const {
+    std::vector<size_t> out;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (slots_[i].ram) out.push_back(i);
+    }
+    return out;
+  }
+  // True when chunk i is filled to its end (not the partial last chunk that appends still grow).
+  bool ChunkFull(size_t i) const { return (i + 1) * kChunk <= size_; }
+  // The bytes of RAM chunk i below size() (valid until the next mutation).
+  std::string_view ChunkView(size_t i) const { return std::string_view(slots_[i].ram.get(), ChunkLen(i)); }
+  // Frees RAM chunk i: its bytes are now value bytes [off, off + ChunkLen) of the record at loc.
+  void ToRef(size_t i, const Location& loc, uint64_t off) {
+    if (slots_[i].ram) ram_chunks_--;
+    slots_[i] = Slot{nullptr, loc, off};
+  }
 
  private:
+  struct Slot {
+    std::unique_ptr<char[]> ram;  // null: referenced
+    Location loc;                 // referenced chunks: where the bytes are
+    uint64_t off = 0;             // value offset of the chunk's first byte in loc
+  };
+
+  size_t ChunkLen(size_t i) const { return static_cast<size_t>(std::min<uint64_t>(kChunk, size_ - i * kChunk)); }
+
+  Status Materialize(size_t i, const Fetch& fetch) {
+    Slot& s = slots_[i];
+    if (s.ram) return Status::OK();
+    if (!fetch) return Status::IOError("chunk buffer: referenced chunk without a fetch");
+    std::unique_ptr<char[]> b(new char[kChunk]);  // not zeroed: only [0, ChunkLen) is ever read
+    KVFS_RETURN_IF_ERROR(fetch(s.loc, s.off, ChunkLen(i), b.get()));
+    s.ram = std::move(b);
+    s.loc = Location{};
+    ram_chunks_++;
+    return Status::OK();
+  }
   void Reserve(uint64_t n) {
     size_t want = (n + kChunk - 1) / kChunk;
-    while (chunks_.size() < want) chunks_.emplace_back(new char[kChunk]);  // not zeroed: see Zero
+    while (slots_.size() < want) {
+      slots_.push_back(Slot{std::unique_ptr<char[]>(new char[kChunk]), Location{}, 0});  // not zeroed: see Zero
+      ram_chunks_++;
+    }
   }
+  // Zeros [from, to); every chunk in the range is in RAM.
   void Zero(uint64_t from, uint64_t to) {
     while (from < to) {
       uint64_t ci = from / kChunk, co = from % kChunk;
       size_t n = std::min<uint64_t>(to - from, kChunk - co);
-      std::memset(chunks_[ci].get() + co, 0, n);
+      std::memset(slots_[ci].ram.get() + co, 0, n);
       from += n;
     }
   }
 
-  std::vector<std::unique_ptr<char[]>> chunks_;
+  std::vector<Slot> slots_;
+  size_t ram_chunks_ = 0;
   uint64_t size_ = 0;
 };
 

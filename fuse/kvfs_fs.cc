@@ -91,23 +91,45 @@ void FillStat(const Attr& a, struct stat* st) {
   st->st_ctim = NsTs(a.ctime_ns);
 }
 
+struct Version;
+
+// Staging memory: what the budget (FsOptions::staging_bytes) counts, the spill counters, and a registry
+// of the live versions from which spills pick their victims.
+struct Staging {
+  std::atomic<int64_t> ram_bytes{0};      // RAM chunks of all staged versions (ChunkBuffer::capacity)
+  std::atomic<int64_t> spilled_bytes{0};  // provisional records written for versions still staged
+  std::atomic<uint64_t> spills{0}, spilled_total{0}, spill_errors{0}, whole_record_commits{0};
+  std::mutex mu;  // guards versions
+  std::unordered_map<const Version*, std::weak_ptr<Version>> versions;
+};
+
 // A staged version of a file's content (DESIGN §4 "Versions").
 struct Version {
-  Version(uint64_t s, bool hid, bool dio, std::atomic<int64_t>* staged)
-      : seq(s), hidden(hid), direct(dio), staged_bytes(staged) {}
-  ~Version() { staged_bytes->fetch_sub(static_cast<int64_t>(data.capacity())); }
+  Version(uint64_t s, uint64_t i, bool hid, bool dio, Staging* st)
+      : seq(s), ino(i), hidden(hid), direct(dio), staging(st) {}
+  ~Version() {
+    staging->ram_bytes.fetch_sub(static_cast<int64_t>(data.capacity()));
+    staging->spilled_bytes.fetch_sub(static_cast<int64_t>(spilled));
+    std::lock_guard<std::mutex> g(staging->mu);
+    staging->versions.erase(this);
+  }
 
   const uint64_t seq;   // creation order among this daemon's versions
+  const uint64_t ino;   // the inode it belongs to (the tag of its spill records)
   // hidden: not shown to stat/readers/rename until it commits (truncating rewrites of committed files
   // and concurrent O_TRUNC writers). direct: its handles use direct_io, so its bytes never enter the
   // inode's page cache, which another version owns (the concurrent O_TRUNC "shadow" case).
   const bool hidden;
   const bool direct;
-  std::atomic<int64_t>* staged_bytes;
+  Staging* const staging;
 
-  // mu guards data, attr and gen. Writers take it exclusively, readers and flush shared.
+  // mu guards data, attr, gen and spilled. Writers and spills take it exclusively, readers and flush
+  // shared.
   std::shared_mutex mu;
-  ChunkBuffer data;
+  ChunkBuffer data;   // RAM chunks + references (copy-on-write base, spilled chunks)
+  uint64_t spilled = 0;             // bytes of the provisional records written for this version
+  std::atomic<uint64_t> ram{0};     // data.capacity() as of the last change (victim choice, no lock)
+  std::atomic<bool> spilling{false};  // a thread is spilling it (others pick another victim)
   Attr attr;          // mode, uid, gid, times; attr.size is ignored (data.size() is the size)
   uint64_t gen = 1;   // bumped on every change of the bytes or the size
   uint64_t attr_gen = 1;  // bumped on every change of attr (chmod, utimens...) after creation
@@ -182,7 +204,15 @@ struct KvfsFs::Impl {
   std::unordered_map<uint64_t, std::shared_ptr<Inode>> table;
   std::atomic<uint64_t> next_seq{1};
   std::atomic<uint64_t> next_order{1};  // Version::close_order
-  std::atomic<int64_t> staged_bytes{0};
+  Staging staging;
+  // Reads referenced chunks of staged versions (copy-on-write bases, spills): Store::Read, so every
+  // byte is verified against its block checksum.
+  ChunkBuffer::Fetch fetch = [this](const Location& l, uint64_t off, size_t len, char* out) -> Status {
+    size_t got = 0;
+    Status s = store->Read(l, off, len, out, &got);
+    if (s.ok() && got != len) return Status::Corruption("short read of a staged extent");
+    return s;
+  };
   std::atomic<uint64_t> open_handles{0}, staged_versions{0}, shadows{0}, committed{0}, discarded{0},
       flush_records{0}, flush_errors{0}, commit_errors{0}, renumbered{0};
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
@@ -432,34 +462,109 @@ struct KvfsFs::Impl {
   }
 
   // ---- versions ----
-  std::shared_ptr<Version> NewVersion(bool hidden, bool direct) {
+  std::shared_ptr<Version> NewVersion(uint64_t ino, bool hidden, bool direct) {
     staged_versions++;
     if (hidden) shadows++;
-    return std::make_shared<Version>(next_seq.fetch_add(1), hidden, direct, &staged_bytes);
+    auto v = std::make_shared<Version>(next_seq.fetch_add(1), ino, hidden, direct, &staging);
+    std::lock_guard<std::mutex> g(staging.mu);
+    staging.versions.emplace(v.get(), v);
+    return v;
   }
 
-  // Fills v (exclusively owned, not yet shared) with the committed content of ino.
-  Status LoadCommitted(uint64_t ino, Version* v, Attr* attr) {
-    auto n = store->GetInode(ino);
-    if (!n.ok()) return n.status();
-    *attr = n->attr;
-    uint64_t size = n->attr.size;
-    if (size == 0) return Status::OK();
-    if (n->location.empty()) return Status::Corruption("committed file without a location");
-    size = std::min<uint64_t>(size, n->location.length);
-    v->data.ReserveFor(size);
-    staged_bytes += static_cast<int64_t>(v->data.capacity());
-    uint64_t off = 0;
-    while (off < size) {
-      size_t want = std::min<uint64_t>(ChunkBuffer::kChunk, size - off);
-      size_t got = 0;
-      Status s = store->Read(n->location, off, want, v->data.ChunkData(off / ChunkBuffer::kChunk), &got);
+  // After a change of v.data (v.mu held exclusively): the RAM it holds now vs. cap_before.
+  void AccountRam(Version& v, uint64_t cap_before) {
+    uint64_t cap = v.data.capacity();
+    staging.ram_bytes += static_cast<int64_t>(cap) - static_cast<int64_t>(cap_before);
+    v.ram.store(cap);
+  }
+
+  // ---- staging budget (DESIGN §4: "a FUSE worker never waits for memory") ----
+  // Called before a change that allocates up to `need` bytes of staging RAM (no version lock held).
+  // While the staged RAM + need exceeds the budget, spills the version holding the most RAM (its own
+  // version included). Never waits for memory: when every candidate is being spilled by another
+  // thread, or nothing is left to spill, the change goes ahead over the budget. Errors of the spill
+  // (NoSpace: backing store or capacity full; IOError) are the caller's: the write fails cleanly,
+  // nothing staged is lost (the victim keeps its bytes in RAM).
+  Status MakeRoom(uint64_t need) {
+    const uint64_t budget = opts.staging_bytes;
+    for (int round = 0; round < 64; ++round) {
+      int64_t ram = staging.ram_bytes.load();
+      if (ram < 0 || static_cast<uint64_t>(ram) + need <= budget) return Status::OK();
+      std::shared_ptr<Version> victim = PickVictim();
+      if (!victim) return Status::OK();
+      Status s = Spill(*victim);
+      victim->spilling.store(false);
       if (!s.ok()) return s;
-      if (got != want) return Status::Corruption("short read of committed value");
-      off += want;
     }
-    v->data.SetSizeUnchecked(size);
-    attr->size = size;
+    return Status::OK();
+  }
+
+  // The staged version with the most RAM that no other thread is spilling (marked spilling), or null.
+  std::shared_ptr<Version> PickVictim() {
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      std::shared_ptr<Version> best;
+      uint64_t best_ram = 0;
+      {
+        std::lock_guard<std::mutex> g(staging.mu);
+        for (auto& [p, w] : staging.versions) {
+          uint64_t r = p->ram.load();
+          if (r <= best_ram || p->spilling.load()) continue;
+          if (auto v = w.lock()) {
+            best = std::move(v);
+            best_ram = r;
+          }
+        }
+      }
+      if (!best) return nullptr;
+      bool expected = false;
+      if (best->spilling.compare_exchange_strong(expected, true)) return best;
+    }
+    return nullptr;
+  }
+
+  // Writes v's RAM chunks as ONE provisional record and keeps only their Locations (ChunkBuffer::ToRef).
+  // Full chunks only, so appends to the partial last chunk do not read it back; the last chunk too when
+  // there is nothing else. The record is journaled only if the version is later committed whole from it
+  // (FlushLocked); otherwise it is an orphan (dead bytes).
+  Status Spill(Version& v) {
+    // io_mu (taken before mu, as Commit does) only if free: it guards the version's last record.
+    std::unique_lock<std::mutex> io(v.io_mu, std::try_to_lock);
+    std::unique_lock<std::shared_mutex> g(v.mu);
+    if (io.owns_lock() && v.has_record && v.record_gen == v.gen && !v.record.empty() &&
+        v.record.length == v.data.size()) {
+      // Closed and recorded, waiting for its commit: its bytes are that record already. No I/O.
+      uint64_t cap = v.data.capacity();
+      v.data.SetBacking(v.record, v.data.size());
+      AccountRam(v, cap);
+      return Status::OK();
+    }
+    std::vector<size_t> ram = v.data.RamChunks();
+    std::vector<size_t> pick;
+    for (size_t i : ram) {
+      if (v.data.ChunkFull(i)) pick.push_back(i);
+    }
+    if (pick.empty()) pick = ram;
+    if (pick.empty()) return Status::OK();
+    std::vector<std::string_view> parts;
+    parts.reserve(pick.size());
+    for (size_t i : pick) parts.push_back(v.data.ChunkView(i));
+    auto r = store->WriteProvisionalRecord(v.ino, parts);
+    if (!r.ok()) {
+      staging.spill_errors++;
+      LogLimited(spdlog::level::warn, LogKey("fuse-spill", r.status()), "spill of {} (inode {}, {} chunks): {}",
+                 PathOf(v.ino), v.ino, pick.size(), ErrnoText(r.status()));
+      return r.status();
+    }
+    uint64_t cap = v.data.capacity(), off = 0;
+    for (size_t k = 0; k < pick.size(); ++k) {
+      v.data.ToRef(pick[k], *r, off);
+      off += parts[k].size();
+    }
+    AccountRam(v, cap);
+    v.spilled += r->length;
+    staging.spilled_bytes += static_cast<int64_t>(r->length);
+    staging.spilled_total += r->length;
+    staging.spills++;
     return Status::OK();
   }
 
@@ -515,7 +620,7 @@ struct KvfsFs::Impl {
       return std::shared_ptr<Version>();
     }
     if (trunc && newest) {
-      auto v = NewVersion(/*hidden=*/true, /*direct=*/true);
+      auto v = NewVersion(in->ino, /*hidden=*/true, /*direct=*/true);
       VersionAttr(*newest, &v->attr);
       v->attr.mtime_ns = v->attr.ctime_ns = now;
       v->data.Resize(0);
@@ -563,7 +668,7 @@ struct KvfsFs::Impl {
     a.ino = in->ino;
     if (trunc) {
       bool committed = n.ok() && n->committed;
-      auto v = NewVersion(/*hidden=*/committed, /*direct=*/false);
+      auto v = NewVersion(in->ino, /*hidden=*/committed, /*direct=*/false);
       if (a.size != 0) a.mtime_ns = a.ctime_ns = now;
       a.size = 0;
       v->attr = a;
@@ -575,11 +680,25 @@ struct KvfsFs::Impl {
       }
       return join(v);
     }
-    // Copy-on-write: a non-truncating writable open of a committed file starts from its content.
-    auto v = NewVersion(false, false);
+    // Copy-on-write: a non-truncating writable open of a committed file starts from its content, as
+    // references to the committed record (no copy). A chunk is copied into RAM when a write changes
+    // part of it (ChunkBuffer); until something changes, the version IS the committed value: its
+    // FLUSH writes no record and its last RELEASE journals nothing (an O_RDWR open that only reads
+    // costs no backing write).
+    auto v = NewVersion(in->ino, false, false);
     if (need_content) {
-      Status s = LoadCommitted(in->ino, v.get(), &a);
-      if (!s.ok()) return s;
+      if (a.size != 0) {
+        if (n->location.empty()) return Status::Corruption("committed file without a location");
+        a.size = std::min<uint64_t>(a.size, n->location.length);
+        v->data.SetBacking(n->location, a.size);
+      }
+      v->has_record = true;
+      v->record = a.size == 0 ? Location{} : n->location;
+      v->record_gen = v->gen;
+      if (n->committed) {
+        v->committed_gen = v->gen;
+        v->committed_attr_gen = v->attr_gen;
+      }
     } else {
       a.size = 0;
     }
@@ -587,6 +706,30 @@ struct KvfsFs::Impl {
     v->attr = a;
     in->primary = v;
     return join(v);
+  }
+
+  // Sets v's size (setattr, truncate by name, fallocate): spills first when growing over the budget,
+  // and after, when a large growth took staging over it (its zeros go to the backing store).
+  // grow_only: leave a larger size alone (fallocate).
+  Status Truncate(Version& v, uint64_t size, int64_t now, bool grow_only = false) {
+    uint64_t cur;
+    {
+      std::shared_lock<std::shared_mutex> g(v.mu);
+      cur = v.data.size();
+    }
+    if (size > cur) KVFS_RETURN_IF_ERROR(MakeRoom(std::min<uint64_t>(size - cur, opts.staging_bytes) + ChunkBuffer::kChunk));
+    {
+      std::unique_lock<std::shared_mutex> g(v.mu);
+      if (grow_only && size <= v.data.size()) return Status::OK();
+      uint64_t cap = v.data.capacity();
+      Status s = v.data.Resize(size, fetch);
+      AccountRam(v, cap);
+      if (!s.ok()) return s;
+      v.gen++;
+      v.attr.mtime_ns = v.attr.ctime_ns = now;
+    }
+    if (size > cur) return MakeRoom(0);
+    return Status::OK();
   }
 
   bool IsUnlinked(Inode& in) {
@@ -605,7 +748,31 @@ struct KvfsFs::Impl {
       v.record_gen = v.gen;
       return Status::OK();
     }
-    auto r = store->WriteRecord(in.ino, v.data.Parts());
+    Location whole;
+    if (v.data.WholeRecord(&whole)) {
+      // Every byte is one record already (spilled in one piece, or an unchanged copy-on-write base):
+      // journal that Location, no second copy.
+      staging.whole_record_commits++;
+      v.record = whole;
+      v.has_record = true;
+      v.record_gen = v.gen;
+      return Status::OK();
+    }
+    Result<Location> r = Location{};
+    if (!v.data.has_refs()) {
+      r = store->WriteRecord(in.ino, v.data.Parts());
+    } else {
+      // Partly spilled (or a changed copy-on-write version): the value is written again whole, its
+      // referenced chunks read back (verified) into temporary buffers for the duration of the write.
+      std::vector<std::string_view> parts;
+      std::vector<std::unique_ptr<char[]>> temps;
+      Status gs = v.data.Gather(fetch, &parts, &temps);
+      if (gs.ok()) {
+        r = store->WriteRecord(in.ino, parts);
+      } else {
+        r = gs;
+      }
+    }
     if (!r.ok()) {
       flush_errors++;
       LogLimited(spdlog::level::warn, LogKey("fuse-write-record", r.status()), "write record of {} (inode {}, {} bytes): {}",
@@ -948,27 +1115,17 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
     uint64_t size = static_cast<uint64_t>(attr->st_size);
     std::shared_ptr<Version> v = (h && h->writable) ? h->version : nullptr;
     if (v) {
-      std::unique_lock<std::shared_mutex> g(v->mu);
-      uint64_t cap = v->data.capacity();
-      v->data.Resize(size);
-      fs->staged_bytes += static_cast<int64_t>(v->data.capacity()) - static_cast<int64_t>(cap);
-      v->gen++;
-      v->attr.mtime_ns = v->attr.ctime_ns = now;
+      Status s = fs->Truncate(*v, size, now);
+      if (!s.ok()) return Reply(req, s);
     } else {
       // truncate(2) by name: join the version being written (even one whose last writer is committing
       // it right now, so the new size cannot be lost), else a new version; the last writer commits.
       auto r = fs->AcquireWritable(in, /*trunc=*/false, fuse_req_ctx(req), /*need_content=*/size != 0);
       if (!r.ok()) return Reply(req, r.status(), ErrCtx::kInode);  // ESTALE: truncate(2) retries the path
       auto nv = *r;
-      {
-        std::unique_lock<std::shared_mutex> g(nv->mu);
-        uint64_t cap = nv->data.capacity();
-        nv->data.Resize(size);
-        fs->staged_bytes += static_cast<int64_t>(nv->data.capacity()) - static_cast<int64_t>(cap);
-        nv->gen++;
-        nv->attr.mtime_ns = nv->attr.ctime_ns = now;
-      }
+      Status ts = fs->Truncate(*nv, size, now);
       Status s = fs->ReleaseWritable(in, nv);
+      if (!ts.ok()) return Reply(req, ts);
       if (!s.ok()) return Reply(req, s);
     }
   }
@@ -1237,12 +1394,28 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
     // free the handle and its version while this thread still unlocks.
     std::shared_ptr<Version> vp = h->version;
     std::shared_lock<std::shared_mutex> g(vp->mu);
-    std::vector<iovec> iov;
-    vp->data.Iov(static_cast<uint64_t>(off), size, &iov);
-    uint64_t n = 0;
-    for (const auto& v : iov) n += v.iov_len;
-    fs->bytes_read.fetch_add(n, std::memory_order_relaxed);
-    fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));  // the kernel copies during the call
+    const uint64_t uoff = static_cast<uint64_t>(off);
+    if (vp->data.InRam(uoff, size)) {
+      std::vector<iovec> iov;
+      vp->data.Iov(uoff, size, &iov);
+      uint64_t n = 0;
+      for (const auto& v : iov) n += v.iov_len;
+      fs->bytes_read.fetch_add(n, std::memory_order_relaxed);
+      fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));  // the kernel copies during the call
+      return;
+    }
+    // Some of the range is on the backing store (copy-on-write base, spilled chunks): verified reads.
+    thread_local std::vector<char> vbuf;
+    if (vbuf.size() < size) vbuf.resize(size);
+    size_t got = 0;
+    Status s = vp->data.Read(uoff, size, vbuf.data(), fs->fetch, &got);
+    if (!s.ok()) {
+      LogLimited(spdlog::level::err, LogKey("fuse-read", s), "read of staged {} (inode {}) at {}+{}: {}",
+                 fs->PathOf(h->inode->ino), h->inode->ino, uoff, size, ErrnoText(s));
+      return Reply(req, s);
+    }
+    fs->bytes_read.fetch_add(got, std::memory_order_relaxed);
+    fuse_reply_buf(req, vbuf.data(), got);
     return;
   }
   uint64_t uoff = static_cast<uint64_t>(off);
@@ -1269,16 +1442,27 @@ void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off
   // Writeback of shared-mmap pages (fi->writepage) may arrive on any writable handle of the inode, also
   // after its FLUSH: it marks the version dirty, so the next flush or the last release writes a record.
   Version& v = *h->version;
+  // Over the staging budget: spill first (this write may fail with ENOSPC, and then changes nothing).
+  // A write allocates at most its size + one chunk (a partly written chunk of a copy-on-write base).
+  Status s = fs->MakeRoom(size + ChunkBuffer::kChunk);
+  if (!s.ok()) return Reply(req, s);
   {
     std::unique_lock<std::shared_mutex> g(v.mu);
     uint64_t cap = v.data.capacity();
     // O_APPEND on a shadow (direct_io) handle: the kernel's append offset is the inode's i_size, which
     // another version may have set; append to this version's end instead (no page cache to disagree).
     if (h->append && v.direct && !fi->writepage) off = static_cast<off_t>(v.data.size());
-    v.data.Write(static_cast<uint64_t>(off), buf, size);
-    fs->staged_bytes += static_cast<int64_t>(v.data.capacity()) - static_cast<int64_t>(cap);
-    v.gen++;
-    v.attr.mtime_ns = v.attr.ctime_ns = NowNs();
+    s = v.data.Write(static_cast<uint64_t>(off), buf, size, fs->fetch);
+    fs->AccountRam(v, cap);
+    if (s.ok()) {
+      v.gen++;
+      v.attr.mtime_ns = v.attr.ctime_ns = NowNs();
+    }
+  }
+  if (!s.ok()) {
+    LogLimited(spdlog::level::err, LogKey("fuse-write", s), "write of {} (inode {}) at {}+{}: {}",
+               fs->PathOf(h->inode->ino), h->inode->ino, off, size, ErrnoText(s));
+    return Reply(req, s);
   }
   fs->bytes_written.fetch_add(size, std::memory_order_relaxed);
   fuse_reply_write(req, size);
@@ -1514,17 +1698,14 @@ void OpFallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t lengt
   if (mode & FALLOC_FL_KEEP_SIZE) return (void)fuse_reply_err(req, 0);  // no holes, nothing to reserve
   Version& v = *h->version;
   uint64_t end = static_cast<uint64_t>(offset) + static_cast<uint64_t>(length);
+  uint64_t cur;
   {
-    std::unique_lock<std::shared_mutex> g(v.mu);
-    if (end > v.data.size()) {
-      uint64_t cap = v.data.capacity();
-      v.data.Resize(end);
-      fs->staged_bytes += static_cast<int64_t>(v.data.capacity()) - static_cast<int64_t>(cap);
-      v.gen++;
-      v.attr.mtime_ns = v.attr.ctime_ns = NowNs();
-    }
+    std::shared_lock<std::shared_mutex> g(v.mu);
+    cur = v.data.size();
   }
-  fuse_reply_err(req, 0);  // never touch the handle after replying (RELEASE may follow at once)
+  Status s = Status::OK();
+  if (end > cur) s = fs->Truncate(v, end, NowNs(), /*grow_only=*/true);
+  fuse_reply_err(req, ToErrno(s));  // never touch the handle after replying (RELEASE may follow at once)
 }
 
 void OpLseek(fuse_req_t req, fuse_ino_t, off_t off, int whence, fuse_file_info* fi) {
@@ -1736,8 +1917,15 @@ FsStats KvfsFs::GetFsStats() {
     }
   }
   s.open_handles = impl_->open_handles.load();
-  int64_t sb = impl_->staged_bytes.load();
+  int64_t sb = impl_->staging.ram_bytes.load();
   s.staged_bytes = sb > 0 ? static_cast<uint64_t>(sb) : 0;
+  int64_t sp = impl_->staging.spilled_bytes.load();
+  s.spilled_bytes = sp > 0 ? static_cast<uint64_t>(sp) : 0;
+  s.staging_budget = impl_->opts.staging_bytes;
+  s.spills = impl_->staging.spills.load();
+  s.spilled_bytes_total = impl_->staging.spilled_total.load();
+  s.spill_errors = impl_->staging.spill_errors.load();
+  s.whole_record_commits = impl_->staging.whole_record_commits.load();
   s.shadow_versions_created = impl_->shadows.load();
   s.versions_committed = impl_->committed.load();
   s.versions_discarded = impl_->discarded.load();

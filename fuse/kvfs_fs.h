@@ -5,7 +5,11 @@
 // Everything persistent lives in the Store. The exact rules are written down in docs/semantics.md;
 // in short:
 //   - O_TRUNC / O_CREAT opens start a new version, other writable opens join the inode's primary
-//     staged version (copy-on-write from the committed content when there is none).
+//     staged version (copy-on-write from the committed content when there is none: references to
+//     the committed record, a 1 MiB chunk copied into memory on its first partial write; unchanged,
+//     it writes and journals nothing).
+//   - Staged bytes are bounded by FsOptions::staging_bytes: over it, the staged chunks of the version
+//     holding the most memory spill to a provisional record (Store::WriteProvisionalRecord).
 //   - A second O_TRUNC open of an inode whose primary version still has writers gets a *shadow*
 //     version of its own (direct_io): both writers produce whole versions, never a mix.
 //   - New content gets a new inode number (DESIGN §3): a writable open or truncate(path) of a committed
@@ -48,11 +52,22 @@ struct FsOptions {
   // right after close(2) comes first: temp + rename journals one PUT under the final name. 0 = commit
   // in the RELEASE handler. Keep it well below the group-commit interval (durability adds it).
   uint32_t commit_delay_ms = 5;
+  // Staging memory budget, bytes: RAM held by the bytes of files being written (DESIGN §4). A write
+  // that would take it over the budget first spills the staged chunks of the version holding the most
+  // RAM to a provisional record in the active segment (Store::WriteProvisionalRecord) and keeps only
+  // their Locations; it never waits for memory. A write whose spill fails gets that error (ENOSPC when
+  // the backing store is full) and changes nothing.
+  uint64_t staging_bytes = 1ull << 30;
 };
 
 // Counters of the FUSE layer (exported through the user.kvfs.stats virtual xattr with Store stats).
 struct FsStats {
-  uint64_t known_inodes = 0, open_handles = 0, staged_versions = 0, staged_bytes = 0;
+  uint64_t known_inodes = 0, open_handles = 0, staged_versions = 0;
+  uint64_t staged_bytes = 0;          // RAM of staged versions now (what the budget counts)
+  uint64_t staging_budget = 0;        // FsOptions::staging_bytes
+  uint64_t spilled_bytes = 0;         // provisional records of versions still staged, bytes now
+  uint64_t spills = 0, spilled_bytes_total = 0, spill_errors = 0;  // since mount
+  uint64_t whole_record_commits = 0;  // flushes that reused one existing record (no second copy)
   uint64_t shadow_versions_created = 0, versions_committed = 0, versions_discarded = 0;
   uint64_t flush_records = 0, flush_errors = 0, commit_errors = 0;
   uint64_t bytes_read = 0, bytes_written = 0;  // READ reply bytes, WRITE request bytes

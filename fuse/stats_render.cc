@@ -131,6 +131,12 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                {"open_handles", f.open_handles},
                {"staged_versions", f.staged_versions},
                {"staged_bytes", f.staged_bytes},
+               {"staging_budget", f.staging_budget},
+               {"spilled_bytes", f.spilled_bytes},
+               {"spills", f.spills},
+               {"spilled_bytes_total", f.spilled_bytes_total},
+               {"spill_errors", f.spill_errors},
+               {"whole_record_commits", f.whole_record_commits},
                {"shadow_versions_created", f.shadow_versions_created},
                {"versions_committed", f.versions_committed},
                {"versions_discarded", f.versions_discarded},
@@ -177,7 +183,14 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
   e.One("kvfs_fuse_known_inodes", "gauge", "Inodes the kernel holds references to.", f.known_inodes);
   e.One("kvfs_staged_versions", "gauge", "File versions being written (in memory, not yet committed).",
         f.staged_versions);
-  e.One("kvfs_staged_bytes", "gauge", "Memory held by staged file versions.", f.staged_bytes);
+  e.One("kvfs_staged_bytes", "gauge", "Memory held by staged file versions (what --staging-size bounds).",
+        f.staged_bytes);
+  e.One("kvfs_staging_budget_bytes", "gauge", "The staging memory budget (--staging-size).", f.staging_budget);
+  e.One("kvfs_spilled_bytes", "gauge", "Bytes of staged versions spilled to provisional records.", f.spilled_bytes);
+  e.One("kvfs_spills_total", "counter", "Spills of staged bytes to provisional records.", f.spills);
+  e.One("kvfs_spilled_bytes_total", "counter", "Bytes written by spills.", f.spilled_bytes_total);
+  e.One("kvfs_spill_errors_total", "counter", "Spills that failed (the write that needed them failed).",
+        f.spill_errors);
   e.One("kvfs_versions_committed_total", "counter", "File versions committed (journaled).", f.versions_committed);
   e.One("kvfs_versions_discarded_total", "counter", "Staged versions discarded (unlinked before commit).",
         f.versions_discarded);

@@ -135,7 +135,13 @@ class StoreImpl final : public Store {
   Status RemoveXattr(uint64_t ino, std::string_view name) override;
 
   // ---- data ----
-  Result<Location> WriteRecord(uint64_t ino, const std::vector<std::string_view>& parts) override;
+  Result<Location> WriteRecord(uint64_t ino, const std::vector<std::string_view>& parts) override {
+    return AppendRecord(ino, parts, 0);
+  }
+  Result<Location> WriteProvisionalRecord(uint64_t ino, const std::vector<std::string_view>& parts) override {
+    return AppendRecord(ino, parts, format::kRecordFlagProvisional);
+  }
+  Result<Location> AppendRecord(uint64_t ino, const std::vector<std::string_view>& parts, uint16_t flags);
   Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr) override;
   Result<Node> Renumber(uint64_t ino) override;
   Status Read(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) override;
@@ -773,7 +779,8 @@ Status StoreImpl::RemoveXattr(uint64_t ino, std::string_view name) {
 // ---------------------------------------------------------------------------------------------------
 // Data
 
-Result<Location> StoreImpl::WriteRecord(uint64_t ino, const std::vector<std::string_view>& parts) {
+Result<Location> StoreImpl::AppendRecord(uint64_t ino, const std::vector<std::string_view>& parts,
+                                         uint16_t flags) {
   auto path = index_->FullPath(ino);
   // A staged file that was unlinked (or detached) still writes its record: it may be renamed back or
   // committed; the record tag is informational.
@@ -785,7 +792,7 @@ Result<Location> StoreImpl::WriteRecord(uint64_t ino, const std::vector<std::str
     need = AlignUp(len) + kAlignment;  // value + its metadata block (path, checksum table)
     if (opts_.capacity_bytes) KVFS_RETURN_IF_ERROR(ReserveSpace(need));
   }
-  auto loc = Segments()->Append(tag, hlc_.Now(), parts);
+  auto loc = Segments()->Append(tag, hlc_.Now(), parts, flags);
   if (loc.ok()) records_written_++;
   if (evict_enabled_) {
     std::lock_guard<std::mutex> l(cap_mu_);

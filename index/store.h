@@ -258,6 +258,13 @@ class Store {
   // Readable through Read() as soon as this returns; durable after the next group commit.
   // NoSpace when the backing store is full.
   virtual Result<Location> WriteRecord(uint64_t ino, const std::vector<std::string_view>& parts) = 0;
+  // Like WriteRecord, for staged bytes spilled to the backing store before their file is committed
+  // (DESIGN §4: staging over its memory budget). The record carries the *provisional* flag
+  // (docs/format.md); it is in no journal entry unless a later CommitFile names its Location, so a
+  // spill of a file that is never committed is an orphan: dead bytes for recovery and kvfs-fsck (an
+  // informational finding, never an error), reclaimed when its segment is dropped. Readable through
+  // Read() at once. NoSpace when the backing store (or the capacity) is full.
+  virtual Result<Location> WriteProvisionalRecord(uint64_t ino, const std::vector<std::string_view>& parts) = 0;
   // Makes `loc` (may be empty for a 0-byte file) the committed content of ino with attrs `attr`
   // (size, mode, times): journals PUT under the inode's current path. A staged inode becomes committed.
   virtual Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr) = 0;

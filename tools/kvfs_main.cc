@@ -1,6 +1,6 @@
 // kvfs: mount / umount / stats.
 //
-//   kvfs mount MOUNTPOINT --backing DIR [--node-id ID] [--index-dir DIR] [--cache-size SIZE]
+//   kvfs mount MOUNTPOINT --backing DIR [--node-id ID] [--index-dir DIR] [--cache-size SIZE] [--staging-size SIZE]
 //              [--segment-size SIZE] [--foreground] [--threads N] [--group-commit-ms N] [--direct-io]
 //              [--force] [--splice] [--peer-poll-ms N] [--peer-direct-io] [-o OPTS]...
 //              [--log-level LEVEL] [--config FILE]
@@ -31,6 +31,7 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
+#include <malloc.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -172,6 +173,7 @@ std::string HostName() {
 
 struct MountArgs {
   std::string mountpoint, backing, node_id, index_dir, cache_size = "1GiB", segment_size = "256MiB";
+  std::string staging_size = "1GiB";
   bool foreground = false, direct_io = false, force = false, splice = false;
   unsigned threads = 32;
   uint32_t group_commit_ms = 20;
@@ -239,6 +241,7 @@ int RunMount(MountArgs a) {
   so.cache_size = SizeOrDie("--cache-size", a.cache_size);
   so.segment_size = SizeOrDie("--segment-size", a.segment_size);
   if (so.segment_size < (1u << 20)) Die(kExitUsage, "--segment-size must be at least 1MiB");
+  if (SizeOrDie("--staging-size", a.staging_size) < (4u << 20)) Die(kExitUsage, "--staging-size must be at least 4MiB");
   so.group_commit_interval_ms = a.group_commit_ms;
   so.peer_poll_ms = a.peer_poll_ms;
   so.peer_direct_io = a.peer_direct_io;
@@ -328,6 +331,10 @@ int RunMount(MountArgs a) {
     static kvfs::DeadlineEnv* deadline_env = new kvfs::DeadlineEnv(base_env, dopts);
     so.env = deadline_env;
   }
+  // Staged chunks (1 MiB each) and large cached values are mmap'ed and unmapped when freed, so memory
+  // that a spill or a commit frees goes back to the system at once (glibc's dynamic threshold would
+  // rise above 1 MiB after the first such free and keep freed chunks in the heap instead).
+  mallopt(M_MMAP_THRESHOLD, 512 * 1024);
   auto opened = kvfs::Store::Open(so);
   if (!opened.ok()) {
     const auto& s = opened.status();
@@ -341,6 +348,7 @@ int RunMount(MountArgs a) {
 
   kvfs::FsOptions fo;
   fo.max_threads = a.threads;
+  fo.staging_bytes = SizeOrDie("--staging-size", a.staging_size);
   fo.splice = a.splice;
   auto fs = std::make_unique<kvfs::KvfsFs>(store.get(), fo);
   // DESIGN §8 defaults; default_permissions stays on unless -o no_default_permissions (tools/fuse_options.h).
@@ -495,6 +503,12 @@ int RunStats(const std::string& mp_in, bool json) {
                 (unsigned long long)f.value("staged_bytes", uint64_t{0}));
     std::printf("fuse bytes read        %llu\n", (unsigned long long)f.value("bytes_read", uint64_t{0}));
     std::printf("fuse bytes written     %llu\n", (unsigned long long)f.value("bytes_written", uint64_t{0}));
+    std::printf("staging                %llu bytes in RAM of %llu budget, %llu bytes spilled (%llu spills, %llu bytes since mount)\n",
+                (unsigned long long)f.value("staged_bytes", uint64_t{0}),
+                (unsigned long long)f.value("staging_budget", uint64_t{0}),
+                (unsigned long long)f.value("spilled_bytes", uint64_t{0}),
+                (unsigned long long)f.value("spills", uint64_t{0}),
+                (unsigned long long)f.value("spilled_bytes_total", uint64_t{0}));
   }
   if (j.contains("backing_ops") && j["backing_ops"].is_object()) {
     std::string line;
@@ -699,6 +713,9 @@ int main(int argc, char** argv) {
                     "local RocksDB index directory (default /var/lib/kvfs/<hash-of-backing>-<node>)");
   mount->add_option("--cache-size", ma.cache_size, "LRU cache of values, e.g. 4GiB (default 1GiB)");
   mount->add_option("--segment-size", ma.segment_size, "segment file size, e.g. 256MiB (default)");
+  mount->add_option("--staging-size", ma.staging_size,
+                    "memory budget for the bytes of files being written, e.g. 4GiB (default 1GiB); over it "
+                    "staged bytes spill to the active segment");
   mount->add_flag("--foreground,-f", ma.foreground, "stay in the foreground");
   mount->add_option("--threads", ma.threads, "max FUSE worker threads (default 32)");
   mount->add_option("--group-commit-ms", ma.group_commit_ms, "group commit interval in ms (default 20)");

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <map>
 #include <random>
 #include <string>
 
@@ -68,6 +70,163 @@ TEST(ChunkBuffer, OverwriteInPlace) {
   EXPECT_EQ(Whole(b), "hello WORLD");
   b.Write(11, "!", 1);
   EXPECT_EQ(b.size(), 12u);
+}
+
+
+// ---- references (copy-on-write bases, spills) ----
+
+// A fake backing store: one value per record, keyed by record_offset; counts fetched bytes.
+struct FakeStore {
+  std::map<uint64_t, std::string> values;
+  uint64_t fetched = 0;
+  bool fail = false;
+  Location Put(std::string v) {
+    Location l;
+    l.segment.node = "n";
+    l.segment.seq = 1;
+    l.record_offset = (values.size() + 1) * 4096;
+    l.value_offset = l.record_offset + 4096;
+    l.length = v.size();
+    values[l.record_offset] = std::move(v);
+    return l;
+  }
+  ChunkBuffer::Fetch fetch() {
+    return [this](const Location& l, uint64_t off, size_t len, char* out) -> Status {
+      if (fail) return Status::Corruption("checksum mismatch");
+      const std::string& v = values.at(l.record_offset);
+      if (off + len > v.size()) return Status::Corruption("short");
+      std::memcpy(out, v.data() + off, len);
+      fetched += len;
+      return Status::OK();
+    };
+  }
+};
+
+std::string Random(size_t n, unsigned seed) {
+  std::string s(n, '\0');
+  std::mt19937 rng(seed);
+  for (auto& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+std::string ReadAll(const ChunkBuffer& b, const ChunkBuffer::Fetch& f) {
+  std::string out(b.size(), '\0');
+  size_t got = 0;
+  EXPECT_TRUE(b.Read(0, out.size(), out.data(), f, &got).ok());
+  EXPECT_EQ(got, out.size());
+  return out;
+}
+
+TEST(ChunkBuffer, BackingIsReadWithoutCopy) {
+  FakeStore fs;
+  const std::string base = Random(3 * ChunkBuffer::kChunk + 500, 1);
+  Location l = fs.Put(base);
+  ChunkBuffer b;
+  b.SetBacking(l, base.size());
+  EXPECT_EQ(b.capacity(), 0u);
+  EXPECT_EQ(b.referenced_bytes(), base.size());
+  EXPECT_FALSE(b.InRam(0, 1));
+  Location whole;
+  ASSERT_TRUE(b.WholeRecord(&whole));
+  EXPECT_EQ(whole, l);
+  EXPECT_EQ(ReadAll(b, fs.fetch()), base);
+  EXPECT_EQ(b.capacity(), 0u);  // reads never copy into RAM
+}
+
+TEST(ChunkBuffer, WriteMaterializesOnlyTouchedChunks) {
+  FakeStore fs;
+  std::string base = Random(3 * ChunkBuffer::kChunk + 500, 2);
+  Location l = fs.Put(base);
+  ChunkBuffer b;
+  b.SetBacking(l, base.size());
+  ASSERT_TRUE(b.Write(ChunkBuffer::kChunk + 10, "hello", 5, fs.fetch()).ok());
+  base.replace(ChunkBuffer::kChunk + 10, 5, "hello");
+  EXPECT_EQ(b.capacity(), ChunkBuffer::kChunk);       // one chunk copied
+  EXPECT_EQ(fs.fetched, ChunkBuffer::kChunk);
+  Location whole;
+  EXPECT_FALSE(b.WholeRecord(&whole));
+  EXPECT_EQ(ReadAll(b, fs.fetch()), base);
+  // A write that replaces a whole chunk does not read it.
+  fs.fetched = 0;
+  std::string full = Random(ChunkBuffer::kChunk, 3);
+  ASSERT_TRUE(b.Write(2 * ChunkBuffer::kChunk, full.data(), full.size(), fs.fetch()).ok());
+  base.replace(2 * ChunkBuffer::kChunk, full.size(), full);
+  EXPECT_EQ(fs.fetched, 0u);
+  EXPECT_EQ(ReadAll(b, fs.fetch()), base);
+  // Gather gives the whole value (referenced chunks read into temporaries).
+  std::vector<std::string_view> parts;
+  std::vector<std::unique_ptr<char[]>> temps;
+  ASSERT_TRUE(b.Gather(fs.fetch(), &parts, &temps).ok());
+  std::string g;
+  for (auto p : parts) g.append(p);
+  EXPECT_EQ(g, base);
+}
+
+TEST(ChunkBuffer, GrowAndShrinkOverReferences) {
+  FakeStore fs;
+  std::string base = Random(ChunkBuffer::kChunk + 100, 4);
+  Location l = fs.Put(base);
+  ChunkBuffer b;
+  b.SetBacking(l, base.size());
+  ASSERT_TRUE(b.Resize(50, fs.fetch()).ok());  // shrink into a referenced chunk: no read
+  EXPECT_EQ(fs.fetched, 0u);
+  ASSERT_TRUE(b.Resize(200, fs.fetch()).ok());  // grow: the old tail must read as zeros
+  EXPECT_EQ(ReadAll(b, fs.fetch()), base.substr(0, 50) + std::string(150, '\0'));
+  // Write past the end of a referenced partial chunk: gap zero-filled.
+  ChunkBuffer c;
+  c.SetBacking(l, base.size());
+  ASSERT_TRUE(c.Write(ChunkBuffer::kChunk + 300, "x", 1, fs.fetch()).ok());
+  EXPECT_EQ(ReadAll(c, fs.fetch()), base + std::string(200, '\0') + "x");
+}
+
+TEST(ChunkBuffer, FetchErrorLeavesBufferUnchanged) {
+  FakeStore fs;
+  std::string base = Random(2 * ChunkBuffer::kChunk, 5);
+  Location l = fs.Put(base);
+  ChunkBuffer b;
+  b.SetBacking(l, base.size());
+  fs.fail = true;
+  EXPECT_TRUE(b.Write(10, "abc", 3, fs.fetch()).IsCorruption());
+  EXPECT_EQ(b.size(), base.size());
+  EXPECT_EQ(b.capacity(), 0u);
+  size_t got = 0;
+  std::string out(10, '\0');
+  EXPECT_TRUE(b.Read(0, 10, out.data(), fs.fetch(), &got).IsCorruption());
+  fs.fail = false;
+  EXPECT_EQ(ReadAll(b, fs.fetch()), base);
+}
+
+TEST(ChunkBuffer, SpillToOneRecordIsWholeRecord) {
+  FakeStore fs;
+  ChunkBuffer b;
+  std::string data = Random(2 * ChunkBuffer::kChunk + 7, 6);
+  b.Write(0, data.data(), data.size());
+  auto ram = b.RamChunks();
+  ASSERT_EQ(ram.size(), 3u);
+  EXPECT_TRUE(b.ChunkFull(1));
+  EXPECT_FALSE(b.ChunkFull(2));
+  std::string rec;
+  for (size_t i : ram) rec.append(b.ChunkView(i));
+  Location l = fs.Put(rec);
+  uint64_t off = 0;
+  for (size_t i : ram) {
+    size_t n = b.ChunkView(i).size();
+    b.ToRef(i, l, off);
+    off += n;
+  }
+  EXPECT_EQ(b.capacity(), 0u);
+  Location whole;
+  ASSERT_TRUE(b.WholeRecord(&whole));
+  EXPECT_EQ(whole, l);
+  EXPECT_EQ(ReadAll(b, fs.fetch()), data);
+  // Spilling chunks out of order (1 then 0) is not one whole record.
+  ChunkBuffer c;
+  c.Write(0, data.data(), 2 * ChunkBuffer::kChunk);
+  Location l2 = fs.Put(data.substr(ChunkBuffer::kChunk, ChunkBuffer::kChunk) + data.substr(0, ChunkBuffer::kChunk));
+  c.ToRef(1, l2, 0);
+  c.ToRef(0, l2, ChunkBuffer::kChunk);
+  EXPECT_FALSE(c.WholeRecord(&whole));
+  EXPECT_EQ(ReadAll(c, fs.fetch()), data.substr(0, 2 * ChunkBuffer::kChunk));
 }
 
 }  // namespace

@@ -262,6 +262,47 @@ TEST_F(FsckTest, OrphanRecordIsInformational) {
   EXPECT_EQ(r.nodes[0].dead_bytes, 5000u);
 }
 
+// A spill of staged bytes (Store::WriteProvisionalRecord) that is never committed is dead bytes, never a
+// problem; one that a commit names is live like any record.
+TEST_F(FsckTest, ProvisionalSpillsAreDeadBytesUntilCommitted) {
+  OpenStore();
+  WriteSet();
+  auto a = store_->CreateFile(kRootIno, "spilled-unlinked", S_IFREG | 0644, 0, 0, false);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(store_->WriteProvisionalRecord(a->attr.ino, {Content("x", 70000, 3)}).ok());
+  uint64_t gone = 0;
+  ASSERT_TRUE(store_->Unlink(kRootIno, "spilled-unlinked", &gone).ok());  // discarded before its commit
+  auto b = store_->CreateFile(kRootIno, "spilled-committed", S_IFREG | 0644, 0, 0, false);
+  ASSERT_TRUE(b.ok());
+  const std::string content = Content("y", 9000, 4);
+  auto loc = store_->WriteProvisionalRecord(b->attr.ino, {content});
+  ASSERT_TRUE(loc.ok());
+  Attr at = b->attr;
+  at.size = content.size();
+  ASSERT_TRUE(store_->CommitFile(b->attr.ino, *loc, at).ok());
+  CloseStore();
+  auto o = Opts();
+  o.verify_data = true;
+  auto r = Run(o);
+  EXPECT_EQ(r.problems, 0u) << Describe(r);
+  ASSERT_EQ(r.Count(FsckKind::kOrphanRecord), 1u) << Describe(r);
+  EXPECT_NE(Find(r, FsckKind::kOrphanRecord)->detail.find("provisional"), std::string::npos);
+  EXPECT_EQ(r.nodes[0].provisional_records, 2u);
+  EXPECT_EQ(r.nodes[0].orphan_records, 1u);
+  EXPECT_EQ(r.nodes[0].orphan_bytes, 70000u);
+  EXPECT_EQ(r.nodes[0].dead_bytes, 70000u);
+  // After a remount (recovery) the committed spill reads back, the orphan is nowhere.
+  OpenStore();
+  auto n = store_->Lookup(kRootIno, "spilled-committed");
+  ASSERT_TRUE(n.ok());
+  std::string out(content.size(), '\0');
+  size_t got = 0;
+  ASSERT_TRUE(store_->Read(n->location, 0, out.size(), out.data(), &got).ok());
+  EXPECT_EQ(out, content);
+  EXPECT_TRUE(store_->Lookup(kRootIno, "spilled-unlinked").status().IsNotFound());
+  CloseStore();
+}
+
 TEST_F(FsckTest, StaleTempFileIsRemovedByRepair) {
   OpenStore();
   WriteSet();

@@ -1,0 +1,333 @@
+"""Staging memory budget (--staging-size: spills to provisional records) and copy-on-write O_RDWR opens.
+
+docs/semantics.md §1 "Copy-on-write" and "Staging memory budget". Real FUSE mounts over temp backing dirs
+(kvfs_fixture); python3 stdlib only. Memory figures are bounds (VmRSS of the daemon), not speed tests.
+"""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kvfs_fixture as kf  # noqa: E402
+
+MIB = 1 << 20
+BUDGET = 8 * MIB
+FILE_SIZE = 36 * MIB
+WRITERS = 4
+WRITE = 1 * MIB  # bytes per write(2), what vLLM's fs tier does for a chunk file
+
+
+def pattern(seed, size):
+    """Deterministic, incompressible-enough bytes, different per seed and per MiB."""
+    block = bytes((seed * 131 + i * 7) & 0xFF for i in range(4096))
+    out = bytearray()
+    for k in range(size // 4096 + 1):
+        out += (k.to_bytes(8, "little") + bytes([seed]) * 8) + block[16:]
+    return bytes(out[:size])
+
+
+def vm_rss(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def fsck_binary():
+    b = os.environ.get("KVFS_FSCK")
+    return b if b else os.path.join(os.path.dirname(kf.kvfs_binary()), "kvfs-fsck")
+
+
+def read_direct(path, size):
+    """The file's bytes through O_DIRECT (the kernel page cache cannot answer: every read reaches kvfs)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        buf = kf.aligned_buffer(MIB)
+        out = bytearray()
+        off = 0
+        while True:
+            n = os.preadv(fd, [buf], off)
+            if n <= 0:
+                break
+            out += buf[:n]
+            off += n
+        buf.close()
+        return bytes(out)
+    finally:
+        os.close(fd)
+
+
+def wait_committed(mnt, n, timeout=10.0):
+    """Waits until the daemon has committed at least n versions (the RELEASE-time commit is deferred)."""
+    deadline = time.time() + timeout
+    while kf.stats(mnt)["fuse"]["versions_committed"] < n:
+        if time.time() > deadline:
+            raise AssertionError("commits did not happen: %s" % kf.stats(mnt)["fuse"])
+        time.sleep(0.02)
+
+
+@kf.skip_unless_fuse
+class StagingBudgetTest(unittest.TestCase):
+    def test_concurrent_large_writers_stay_under_budget(self):
+        b = kf.Backing()
+        try:
+            datas = [pattern(i + 1, FILE_SIZE) for i in range(WRITERS)]
+            with kf.mounted(backing=b, staging_size="8MiB", cache_size="16MiB") as (mnt, _, proc):
+                base_rss = vm_rss(proc.pid)
+                peak = [base_rss]
+                stop = threading.Event()
+
+                def monitor():
+                    while not stop.is_set():
+                        peak[0] = max(peak[0], vm_rss(proc.pid))
+                        time.sleep(0.005)
+
+                mon = threading.Thread(target=monitor)
+                mon.start()
+                fds = [os.open(os.path.join(mnt, "chunk%d.bin" % i), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                       for i in range(WRITERS)]
+                errors = []
+
+                def writer(i):
+                    try:
+                        view = memoryview(datas[i])
+                        off = 0
+                        while off < len(view):
+                            off += os.pwrite(fds[i], view[off:off + WRITE], off)
+                    except Exception as e:  # reported below
+                        errors.append(e)
+
+                ts = [threading.Thread(target=writer, args=(i,)) for i in range(WRITERS)]
+                for t in ts:
+                    t.start()
+                for t in ts:
+                    t.join()
+                write_peak = peak[0]
+                self.assertEqual(errors, [])
+                st = kf.stats(mnt)["fuse"]
+                # Before close: everything written is readable, byte-identical (spilled chunks come from the
+                # segment, verified; the rest from memory), buffered and through O_DIRECT.
+                for i in range(WRITERS):
+                    p = os.path.join(mnt, "chunk%d.bin" % i)
+                    self.assertEqual(os.stat(p).st_size, FILE_SIZE)
+                    self.assertTrue(read_direct(p, FILE_SIZE) == datas[i], "O_DIRECT read before close: %d" % i)
+                    self.assertTrue(kf.read_file(p) == datas[i], "read before close: %d" % i)
+                stop.set()
+                mon.join()
+                self.assertEqual(st["staging_budget"], BUDGET)
+                self.assertGreater(st["spills"], 0, st)
+                self.assertGreaterEqual(st["spilled_bytes"], WRITERS * FILE_SIZE - BUDGET - WRITERS * 2 * MIB, st)
+                self.assertLessEqual(st["staged_bytes"], BUDGET + WRITERS * 2 * MIB, st)
+                # The memory bound: without the budget the daemon holds 4 x 36 MiB = 144 MiB of staged bytes
+                # (measured: +154 MiB). Generous slack for the allocator, RocksDB and, while reading, the
+                # per-thread read buffers (up to 1 MiB per FUSE worker); not a speed test.
+                grew_w = write_peak - base_rss
+                grew = peak[0] - base_rss
+                sys.stderr.write("staging_test: daemon VmRSS %.1f MiB at mount; writing 4 x 36 MiB with an 8 MiB "
+                                 "budget +%.1f MiB, with the reads before close +%.1f MiB; %d spills, %.1f MiB "
+                                 "spilled\n" % (base_rss / MIB, grew_w / MIB, grew / MIB, st["spills"],
+                                                st["spilled_bytes"] / MIB))
+                self.assertLess(grew_w, BUDGET + 48 * MIB, "daemon RSS grew by %d bytes while writing" % grew_w)
+                self.assertLess(grew, BUDGET + 96 * MIB, "daemon RSS grew by %d bytes" % grew)
+                for fd in fds:
+                    os.close(fd)
+                wait_committed(mnt, WRITERS)
+                for i in range(WRITERS):
+                    p = os.path.join(mnt, "chunk%d.bin" % i)
+                    self.assertTrue(read_direct(p, FILE_SIZE) == datas[i], "read after close: %d" % i)
+                after = kf.stats(mnt)["fuse"]
+                self.assertEqual(after["spilled_bytes"], 0, after)  # the staged versions are gone
+                self.assertEqual(after["staged_bytes"], 0, after)
+                self.assertEqual(after["commit_errors"], 0, after)
+            with kf.mounted(backing=b, staging_size="8MiB") as (mnt, _, _):
+                for i in range(WRITERS):
+                    p = os.path.join(mnt, "chunk%d.bin" % i)
+                    self.assertTrue(kf.read_file(p) == datas[i], "read after remount: %d" % i)
+            # The spills are dead bytes (orphans), never problems; live bytes are exactly the 4 files.
+            r = subprocess.run([fsck_binary(), b.backing, "--json", "--verify-data"], capture_output=True, text=True,
+                               timeout=120)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            rep = json.loads(r.stdout)
+            node = rep["nodes"][0]
+            self.assertEqual(node["live_bytes"], WRITERS * FILE_SIZE)
+            self.assertGreater(node["provisional_records"], 0)
+            self.assertGreater(node["orphan_bytes"], 0)
+        finally:
+            b.cleanup()
+
+    def test_spilled_file_unlinked_before_commit_leaves_dead_bytes(self):
+        b = kf.Backing()
+        try:
+            data = pattern(9, 20 * MIB)
+            keep = pattern(10, 3 * MIB)
+            with kf.mounted(backing=b, staging_size="4MiB") as (mnt, _, _):
+                kf.write_file(os.path.join(mnt, "keep"), keep)
+                p = os.path.join(mnt, "doomed.tmp")
+                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    for off in range(0, len(data), WRITE):
+                        os.pwrite(fd, data[off:off + WRITE], off)
+                    st = kf.stats(mnt)["fuse"]
+                    self.assertGreater(st["spilled_bytes"], 10 * MIB, st)
+                    self.assertTrue(read_direct(p, len(data)) == data)
+                    os.unlink(p)  # discarded before its commit (an error path of a connector)
+                finally:
+                    os.close(fd)
+                deadline = time.time() + 10
+                while kf.stats(mnt)["fuse"]["versions_discarded"] < 1 and time.time() < deadline:
+                    time.sleep(0.02)
+                st = kf.stats(mnt)
+                self.assertEqual(st["fuse"]["versions_discarded"], 1, st)
+                self.assertEqual(st["fuse"]["spilled_bytes"], 0, st)
+                self.assertEqual(st["files"], 1)
+                self.assertEqual(st["live_bytes"], len(keep))
+                self.assertFalse(os.path.exists(p))
+            r = subprocess.run([fsck_binary(), b.backing, "--json"], capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            rep = json.loads(r.stdout)
+            node = rep["nodes"][0]
+            self.assertEqual(node["live_bytes"], len(keep))
+            self.assertGreaterEqual(node["orphan_bytes"], 16 * MIB)
+            self.assertGreaterEqual(node["dead_bytes"], 16 * MIB)
+            kinds = {f["kind"] for f in rep["findings"] if f["severity"] == "problem"}
+            self.assertEqual(kinds, set())
+            with kf.mounted(backing=b) as (mnt, _, _):
+                self.assertEqual(sorted(os.listdir(mnt)), ["keep"])
+                self.assertTrue(kf.read_file(os.path.join(mnt, "keep")) == keep)
+        finally:
+            b.cleanup()
+
+    def test_write_gets_enospc_when_the_spill_finds_the_backing_store_full(self):
+        # A backing store that fills up (a 24 MiB tmpfs): the spill cannot be written, so the write that
+        # needed it fails with ENOSPC and changes nothing; the daemon stays up and serves what it has.
+        b = kf.Backing()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", b.backing], capture_output=True)
+        if r.returncode != 0:
+            b.cleanup()
+            self.skipTest("cannot mount a tmpfs here: %s" % r.stderr.decode(errors="replace").strip())
+        try:
+            keep = pattern(11, 1 * MIB)
+            with kf.mounted(backing=b, staging_size="4MiB", segment_size="4MiB") as (mnt, _, _):
+                kf.write_file(os.path.join(mnt, "keep"), keep)
+                p = os.path.join(mnt, "big")
+                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                err = None
+                written = 0
+                chunk = pattern(3, WRITE)
+                try:
+                    for _ in range(64):
+                        written += os.pwrite(fd, chunk, written)
+                except OSError as e:
+                    err = e
+                self.assertIsNotNone(err, "64 MiB through a 4 MiB budget onto a 24 MiB store: a write must fail")
+                self.assertEqual(err.errno, 28, err)  # ENOSPC
+                self.assertGreater(written, 8 * MIB)  # spills worked until the store was full
+                # What was written before the failure is intact (the failed write changed nothing).
+                self.assertEqual(os.fstat(fd).st_size, written)
+                self.assertTrue(read_direct(p, written) == chunk * (written // WRITE))
+                try:
+                    os.close(fd)
+                except OSError as e:
+                    self.assertEqual(e.errno, 28, e)  # the final record does not fit either
+                st = kf.stats(mnt)["fuse"]
+                self.assertGreater(st["spill_errors"], 0, st)
+                self.assertTrue(kf.read_file(os.path.join(mnt, "keep")) == keep)
+        finally:
+            if kf.is_mounted(b.mnt):
+                kf.unmount(b.mnt)
+            subprocess.run(["umount", b.backing], capture_output=True)
+            b.cleanup()
+
+
+@kf.skip_unless_fuse
+class CopyOnWriteOpenTest(unittest.TestCase):
+    def test_rdwr_open_that_only_reads_writes_nothing(self):
+        data = pattern(5, 5 * MIB + 123)
+        small = b"tiny value"
+        with kf.mounted() as (mnt, _, _):
+            kf.write_file(os.path.join(mnt, "v"), data)
+            kf.write_file(os.path.join(mnt, "s"), small)
+            kf.write_file(os.path.join(mnt, "empty"), b"")
+            wait_committed(mnt, 3)
+            fd = os.open(mnt, os.O_RDONLY)
+            os.fsync(fd)  # everything durable: no group commit pending
+            os.close(fd)
+            before = kf.stats(mnt)
+            for name, want in (("v", data), ("s", small), ("empty", b"")):
+                for _ in range(2):
+                    fd = os.open(os.path.join(mnt, name), os.O_RDWR)
+                    try:
+                        got = bytearray()
+                        while True:
+                            c = os.read(fd, MIB)
+                            if not c:
+                                break
+                            got += c
+                        self.assertTrue(bytes(got) == want, name)
+                        self.assertEqual(os.fstat(fd).st_size, len(want))
+                    finally:
+                        os.close(fd)
+            time.sleep(0.3)  # deferred RELEASE commits (5 ms) would have run
+            after = kf.stats(mnt)
+            self.assertEqual(after["records_written"], before["records_written"])
+            self.assertEqual(after["journal_entries"], before["journal_entries"])
+            self.assertEqual(after["fuse"]["flush_records"], before["fuse"]["flush_records"])
+            self.assertEqual(after["fuse"]["versions_committed"], before["fuse"]["versions_committed"])
+            # No data written; only a heartbeat rewrite (a few hundred bytes, every 5 s) may land meanwhile.
+            self.assertLess(after["backing_bytes_written"] - before["backing_bytes_written"], 4096,
+                            (before, after))
+            self.assertEqual(after["fuse"]["staged_bytes"], 0)
+
+    def test_write_after_rdwr_open(self):
+        b = kf.Backing()
+        try:
+            data = bytearray(pattern(6, 3 * MIB + 5000))
+            with kf.mounted(backing=b) as (mnt, _, _):
+                p = os.path.join(mnt, "f")
+                kf.write_file(p, bytes(data))
+                wait_committed(mnt, 1)
+                fd = os.open(p, os.O_RDWR)
+                try:
+                    # Reads first (through the committed record), then partial writes in two chunks, a
+                    # write that replaces a whole chunk, and an append past the end.
+                    self.assertTrue(os.pread(fd, 100, MIB - 50) == bytes(data[MIB - 50:MIB + 50]))
+                    os.pwrite(fd, b"HELLO", 10)
+                    data[10:15] = b"HELLO"
+                    os.pwrite(fd, b"W" * 3000, 2 * MIB - 1000)
+                    data[2 * MIB - 1000:2 * MIB + 2000] = b"W" * 3000
+                    os.pwrite(fd, b"\x01" * MIB, MIB)
+                    data[MIB:2 * MIB] = b"\x01" * MIB
+                    end = len(data)
+                    os.pwrite(fd, b"tail", end + 10)
+                    data += b"\0" * 10 + b"tail"
+                    self.assertTrue(os.pread(fd, len(data) + 10, 0) == bytes(data))
+                    # Another reader sees the staged version (primary, visible) before close.
+                    self.assertTrue(read_direct(p, len(data)) == bytes(data))
+                finally:
+                    os.close(fd)
+                wait_committed(mnt, 2)
+                self.assertTrue(kf.read_file(p) == bytes(data))
+                # ftruncate through an O_RDWR handle: shrink into a not-yet-copied chunk, then grow.
+                fd = os.open(p, os.O_RDWR)
+                try:
+                    os.ftruncate(fd, 2 * MIB + 100)
+                    os.ftruncate(fd, 2 * MIB + 300)
+                finally:
+                    os.close(fd)
+                del data[2 * MIB + 100:]
+                data += b"\0" * 200
+                wait_committed(mnt, 3)
+                self.assertTrue(kf.read_file(p) == bytes(data))
+            with kf.mounted(backing=b) as (mnt, _, _):
+                self.assertTrue(kf.read_file(os.path.join(mnt, "f")) == bytes(data))
+        finally:
+            b.cleanup()
+
+
+if __name__ == "__main__":
+    unittest.main()
