@@ -26,6 +26,7 @@
 #include <set>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
@@ -213,6 +214,13 @@ class StoreImpl final : public Store {
   uint64_t recovery_entries_ = 0, recovery_cuts_ = 0, recovery_seals_ = 0;  // set by Init
 
   std::mutex ns_mu_;  // namespace mutations + their journal entries
+  // Staged inodes that took the name of a committed file by a rename (journaled as nothing, so that peers
+  // see no ENOENT window before the staged file's PUT replaces it): the journal still has the replaced
+  // file at the staged inode's path. Removing that name before the commit (unlink, rename away) must
+  // journal its UNLINK, or peers and an index rebuilt from the journals resurrect the replaced content
+  // (breaker-1 item 1). Guarded by ns_mu_; in memory only (staged inodes vanish at a crash, and a clean
+  // close commits them first).
+  std::unordered_set<uint64_t> shadowing_;
 
   // Group commit state, guarded by gc_mu_.
   std::mutex gc_mu_;
@@ -707,10 +715,11 @@ Status StoreImpl::Unlink(uint64_t parent, std::string_view name, uint64_t* ino_o
   if (!existing.ok()) return existing.status();
   auto path = PathOf(parent, name);
   if (!path.ok()) return path.status();
-  const bool journaled = existing->committed;
+  const bool journaled = existing->committed || shadowing_.count(existing->attr.ino) != 0;
   const uint64_t stamp = journaled ? hlc_.Now() : 0;
   auto removed = index_->Unlink(parent, name, stamp);
   if (!removed.ok()) return removed.status();
+  shadowing_.erase(removed->attr.ino);
   if (ino_out) *ino_out = removed->attr.ino;
   if (journaled) EnqueueLocked(JournalEntry::Unlink(*path, stamp));
   return Status::OK();
@@ -733,13 +742,31 @@ Status StoreImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
   auto r = index_->Rename(parent, name, new_parent, new_name, flags, journaled ? stamp : 0);
   if (!r.ok()) return r.status();
   if (r->replaced && replaced_ino) *replaced_ino = r->replaced_node.attr.ino;
+  const uint64_t src_ino = src->attr.ino;
+  if (!r->replaced && r->moved.parent == parent && r->moved.name == name) {
+    return Status::OK();  // renamed onto itself: nothing changed
+  }
+  // Does the journal hold a file at `to` that this rename removes? A committed destination, or a staged
+  // one that itself replaced a committed file there.
+  bool dst_in_journal = false;
+  if (r->replaced) {
+    const uint64_t d = r->replaced_node.attr.ino;
+    dst_in_journal = r->replaced_node.committed || shadowing_.count(d) != 0;
+    shadowing_.erase(d);
+  }
   if (journaled) {
     EnqueueLocked(JournalEntry::Rename(*from, *to, src->location, stamp));
+    return Status::OK();
   }
+  // A staged source that had replaced a committed file at `from` moves away: that name is gone now, so
+  // the file the journal still has there is unlinked.
+  if (shadowing_.erase(src_ino) != 0) EnqueueLocked(JournalEntry::Unlink(*from, stamp));
   // A staged source replacing a committed destination journals nothing now: its PUT under the new name
   // (at commit, a few ms later) replaces the destination for peers in one step. Journaling an UNLINK
   // here would show peers an ENOENT window on every temp + rename publish (cases.md case 2). If the
-  // staged file is discarded instead, peers and a rebuilt index keep the old destination.
+  // staged file is discarded instead (unlinked or renamed away before its commit), that UNLINK is
+  // journaled then (shadowing_).
+  if (dst_in_journal) shadowing_.insert(src_ino);
   return Status::OK();
 }
 
@@ -814,6 +841,7 @@ Status StoreImpl::CommitFile(uint64_t ino, const Location& loc, const Attr& attr
   const uint64_t stamp = hlc_.Now();
   auto n = index_->CommitFile(ino, loc, attr, stamp);
   if (!n.ok()) return n.status();
+  shadowing_.erase(ino);  // its PUT replaces whatever the journal had at its path
   auto path = index_->FullPath(ino);
   if (!path.ok()) return path.status();
   EnqueueLocked(JournalEntry::Put(*path, loc, ToEntryAttrs(n->attr), stamp));

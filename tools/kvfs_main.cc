@@ -350,6 +350,9 @@ int RunMount(MountArgs a) {
   fo.max_threads = a.threads;
   fo.staging_bytes = SizeOrDie("--staging-size", a.staging_size);
   fo.splice = a.splice;
+  // TEST ONLY (not in --help): KVFS_TEST_COMMIT_DELAY_MS widens the deferred-commit window (default 5 ms)
+  // so that tests act inside it deterministically (multinode_test, fs_ops_test).
+  if (const char* d = std::getenv("KVFS_TEST_COMMIT_DELAY_MS")) fo.commit_delay_ms = static_cast<uint32_t>(std::atoi(d));
   auto fs = std::make_unique<kvfs::KvfsFs>(store.get(), fo);
   // DESIGN §8 defaults; default_permissions stays on unless -o no_default_permissions (tools/fuse_options.h).
   std::vector<std::string> fopts = kvfs::MountFuseOptions(a.fuse_opts);

@@ -375,6 +375,78 @@ class MultiNodeTest(unittest.TestCase):
                                  % (p, gen2))
         self.assertTrue(any(p not in before for p in after), "restart wrote no new-generation file")
 
+    def test_discarded_replacement_does_not_resurrect(self):
+        """breaker-1 item 1: a staged temp renamed over a committed file and then unlinked or renamed away
+        before its (deferred) commit. The rename journals nothing (no ENOENT window for peers), so the
+        discard must journal the removal of the replaced file: peer B and A's index rebuilt after SIGKILL
+        must show the final state, never the replaced content. KVFS_TEST_COMMIT_DELAY_MS makes A's commit
+        window 2 s, so every sequence runs inside it."""
+        old_env = os.environ.get("KVFS_TEST_COMMIT_DELAY_MS")
+        os.environ["KVFS_TEST_COMMIT_DELAY_MS"] = "2000"
+        try:
+            a, proc = self.mount("A")
+        finally:
+            if old_env is None:
+                del os.environ["KVFS_TEST_COMMIT_DELAY_MS"]
+            else:
+                os.environ["KVFS_TEST_COMMIT_DELAY_MS"] = old_env
+        b, _ = self.mount("B")
+        d = os.path.join(a, "r")
+        os.mkdir(d)
+
+        def p(n):
+            return os.path.join(d, n)
+
+        def committed(n, data):
+            kf.write_file(p(n), data)
+            fd = os.open(d, os.O_RDONLY)
+            try:
+                os.fsync(fd)  # fsyncdir runs the deferred commits now
+            finally:
+                os.close(fd)
+
+        for n in ("u", "m", "twice", "over", "dst"):
+            committed(n, b"old-" + n.encode())
+        # unlink variant: tmp over committed, then unlink
+        kf.write_file(p("u.t"), b"tmp-u")
+        os.rename(p("u.t"), p("u"))
+        os.unlink(p("u"))
+        # rename-away variant: tmp over committed, then rename to a new name
+        kf.write_file(p("m.t"), b"tmp-m")
+        os.rename(p("m.t"), p("m"))
+        os.rename(p("m"), p("m.moved"))
+        # two staged replacements in a row, then unlink
+        kf.write_file(p("twice.t1"), b"tmp-1")
+        os.rename(p("twice.t1"), p("twice"))
+        kf.write_file(p("twice.t2"), b"tmp-2")
+        os.rename(p("twice.t2"), p("twice"))
+        os.unlink(p("twice"))
+        # tmp over committed, then renamed over another committed file
+        kf.write_file(p("over.t"), b"tmp-over")
+        os.rename(p("over.t"), p("over"))
+        os.rename(p("over"), p("dst"))
+        want = {"m.moved": b"tmp-m", "dst": b"tmp-over"}
+        gone = ["u", "m", "twice", "over", "u.t", "m.t", "twice.t1", "twice.t2", "over.t"]
+        committed("marker", b"m")  # commits the staged files too; B sees them once it has the marker
+
+        def check(node, mnt, what):
+            rd = os.path.join(mnt, "r")
+            self.expect_bytes(node, os.path.join(rd, "marker"), b"m", what)
+            for n, v in want.items():
+                self.expect_bytes(node, os.path.join(rd, n), v, what)
+            for n in gone:
+                self.expect_enoent(node, os.path.join(rd, n), what + " (" + n + ")")
+            self.assertEqual(sorted(os.listdir(rd)), sorted(list(want) + ["marker"]), what + ": readdir")
+
+        check("A", a, "discarded replacement (A)")
+        check("B", b, "discarded replacement, peer B")
+        # crash A: its index is rebuilt from the journals at the remount
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kf.unmount(os.path.join(self.root, "mnt-A"))
+        a, proc = self.mount("A")
+        check("A", a, "discarded replacement, A after SIGKILL + remount")
+
     def test_visibility_latency(self):
         a, _ = self.mount("A")
         b, _ = self.mount("B")

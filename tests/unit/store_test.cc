@@ -218,6 +218,48 @@ TEST_F(StoreTest, RenameUnlinkAndDirectoriesSurviveRebuild) {
   EXPECT_TRUE(ReadAll(dir->attr.ino, "b") == Pattern(6000, 5));
 }
 
+// breaker-1 item 1: a staged file renamed over a committed one journals nothing (its PUT replaces the
+// destination for peers in one step); when it is unlinked or renamed away before that commit, the
+// replaced file's removal must still be journaled, or a rebuilt index (and peers) resurrect it.
+TEST_F(StoreTest, StagedReplacementDiscardedBeforeCommitJournalsTheRemoval) {
+  OpenStore();
+  WriteFile(kRootIno, "u", Pattern(100, 1));
+  WriteFile(kRootIno, "m", Pattern(200, 2));
+  WriteFile(kRootIno, "dst", Pattern(300, 3));
+  auto staged = [&](const std::string& name) {
+    auto n = store_->CreateFile(kRootIno, name, S_IFREG | 0644, 0, 0, false);
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    return n->attr.ino;
+  };
+  // unlink variant
+  staged("u.t");
+  ASSERT_TRUE(store_->Rename(kRootIno, "u.t", kRootIno, "u", 0, nullptr).ok());
+  ASSERT_TRUE(store_->Unlink(kRootIno, "u", nullptr).ok());
+  // rename-away variant, then the moved file commits under its new name over another committed file
+  uint64_t m = staged("m.t");
+  ASSERT_TRUE(store_->Rename(kRootIno, "m.t", kRootIno, "m", 0, nullptr).ok());
+  ASSERT_TRUE(store_->Rename(kRootIno, "m", kRootIno, "dst", 0, nullptr).ok());
+  auto loc = store_->WriteRecord(m, {Pattern(400, 4)});
+  ASSERT_TRUE(loc.ok());
+  Attr a;
+  a.mode = S_IFREG | 0644;
+  a.size = 400;
+  ASSERT_TRUE(store_->CommitFile(m, *loc, a).ok());
+  ASSERT_TRUE(store_->Close().ok());
+  store_.reset();
+  auto online = DumpIndex();
+  fs::remove_all(index_);
+  OpenStore();
+  ASSERT_TRUE(store_->Close().ok());
+  store_.reset();
+  auto rebuilt = DumpIndex();
+  EXPECT_TRUE(online == rebuilt);
+  EXPECT_EQ(rebuilt.count("/u"), 0u);
+  EXPECT_EQ(rebuilt.count("/m"), 0u);
+  ASSERT_EQ(rebuilt.count("/dst"), 1u);
+  EXPECT_EQ(rebuilt["/dst"].size, 400u);
+}
+
 // DESIGN §3: before a new version of a committed file, the FUSE layer moves it to a fresh inode number.
 TEST_F(StoreTest, RenumberMovesACommittedFileToAFreshInode) {
   OpenStore();
