@@ -18,6 +18,7 @@
 #include "index/hlc.h"
 #include "index/journal.h"
 #include "index/journal_format.h"
+#include "index/snapshot.h"
 #include "index/replay.h"
 
 namespace kvfs {
@@ -174,6 +175,27 @@ Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) 
     Status s = ListJournalFiles(env_, NodeDirPath(opts_.backing_dir, node), &files);
     if (s.IsNotFound()) continue;
     KVFS_RETURN_IF_ERROR(s);
+    // The snapshot the replay used stands for the journal files it covers (some may be retired).
+    const auto& used_snapshot = replays[node].snapshot;
+    if (!used_snapshot.empty()) {
+      Status rs = ReadSnapshot(env_, used_snapshot, node, [&](const JournalEntry& e) {
+        a->max_stamp = std::max(a->max_stamp, e.stamp);
+        switch (e.op) {
+          case JournalOp::kPut:
+            if (!e.location.empty())
+              refs.emplace(e.location.segment.node, e.location.segment.generation, e.location.segment.seq,
+                           e.location.record_offset);
+            a->path_stamp[e.path] = std::max(a->path_stamp[e.path], e.stamp);
+            break;
+          case JournalOp::kSymlink: a->path_stamp[e.path] = std::max(a->path_stamp[e.path], e.stamp); break;
+          case JournalOp::kSeal: seals.insert(e.segment); break;
+          case JournalOp::kDrop: drops.insert(e.segment); break;
+          default: break;
+        }
+        return Status::OK();
+      });
+      if (rs.IsIOError()) return rs;
+    }
     JournalCuts jcuts;
     CollectNodeCuts(env_, node, files, &jcuts, &seg_cuts[node]);
     for (const auto& f : files) {
@@ -257,8 +279,33 @@ Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) 
       }
     }
 
-    // Journals (as the replay saw them).
+    // Snapshots (as the replay saw them).
     const auto& rr = replays[node];
+    {
+      NodeFiles nf;
+      Status ls = ListNodeFiles(env_, dir, &nf);
+      if (!ls.ok() && !ls.IsNotFound()) return ls;
+      sum.snapshots = nf.snapshots.size();
+      sum.snapshot = rr.snapshot;
+      sum.snapshot_entries = rr.snapshot_entries;
+    }
+    for (const auto& [path, st] : rr.bad_snapshots) {
+      if (st.IsIOError()) return st;
+      FsckFinding f;
+      f.kind = FsckKind::kSnapshotDamaged;
+      f.file = path;
+      f.detail = st.ToString() + (rr.snapshot.empty() ? "" : "; using " + rr.snapshot);
+      add(std::move(f));
+    }
+    if (rr.journal_gap) {
+      FsckFinding f;
+      f.kind = FsckKind::kJournalGap;
+      f.file = dir;
+      f.detail = "journal files were retired and no usable snapshot covers them: entries only they held are lost";
+      add(std::move(f));
+    }
+
+    // Journals (as the replay saw them).
     uint64_t last_gen_file = 0;
     for (const auto& rf : rr.files) {
       if (rf.file.generation == current_gen) last_gen_file = std::max(last_gen_file, rf.file.number);
@@ -741,6 +788,8 @@ const char* FsckKindName(FsckKind k) {
     case FsckKind::kSealNotJournaled: return "seal-not-journaled";
     case FsckKind::kDanglingEntry: return "dangling-entry";
     case FsckKind::kOrphanRecord: return "orphan-record";
+    case FsckKind::kSnapshotDamaged: return "snapshot-damaged";
+    case FsckKind::kJournalGap: return "journal-gap";
   }
   return "unknown";
 }

@@ -4,6 +4,10 @@
 // What is checked, per node directory <backing>/.kvfs/v1/nodes/<node>/:
 //   * journals: every fragment checksum and entry (JournalReader, skip_damage), honouring the node's CUT
 //     entries: mid-file damage (entries lost), undecodable entries, torn tails, unreadable files;
+//   * snapshots (index/snapshot.h): every checksum; the newest one that verifies stands for the journal
+//     files it covers, so journal files retired behind it are not missing (nothing is reported); a
+//     damaged snapshot is reported, and retired journals that no usable snapshot covers are a gap
+//     (entries lost). Entries of the snapshot in use count as references like journal entries;
 //   * segments: header checksum; every record header + metadata checksum, walking forward from 4096 and
 //     RESYNCHRONISING at the next 4 KiB block that holds a valid record after damage (so mid-segment
 //     damage is told apart from a torn tail); footer + trailer (sealed segments); with verify_data every
@@ -77,6 +81,8 @@ enum class FsckKind : uint8_t {
   kSealNotJournaled,   // sealed on disk, but no SEAL entry (crash between seal and journal)
   kDanglingEntry,      // a live file whose record is missing / damaged / behind the valid end
   kOrphanRecord,       // a valid record no journal entry references (informational: dead bytes)
+  kSnapshotDamaged,    // a snapshot that does not verify (never applied; an older one or journals are used)
+  kJournalGap,         // journal files were retired but no usable snapshot covers them: entries lost
 };
 const char* FsckKindName(FsckKind k);
 
@@ -102,6 +108,8 @@ struct FsckNodeSummary {
   std::string owner;            // "host=... pid=... generation=... released|heartbeat N s old"
   uint64_t owner_generation = 0;
   uint64_t journal_files = 0, journal_entries = 0, journal_bytes = 0;
+  uint64_t snapshots = 0, snapshot_entries = 0;  // snapshot files; entries of the one in use
+  std::string snapshot;                          // path of the snapshot in use ("" = none)
   uint64_t segments = 0, sealed_segments = 0, segment_file_bytes = 0;
   uint64_t records = 0, record_value_bytes = 0;  // valid records found in the segments
   uint64_t live_files = 0, live_bytes = 0;       // live files located in this node's segments

@@ -292,6 +292,28 @@ class IndexDb {
   Status SetHlcFloor(uint64_t stamp);  // raises only
   IndexStats GetStats() const;
 
+  // ---- checkpoints (index/snapshot.h) ----
+  // A consistent read view of the whole index (a RocksDB snapshot), released when the last reference
+  // goes. Take it while writers are excluded to get a state matching one journal position.
+  class View;
+  std::shared_ptr<const View> NewView();
+  struct ExportItem {
+    enum class Kind : uint8_t { kDir, kFile, kSymlink, kTombstone, kSegment };
+    Kind kind = Kind::kDir;
+    std::string path;   // absolute; empty for kSegment
+    Attr attr;          // kDir, kFile, kSymlink
+    Location location;  // kFile
+    std::string symlink;
+    uint64_t stamp = 0;  // kFile/kSymlink: the dentry's stamp; kTombstone: the tombstone's
+    std::vector<std::pair<std::string, std::string>> xattrs;  // kDir, kFile, kSymlink
+    SegmentInfo segment;                                       // kSegment (sealed or dropped only)
+  };
+  // Calls fn for every directory (root excluded) and every committed file / symlink whose dentry was
+  // bound by `node` (dentry node == node), in a depth-first walk (a directory before anything under it),
+  // then for every tombstone of `node`, then for every sealed or dropped segment of `node`. Staged files are never exported. fn's error
+  // stops the walk and is returned.
+  Status ExportLive(const View& view, std::string_view node, const std::function<Status(const ExportItem&)>& fn);
+
   // ---- tests / fsck ----
   // Every committed path (dirs, files, symlinks; staged files excluded; root excluded) -> content.
   Result<std::map<std::string, DumpEntry>> DumpByPath();

@@ -161,6 +161,12 @@ JournalPosition JournalWriter::Append(const JournalEntry& entry) {
   return appended_;
 }
 
+uint64_t JournalWriter::Rotate() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (entries_in_file_ > 0) StartFileLocked(file_number_ + 1);
+  return file_number_;
+}
+
 Result<BackingFile*> JournalWriter::FileFor(uint64_t number) {
   auto it = files_.find(number);
   if (it != files_.end()) return it->second.get();

@@ -100,6 +100,11 @@ class JournalWriter {
   // the entry's end position. No I/O.
   JournalPosition Append(const JournalEntry& entry);
 
+  // Starts file n+1 now (checkpoints: the entries appended after this call go to a new file) unless the
+  // current file holds no entry yet. Returns the number of the file that later entries go to. No I/O
+  // (the file is created by the next Flush/Sync).
+  uint64_t Rotate();
+
   // Writes every buffered byte (creating a rotated file when first needed). No fdatasync.
   Status Flush();
   // Flush, then fdatasync every file written since the last Sync (and the directory after a create).

@@ -7,6 +7,7 @@
 
 #include "blockstore/log.h"
 #include "blockstore/node_dir.h"
+#include "index/snapshot.h"
 
 namespace kvfs {
 namespace {
@@ -115,20 +116,107 @@ void CollectNodeCuts(Env* env, const std::string& node, const std::vector<Journa
   }
 }
 
+Status ApplyNewestSnapshot(Env* env, const std::string& node, const std::vector<SnapshotFile>& snaps,
+                           const std::function<Status(std::vector<ApplyOp>* ops, bool last)>& apply,
+                           const SnapshotFile** used, uint64_t* entries, uint64_t* max_stamp,
+                           std::vector<std::pair<std::string, Status>>* bad) {
+  *used = nullptr;
+  *entries = 0;
+  for (auto it = snaps.rbegin(); it != snaps.rend(); ++it) {
+    std::vector<ApplyOp> ops;
+    uint64_t n = 0;
+    Status apply_error;
+    SnapshotInfo info;
+    Status s = ReadSnapshot(
+        env, it->path, node,
+        [&](const JournalEntry& e) -> Status {
+          ApplyOp op;
+          n++;
+          if (!JournalEntryToApplyOp(e, &op)) return Status::OK();
+          ops.push_back(std::move(op));
+          if (ops.size() >= kReplayBatch) {
+            apply_error = apply(&ops, false);
+            ops.clear();
+            return apply_error;
+          }
+          return Status::OK();
+        },
+        &info);
+    if (!apply_error.ok()) return apply_error;
+    if (!s.ok()) {
+      spdlog::error("kvfs: snapshot {} not used: {}", it->path, s.ToString());
+      if (bad) bad->emplace_back(it->path, s);
+      if (n > 0) {
+        // Verified but an entry failed to decode in the second pass: what was applied is correct (it
+        // verified), but the snapshot is incomplete; fall back to older data too.
+        spdlog::error("kvfs: snapshot {}: {} entries were applied before the error", it->path, n);
+      }
+      continue;
+    }
+    KVFS_RETURN_IF_ERROR(apply(&ops, true));
+    *used = &*it;
+    *entries = n;
+    *max_stamp = std::max(*max_stamp, info.max_stamp);
+    return Status::OK();
+  }
+  return Status::OK();
+}
+
 Status ReplayNode(Env* env, const std::string& backing, const std::string& node, IndexDb* index,
                   ReplayNodeResult* out, const JournalPosition& from) {
-  std::vector<JournalFile> files;
-  Status s = ListJournalFiles(env, NodeDirPath(backing, node), &files);
+  NodeFiles nf;
+  Status s = ListNodeFiles(env, NodeDirPath(backing, node), &nf);
   if (s.IsNotFound()) return Status::OK();
   KVFS_RETURN_IF_ERROR(s);
+  std::vector<JournalFile> files = std::move(nf.journals);
+  // Snapshots: a replay from the beginning starts from the newest usable one; a replay from a position
+  // uses one only if the journal file at that position is gone (retired meanwhile) and the newest
+  // snapshot covers past it.
+  const bool from_start = from == JournalPosition{};
+  const auto from_key = std::make_pair(from.generation, from.file_number);
+  bool want_snapshot = !nf.snapshots.empty() && from_start;
+  if (!nf.snapshots.empty() && !from_start) {
+    const bool present = std::any_of(files.begin(), files.end(), [&](const JournalFile& f) {
+      return std::make_pair(f.generation, f.number) == from_key;
+    });
+    want_snapshot = !present && std::make_pair(nf.snapshots.back().generation, nf.snapshots.back().number) > from_key;
+  }
+  JournalPosition start_at = from;
+  const SnapshotFile* used = nullptr;
+  if (want_snapshot) {
+    KVFS_RETURN_IF_ERROR(ApplyNewestSnapshot(
+        env, node, nf.snapshots,
+        [&](std::vector<ApplyOp>* ops, bool) -> Status {
+          if (ops->empty()) return Status::OK();
+          auto r = index->ApplyBatch(*ops, node);
+          return r.ok() ? Status::OK() : r.status();
+        },
+        &used, &out->snapshot_entries, &out->max_stamp, &out->bad_snapshots));
+  }
+  if (used != nullptr) {
+    out->snapshot = used->path;
+    // (g, n, 0) = "everything before journal-<g>-<n>": a peer tailer continues there.
+    const JournalPosition cover{used->generation, used->number, 0};
+    auto r = index->ApplyBatch({}, node, cover.ToString());
+    if (!r.ok()) return r.status();
+    if (start_at < cover) start_at = cover;
+  } else if (want_snapshot || (from_start && !files.empty() && files.front().number != 0)) {
+    out->journal_gap = true;
+    spdlog::error("kvfs: node {}: journal files were retired and no usable snapshot covers them; names "
+                  "only a snapshot held are missing (kvfs-fsck reports it)",
+                  node);
+  }
+  std::erase_if(files, [&](const JournalFile& f) {
+    return std::make_pair(f.generation, f.number) < std::make_pair(start_at.generation, start_at.file_number);
+  });
   JournalCuts cut_at;
   CollectNodeCuts(env, node, files, &cut_at);
 
   for (const auto& f : files) {
     const auto key = std::make_pair(f.generation, f.number);
-    const auto from_key = std::make_pair(from.generation, from.file_number);
-    if (key < from_key) continue;
-    const uint64_t start = key == from_key ? from.offset : 0;
+    const auto start_key = std::make_pair(start_at.generation, start_at.file_number);
+    if (key < start_key) continue;
+    const uint64_t start = key == start_key ? start_at.offset : 0;
     ReplayedFile rf;
     rf.file = f;
     JournalReaderOptions ro;

@@ -3,6 +3,12 @@
 // the export means.
 //
 // Rules (the same as index/store.cc ReplayNode, from which this was extracted):
+//   * Checkpoints first (index/snapshot.h): the newest snapshot-<g>-<n> of the node that verifies is
+//     applied, and then only the journal files sorting at or after journal-<g>-<n> are read (older files
+//     are covered, or retired). A damaged snapshot is never applied (not even in part): the next older
+//     one is tried, then the journals alone. If no usable snapshot exists although the node has snapshot
+//     files or its oldest journal file is not number 0 of its generation, journals were retired: what
+//     only a snapshot held is lost, which is logged (error) and reported (journal_gap).
 //   * A node's journal files are read in (generation, number) order with JournalReader skip_damage=true
 //     (damage loses only the entries of the damaged block, journal.h).
 //   * CUT{journal file, offset} entries of the node's OWN journals (the leading CUT entries of every
@@ -19,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -29,6 +36,7 @@
 #include "index/index_db.h"
 #include "index/journal.h"
 #include "index/journal_format.h"
+#include "index/snapshot.h"
 
 namespace kvfs {
 
@@ -58,17 +66,33 @@ struct ReplayedFile {
 };
 
 struct ReplayNodeResult {
+  std::string snapshot;            // path of the snapshot applied ("" = none)
+  uint64_t snapshot_entries = 0;
+  std::vector<std::pair<std::string, Status>> bad_snapshots;  // skipped (Corruption / NotSupported / I/O)
+  bool journal_gap = false;        // journals were retired and no usable snapshot covers them
   std::vector<ReplayedFile> files;
   uint64_t entries = 0;    // entries read (CUTs included)
   uint64_t max_stamp = 0;  // highest stamp read
 };
+
+// Applies the newest snapshot of `snaps` (sorted oldest first) that verifies, in batches of kReplayBatch
+// through apply(ops, last) (last = the final call, possibly with no ops). Damaged ones are skipped
+// (logged, appended to *bad) and nothing of them is applied. *used = the snapshot applied (nullptr:
+// none); *max_stamp raised by its header. Errors: apply's, and NotFound-free I/O errors are treated as
+// "damaged" (skipped) so a replay still proceeds with the journals.
+Status ApplyNewestSnapshot(Env* env, const std::string& node, const std::vector<SnapshotFile>& snaps,
+                           const std::function<Status(std::vector<ApplyOp>* ops, bool last)>& apply,
+                           const SnapshotFile** used, uint64_t* entries, uint64_t* max_stamp,
+                           std::vector<std::pair<std::string, Status>>* bad);
 
 // Replays every journal file of `node` under `backing` into `index` (rules above). A node directory
 // without journals is OK (empty result). Errors: only IndexDb failures and a failure to list the
 // directory; damaged / unreadable files are reported in the result and skipped.
 // from: replay only what lies after this position (an entry end the index already holds, e.g. its
 // applied position of the node): files before from's (generation, number) are skipped and that file is
-// read from from.offset (its header is not re-checked). Default {0, 0, 0}: everything.
+// read from from.offset (its header is not re-checked). Default {0, 0, 0}: everything (from the newest
+// usable snapshot on). With a position, a snapshot is used only when the file at `from` is gone (retired)
+// and the newest snapshot covers past it.
 Status ReplayNode(Env* env, const std::string& backing, const std::string& node, IndexDb* index,
                   ReplayNodeResult* out, const JournalPosition& from = {});
 

@@ -17,6 +17,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -37,12 +38,14 @@
 #include "blockstore/node_dir.h"
 #include "blockstore/segment_reader.h"
 #include "blockstore/segment_writer.h"
+#include "index/checkpoint.h"
 #include "index/hlc.h"
 #include "index/index_db.h"
 #include "index/journal.h"
 #include "index/journal_format.h"
 #include "index/recovery.h"
 #include "index/replay.h"
+#include "index/snapshot.h"
 
 namespace kvfs {
 namespace {
@@ -158,6 +161,14 @@ class StoreImpl final : public Store {
   }
   Status RefreshPeers() override;
   void RequestPeerRefresh() override;
+  Status Checkpoint() override {
+    if (!checkpointer_) return Status::InvalidArgument("store is not open");
+    return checkpointer_->CheckpointNow(false);
+  }
+  Status PublishPeerProgress() override {
+    if (!checkpointer_) return Status::InvalidArgument("store is not open");
+    return checkpointer_->PublishPeers(true);
+  }
 
  private:
   // Per-peer tailing state (peer thread only, or RefreshPeers under peer_mu_).
@@ -166,7 +177,16 @@ class StoreImpl final : public Store {
     JournalPosition position;  // end of the last applied entry
     uint32_t idle_polls = 0;
     std::chrono::steady_clock::time_point next_poll{};
+    // The journal file at `position` was missing: PURGED was checked for this position (once).
+    bool purge_checked = false;
+    JournalPosition purge_checked_at;
   };
+  // PollPeer helpers (checkpoint.h): a missing file at our position = retired (-> newest snapshot) or
+  // purged (-> forget the node's old data).
+  Status ApplyPeerSnapshot(const std::string& node, const std::vector<SnapshotFile>& snaps, PeerState* st,
+                           PeerChanges* out, uint64_t* changed);
+  Status ForgetPurgedPeer(const std::string& node, uint64_t purge_generation, PeerChanges* out);
+  void NotifyPeerChanges(const PeerChanges& out);
   void PeerLoop();
   // Reads and applies whatever is new in node's journals. *changed = entries applied.
   Status PollPeer(const std::string& node, PeerState* st, uint64_t* changed);
@@ -208,6 +228,11 @@ class StoreImpl final : public Store {
   SegmentWriterOptions seg_opts_;
   void ReopenSegmentWriter();
   std::unique_ptr<JournalWriter> journal_;
+  // Checkpoints, peers file, journal retirement (index/checkpoint.h).
+  std::unique_ptr<Checkpointer> checkpointer_;
+  Status StartCheckpointer();
+  Result<Checkpointer::Cut> CutForCheckpoint();
+  bool closing_ = false;
   bool closed_ = false;
   std::vector<JournalEntry> startup_cuts_;   // CUTs found by the recovery, journaled first at start
   std::vector<JournalEntry> startup_seals_;  // SEALs of earlier generations' segments, journaled next
@@ -367,6 +392,10 @@ Status StoreImpl::Init() {
                node_dir_->takeover_reason());
 
   bool rebuild = !idx.ok() || (*idx)->Created() || !(*idx)->WasCleanlyClosed();
+  if (!rebuild && IndexPredatesPurge(env_, opts_.backing_dir, opts_.node_id, idx->get())) {
+    spdlog::warn("kvfs: node {} was purged after index {} was last used; rebuilding", opts_.node_id, io.dir);
+    rebuild = true;
+  }
   if (!idx.ok()) spdlog::warn("kvfs: index {} unusable ({}); rebuilding", io.dir, idx.status().ToString());
   if (rebuild && idx.ok() && (*idx)->Created()) {
     index_ = std::move(*idx);  // empty: replay straight into it
@@ -384,6 +413,7 @@ Status StoreImpl::Init() {
   }
   KVFS_RETURN_IF_ERROR(RecoverSegments());
   KVFS_RETURN_IF_ERROR(index_->MarkOpen());
+  KVFS_RETURN_IF_ERROR(RecordOwnGeneration(index_.get(), opts_.node_id, node_dir_->generation()));
   hlc_.SetFloor(index_->HlcFloor());
 
   SegmentWriterOptions so;
@@ -434,6 +464,7 @@ Status StoreImpl::Init() {
   }
   if (opts_.peer_poll_ms > 0) peer_thread_ = std::thread([this] { PeerLoop(); });
   KVFS_RETURN_IF_ERROR(InitEviction());
+  KVFS_RETURN_IF_ERROR(StartCheckpointer());
   // Make the fresh journal file, the CUTs and the directory entries durable before serving.
   return Sync();
 }
@@ -527,6 +558,7 @@ Status StoreImpl::ReplayNode(const std::string& node, std::vector<JournalEntry>*
 }
 
 void StoreImpl::StopThreads() {
+  if (checkpointer_) checkpointer_->Stop();
   StopEvictor();
   if (node_dir_) node_dir_->StopHeartbeat();
   {
@@ -555,6 +587,14 @@ Status StoreImpl::Close() {
   for (auto& e : sealed) journal_->Append(e);
   if (s.ok()) s = journal_->Sync();
   for (const auto& e : sealed) index_->SetSegmentState(e.segment, SegmentState::kSealed);
+  if (s.ok() && checkpointer_) {
+    // Clean unmount: a snapshot of everything journaled since the last one, and our final read positions.
+    closing_ = true;
+    Status c = opts_.checkpoint_on_close ? checkpointer_->CheckpointNow(true) : Status::OK();
+    if (!c.ok()) spdlog::error("kvfs: checkpoint at unmount: {}", c.ToString());
+    c = checkpointer_->PublishPeers(false);
+    if (!c.ok()) spdlog::warn("kvfs: peers file at unmount: {}", c.ToString());
+  }
   if (s.ok()) {
     // The index holds this node's entries up to here: the next mount applies only what follows
     // (CatchUpOwnJournal).
@@ -1002,17 +1042,62 @@ Status StoreImpl::PollPeer(const std::string& node, PeerState* st, uint64_t* cha
     const uint64_t* newest;
     ~NoteOnExit() { self->NotePeerPoll(node, *changed, *newest); }
   } note_on_exit{this, node, changed, &newest_stamp};
-  std::vector<JournalFile> files;
-  Status s = ListJournalFiles(env_, NodeDirPath(opts_.backing_dir, node), &files);
+  NodeFiles nf;
+  Status s = ListNodeFiles(env_, NodeDirPath(opts_.backing_dir, node), &nf);
   if (s.IsNotFound()) return Status::OK();
   KVFS_RETURN_IF_ERROR(s);
+  const std::vector<JournalFile>& files = nf.journals;
+  {
+    // Checkpoints (index/checkpoint.h). A peer we have never read starts from its newest snapshot. If
+    // the file at our position is gone, the peer retired it (we were not live, or it was not needed) or
+    // was purged: forget a purged node's old data; re-read the newest snapshot that covers the gap.
+    PeerChanges snap_changes;
+    if (!st->have_position) {
+      if (!nf.snapshots.empty()) KVFS_RETURN_IF_ERROR(ApplyPeerSnapshot(node, nf.snapshots, st, &snap_changes, changed));
+    } else {
+      const auto at = std::make_pair(st->position.generation, st->position.file_number);
+      const bool present = std::any_of(files.begin(), files.end(), [&](const JournalFile& f) {
+        return std::make_pair(f.generation, f.number) == at;
+      });
+      if (!present && !(st->purge_checked && st->purge_checked_at == st->position)) {
+        st->purge_checked = true;
+        st->purge_checked_at = st->position;
+        auto purged = ReadPurgedGeneration(env_, opts_.backing_dir, node);
+        if (purged.ok() && *purged >= st->position.generation) {
+          KVFS_RETURN_IF_ERROR(ForgetPurgedPeer(node, *purged, &snap_changes));
+          st->position = JournalPosition{*purged + 1, 0, 0};
+          std::lock_guard<std::mutex> l(ns_mu_);
+          auto r = index_->ApplyBatch({}, node, st->position.ToString());
+          if (!r.ok()) return r.status();
+        }
+      }
+      const auto now_at = std::make_pair(st->position.generation, st->position.file_number);
+      const bool present_now = std::any_of(files.begin(), files.end(), [&](const JournalFile& f) {
+        return std::make_pair(f.generation, f.number) == now_at;
+      });
+      if (!present_now && !nf.snapshots.empty() &&
+          std::make_pair(nf.snapshots.back().generation, nf.snapshots.back().number) > now_at) {
+        spdlog::info("kvfs: peer {}: journal file {} at our position {} is gone (retired); re-reading its "
+                     "newest snapshot",
+                     node, JournalFileName(now_at.first, now_at.second), st->position.ToString());
+        KVFS_RETURN_IF_ERROR(ApplyPeerSnapshot(node, nf.snapshots, st, &snap_changes, changed));
+      }
+    }
+    NotifyPeerChanges(snap_changes);
+  }
   for (const auto& f : files) {
     uint64_t start = 0;
     if (st->have_position) {
       const auto key = std::make_pair(f.generation, f.number);
       const auto at = std::make_pair(st->position.generation, st->position.file_number);
       if (key < at) continue;  // fully applied before
-      if (key == at) start = st->position.offset;
+      if (key == at) {
+        start = st->position.offset;
+      } else {
+        // Every earlier file was read to its clean end: we are past it (what the peers file publishes,
+        // so the writer may retire it), even if this file holds no entry yet.
+        st->position = JournalPosition{f.generation, f.number, 0};
+      }
     }
     JournalReaderOptions ro;
     // A short or bad tail in a peer's file means "not yet" (the writer is still appending, or NFS has
@@ -1079,18 +1164,130 @@ Status StoreImpl::PollPeer(const std::string& node, PeerState* st, uint64_t* cha
       st->have_position = true;
       st->position = last;
     }
-    if (!out.names.empty() || !out.inodes.empty()) {
-      std::function<void(const PeerChanges&)> fn;
-      {
-        std::lock_guard<std::mutex> l(listener_mu_);
-        fn = listener_;
-      }
-      if (fn) fn(out);
-    }
+    NotifyPeerChanges(out);
     const auto& rep = (*reader)->report();
     if (stop || rep.end == JournalEnd::kDamaged || rep.end == JournalEnd::kTorn) break;  // "not yet"
   }
   return Status::OK();
+}
+
+void StoreImpl::NotifyPeerChanges(const PeerChanges& out) {
+  if (out.names.empty() && out.inodes.empty()) return;
+  std::function<void(const PeerChanges&)> fn;
+  {
+    std::lock_guard<std::mutex> l(listener_mu_);
+    fn = listener_;
+  }
+  if (fn) fn(out);
+}
+
+// Applies node's newest usable snapshot (index/replay.h ApplyNewestSnapshot) and moves our position to
+// its cover. Nothing happens if none verifies (the journals that remain are read as usual).
+Status StoreImpl::ApplyPeerSnapshot(const std::string& node, const std::vector<SnapshotFile>& snaps,
+                                    PeerState* st, PeerChanges* out, uint64_t* changed) {
+  const SnapshotFile* used = nullptr;
+  uint64_t entries = 0, max_stamp = 0;
+  KVFS_RETURN_IF_ERROR(ApplyNewestSnapshot(
+      env_, node, snaps,
+      [&](std::vector<ApplyOp>* ops, bool) -> Status {
+        if (ops->empty()) return Status::OK();
+        Result<ApplyResult> r = Status::OK();
+        {
+          std::lock_guard<std::mutex> l(ns_mu_);
+          r = index_->ApplyBatch(*ops, node);
+        }
+        if (!r.ok()) return r.status();
+        *changed += ops->size();
+        peer_entries_applied_ += ops->size();
+        for (auto& c : r->changed) out->names.push_back(PeerChanges::Name{c.parent, std::move(c.name), c.old_ino});
+        for (uint64_t ino : r->attr_changed) out->inodes.push_back(ino);
+        return Status::OK();
+      },
+      &used, &entries, &max_stamp, nullptr));
+  if (used == nullptr) return Status::OK();
+  if (!hlc_.Update(max_stamp).ok()) {
+    spdlog::warn("kvfs: peer {} snapshot stamp {} is too far in the future", node, max_stamp);
+  }
+  st->have_position = true;
+  st->position = JournalPosition{used->generation, used->number, 0};
+  st->purge_checked = false;
+  std::lock_guard<std::mutex> l(ns_mu_);
+  auto r = index_->ApplyBatch({}, node, st->position.ToString());
+  if (!r.ok()) return r.status();
+  spdlog::info("kvfs: peer {}: applied snapshot {} ({} entries)", node, used->path, entries);
+  return Status::OK();
+}
+
+// `kvfs node purge` removed node's files while we were not reading (its DROP entries are gone with its
+// journal): drop every segment of the node that our index still knows, so its names vanish here too.
+Status StoreImpl::ForgetPurgedPeer(const std::string& node, uint64_t purge_generation, PeerChanges* out) {
+  std::vector<ApplyOp> ops;
+  KVFS_RETURN_IF_ERROR(index_->ListSegments([&](const SegmentInfo& si) {
+    if (si.id.node == node && si.id.generation <= purge_generation && si.state != SegmentState::kDropped) {
+      ApplyOp op;
+      op.kind = ApplyOp::Kind::kDrop;
+      op.segment = si.id;
+      ops.push_back(std::move(op));
+    }
+    return true;
+  }));
+  spdlog::warn("kvfs: peer {} was purged (generation {}) while we were away: forgetting {} of its segments",
+               node, purge_generation, ops.size());
+  if (ops.empty()) return Status::OK();
+  Result<ApplyResult> r = Status::OK();
+  {
+    std::lock_guard<std::mutex> l(ns_mu_);
+    r = index_->ApplyBatch(ops, node);
+  }
+  if (!r.ok()) return r.status();
+  for (const auto& op : ops) {
+    std::lock_guard<std::mutex> fl(files_mu_);
+    files_.erase(op.segment);
+  }
+  for (auto& c : r->changed) out->names.push_back(PeerChanges::Name{c.parent, std::move(c.name), c.old_ino});
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Checkpoints (index/checkpoint.h): snapshot + journal rotation, peers file, journal retirement.
+
+Status StoreImpl::StartCheckpointer() {
+  CheckpointerOptions co;
+  co.env = env_;
+  co.backing_dir = opts_.backing_dir;
+  co.node = opts_.node_id;
+  co.generation = node_dir_->generation();
+  co.checkpoint_entries = opts_.checkpoint_entries;
+  co.checkpoint_interval_ms = opts_.checkpoint_interval_ms;
+  co.peers_publish_ms = opts_.peers_publish_ms;
+  co.retire_check_ms = opts_.retire_check_ms;
+  checkpointer_ = std::make_unique<Checkpointer>(
+      co, index_.get(), [this] { return CutForCheckpoint(); }, [this] { return journal_entries_.load(); },
+      [this] { return std::make_pair(node_dir_->generation(), journal_->current_file_number()); },
+      [this] {
+        std::map<std::string, JournalPosition> m;
+        std::lock_guard<std::mutex> l(peer_mu_);
+        for (const auto& [node, st] : peers_)
+          if (st.have_position) m[node] = st.position;
+        return m;
+      });
+  checkpointer_->Start();
+  return Status::OK();
+}
+
+// Excludes namespace writers (ns_mu_), makes every entry queued so far durable, starts a new journal file
+// for later entries and takes a view of the index: the view then holds exactly what the journal files
+// before the new one hold (plus, harmlessly, SEAL states the group commit may set meanwhile).
+Result<Checkpointer::Cut> StoreImpl::CutForCheckpoint() {
+  std::lock_guard<std::mutex> l(ns_mu_);
+  KVFS_RETURN_IF_ERROR(Sync());
+  KVFS_RETURN_IF_ERROR(journal_->Sync());
+  Checkpointer::Cut cut;
+  cut.generation = node_dir_->generation();
+  cut.number = journal_->Rotate();
+  if (!closing_) KVFS_RETURN_IF_ERROR(journal_->Sync());  // creates the new file: peers move past the old one
+  cut.view = index_->NewView();
+  return cut;
 }
 
 Status StoreImpl::RefreshPeers() {

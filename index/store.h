@@ -51,6 +51,14 @@ struct StoreOptions {
   bool peer_direct_io = false;          // read peers' journals with O_DIRECT (NFS: see growth at once)
   Env* env = nullptr;                   // default Env::Posix()
 
+  // ---- checkpoints and journal retirement (index/checkpoint.h, docs/operations.md) ----
+  uint64_t checkpoint_entries = 1000000;     // snapshot after this many journal entries (0 = not by count)
+  uint32_t checkpoint_interval_ms = 600000;  // ... or this long after the last one if anything was journaled
+                                             // (0 = not by time)
+  bool checkpoint_on_close = true;           // snapshot at a clean Close if anything was journaled
+  uint32_t peers_publish_ms = 10000;         // <node dir>/peers rewrite period (only when a position moved)
+  uint32_t retire_check_ms = 10000;          // retirement check period while covered journal files remain
+
   // ---- capacity and eviction (DESIGN §6; see "Capacity and eviction" below) ----
   uint64_t capacity_bytes = 0;              // bytes of THIS node's segment files (0 = unlimited)
   uint64_t global_high_watermark_bytes = 0; // over all nodes' segments (0 = no global watermark)
@@ -285,6 +293,14 @@ class Store {
   // Asks the peer thread for an early poll (a lookup miss may mean a peer just wrote the name).
   // Rate-limited to one early poll per peer_poll_ms / 4; never blocks.
   virtual void RequestPeerRefresh() = 0;
+
+  // ---- checkpoints (index/checkpoint.h) ----
+  // Now: journal cut (new file), snapshot-<gen>-<n> of this node's live entries, snapshots beyond the
+  // newest two deleted, then journal retirement as far as live peers allow. Blocks namespace writers for
+  // one group commit; the snapshot itself is written from a read view (seconds per million entries).
+  virtual Status Checkpoint() = 0;
+  // Rewrites <node dir>/peers with how far this node has read every peer (tests; normally periodic).
+  virtual Status PublishPeerProgress() = 0;
 
   // ---- info ----
   // statfs figures (DESIGN §6): live_bytes = global live logical bytes (this index: local and applied

@@ -204,6 +204,8 @@ int main(int argc, char** argv) {
       j["nodes"].push_back({{"node", n.node}, {"live", n.live}, {"owner", n.owner},
                             {"owner_generation", n.owner_generation}, {"journal_files", n.journal_files},
                             {"journal_entries", n.journal_entries}, {"journal_bytes", n.journal_bytes},
+                            {"snapshots", n.snapshots}, {"snapshot", n.snapshot},
+                            {"snapshot_entries", n.snapshot_entries},
                             {"segments", n.segments}, {"sealed_segments", n.sealed_segments},
                             {"segment_file_bytes", n.segment_file_bytes}, {"records", n.records},
                             {"record_value_bytes", n.record_value_bytes}, {"live_files", n.live_files},
@@ -221,6 +223,10 @@ int main(int argc, char** argv) {
     std::printf("node %s: %s\n", n.node.c_str(), n.owner.c_str());
     std::printf("  journal   %llu file(s), %llu entries, %s\n", (unsigned long long)n.journal_files,
                 (unsigned long long)n.journal_entries, Human(n.journal_bytes).c_str());
+    if (n.snapshots > 0) {
+      std::printf("  snapshots %llu file(s); in use: %s (%llu entries)\n", (unsigned long long)n.snapshots,
+                  n.snapshot.empty() ? "none" : n.snapshot.c_str(), (unsigned long long)n.snapshot_entries);
+    }
     std::printf("  segments  %llu (%llu sealed), %s on disk, %llu records\n", (unsigned long long)n.segments,
                 (unsigned long long)n.sealed_segments, Human(n.segment_file_bytes).c_str(),
                 (unsigned long long)n.records);

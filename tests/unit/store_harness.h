@@ -61,6 +61,7 @@ class StoreHarness : public ::testing::Test {
     o.index_dir = index_;
     o.node_id = node_;
     o.segment_size = segment_size_;
+    o.checkpoint_on_close = checkpoint_on_close_;
     o.cache_size = 64ull << 20;
     o.group_commit_interval_ms = 5;
     o.force_takeover = true;
@@ -159,6 +160,7 @@ class StoreHarness : public ::testing::Test {
   std::string root_, backing_, index_;
   std::string node_ = "node-a";
   uint64_t segment_size_ = 4ull << 20;
+  bool checkpoint_on_close_ = true;  // false: a rebuild reads the journals, not a snapshot
   std::unique_ptr<Store> store_;
 };
 

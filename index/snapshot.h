@@ -1,0 +1,134 @@
+// Journal checkpoints (DESIGN §2 "Journal": snapshot-<gen>-<n>): a compact, sealed image of one node's
+// live namespace entries, so a joining node (or one whose index was deleted) reads the newest snapshot
+// plus the journal files after it instead of all history, and old journal files can be retired.
+// Format: docs/format.md "## Snapshots" (byte tables repeated below). Written and rotated by the Store
+// (index/checkpoint.h); read by the replay (index/replay.h), the peer tailer and kvfs-fsck.
+//
+// What a snapshot of node N holds (Store::Checkpoint builds it from its index at one consistent moment):
+//   * PUT / SYMLINK for every committed file or symlink whose name was last bound by N (dentry stamp,
+//     node = N), with the current attributes and the dentry's stamp (HLC);
+//   * UNLINK{path, stamp} for every tombstone of N (deleted or renamed-away names), so a late or replayed
+//     PUT of another node with an older stamp cannot resurrect the name;
+//   * MKDIR for every directory (directories carry no stamps; MKDIR creates only if missing);
+//   * XATTR for the user xattrs of those files and directories (stamp = the file's dentry stamp);
+//   * SEAL / DROP for every segment of N the index knows as sealed / dropped.
+// Entries are the journal's (index/journal_format.h), so applying a snapshot goes through the same
+// last-writer-wins code as the journal (index/replay.h). A snapshot "covers" every journal file of N
+// that sorts before journal-<gen>-<n> (its name), i.e. every entry up to position (gen, n, 0).
+//
+// Layout (little-endian; XXH3-64 seed 0):
+//   header  | chunk 0 | chunk 1 | ... | trailer (48 bytes)
+//
+//   header:  0 magic "KVFSSNAP" (8) | 8 version u32 (1) | 12 entry version u32 (kJournalEntryVersion) |
+//            16 generation u64 | 24 file number u64 | 32 max stamp u64 | 40 created ns u64 |
+//            48 node length u16 | 50 reserved (6) | 56 header checksum u64 = XXH3 of [0,56) + node |
+//            64 node bytes
+//   chunk:   0 payload length u32 (1..kSnapshotMaxChunk) | 4 entry count u32 | 8 payload checksum u64 |
+//            16 payload = entry count x (varint length, encoded journal entry)
+//   trailer: 0 magic "KVFSSEND" | 8 chunk count u64 | 16 entry count u64 | 24 trailer offset u64 |
+//            32 digest u64 = XXH3 of the concatenated chunk checksums | 40 trailer checksum u64 = XXH3 of [0,40)
+//
+// Atomicity: the writer fills snapshot-<gen>-<n>.tmp, fdatasyncs it, renames it to its final name and
+// syncs the directory, so a snapshot file either is complete or does not exist (a crash leaves a .tmp
+// that the next checkpoint replaces and kvfs-fsck reports as a stale temp file). Readers still verify
+// every checksum: a damaged snapshot is Corruption, and ReadSnapshot delivers NO entry of it (the
+// whole file is verified before the first entry is handed out), so the caller falls back to an older
+// snapshot or to the journals (replay.h) — never wrong entries.
+//
+// Thread safety: SnapshotWriter is used by one thread; the functions are reentrant.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "blockstore/env.h"
+#include "blockstore/status.h"
+#include "index/journal.h"
+#include "index/journal_format.h"
+
+namespace kvfs {
+
+inline constexpr char kSnapshotMagic[8] = {'K', 'V', 'F', 'S', 'S', 'N', 'A', 'P'};
+inline constexpr char kSnapshotTrailerMagic[8] = {'K', 'V', 'F', 'S', 'S', 'E', 'N', 'D'};
+inline constexpr uint32_t kSnapshotVersion = 1;
+inline constexpr size_t kSnapshotHeaderFixed = 64;
+inline constexpr size_t kSnapshotChunkHeader = 16;
+inline constexpr size_t kSnapshotTrailerSize = 48;
+inline constexpr size_t kSnapshotTargetChunk = 256 << 10;  // writer closes a chunk past this
+inline constexpr size_t kSnapshotMaxChunk = 16 << 20;      // reader refuses bigger chunks
+
+struct SnapshotFile {
+  uint64_t generation = 0;
+  uint64_t number = 0;  // covers journal files sorting before journal-<generation>-<number>
+  std::string path;
+};
+
+// One GetChildren of a node directory: its journal files and its snapshots, both sorted by
+// (generation, number). NotFound if the directory does not exist.
+struct NodeFiles {
+  std::vector<JournalFile> journals;
+  std::vector<SnapshotFile> snapshots;
+};
+Status ListNodeFiles(Env* env, const std::string& node_dir, NodeFiles* out);
+
+struct SnapshotInfo {
+  std::string node;
+  uint64_t generation = 0, number = 0;  // from the header (= the file name's)
+  uint64_t max_stamp = 0;
+  int64_t created_ns = 0;
+  uint64_t entries = 0, chunks = 0, file_size = 0;
+};
+
+// Writes one snapshot. Use: Create, Add... , Finish (or destroy without Finish = abandon, .tmp removed).
+class SnapshotWriter {
+ public:
+  // Creates <dir>/snapshot-<generation>-<number>.tmp (replacing a leftover .tmp of the same name).
+  static Result<std::unique_ptr<SnapshotWriter>> Create(Env* env, const std::string& dir, const std::string& node,
+                                                        uint64_t generation, uint64_t number);
+  ~SnapshotWriter();
+  SnapshotWriter(const SnapshotWriter&) = delete;
+  SnapshotWriter& operator=(const SnapshotWriter&) = delete;
+
+  // Buffers one entry (writes a chunk when the buffer passes kSnapshotTargetChunk). The entry's stamp
+  // raises the header's max stamp... which is written at Finish (the header is rewritten then).
+  Status Add(const JournalEntry& e);
+  // Writes the last chunk, the trailer and the final header; fdatasync; rename to the final name;
+  // sync the directory. After OK the snapshot exists under its final name.
+  Status Finish();
+
+  uint64_t entries() const { return entries_; }
+  uint64_t bytes() const { return offset_; }
+  const std::string& final_path() const { return final_; }
+
+ private:
+  SnapshotWriter() = default;
+  Status WriteChunk();
+  std::string HeaderBytes() const;
+  Env* env_ = nullptr;
+  std::string dir_, node_, tmp_, final_;
+  uint64_t generation_ = 0, number_ = 0, max_stamp_ = 0;
+  int64_t created_ns_ = 0;
+  std::unique_ptr<BackingFile> file_;
+  uint64_t offset_ = 0;  // next write offset
+  std::string chunk_;
+  uint32_t chunk_entries_ = 0;
+  std::string digest_input_;  // concatenated chunk checksums
+  uint64_t chunks_ = 0, entries_ = 0;
+  bool finished_ = false;
+};
+
+// Reads a snapshot. Verifies the whole file first (header, every chunk checksum, trailer, counts,
+// digest, expect_node if non-empty, the name's generation/number = the header's); on any mismatch
+// returns Corruption naming the file and what is wrong, and fn is never called. Then decodes the entries
+// and calls fn for each, in file order (fn's error stops the read and is returned). A newer snapshot or
+// entry version is NotSupported. IOError from the Env. info (optional) is filled from the header/trailer.
+Status ReadSnapshot(Env* env, const std::string& path, const std::string& expect_node,
+                    const std::function<Status(const JournalEntry&)>& fn, SnapshotInfo* info = nullptr);
+
+// Verification pass only (kvfs-fsck).
+Status VerifySnapshot(Env* env, const std::string& path, const std::string& expect_node, SnapshotInfo* info);
+
+}  // namespace kvfs
