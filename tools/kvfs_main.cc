@@ -6,6 +6,7 @@
 //              [--log-level LEVEL] [--config FILE]
 //              [--capacity SIZE] [--high-watermark SIZE] [--low-watermark SIZE]
 //              [--metrics-listen HOST:PORT]
+//              [--checkpoint-entries N] [--checkpoint-interval-ms N] [--peers-publish-ms N]
 //   kvfs umount MOUNTPOINT [--timeout SECONDS]
 //   kvfs stats MOUNTPOINT [--json]
 //
@@ -184,6 +185,9 @@ struct MountArgs {
   std::string log_level = "info";
   std::string capacity, high_watermark, low_watermark;  // DESIGN §6; empty = unlimited / none
   std::string metrics_listen;                           // HOST:PORT of the Prometheus listener; empty = off
+  uint64_t checkpoint_entries = 1000000;                 // index/checkpoint.h
+  uint32_t checkpoint_interval_ms = 600000;
+  uint32_t peers_publish_ms = 10000;
 };
 
 uint64_t SizeOrDie(const std::string& what, const std::string& text) {
@@ -245,6 +249,11 @@ int RunMount(MountArgs a) {
   so.group_commit_interval_ms = a.group_commit_ms;
   so.peer_poll_ms = a.peer_poll_ms;
   so.peer_direct_io = a.peer_direct_io;
+  so.checkpoint_entries = a.checkpoint_entries;
+  so.checkpoint_interval_ms = a.checkpoint_interval_ms;
+  if (a.peers_publish_ms == 0) Die(kExitUsage, "--peers-publish-ms must be at least 1");
+  so.peers_publish_ms = a.peers_publish_ms;
+  so.retire_check_ms = std::max<uint32_t>(a.peers_publish_ms, 1000);
   so.direct_io = a.direct_io;
   so.force_takeover = a.force;
   if (!a.capacity.empty()) so.capacity_bytes = SizeOrDie("--capacity", a.capacity);
@@ -741,6 +750,15 @@ int main(int argc, char** argv) {
                     "global bound on all nodes' segment bytes: over it, each node evicts its share");
   mount->add_option("--low-watermark", ma.low_watermark,
                     "global eviction target (default 7/8 of --high-watermark)");
+  mount->add_option("--checkpoint-entries", ma.checkpoint_entries,
+                    "write a journal checkpoint (snapshot) after this many journal entries (default "
+                    "1000000; 0 = not by count); also at a clean unmount");
+  mount->add_option("--checkpoint-interval-ms", ma.checkpoint_interval_ms,
+                    "... or this long after the last one if anything was journaled (default 600000; 0 = not by "
+                    "time)");
+  mount->add_option("--peers-publish-ms", ma.peers_publish_ms,
+                    "how often this node's read progress (<node dir>/peers) is rewritten when it moved, ms "
+                    "(default 10000); also the journal retirement check period");
   mount->add_option("--metrics-listen", ma.metrics_listen,
                     "serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 (default off)");
 
