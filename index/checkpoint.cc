@@ -119,11 +119,6 @@ bool IndexPredatesPurge(Env* env, const std::string& backing, const std::string&
   return own <= *purged;
 }
 
-Status RecordOwnGeneration(IndexDb* index, const std::string& node, uint64_t generation) {
-  auto r = index->ApplyBatch({}, node, JournalPosition{generation, 0, 0}.ToString());
-  return r.ok() ? Status::OK() : r.status();
-}
-
 Status WriteSnapshotFromIndex(Env* env, IndexDb* index, const IndexDb::View& view, const std::string& node_dir,
                               const std::string& node, uint64_t generation, uint64_t number, uint64_t* entries) {
   auto w = SnapshotWriter::Create(env, node_dir, node, generation, number);

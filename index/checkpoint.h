@@ -70,12 +70,10 @@ bool NodeLooksLive(Env* env, const std::string& backing, const std::string& node
 // ---- purged nodes (tools/node_cmd.h: `kvfs node purge` leaves <node>/PURGED with generation=G) ----
 // The generation of the purge that wrote <node>/PURGED; NotFound if there is none.
 Result<uint64_t> ReadPurgedGeneration(Env* env, const std::string& backing, const std::string& node);
-// Whether `index` (of `node`) was last used before `node` was purged: PURGED exists and the generation
-// recorded by RecordOwnGeneration (none counts as 0) is not above the purge's. Then the index still holds
-// the purged data and must be rebuilt.
+// Whether `index` (of `node`) was last used before `node` was purged: PURGED exists and the generation of
+// the index's applied position of its own node (recorded at every clean close; none counts as 0) is not
+// above the purge's. Then the index still holds the purged data and must be rebuilt.
 bool IndexPredatesPurge(Env* env, const std::string& backing, const std::string& node, IndexDb* index);
-// Records this mount's generation as the index's applied position of its own node ("<gen>-0@0").
-Status RecordOwnGeneration(IndexDb* index, const std::string& node, uint64_t generation);
 
 // ---- building a snapshot ----
 // Writes snapshot-<cover.generation>-<cover.file_number> of `node` into node_dir from the index view

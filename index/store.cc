@@ -413,7 +413,6 @@ Status StoreImpl::Init() {
   }
   KVFS_RETURN_IF_ERROR(RecoverSegments());
   KVFS_RETURN_IF_ERROR(index_->MarkOpen());
-  KVFS_RETURN_IF_ERROR(RecordOwnGeneration(index_.get(), opts_.node_id, node_dir_->generation()));
   hlc_.SetFloor(index_->HlcFloor());
 
   SegmentWriterOptions so;
