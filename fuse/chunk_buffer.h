@@ -8,8 +8,11 @@
 //     `loc` hold the chunk's bytes (n = the chunk's bytes below size()). References come from the
 //     committed value a copy-on-write version starts from (SetBacking) and from spills of staged
 //     chunks to provisional records (ToRef).
-// Bytes between the old end and a write or truncate beyond it read as zeros (files have no holes: they
-// are zero-filled here).
+//   * a *hole*: a chunk that reads as zeros and holds no RAM. Growing a file (truncate up, a write far
+//     beyond the end) makes the chunks it skips holes, so ftruncate(fd, 1 TiB) costs no memory; a
+//     write into a hole allocates that one chunk. Holes are a staging detail: the committed value has
+//     every byte (files on kvfs are not sparse, docs/semantics.md).
+// Bytes between the old end and a write or truncate beyond it read as zeros.
 //
 // Reading or changing a referenced chunk goes through a Fetch callback (the FUSE layer passes one that
 // calls Store::Read, so every byte is verified against its block checksum). A write or a growing resize
@@ -50,10 +53,11 @@ class ChunkBuffer {
   uint64_t referenced_bytes() const {
     uint64_t n = 0;
     for (size_t i = 0; i < slots_.size(); ++i) {
-      if (!slots_[i].ram) n += ChunkLen(i);
+      if (!slots_[i].ram && !slots_[i].hole) n += ChunkLen(i);
     }
     return n;
   }
+  // True when some chunk is not in RAM (referenced or a hole): Parts() may not be used, Gather may.
   bool has_refs() const { return ram_chunks_ < slots_.size(); }
 
   // Replaces the content with references to the first `size` bytes of the value at loc (chunk i ->
@@ -68,8 +72,10 @@ class ChunkBuffer {
   // Sets the size; growing zero-fills [old size, n), shrinking frees the chunks past the end.
   Status Resize(uint64_t n, const Fetch& fetch) {
     if (n > size_) {
-      if (size_ % kChunk != 0) KVFS_RETURN_IF_ERROR(Materialize(size_ / kChunk, fetch));
-      Reserve(n);
+      if (size_ % kChunk != 0 && !slots_[size_ / kChunk].hole) {
+        KVFS_RETURN_IF_ERROR(Materialize(size_ / kChunk, fetch));
+      }
+      Reserve(n);  // new chunks are holes
       Zero(size_, n);
     } else {
       size_t keep = (n + kChunk - 1) / kChunk;
@@ -98,13 +104,20 @@ class ChunkBuffer {
       if (off <= cs && end >= ce) {
         slots_[ci].ram.reset(new char[kChunk]);
         slots_[ci].loc = Location{};
+        slots_[ci].hole = false;
         ram_chunks_++;
       } else {
         Status s = Materialize(ci, fetch);
         if (!s.ok()) return s;  // chunks materialized so far keep the same bytes: nothing changed
       }
     }
-    Reserve(end);
+    Reserve(end);  // chunks past the old end start as holes; the ones this write touches get RAM
+    for (uint64_t ci = std::max<uint64_t>(old_slots, off / kChunk); ci <= last; ++ci) {
+      // Not zeroed: Zero() below clears the gap before off; bytes past the new end are never read.
+      slots_[ci].ram.reset(new char[kChunk]);
+      slots_[ci].hole = false;
+      ram_chunks_++;
+    }
     if (off > size_) Zero(size_, off);
     while (len > 0) {
       uint64_t ci = off / kChunk, co = off % kChunk;
@@ -131,6 +144,8 @@ class ChunkBuffer {
       const Slot& s = slots_[ci];
       if (s.ram) {
         std::memcpy(out + done, s.ram.get() + co, n);
+      } else if (s.hole) {
+        std::memset(out + done, 0, n);
       } else {
         if (!fetch) return Status::IOError("chunk buffer: referenced chunk without a fetch");
         KVFS_RETURN_IF_ERROR(fetch(s.loc, s.off + co, n, out + done));
@@ -191,6 +206,10 @@ class ChunkBuffer {
         parts->emplace_back(slots_[i].ram.get(), n);
         continue;
       }
+      if (slots_[i].hole) {
+        parts->emplace_back(ZeroChunk(), n);
+        continue;
+      }
       if (!fetch) return Status::IOError("chunk buffer: referenced chunk without a fetch");
       std::unique_ptr<char[]> b(new char[n]);
       KVFS_RETURN_IF_ERROR(fetch(slots_[i].loc, slots_[i].off, n, b.get()));
@@ -207,7 +226,7 @@ class ChunkBuffer {
     const Location& l = slots_[0].loc;
     if (l.length != size_) return false;
     for (size_t i = 0; i < slots_.size(); ++i) {
-      if (slots_[i].off != i * kChunk || !(slots_[i].loc == l)) return false;
+      if (slots_[i].hole || slots_[i].off != i * kChunk || !(slots_[i].loc == l)) return false;
     }
     *loc = l;
     return true;
@@ -229,21 +248,34 @@ class ChunkBuffer {
   // Frees RAM chunk i: its bytes are now value bytes [off, off + ChunkLen) of the record at loc.
   void ToRef(size_t i, const Location& loc, uint64_t off) {
     if (slots_[i].ram) ram_chunks_--;
-    slots_[i] = Slot{nullptr, loc, off};
+    slots_[i] = Slot{nullptr, loc, off, false};
   }
 
  private:
   struct Slot {
-    std::unique_ptr<char[]> ram;  // null: referenced
+    std::unique_ptr<char[]> ram;  // null: referenced, or a hole
     Location loc;                 // referenced chunks: where the bytes are
     uint64_t off = 0;             // value offset of the chunk's first byte in loc
+    bool hole = false;            // reads as zeros; no RAM, no Location
   };
+
+  // kChunk zero bytes, shared by every hole's view in Gather.
+  static const char* ZeroChunk() {
+    static const std::unique_ptr<char[]> zeros(new char[kChunk]());
+    return zeros.get();
+  }
 
   size_t ChunkLen(size_t i) const { return static_cast<size_t>(std::min<uint64_t>(kChunk, size_ - i * kChunk)); }
 
   Status Materialize(size_t i, const Fetch& fetch) {
     Slot& s = slots_[i];
     if (s.ram) return Status::OK();
+    if (s.hole) {  // a zeroed chunk
+      s.ram.reset(new char[kChunk]());
+      s.hole = false;
+      ram_chunks_++;
+      return Status::OK();
+    }
     if (!fetch) return Status::IOError("chunk buffer: referenced chunk without a fetch");
     std::unique_ptr<char[]> b(new char[kChunk]);  // not zeroed: only [0, ChunkLen) is ever read
     KVFS_RETURN_IF_ERROR(fetch(s.loc, s.off, ChunkLen(i), b.get()));
@@ -254,17 +286,14 @@ class ChunkBuffer {
   }
   void Reserve(uint64_t n) {
     size_t want = (n + kChunk - 1) / kChunk;
-    while (slots_.size() < want) {
-      slots_.push_back(Slot{std::unique_ptr<char[]>(new char[kChunk]), Location{}, 0});  // not zeroed: see Zero
-      ram_chunks_++;
-    }
+    while (slots_.size() < want) slots_.push_back(Slot{nullptr, Location{}, 0, true});
   }
-  // Zeros [from, to); every chunk in the range is in RAM.
+  // Zeros [from, to); every chunk in the range is in RAM or a hole (already zeros).
   void Zero(uint64_t from, uint64_t to) {
     while (from < to) {
       uint64_t ci = from / kChunk, co = from % kChunk;
       size_t n = std::min<uint64_t>(to - from, kChunk - co);
-      std::memset(slots_[ci].ram.get() + co, 0, n);
+      if (slots_[ci].ram) std::memset(slots_[ci].ram.get() + co, 0, n);
       from += n;
     }
   }

@@ -712,12 +712,14 @@ struct KvfsFs::Impl {
   // and after, when a large growth took staging over it (its zeros go to the backing store).
   // grow_only: leave a larger size alone (fallocate).
   Status Truncate(Version& v, uint64_t size, int64_t now, bool grow_only = false) {
+    if (size > opts.max_file_size) return Status::IOError("file size over --max-file-size", EFBIG);
     uint64_t cur;
     {
       std::shared_lock<std::shared_mutex> g(v.mu);
       cur = v.data.size();
     }
-    if (size > cur) KVFS_RETURN_IF_ERROR(MakeRoom(std::min<uint64_t>(size - cur, opts.staging_bytes) + ChunkBuffer::kChunk));
+    // Growth makes holes (no RAM); at most the partial last chunk is copied in (one chunk).
+    if (size > cur) KVFS_RETURN_IF_ERROR(MakeRoom(ChunkBuffer::kChunk));
     {
       std::unique_lock<std::shared_mutex> g(v.mu);
       if (grow_only && size <= v.data.size()) return Status::OK();
@@ -1439,6 +1441,7 @@ void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off
   Handle* h = H(fi);
   if (!h || !h->version) return (void)fuse_reply_err(req, EBADF);
   if (off < 0) return (void)fuse_reply_err(req, EINVAL);
+  if (static_cast<uint64_t>(off) + size > fs->opts.max_file_size) return (void)fuse_reply_err(req, EFBIG);
   // Writeback of shared-mmap pages (fi->writepage) may arrive on any writable handle of the inode, also
   // after its FLUSH: it marks the version dirty, so the next flush or the last release writes a record.
   Version& v = *h->version;

@@ -58,6 +58,10 @@ struct FsOptions {
   // their Locations; it never waits for memory. A write whose spill fails gets that error (ENOSPC when
   // the backing store is full) and changes nothing.
   uint64_t staging_bytes = 1ull << 30;
+  // Largest file size, bytes (<= kMaxValueLength, a record's largest value). A write ending beyond it or
+  // a truncate/fallocate to more is EFBIG. Files on kvfs are not sparse: growth is held as holes while
+  // staged (no RAM), but the committed value has every byte, so this bounds what one file can cost.
+  uint64_t max_file_size = 16ull << 30;
 };
 
 // Counters of the FUSE layer (exported through the user.kvfs.stats virtual xattr with Store stats).

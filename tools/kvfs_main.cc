@@ -53,6 +53,7 @@
 #include <thread>
 #include <vector>
 
+#include "blockstore/format.h"
 #include "blockstore/deadline_env.h"
 #include "blockstore/fault_env.h"
 #include "fuse/kvfs_fs.h"
@@ -175,6 +176,7 @@ std::string HostName() {
 struct MountArgs {
   std::string mountpoint, backing, node_id, index_dir, cache_size = "1GiB", segment_size = "256MiB";
   std::string staging_size = "1GiB";
+  std::string max_file_size = "16GiB";
   bool foreground = false, direct_io = false, force = false, splice = false;
   unsigned threads = 32;
   uint32_t group_commit_ms = 20;
@@ -246,6 +248,10 @@ int RunMount(MountArgs a) {
   so.segment_size = SizeOrDie("--segment-size", a.segment_size);
   if (so.segment_size < (1u << 20)) Die(kExitUsage, "--segment-size must be at least 1MiB");
   if (SizeOrDie("--staging-size", a.staging_size) < (4u << 20)) Die(kExitUsage, "--staging-size must be at least 4MiB");
+  {
+    uint64_t m = SizeOrDie("--max-file-size", a.max_file_size);
+    if (m == 0 || m > kvfs::format::kMaxValueLength) Die(kExitUsage, "--max-file-size must be between 1 and 1TiB");
+  }
   so.group_commit_interval_ms = a.group_commit_ms;
   so.peer_poll_ms = a.peer_poll_ms;
   so.peer_direct_io = a.peer_direct_io;
@@ -358,6 +364,7 @@ int RunMount(MountArgs a) {
   kvfs::FsOptions fo;
   fo.max_threads = a.threads;
   fo.staging_bytes = SizeOrDie("--staging-size", a.staging_size);
+  fo.max_file_size = SizeOrDie("--max-file-size", a.max_file_size);
   fo.splice = a.splice;
   // TEST ONLY (not in --help): KVFS_TEST_COMMIT_DELAY_MS widens the deferred-commit window (default 5 ms)
   // so that tests act inside it deterministically (multinode_test, fs_ops_test).
@@ -728,6 +735,9 @@ int main(int argc, char** argv) {
   mount->add_option("--staging-size", ma.staging_size,
                     "memory budget for the bytes of files being written, e.g. 4GiB (default 1GiB); over it "
                     "staged bytes spill to the active segment");
+  mount->add_option("--max-file-size", ma.max_file_size,
+                    "largest file size, e.g. 64GiB (default 16GiB, at most 1TiB); a write or truncate "
+                    "beyond it is EFBIG (files on kvfs are not sparse: a file costs its size when committed)");
   mount->add_flag("--foreground,-f", ma.foreground, "stay in the foreground");
   mount->add_option("--threads", ma.threads, "max FUSE worker threads (default 32)");
   mount->add_option("--group-commit-ms", ma.group_commit_ms, "group commit interval in ms (default 20)");

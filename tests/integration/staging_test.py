@@ -3,6 +3,7 @@
 docs/semantics.md §1 "Copy-on-write" and "Staging memory budget". Real FUSE mounts over temp backing dirs
 (kvfs_fixture); python3 stdlib only. Memory figures are bounds (VmRSS of the daemon), not speed tests.
 """
+import errno
 import json
 import os
 import subprocess
@@ -201,6 +202,38 @@ class StagingBudgetTest(unittest.TestCase):
                 self.assertTrue(kf.read_file(os.path.join(mnt, "keep")) == keep)
         finally:
             b.cleanup()
+
+    def test_sparse_growth_costs_no_memory_and_max_file_size_is_efbig(self):
+        # ftruncate(fd, 1 TiB) and pwrite at 1 TiB used to allocate the whole size and kill the daemon
+        # (std::bad_alloc / the OOM killer). Growth is now holes; beyond --max-file-size it is EFBIG.
+        with kf.mounted(max_file_size="4GiB") as (mnt, _, proc):
+            p = os.path.join(mnt, "sparse")
+            fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                for op in (lambda: os.pwrite(fd, b"x", 1 << 40), lambda: os.ftruncate(fd, 1 << 40),
+                           lambda: os.pwrite(fd, b"x", 4 << 30), lambda: os.ftruncate(fd, (4 << 30) + 1)):
+                    with self.assertRaises(OSError) as cm:
+                        op()
+                    self.assertEqual(cm.exception.errno, errno.EFBIG)
+                self.assertEqual(os.fstat(fd).st_size, 0)
+                base = vm_rss(proc.pid)
+                os.ftruncate(fd, 4 << 30)  # exactly the limit: allowed
+                os.pwrite(fd, b"mid", 3 << 30)
+                os.pwrite(fd, b"end", (4 << 30) - 3)
+                self.assertEqual(os.fstat(fd).st_size, 4 << 30)
+                grown = vm_rss(proc.pid) - base
+                self.assertLess(grown, 64 * MIB, "RSS grew by %d bytes for a 4 GiB sparse file" % grown)
+                self.assertEqual(os.pread(fd, 7, (3 << 30) - 2), b"\0\0mid\0\0")
+                self.assertEqual(os.pread(fd, 8, (4 << 30) - 5), b"\0\0end")
+                self.assertEqual(os.pread(fd, 4, 1 << 30), b"\0" * 4)
+                os.ftruncate(fd, 3 * MIB + 5)  # keep the committed value small
+                os.pwrite(fd, b"tail", 3 * MIB + 1)
+            finally:
+                os.close(fd)
+            want = bytearray(3 * MIB + 5)
+            want[3 * MIB + 1:3 * MIB + 5] = b"tail"
+            self.assertTrue(kf.read_file(p) == bytes(want))
+            self.assertTrue(proc.poll() is None, "the daemon died")
 
     def test_write_gets_enospc_when_the_spill_finds_the_backing_store_full(self):
         # A backing store that fills up (a 24 MiB tmpfs): the spill cannot be written, so the write that

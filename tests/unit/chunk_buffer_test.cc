@@ -54,7 +54,8 @@ TEST(ChunkBuffer, GapsAndGrowthAreZeros) {
 
 TEST(ChunkBuffer, ShrinkFreesChunks) {
   ChunkBuffer b;
-  b.Resize(3 * ChunkBuffer::kChunk);
+  const std::string data(3 * ChunkBuffer::kChunk, 'x');
+  b.Write(0, data.data(), data.size());
   EXPECT_EQ(b.capacity(), 3 * ChunkBuffer::kChunk);
   b.Resize(ChunkBuffer::kChunk + 1);
   EXPECT_EQ(b.capacity(), 2 * ChunkBuffer::kChunk);
@@ -227,6 +228,58 @@ TEST(ChunkBuffer, SpillToOneRecordIsWholeRecord) {
   c.ToRef(0, l2, ChunkBuffer::kChunk);
   EXPECT_FALSE(c.WholeRecord(&whole));
   EXPECT_EQ(ReadAll(c, fs.fetch()), data.substr(0, 2 * ChunkBuffer::kChunk));
+}
+
+// Growth past the end makes holes: no RAM, zeros on read; a write into a hole allocates that one chunk.
+// (ftruncate(fd, 1 TiB) used to allocate 1 TiB and abort the daemon with std::bad_alloc.)
+TEST(ChunkBuffer, GrowthIsHolesWithoutMemory) {
+  constexpr uint64_t kC = ChunkBuffer::kChunk;
+  ChunkBuffer b;
+  b.Write(0, "head", 4);
+  EXPECT_EQ(b.capacity(), kC);
+  ASSERT_TRUE(b.Resize(1ull << 40, nullptr).ok());
+  EXPECT_EQ(b.size(), 1ull << 40);
+  EXPECT_EQ(b.capacity(), kC);  // only the first chunk, whose tail was zeroed
+  EXPECT_EQ(b.referenced_bytes(), 0u);
+  EXPECT_TRUE(b.has_refs());    // not all in RAM: commit goes through Gather
+  char buf[16];
+  std::memset(buf, 'z', sizeof(buf));
+  EXPECT_EQ(b.Read(0, sizeof(buf), buf), sizeof(buf));
+  EXPECT_EQ(std::string(buf, 6), std::string("head\0\0", 6));
+  std::memset(buf, 'z', sizeof(buf));
+  EXPECT_EQ(b.Read((1ull << 39) + 5, sizeof(buf), buf), sizeof(buf));
+  EXPECT_EQ(std::string(buf, sizeof(buf)), std::string(sizeof(buf), '\0'));
+  // A write in the middle of a hole chunk: that chunk only, zeros around the bytes.
+  b.Write(5 * kC + 10, "mid", 3);
+  EXPECT_EQ(b.capacity(), 2 * kC);
+  std::memset(buf, 'z', sizeof(buf));
+  EXPECT_EQ(b.Read(5 * kC + 8, 7, buf), 7u);
+  EXPECT_EQ(std::string(buf, 7), std::string("\0\0mid\0\0", 7));
+  // Shrink and regrow: the regrown part reads as zeros again (no stale bytes of the first chunk).
+  ASSERT_TRUE(b.Resize(2, nullptr).ok());
+  ASSERT_TRUE(b.Resize(3 * kC + 7, nullptr).ok());
+  EXPECT_EQ(b.capacity(), kC);
+  Location whole;
+  EXPECT_FALSE(b.WholeRecord(&whole));
+  std::vector<std::string_view> parts;
+  std::vector<std::unique_ptr<char[]>> temps;
+  ASSERT_TRUE(b.Gather(nullptr, &parts, &temps).ok());  // holes need no fetch
+  std::string got;
+  for (auto p : parts) got.append(p);
+  std::string want(3 * kC + 7, '\0');
+  want[0] = 'h';
+  want[1] = 'e';
+  EXPECT_EQ(got.size(), want.size());
+  EXPECT_TRUE(got == want);
+  EXPECT_TRUE(temps.empty());
+  // A write far past the end allocates only the chunks it touches.
+  ChunkBuffer c;
+  c.Write(100 * kC - 2, "abcd", 4);  // spans chunks 99 and 100
+  EXPECT_EQ(c.size(), 100 * kC + 2);
+  EXPECT_EQ(c.capacity(), 2 * kC);
+  std::memset(buf, 'z', sizeof(buf));
+  EXPECT_EQ(c.Read(100 * kC - 4, 8, buf), 6u);
+  EXPECT_EQ(std::string(buf, 6), std::string("\0\0abcd", 6));
 }
 
 }  // namespace
