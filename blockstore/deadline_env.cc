@@ -4,6 +4,8 @@
 #include <cstring>
 #include <optional>
 
+#include "blockstore/value_buffer.h"
+
 namespace kvfs {
 namespace {
 
@@ -19,17 +21,21 @@ class DeadlineFile : public BackingFile {
   Status Read(uint64_t offset, size_t n, void* buf, size_t* got) override {
     *got = 0;
     auto base = base_;
-    auto r = env_->Run<std::string>("read", path_, [base, offset, n]() -> Result<std::string> {
-      std::string tmp(n, '\0');
-      size_t g = 0;
-      Status s = base->Read(offset, n, tmp.data(), &g);
-      if (!s.ok()) return s;
-      tmp.resize(g);
-      return tmp;
-    });
+    // The worker reads into its own buffer (a late result must not land in the caller's); 4 KiB
+    // aligned, uninitialised, so O_DIRECT descriptors work through this Env too.
+    auto r = env_->Run<std::shared_ptr<ValueBuffer>>(
+        "read", path_, [base, offset, n]() -> Result<std::shared_ptr<ValueBuffer>> {
+          auto tmp = ValueBuffer::Allocate(n);
+          if (!tmp) return Status::IOError("read: out of memory", ENOMEM);
+          size_t g = 0;
+          Status s = base->Read(offset, n, tmp->data(), &g);
+          if (!s.ok()) return s;
+          tmp->SetWindow(0, g);
+          return tmp;
+        });
     if (!r.ok()) return r.status();
-    memcpy(buf, r->data(), r->size());
-    *got = r->size();
+    memcpy(buf, (*r)->data(), (*r)->size());
+    *got = (*r)->size();
     return Status::OK();
   }
 

@@ -1,7 +1,7 @@
 // LruCache: a byte-bounded, sharded, thread-safe LRU cache of record values (DESIGN §4 "Read").
 //
 // Keys are byte strings (use CacheKey(const Location&) for record values); values are
-// std::shared_ptr<const std::string>, so a reader that got a value keeps it alive after it is evicted,
+// std::shared_ptr<const ValueBuffer> (blockstore/value_buffer.h: aligned, not zero-filled), so a reader that got a value keeps it alive after it is evicted,
 // erased or replaced: eviction only drops the cache's reference.
 //
 // Structure (as LevelDB's util/cache.cc ShardedLRUCache, without its handle/refcount protocol since
@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "blockstore/types.h"
+#include "blockstore/value_buffer.h"
 
 namespace kvfs {
 
@@ -43,7 +44,7 @@ std::string CacheKey(const Location& loc);
 
 class LruCache {
  public:
-  using Value = std::shared_ptr<const std::string>;
+  using Value = std::shared_ptr<const ValueBuffer>;
   static constexpr size_t kEntryOverhead = 64;  // bytes charged per entry for bookkeeping
   static constexpr int kDefaultShardBits = 4;   // 16 shards
 

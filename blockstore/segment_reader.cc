@@ -175,6 +175,41 @@ Result<RecordMeta> ReadRecordMeta(BackingFile* file, uint64_t record_offset) {
   return m;
 }
 
+namespace {
+
+// Checks that the record metadata read at loc.record_offset describes the value loc points at.
+Status CheckLoc(const BackingFile* file, const Location& loc, const RecordMeta& m) {
+  if (m.value_offset != loc.value_offset || m.value_len() != loc.length) {
+    return Status::Corruption("segment " + At(file, loc.record_offset) + ": record does not match its location (value @" +
+                              std::to_string(m.value_offset) + "+" + std::to_string(m.value_len()) + ")");
+  }
+  return Status::OK();
+}
+
+Status CheckLocShape(const Location& loc) {
+  if (loc.empty() || loc.value_offset <= loc.record_offset) {
+    return Status::InvalidArgument("segment reader: empty or malformed location");
+  }
+  return Status::OK();
+}
+
+// Blocks [b0, b1] of the value read into buf (buf = value byte b0 * B; the caller guarantees room for
+// AlignUp of the blocks' bytes). *n = value bytes of the blocks. Corruption on a short read or mismatch.
+Status ReadBlocksInto(BackingFile* file, const RecordMeta& m, uint64_t b0, uint64_t b1, char* buf, uint64_t* n) {
+  const uint64_t want = std::min((b1 + 1) * B, m.value_len()) - b0 * B;
+  size_t r = 0;
+  KVFS_RETURN_IF_ERROR(file->Read(m.value_offset + b0 * B, AlignUp(want), buf, &r));
+  if (r < want) {
+    return Status::Corruption("segment " + At(file, m.value_offset + b0 * B + r) + ": file ends inside the value of record @" +
+                              std::to_string(m.record_offset));
+  }
+  KVFS_RETURN_IF_ERROR(VerifyBlocks(file, m, buf, b0, b1));
+  *n = want;
+  return Status::OK();
+}
+
+}  // namespace
+
 Status ReadValue(BackingFile* file, const RecordMeta& m, uint64_t offset, size_t len, char* out, size_t* got) {
   *got = 0;
   const uint64_t vlen = m.value_len();
@@ -188,14 +223,8 @@ Status ReadValue(BackingFile* file, const RecordMeta& m, uint64_t offset, size_t
   Scratch sb(direct ? 0 : read_len);
   char* buf = direct ? out : sb.get();
   if (buf == nullptr) return Status::IOError("segment reader: out of memory", ENOMEM);
-  size_t r = 0;
-  KVFS_RETURN_IF_ERROR(file->Read(m.value_offset + b0 * B, read_len, buf, &r));
-  if (r < want) {
-    if (direct) std::memset(out, 0, n);
-    return Status::Corruption("segment " + At(file, m.value_offset + b0 * B + r) + ": file ends inside the value of record @" +
-                              std::to_string(m.record_offset));
-  }
-  Status s = VerifyBlocks(file, m, buf, b0, b1);
+  uint64_t have = 0;
+  Status s = ReadBlocksInto(file, m, b0, b1, buf, &have);
   if (!s.ok()) {
     if (direct) std::memset(out, 0, n);
     return s;
@@ -207,16 +236,7 @@ Status ReadValue(BackingFile* file, const RecordMeta& m, uint64_t offset, size_t
 
 Status ReadValue(BackingFile* file, const Location& loc, uint64_t offset, size_t len, char* out, size_t* got) {
   *got = 0;
-  if (loc.empty() || loc.value_offset <= loc.record_offset) {
-    return Status::InvalidArgument("segment reader: empty or malformed location");
-  }
-  auto check = [&](const RecordMeta& m) -> Status {
-    if (m.value_offset != loc.value_offset || m.value_len() != loc.length) {
-      return Status::Corruption("segment " + At(file, loc.record_offset) + ": record does not match its location (value @" +
-                                std::to_string(m.value_offset) + "+" + std::to_string(m.value_len()) + ")");
-    }
-    return Status::OK();
-  };
+  KVFS_RETURN_IF_ERROR(CheckLocShape(loc));
   const uint64_t delta = loc.value_offset - loc.record_offset;
   if (offset < std::min<uint64_t>(B, loc.length) && len > 0 && delta <= B) {
     // One read for metadata + the blocks the range needs (the common whole-value or first-block read).
@@ -231,7 +251,7 @@ Status ReadValue(BackingFile* file, const Location& loc, uint64_t offset, size_t
     ScanStop why;
     uint64_t need = 0;
     KVFS_RETURN_IF_ERROR(ParseMeta(file, sb.get(), std::min<uint64_t>(r, delta), loc.record_offset, &m, &why, &need));
-    KVFS_RETURN_IF_ERROR(check(m));
+    KVFS_RETURN_IF_ERROR(CheckLoc(file, loc, m));
     if (r < delta + want) {
       return Status::Corruption("segment " + At(file, loc.record_offset + r) + ": file ends inside the value of record @" +
                                 std::to_string(loc.record_offset));
@@ -243,8 +263,76 @@ Status ReadValue(BackingFile* file, const Location& loc, uint64_t offset, size_t
   }
   auto m = ReadRecordMeta(file, loc.record_offset);
   if (!m.ok()) return m.status();
-  KVFS_RETURN_IF_ERROR(check(*m));
+  KVFS_RETURN_IF_ERROR(CheckLoc(file, loc, *m));
   return ReadValue(file, *m, offset, len, out, got);
+}
+
+Result<std::shared_ptr<ValueBuffer>> LoadWholeValue(BackingFile* file, const Location& loc) {
+  KVFS_RETURN_IF_ERROR(CheckLocShape(loc));
+  const uint64_t delta = loc.value_offset - loc.record_offset;
+  // The metadata of a record is at most header + 64 KiB path + the checksum table, rounded up; a larger
+  // delta is a damaged index entry, not a reason to allocate a huge buffer.
+  if (delta % kAlignment != 0 || delta > format::ValueDelta(format::kMaxPathLength, loc.length)) {
+    return Status::Corruption("segment " + At(file, loc.record_offset) + ": location's value offset is implausible");
+  }
+  auto vb = ValueBuffer::Allocate(loc.length, delta);
+  if (!vb) return Status::IOError("segment reader: out of memory", ENOMEM);
+  const uint64_t read_len = delta + AlignUp(loc.length);
+  size_t r = 0;
+  KVFS_RETURN_IF_ERROR(file->Read(loc.record_offset, read_len, vb->base(), &r));
+  RecordMeta m;
+  ScanStop why;
+  uint64_t need = 0;
+  KVFS_RETURN_IF_ERROR(ParseMeta(file, vb->base(), std::min<uint64_t>(r, delta), loc.record_offset, &m, &why, &need));
+  KVFS_RETURN_IF_ERROR(CheckLoc(file, loc, m));
+  if (r < delta + loc.length) {
+    return Status::Corruption("segment " + At(file, loc.record_offset + r) + ": file ends inside the value of record @" +
+                              std::to_string(loc.record_offset));
+  }
+  if (loc.length > 0) KVFS_RETURN_IF_ERROR(VerifyBlocks(file, m, vb->data(), 0, m.checksums.size() - 1));
+  return vb;
+}
+
+Result<std::shared_ptr<ValueBuffer>> ReadValueRange(BackingFile* file, const Location& loc, uint64_t offset,
+                                                    size_t len) {
+  KVFS_RETURN_IF_ERROR(CheckLocShape(loc));
+  if (offset >= loc.length || len == 0) {
+    auto empty = ValueBuffer::Allocate(0);
+    if (!empty) return Status::IOError("segment reader: out of memory", ENOMEM);
+    return empty;
+  }
+  const uint64_t delta = loc.value_offset - loc.record_offset;
+  const uint64_t n = std::min<uint64_t>(len, loc.length - offset);
+  const uint64_t b0 = offset / B, b1 = (offset + n - 1) / B;
+  const uint64_t want = std::min((b1 + 1) * B, loc.length) - b0 * B;
+  if (b0 == 0 && delta <= B) {
+    // Metadata and blocks in one read, into the buffer (the metadata is the prefix).
+    auto vb = ValueBuffer::Allocate(want, delta);
+    if (!vb) return Status::IOError("segment reader: out of memory", ENOMEM);
+    size_t r = 0;
+    KVFS_RETURN_IF_ERROR(file->Read(loc.record_offset, delta + AlignUp(want), vb->base(), &r));
+    RecordMeta m;
+    ScanStop why;
+    uint64_t need = 0;
+    KVFS_RETURN_IF_ERROR(ParseMeta(file, vb->base(), std::min<uint64_t>(r, delta), loc.record_offset, &m, &why, &need));
+    KVFS_RETURN_IF_ERROR(CheckLoc(file, loc, m));
+    if (r < delta + want) {
+      return Status::Corruption("segment " + At(file, loc.record_offset + r) + ": file ends inside the value of record @" +
+                                std::to_string(loc.record_offset));
+    }
+    KVFS_RETURN_IF_ERROR(VerifyBlocks(file, m, vb->data(), 0, b1));
+    vb->SetWindow(delta + offset, n);
+    return vb;
+  }
+  auto m = ReadRecordMeta(file, loc.record_offset);
+  if (!m.ok()) return m.status();
+  KVFS_RETURN_IF_ERROR(CheckLoc(file, loc, *m));
+  auto vb = ValueBuffer::Allocate(want);
+  if (!vb) return Status::IOError("segment reader: out of memory", ENOMEM);
+  uint64_t have = 0;
+  KVFS_RETURN_IF_ERROR(ReadBlocksInto(file, *m, b0, b1, vb->base(), &have));
+  vb->SetWindow(offset - b0 * B, n);
+  return vb;
 }
 
 Result<SegmentFooter> ReadFooter(BackingFile* file, uint64_t file_size) {

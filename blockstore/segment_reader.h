@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "blockstore/format.h"
 #include "blockstore/status.h"
 #include "blockstore/types.h"
+#include "blockstore/value_buffer.h"
 
 namespace kvfs {
 
@@ -53,6 +55,18 @@ Status ReadValue(BackingFile* file, const RecordMeta& meta, uint64_t offset, siz
 // Same from a Location (the index's view): reads the record metadata too (in the same read when the
 // range starts in the first block), and checks that it matches loc (Corruption otherwise).
 Status ReadValue(BackingFile* file, const Location& loc, uint64_t offset, size_t len, char* out, size_t* got);
+
+// The whole value at loc, verified, in a fresh ValueBuffer: ONE read of the record's metadata and value
+// straight into the buffer (4 KiB aligned, so O_DIRECT works; no scratch copy, no zero fill), then the
+// metadata is parsed and checked against loc and every block verified in place. Corruption as ReadValue
+// (the buffer is dropped, no bytes are handed out); IOError(ENOMEM) when the buffer cannot be allocated.
+Result<std::shared_ptr<ValueBuffer>> LoadWholeValue(BackingFile* file, const Location& loc);
+// Value bytes [offset, offset + len) of the record at loc, verified, in a fresh ValueBuffer (size() = the
+// bytes available, < len only at the end of the value; 0 when offset >= length). The covering blocks are
+// read straight into the buffer (no copy); the record metadata is read first unless the range starts
+// in the first block (then it comes with the same read). Errors as ReadValue.
+Result<std::shared_ptr<ValueBuffer>> ReadValueRange(BackingFile* file, const Location& loc, uint64_t offset,
+                                                    size_t len);
 
 // Footer of a sealed segment of file_size bytes. NotFound when the segment is not sealed (no trailer);
 // Corruption when a trailer is there but it, the footer or the header nonce does not check out.

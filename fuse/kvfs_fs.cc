@@ -1423,17 +1423,17 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
   uint64_t uoff = static_cast<uint64_t>(off);
   if (uoff >= h->size || h->loc.empty()) return (void)fuse_reply_buf(req, nullptr, 0);
   size_t want = std::min<uint64_t>(size, h->size - uoff);
-  thread_local std::vector<char> buf;
-  if (buf.size() < want) buf.resize(want);
-  size_t got = 0;
-  Status s = fs->store->Read(h->loc, uoff, want, buf.data(), &got);
+  // Reply straight from the verified bytes the store pins (the LRU value, or the blocks it just read):
+  // the only copy is the kernel's, into the request's pages. `p` keeps them alive during the call.
+  PinnedBytes p;
+  Status s = fs->store->ReadPinned(h->loc, uoff, want, &p);
   if (!s.ok()) {
     LogLimited(spdlog::level::err, LogKey("fuse-read", s), "read of {} (inode {}) at {}+{}: {}",
                fs->PathOf(h->inode->ino), h->inode->ino, uoff, want, ErrnoText(s));
     return Reply(req, s);
   }
-  fs->bytes_read.fetch_add(got, std::memory_order_relaxed);
-  fuse_reply_buf(req, buf.data(), got);
+  fs->bytes_read.fetch_add(p.len, std::memory_order_relaxed);
+  fuse_reply_buf(req, p.data, p.len);
 }
 
 void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off, fuse_file_info* fi) {

@@ -149,6 +149,8 @@ class StoreImpl final : public Store {
   Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr) override;
   Result<Node> Renumber(uint64_t ino) override;
   Status Read(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) override;
+  Status ReadPinned(const Location& loc, uint64_t offset, size_t len, PinnedBytes* out) override;
+  Status ReadImpl(const Location& loc, uint64_t offset, size_t len, char* buf, PinnedBytes* pin, size_t* got);
   Status Sync() override;
 
   Status StatFs(uint64_t* live_bytes, uint64_t* files, uint64_t* backing_total,
@@ -912,7 +914,13 @@ Result<std::shared_ptr<BackingFile>> StoreImpl::SegmentFile(const SegmentId& id)
   auto it = files_.find(id);
   if (it != files_.end()) return it->second;
   OpenOptions o;
+  o.direct = opts_.read_direct_io;
   auto f = env_->Open(SegmentFilePath(opts_.backing_dir, id), o);
+  if (!f.ok() && o.direct && f.status().ToErrno() == EINVAL) {
+    // The backing file system refuses O_DIRECT (tmpfs): buffered reads work the same.
+    o.direct = false;
+    f = env_->Open(SegmentFilePath(opts_.backing_dir, id), o);
+  }
   if (!f.ok()) return f.status();
   std::shared_ptr<BackingFile> file(std::move(*f));
   files_.emplace(id, file);
@@ -922,16 +930,33 @@ Result<std::shared_ptr<BackingFile>> StoreImpl::SegmentFile(const SegmentId& id)
 Result<LruCache::Value> StoreImpl::LoadValue(const Location& loc) {
   auto file = SegmentFile(loc.segment);
   if (!file.ok()) return file.status();
-  auto value = std::make_shared<std::string>();
-  value->resize(loc.length);
-  size_t got = 0;
-  Status s = ReadValue(file->get(), loc, 0, loc.length, value->data(), &got);
-  if (!s.ok()) return s;
-  if (got != loc.length) return Status::Corruption("short value in " + (*file)->path());
-  return LruCache::Value(std::move(value));
+  // One read of metadata + value straight into an aligned, uninitialised buffer, verified in place.
+  auto v = LoadWholeValue(file->get(), loc);
+  if (!v.ok()) return v.status();
+  return LruCache::Value(std::move(*v));
 }
 
 Status StoreImpl::Read(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) {
+  *got = 0;
+  PinnedBytes p;
+  KVFS_RETURN_IF_ERROR(ReadImpl(loc, offset, len, buf, &p, got));
+  if (p.owner) {
+    if (p.len) memcpy(buf, p.data, p.len);
+    *got = p.len;
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::ReadPinned(const Location& loc, uint64_t offset, size_t len, PinnedBytes* out) {
+  *out = PinnedBytes{};
+  size_t got = 0;
+  return ReadImpl(loc, offset, len, nullptr, out, &got);
+}
+
+// buf != nullptr: a large uncached range is read straight into buf (*got set); everything else comes
+// back pinned in *pin (the caller copies if it wants the bytes in buf).
+Status StoreImpl::ReadImpl(const Location& loc, uint64_t offset, size_t len, char* buf, PinnedBytes* pin,
+                           size_t* got) {
   *got = 0;
   if (loc.empty() || offset >= loc.length || len == 0) return Status::OK();
   const size_t n = static_cast<size_t>(std::min<uint64_t>(len, loc.length - offset));
@@ -943,8 +968,9 @@ Status StoreImpl::Read(const Location& loc, uint64_t offset, size_t len, char* b
   const std::string key = CacheKey(loc);
   if (auto v = cache_.Lookup(key)) {
     cache_hits_++;
-    memcpy(buf, v->data() + offset, n);
-    *got = n;
+    pin->data = v->data() + offset;
+    pin->len = n;
+    pin->owner = std::move(v);
     return Status::OK();
   }
   cache_misses_++;
@@ -955,9 +981,20 @@ Status StoreImpl::Read(const Location& loc, uint64_t offset, size_t len, char* b
     // Too large to cache: read and verify just the blocks covering the range.
     auto file = SegmentFile(loc.segment);
     if (!file.ok()) return GoneOr(loc, file.status());
-    Status s = ReadValue(file->get(), loc, offset, n, buf, got);
-    if (s.IsCorruption()) checksum_failures_++;
-    return GoneOr(loc, s);
+    if (buf) {
+      Status s = ReadValue(file->get(), loc, offset, n, buf, got);
+      if (s.IsCorruption()) checksum_failures_++;
+      return GoneOr(loc, s);
+    }
+    auto r = ReadValueRange(file->get(), loc, offset, n);
+    if (!r.ok()) {
+      if (r.status().IsCorruption()) checksum_failures_++;
+      return GoneOr(loc, r.status());
+    }
+    pin->data = (*r)->data();
+    pin->len = (*r)->size();
+    pin->owner = std::move(*r);
+    return Status::OK();
   }
   // One backing load per value, shared by concurrent readers.
   std::shared_ptr<Flight> flight;
@@ -1006,8 +1043,9 @@ Status StoreImpl::Read(const Location& loc, uint64_t offset, size_t len, char* b
     }
     return flight->status;
   }
-  memcpy(buf, flight->value->data() + offset, n);
-  *got = n;
+  pin->data = flight->value->data() + offset;
+  pin->len = n;
+  pin->owner = flight->value;
   return Status::OK();
 }
 
@@ -1719,7 +1757,7 @@ uint64_t StoreImpl::ReinsertRecord(const SegmentId& seg, uint64_t record_offset,
   auto path = index_->FullPath(ino);
   if (!path.ok()) return 0;
   const uint64_t stamp = meta->header.stamp;  // the record's original stamp, kept by MOVE
-  auto nl = Segments()->Append(*path, stamp, {std::string_view(*value)});
+  auto nl = Segments()->Append(*path, stamp, {value->view()});
   if (!nl.ok()) {
     if (nl.status().IsNoSpace()) NoteNoSpace();
     return 0;

@@ -31,6 +31,7 @@
 #include "blockstore/env.h"
 #include "blockstore/status.h"
 #include "blockstore/types.h"
+#include "blockstore/value_buffer.h"
 
 namespace kvfs {
 
@@ -49,6 +50,11 @@ struct StoreOptions {
   uint32_t peer_poll_ms = 200;          // how often peers' journals are tailed (0 = never); backs off
                                         // up to 16x for idle peers
   bool peer_direct_io = false;          // read peers' journals with O_DIRECT (NFS: see growth at once)
+  // Segment (value) reads with O_DIRECT: every read is 4 KiB aligned, the bytes land once in kvfs's own
+  // buffer (LRU) instead of also in the backing mount's page cache, and a large read is sent as parallel
+  // requests (NFS: rsize RPCs in flight) instead of through the client's read-ahead. Falls back to
+  // buffered reads where the backing file system refuses O_DIRECT (tmpfs).
+  bool read_direct_io = true;
   Env* env = nullptr;                   // default Env::Posix()
 
   // ---- checkpoints and journal retirement (index/checkpoint.h, docs/operations.md) ----
@@ -149,6 +155,14 @@ struct PeerChanges {
 //  * Backing store full (NoSpace from a write): the writer gets NoSpace; the evictor frees a RESERVE
 //    file (<node dir>/RESERVE, min(1 MiB, segment_size / 4), kept while mounted) so the DROP entry can be journaled, drops the
 //    oldest segments until two segments' worth of space is free, and recreates RESERVE afterwards.
+
+// Bytes handed out by Store::ReadPinned without a copy: `data` points into `owner` (an LRU value or a
+// buffer the read filled), which stays alive as long as the caller holds this.
+struct PinnedBytes {
+  std::shared_ptr<const ValueBuffer> owner;
+  const char* data = nullptr;
+  size_t len = 0;
+};
 
 // Backing-store operations by kind since the mount (a copy of EnvCounters, env.h): the round trips a
 // network file system pays for, which kvfs exists to make rare.
@@ -280,6 +294,11 @@ class Store {
   // (Corruption -> EIO, never wrong bytes). Served from the LRU when cached. *got < len only at the end
   // of the value.
   virtual Status Read(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) = 0;
+  // Same bytes, same verification and errors, without copying them into a caller's buffer: out->data
+  // points into the cached value (or a buffer the read filled) and out->owner keeps it alive. For the
+  // FUSE read reply, which copies the bytes to the kernel itself. out->len < len only at the end of
+  // the value.
+  virtual Status ReadPinned(const Location& loc, uint64_t offset, size_t len, PinnedBytes* out) = 0;
   // Durability barrier: returns once everything enqueued before the call is durable on the backing store.
   virtual Status Sync() = 0;
 

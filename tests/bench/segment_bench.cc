@@ -1,6 +1,7 @@
 // Segment writer/reader throughput vs plain write/pread of the same bytes to one file.
 //
 //   build-seg/tests/kvfs_micro_bench --benchmark_filter='Segment|Plain'
+//   (docs/benchmarks.md "Micro-benchmarks" has the figures)
 //
 // Args: {value bytes, O_DIRECT 0/1}. Files live in a fresh directory under /var/tmp (a disk file system;
 // KVFS_BENCH_DIR overrides). Append+Sync = one record then fdatasync per iteration (the worst case for
@@ -135,6 +136,33 @@ void BM_SegmentReadValue(benchmark::State& state) {
   std::filesystem::remove_all(dir);
 }
 
+// The Store's cache-miss load: the whole value (metadata + value in one read into a fresh aligned
+// ValueBuffer, verified in place), as StoreImpl::LoadValue does.
+void BM_SegmentLoadWholeValue(benchmark::State& state) {
+  const size_t n = state.range(0);
+  const bool direct = state.range(1);
+  const std::string dir = BenchDir();
+  const std::string value = Value(n);
+  std::vector<Location> locs;
+  {
+    auto w = std::move(*SegmentWriter::Open(Env::Posix(), dir, "bench", 1, SegmentWriterOptions{}));
+    for (int i = 0; i < kReadValues; ++i) locs.push_back(*w->Append("/bench/chunk" + std::to_string(i), 1, {value}));
+    w->Close();
+  }
+  OpenOptions oo;
+  oo.direct = direct;
+  auto f = std::move(*Env::Posix()->Open(dir + "/" + SegmentFileName(1, 1), oo));
+  size_t i = 0;
+  for (auto _ : state) {
+    auto v = LoadWholeValue(f.get(), locs[i++ % locs.size()]);
+    if (!v.ok() || (*v)->size() != n) state.SkipWithError(v.status().ToString().c_str());
+    benchmark::DoNotOptimize(v);
+  }
+  state.SetBytesProcessed(state.iterations() * n);
+  f.reset();
+  std::filesystem::remove_all(dir);
+}
+
 void BM_PlainPread(benchmark::State& state) {
   const size_t n = state.range(0);
   const bool direct = state.range(1);
@@ -174,6 +202,7 @@ void Args(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_SegmentAppendSync)->Apply(Args);
 BENCHMARK(BM_PlainWriteSync)->Apply(Args);
 BENCHMARK(BM_SegmentReadValue)->Apply(Args);
+BENCHMARK(BM_SegmentLoadWholeValue)->Apply(Args);
 BENCHMARK(BM_PlainPread)->Apply(Args);
 
 }  // namespace

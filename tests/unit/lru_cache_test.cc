@@ -13,7 +13,8 @@
 namespace kvfs {
 namespace {
 
-LruCache::Value Val(size_t n, char c = 'v') { return std::make_shared<const std::string>(n, c); }
+LruCache::Value Val(size_t n, char c = 'v') { return ValueBuffer::Copy(std::string(n, c)); }
+std::string Str(const LruCache::Value& v) { return std::string(v->view()); }
 
 TEST(LruCacheTest, InsertLookupEraseAndCounters) {
   LruCache c(1 << 20);
@@ -23,12 +24,12 @@ TEST(LruCacheTest, InsertLookupEraseAndCounters) {
   ASSERT_TRUE(c.Insert("a", Val(100, 'a')));
   auto v = c.Lookup("a");
   ASSERT_NE(v, nullptr);
-  EXPECT_EQ(*v, std::string(100, 'a'));
+  EXPECT_EQ(Str(v), std::string(100, 'a'));
   EXPECT_EQ(c.Usage(), LruCache::Charge("a", v));
   EXPECT_EQ(c.Usage(), 100u + 1u + LruCache::kEntryOverhead);
   // Replace.
   ASSERT_TRUE(c.Insert("a", Val(50, 'b')));
-  EXPECT_EQ(*c.Lookup("a"), std::string(50, 'b'));
+  EXPECT_EQ(Str(c.Lookup("a")), std::string(50, 'b'));
   EXPECT_EQ(c.Usage(), 50u + 1u + LruCache::kEntryOverhead);
   EXPECT_EQ(c.EntryCount(), 1u);
   EXPECT_TRUE(c.Erase("a"));
@@ -37,7 +38,7 @@ TEST(LruCacheTest, InsertLookupEraseAndCounters) {
   EXPECT_EQ(c.hits(), 2u);
   EXPECT_EQ(c.misses(), 1u);
   EXPECT_EQ(c.inserts(), 2u);
-  EXPECT_EQ(*v, std::string(100, 'a'));  // the reader's copy outlived replace and erase
+  EXPECT_EQ(Str(v), std::string(100, 'a'));  // the reader's copy outlived replace and erase
 }
 
 TEST(LruCacheTest, EvictsLeastRecentlyUsedWithinAShard) {
@@ -84,7 +85,7 @@ TEST(LruCacheTest, EvictedValueStaysAliveForItsReader) {
   ASSERT_TRUE(c.Insert("b", Val(1000, 'b')));  // evicts a
   EXPECT_EQ(c.Lookup("a"), nullptr);
   EXPECT_EQ(held.use_count(), 1);  // only the reader holds it now
-  EXPECT_EQ(*held, std::string(1000, 'a'));
+  EXPECT_EQ(Str(held), std::string(1000, 'a'));
 }
 
 TEST(LruCacheTest, CacheKeyOfLocationIsUnique) {
@@ -118,7 +119,7 @@ TEST(LruCacheTest, NeverExceedsBudgetUnderEightThreads) {
           }
           case 2: {
             auto v = c.Lookup(key);
-            if (v && !v->empty() && (*v)[0] != static_cast<char>('a' + v->size() % 26)) over = true;  // torn
+            if (v && v->size() && v->data()[0] != static_cast<char>('a' + v->size() % 26)) over = true;  // torn
             break;
           }
           case 3:

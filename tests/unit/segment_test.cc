@@ -156,7 +156,18 @@ TEST_P(SegmentRoundTrip, ValueSizes) {
       ASSERT_TRUE(ReadValue(f.get(), a.loc, off, len, buf2.data(), &got2).ok());
       ASSERT_EQ(got2, want);
       EXPECT_EQ(buf.substr(0, got), buf2.substr(0, got2));
+      // And the zero-copy range read (blocks read straight into its buffer).
+      auto r = ReadValueRange(f.get(), a.loc, off, len);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_EQ((*r)->size(), want);
+      EXPECT_EQ(std::string((*r)->view()), buf.substr(0, got));
     }
+    // The whole value in one read into an aligned buffer.
+    auto whole = LoadWholeValue(f.get(), a.loc);
+    ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+    EXPECT_EQ((*whole)->size(), L);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>((*whole)->base()) % kAlignment, 0u);
+    EXPECT_TRUE((*whole)->view() == a.value);
   }
   // The scanner sees exactly these records and a clean end.
   SegmentScanner sc(f.get(), FileSize(recs[0].loc.segment), ScanOptions{.verify_values = true});
@@ -448,6 +459,11 @@ TEST_F(SegmentTest, FlippedValueByteIsCorruption) {
     EXPECT_TRUE(s.IsCorruption()) << s.ToString();
     EXPECT_EQ(got, 0u);
     EXPECT_NE(s.message().find(path), std::string::npos) << s.message();
+    // The zero-copy loaders hand out no bytes either.
+    auto whole = LoadWholeValue(f->get(), a.loc);
+    EXPECT_TRUE(whole.status().IsCorruption()) << whole.status().ToString();
+    auto range = ReadValueRange(f->get(), a.loc, pos, 1);
+    EXPECT_TRUE(range.status().IsCorruption()) << range.status().ToString();
     // Just the damaged byte's block.
     const uint64_t bstart = pos / kChecksumBlock * kChecksumBlock;
     s = ReadValue(f->get(), a.loc, pos, 1, buf.data(), &got);
