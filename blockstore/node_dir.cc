@@ -297,7 +297,8 @@ Result<FormatInfo> EnsureFormat(Env* env, const std::string& backing) {
   return *parsed;
 }
 
-Result<std::vector<std::string>> ListNodes(Env* env, const std::string& backing) {
+Result<std::vector<std::string>> ListNodes(Env* env, const std::string& backing,
+                                           const std::vector<std::string>* known) {
   const std::string nodes = NodesDirPath(backing);
   std::vector<std::string> names, out;
   Status s = env->GetChildren(nodes, &names);
@@ -305,6 +306,10 @@ Result<std::vector<std::string>> ListNodes(Env* env, const std::string& backing)
   if (!s.ok()) return s;
   for (auto& n : names) {
     if (!ValidateNodeId(n).ok()) continue;
+    if (known && std::find(known->begin(), known->end(), n) != known->end()) {
+      out.push_back(std::move(n));
+      continue;
+    }
     auto st = env->Stat(Join(nodes, n));
     if (st.ok() && st->is_dir) out.push_back(std::move(n));
   }
@@ -347,8 +352,12 @@ Result<OwnerRecord> OwnerRecord::Parse(std::string_view text) {
 }
 
 std::string HeartbeatRecord::Serialize() const {
-  return "time_ns=" + std::to_string(time_ns) + "\nhost=" + host + "\npid=" + std::to_string(pid) +
-         "\ngeneration=" + std::to_string(generation) + "\n";
+  std::string t = "time_ns=" + std::to_string(time_ns) + "\nhost=" + host + "\npid=" + std::to_string(pid) +
+                  "\ngeneration=" + std::to_string(generation) + "\npad=";
+  const size_t total = (t.size() + 1 + kHeartbeatBytes - 1) / kHeartbeatBytes * kHeartbeatBytes;
+  t.append(total - t.size() - 1, 'x');
+  t.push_back('\n');
+  return t;
 }
 
 Result<HeartbeatRecord> HeartbeatRecord::Parse(std::string_view text) {
@@ -559,6 +568,45 @@ Status NodeDir::WriteHeartbeat() {
   return env_->WriteFileAtomic(HeartbeatFilePath(backing_, node_), hb.Serialize());
 }
 
+Status NodeDir::Beat() {
+  if (lost_.load()) return Status::Busy("node directory " + dir_ + " was taken over by another mount");
+  const std::string owner_path = OwnerFilePath(backing_, node_);
+  auto st = env_->Stat(owner_path);
+  bool recheck = !st.ok();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (st.ok() && (!owner_seen_ || owner_seen_->size != st->size || owner_seen_->mtime_ns != st->mtime_ns)) {
+      recheck = true;
+    }
+  }
+  if (recheck) {
+    KVFS_RETURN_IF_ERROR(CheckOwnership());  // Busy on a takeover (sets lost_)
+    std::lock_guard<std::mutex> l(mu_);
+    if (st.ok()) owner_seen_ = *st;
+  }
+  HeartbeatRecord hb;
+  hb.time_ns = WallClockNs();
+  hb.host = self_record_.owner.host;
+  hb.pid = self_record_.owner.pid;
+  hb.generation = generation_;
+  const std::string text = hb.Serialize();
+  std::lock_guard<std::mutex> l(mu_);
+  if (lost_.load()) return Status::Busy("node directory " + dir_ + " was taken over by another mount");
+  const std::string path = HeartbeatFilePath(backing_, node_);
+  if (!hb_file_) {
+    OpenOptions o;
+    o.write = true;
+    auto f = env_->Open(path, o);
+    if (f.status().IsNotFound()) return env_->WriteFileAtomic(path, text);  // re-created next beat's way
+    if (!f.ok()) return f.status();
+    hb_file_ = std::move(*f);
+  }
+  Status s = hb_file_->Write(0, text.data(), text.size());
+  if (s.ok()) s = hb_file_->Sync();
+  if (!s.ok()) hb_file_.reset();  // re-open (after the ownership check) at the next beat
+  return s;
+}
+
 Status NodeDir::CheckOwnership() {
   std::string text;
   KVFS_RETURN_IF_ERROR(env_->ReadFileToString(OwnerFilePath(backing_, node_), &text));
@@ -580,12 +628,9 @@ void NodeDir::StartHeartbeat(std::chrono::milliseconds interval) {
   heartbeat_ = std::make_unique<Heartbeat>(
       [this]() -> Status {
         if (lost_.load()) return Status::OK();  // already reported once; nothing to write any more
-        Status s = CheckOwnership();
-        if (s.IsBusy()) {
-          spdlog::error("kvfs: {}; stopping heartbeat", s.message());
-          return s;
-        }
-        return WriteHeartbeat();
+        Status s = Beat();
+        if (s.IsBusy()) spdlog::error("kvfs: {}; stopping heartbeat", s.message());
+        return s;
       },
       interval);
   heartbeat_->Start();

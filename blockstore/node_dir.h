@@ -31,8 +31,9 @@
 // OWNER is read back, and if another mount won a concurrent takeover the loser gets Busy (best effort:
 // NFS has no atomic compare-and-swap; the generation fencing of DESIGN §2 keeps the data safe anyway).
 //
-// Nothing here truncates or rewrites a shared file in place (OWNER/HEARTBEAT/FORMAT are replaced by
-// rename). Errors: InvalidArgument for a bad backing path, node id or format; IOError (with the path)
+// Nothing here truncates a shared file; OWNER and FORMAT are only replaced by rename. HEARTBEAT is
+// created by rename at takeover and then rewritten in place by the owner's periodic Beat() (same size
+// every time; see Beat). Errors: InvalidArgument for a bad backing path, node id or format; IOError (with the path)
 // when the backing directory is not writable; Busy as above. Thread safety: NodeDir methods are
 // thread-safe; the free functions are pure or go through the (thread-safe) Env.
 #pragma once
@@ -100,7 +101,10 @@ Status CheckBackingDir(Env* env, const std::string& backing);
 // IOError "backing directory <path> is not writable: ..." on EROFS/EACCES/EPERM.
 Result<FormatInfo> EnsureFormat(Env* env, const std::string& backing);
 // Node ids under <backing>/.kvfs/v1/nodes/ (directories only), sorted. Empty if nodes/ is absent.
-Result<std::vector<std::string>> ListNodes(Env* env, const std::string& backing);
+// Cost: one directory listing plus one stat per name not in `known` (names a previous call returned are
+// directories already: a periodic re-listing by the peer thread then costs the listing alone).
+Result<std::vector<std::string>> ListNodes(Env* env, const std::string& backing,
+                                           const std::vector<std::string>* known = nullptr);
 
 // ---- Ownership records ---------------------------------------------------------------------------
 
@@ -121,11 +125,15 @@ struct OwnerRecord {
   static Result<OwnerRecord> Parse(std::string_view text);
 };
 
+inline constexpr size_t kHeartbeatBytes = 512;  // HEARTBEAT is padded (pad=... line) to a multiple of this
+
 struct HeartbeatRecord {
   int64_t time_ns = 0;  // the owner's wall clock (CLOCK_REALTIME) at the write
   std::string host;
   int64_t pid = 0;
   uint64_t generation = 0;
+  // key=value lines, the last one "pad=xxx" so the text is a multiple of kHeartbeatBytes long (the same
+  // length at every beat: in-place rewrites never leave a stale tail). Parse ignores pad.
   std::string Serialize() const;
   static Result<HeartbeatRecord> Parse(std::string_view text);
 };
@@ -202,6 +210,18 @@ class NodeDir {
 
   // Rewrites HEARTBEAT with the current wall clock (Env::WriteFileAtomic: 5 backing operations).
   Status WriteHeartbeat();
+  // One periodic beat (what the heartbeat thread runs), cheap on a network file system:
+  //  1. ownership: a stat of OWNER; OWNER is re-read (CheckOwnership) only when its size or mtime
+  //     differs from what this mount last wrote or read (a takeover replaces it), so an idle beat costs
+  //     one metadata operation instead of open + read + close;
+  //  2. HEARTBEAT is rewritten in place through a descriptor kept open: one pwrite of the whole
+  //     fixed-size record (kHeartbeatBytes; only the fixed-width time_ns changes between beats, so a
+  //     reader racing the write sees old or new digits of one plausible recent time) + fdatasync, no
+  //     metadata operation. A takeover replaces HEARTBEAT by rename, so a stale descriptor only writes
+  //     the old, unlinked file; a failed write drops the descriptor and the next beat re-opens the path
+  //     (after the ownership check), or re-creates it atomically if it is gone.
+  // Busy after a lost ownership (then it writes nothing).
+  Status Beat();
   // Re-reads OWNER; Busy if another mount has taken over since (then ownership_lost() turns true).
   Status CheckOwnership();
   bool ownership_lost() const { return lost_.load(); }
@@ -225,6 +245,8 @@ class NodeDir {
   std::atomic<bool> lost_{false};
   std::mutex mu_;  // serializes heartbeat/ownership writes
   std::unique_ptr<Heartbeat> heartbeat_;
+  std::unique_ptr<BackingFile> hb_file_;    // HEARTBEAT, open for in-place beats (guarded by mu_)
+  std::optional<FileInfo> owner_seen_;      // OWNER's size/mtime when last known to be ours (mu_)
 };
 
 }  // namespace kvfs

@@ -1377,9 +1377,10 @@ void StoreImpl::PeerLoop() {
       }
       peer_wake_ = false;
     }
-    // New nodes appear rarely: list the nodes directory every 10 rounds (and on an early poll).
-    if (rounds++ % 10 == 0 || early) {
-      auto listed = ListNodes(env_, opts_.backing_dir);
+    // New nodes appear rarely: list the nodes directory every 25 rounds (5 s at the default interval)
+    // and on an early poll (a lookup miss: maybe a new node's file); known nodes are not stat'ed again.
+    if (rounds++ % 25 == 0 || early) {
+      auto listed = ListNodes(env_, opts_.backing_dir, &nodes);
       if (listed.ok()) nodes = *listed;
     }
     std::lock_guard<std::mutex> l(peer_mu_);

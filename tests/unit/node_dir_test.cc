@@ -333,6 +333,40 @@ TEST_F(NodeDirTest, HeartbeatThreadRefreshesAndDetectsLostOwnership) {
   EXPECT_EQ(OwnerRecord::Parse(Get(OwnerFilePath(dir_, "n1")))->owner.host, "usurper");
 }
 
+// An idle beat costs one backing metadata operation (the stat of OWNER) and one sync: HEARTBEAT is
+// rewritten in place (same fixed size) through a kept descriptor, OWNER re-read only when it changed.
+TEST_F(NodeDirTest, IdleBeatIsOneStatAndOneInPlaceWrite) {
+  auto nd = NodeDir::Acquire(Opts());
+  ASSERT_TRUE(nd.ok());
+  const std::string hb_path = HeartbeatFilePath(dir_, "n1");
+  const std::string first = Get(hb_path);
+  EXPECT_EQ(first.size() % kHeartbeatBytes, 0u);
+  ASSERT_TRUE((*nd)->Beat().ok());  // the first beat reads OWNER once and opens HEARTBEAT
+  EnvCounters& c = Env::Posix()->counters();
+  const uint64_t meta0 = c.MetadataOps(), sync0 = c.sync.load(), stat0 = c.stat.load();
+  int64_t prev = HeartbeatRecord::Parse(Get(hb_path))->time_ns;
+  const uint64_t meta_get = c.MetadataOps();  // Get() itself is open + close
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*nd)->Beat().ok());
+  EXPECT_EQ(c.stat.load() - stat0, 3u);
+  EXPECT_EQ(c.MetadataOps() - meta_get, 3u) << "beats cost " << c.MetadataOps() - meta_get << " (Get " << meta_get - meta0 << ")";
+  EXPECT_EQ(c.sync.load() - sync0, 3u);
+  const std::string now = Get(hb_path);
+  EXPECT_EQ(now.size(), first.size());
+  auto hb = HeartbeatRecord::Parse(now);
+  ASSERT_TRUE(hb.ok());
+  EXPECT_GE(hb->time_ns, prev);
+  EXPECT_EQ(hb->generation, (*nd)->generation());
+  // A changed OWNER (another mount took over) is noticed by the next beat, which then writes nothing.
+  NodeDirOptions o = Opts();
+  o.force = true;
+  o.self = HostIdentity{"usurper", "boot", 1, 0};
+  auto usurper = NodeDir::Acquire(o);
+  ASSERT_TRUE(usurper.ok()) << usurper.status().ToString();
+  EXPECT_TRUE((*nd)->Beat().IsBusy());
+  EXPECT_TRUE((*nd)->ownership_lost());
+  EXPECT_EQ(HeartbeatRecord::Parse(Get(hb_path))->host, "usurper");
+}
+
 TEST_F(NodeDirTest, ListNodesReturnsNodeDirectories) {
   EXPECT_TRUE(ListNodes(Env::Posix(), dir_)->empty());
   ASSERT_TRUE(NodeDir::Acquire(Opts("b-node")).ok());
