@@ -1520,6 +1520,17 @@ struct Applier {
       res.attr_changed.push_back(rec.attr.ino);
     } else {
       KVFS_RETURN_IF_ERROR(Bind(*parent, leaf, cur, rec, op.stamp));
+      rec.attr.ino = res.changed.back().new_ino;
+    }
+    if (op.xattrs) {
+      // The PUT carries the file's whole xattr set: it replaces what the index has.
+      std::vector<std::string> keys;
+      KVFS_RETURN_IF_ERROR(t.ForEachPrefix(kXattrs, InoKey(rec.attr.ino), [&](auto& k, auto&) {
+        keys.push_back(k);
+        return true;
+      }));
+      for (auto& k : keys) t.Del(kXattrs, k);
+      for (const auto& [name, value] : *op.xattrs) t.Put(kXattrs, XattrKey(rec.attr.ino, name), value);
     }
     t.Del(kTombstones, op.path);
     t.RaiseHlc(op.stamp);

@@ -85,6 +85,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
+#include <utility>
 #include <memory>
 #include <span>
 #include <string>
@@ -143,6 +145,8 @@ struct ApplyOp {
   Attr attr;               // PUT: mode (S_IFREG or S_IFLNK | perms), uid, gid, size, times; MKDIR; SETATTR
   uint32_t mask = 0;       // SETATTR: SetAttrMask bits
   std::string symlink;     // PUT of a symlink: the target
+  // PUT: the file's complete xattr set, which replaces the one the index has (nullopt: leave as is)
+  std::optional<std::vector<std::pair<std::string, std::string>>> xattrs;
   std::string xattr_name;  // XATTR
   std::string xattr_value; // XATTR
   bool xattr_remove = false;

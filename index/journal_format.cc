@@ -332,7 +332,8 @@ JournalEntry JournalEntry::Symlink(std::string path, std::string target, EntryAt
 
 // ---- codec ----
 void EncodeJournalEntry(const JournalEntry& e, std::string* out) {
-  out->push_back(static_cast<char>(kJournalEntryVersion));
+  const bool v2 = e.op == JournalOp::kPut && e.xattrs.has_value();
+  out->push_back(static_cast<char>(v2 ? 2 : 1));
   out->push_back(static_cast<char>(e.op));
   PutVarint64(out, e.stamp);
   switch (e.op) {
@@ -341,6 +342,13 @@ void EncodeJournalEntry(const JournalEntry& e, std::string* out) {
       PutLocation(out, e.location);
       PutAttrs(out, e.attrs);
       PutStr(out, e.inline_value);
+      if (v2) {
+        PutVarint64(out, e.xattrs->size());
+        for (const auto& [name, value] : *e.xattrs) {
+          PutStr(out, name);
+          PutStr(out, value);
+        }
+      }
       break;
     case JournalOp::kRename:
       PutStr(out, e.path);
@@ -412,6 +420,17 @@ Status DecodeJournalEntry(std::string_view in, JournalEntry* e) {
       e->location = d.Loc("location");
       e->attrs = d.Attrs();
       e->inline_value = d.Str("inline_value");
+      if (version >= 2) {
+        const uint64_t n = d.Varint("xattr count");
+        // Each pair takes at least 2 bytes: a count above what is left is corrupt (no huge reserve).
+        if (d.ok() && n > in.size()) return Status::Corruption("journal entry: PUT xattr count " + std::to_string(n));
+        e->xattrs.emplace();
+        for (uint64_t i = 0; i < n && d.ok(); ++i) {
+          std::string name = d.Str("xattr name");
+          std::string value = d.Str("xattr value");
+          e->xattrs->emplace_back(std::move(name), std::move(value));
+        }
+      }
       break;
     case JournalOp::kRename:
       e->path = d.Str("from");

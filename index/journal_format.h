@@ -53,7 +53,9 @@
 //              svarint ctime_ns
 //     file     (FileRef) u8 kind (1 journal, 2 segment), str node, varint generation, varint number
 //   op          fields
-//   1 PUT       str path, loc location, attrs, str inline_value
+//   1 PUT       str path, loc location, attrs, str inline_value; entry version 2 adds
+//               varint n, n x (str xattr name, str value): the file's complete xattr set, names in
+//               byte order (version 1: no set recorded; applying it leaves the xattrs as they are)
 //   2 RENAME    str path (from), str path2 (to), loc location
 //   3 UNLINK    str path
 //   4 MKDIR     str path, attrs
@@ -74,6 +76,9 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "blockstore/node_dir.h"
 #include "blockstore/status.h"
@@ -86,7 +91,9 @@ inline constexpr size_t kJournalBlockSize = 32768;
 inline constexpr size_t kJournalFragmentHeaderSize = 7;
 inline constexpr size_t kJournalMaxFragmentPayload = kJournalBlockSize - kJournalFragmentHeaderSize;
 inline constexpr uint32_t kJournalFormatVersion = 1;
-inline constexpr uint8_t kJournalEntryVersion = 1;
+// Entry version written: 2 for PUT (carries the file's xattrs), 1 for every other op (same layout in 1
+// and 2). Readers accept 1..kJournalEntryVersion.
+inline constexpr uint8_t kJournalEntryVersion = 2;
 inline constexpr char kJournalMagic[8] = {'K', 'V', 'F', 'S', 'J', 'R', 'N', 'L'};
 inline constexpr uint64_t kJournalDefaultMaxFileSize = 64ull << 20;
 
@@ -173,6 +180,9 @@ struct JournalEntry {
   EntryAttrs attrs;       // PUT, MKDIR, SETATTR, SYMLINK
   uint32_t mask = 0;      // SETATTR: SetAttrMask bits (index/store.h)
   std::string inline_value;  // PUT: the whole value of a small file when `location` is empty (else "")
+  // PUT: the file's complete set of extended attributes (name, value), names sorted, when the entry
+  // records one (entry version 2, what this build writes); nullopt for a version-1 PUT.
+  std::optional<std::vector<std::pair<std::string, std::string>>> xattrs;
   std::string xattr_name, xattr_value;  // XATTR
   bool xattr_remove = false;            // XATTR: true = removexattr (xattr_value empty)
   SegmentId segment;                    // SEAL, DROP

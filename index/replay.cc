@@ -44,6 +44,7 @@ bool JournalEntryToApplyOp(const JournalEntry& e, ApplyOp* op) {
       op->kind = ApplyOp::Kind::kPut;
       op->location = e.location;
       op->attr = FromEntryAttrs(e.attrs);
+      op->xattrs = e.xattrs;
       return true;
     case JournalOp::kSymlink:
       op->kind = ApplyOp::Kind::kPut;

@@ -248,6 +248,7 @@ class StoreImpl final : public Store {
   // (breaker-1 item 1). Guarded by ns_mu_; in memory only (staged inodes vanish at a crash, and a clean
   // close commits them first).
   std::unordered_set<uint64_t> shadowing_;
+  bool XattrJournaled(uint64_t ino);  // requires ns_mu_
 
   // Group commit state, guarded by gc_mu_.
   std::mutex gc_mu_;
@@ -824,12 +825,20 @@ Result<Attr> StoreImpl::SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) {
   return a;
 }
 
+// A staged file's xattrs are journaled with its PUT (the PUT carries the whole set), not one by one: an
+// XATTR entry for a path peers do not have yet (or still bind to the file it replaces) would be lost or
+// land on the wrong file (breaker-1 item 4).
+bool StoreImpl::XattrJournaled(uint64_t ino) {
+  auto n = index_->GetInode(ino);
+  return ino != kRootIno && n.ok() && (n->committed || !S_ISREG(n->attr.mode));
+}
+
 Status StoreImpl::SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags) {
   std::lock_guard<std::mutex> l(ns_mu_);
   const uint64_t stamp = hlc_.Now();
   KVFS_RETURN_IF_ERROR(index_->SetXattr(ino, name, value, flags, stamp));
   auto path = index_->FullPath(ino);
-  if (path.ok() && ino != kRootIno) {
+  if (path.ok() && XattrJournaled(ino)) {
     EnqueueLocked(JournalEntry::Xattr(*path, std::string(name), std::string(value), false, stamp));
   }
   return Status::OK();
@@ -840,7 +849,7 @@ Status StoreImpl::RemoveXattr(uint64_t ino, std::string_view name) {
   const uint64_t stamp = hlc_.Now();
   KVFS_RETURN_IF_ERROR(index_->RemoveXattr(ino, name, stamp));
   auto path = index_->FullPath(ino);
-  if (path.ok() && ino != kRootIno) EnqueueLocked(JournalEntry::Xattr(*path, std::string(name), "", true, stamp));
+  if (path.ok() && XattrJournaled(ino)) EnqueueLocked(JournalEntry::Xattr(*path, std::string(name), "", true, stamp));
   return Status::OK();
 }
 
@@ -885,7 +894,18 @@ Status StoreImpl::CommitFile(uint64_t ino, const Location& loc, const Attr& attr
   shadowing_.erase(ino);  // its PUT replaces whatever the journal had at its path
   auto path = index_->FullPath(ino);
   if (!path.ok()) return path.status();
-  EnqueueLocked(JournalEntry::Put(*path, loc, ToEntryAttrs(n->attr), stamp));
+  JournalEntry put = JournalEntry::Put(*path, loc, ToEntryAttrs(n->attr), stamp);
+  // The file's xattrs travel with its content (set while it was staged, or kept by a new version).
+  put.xattrs.emplace();
+  auto names = index_->ListXattr(ino);
+  if (!names.ok()) return names.status();
+  std::sort(names->begin(), names->end());
+  for (auto& name : *names) {
+    auto v = index_->GetXattr(ino, name);
+    if (!v.ok()) return v.status();
+    put.xattrs->emplace_back(std::move(name), std::move(*v));
+  }
+  EnqueueLocked(std::move(put));
   if (track_hits_ && !loc.empty() && OwnSegment(loc.segment)) {
     std::lock_guard<std::mutex> h(hits_mu_);
     loc_ino_[loc.segment][loc.record_offset] = n->attr.ino;

@@ -115,6 +115,15 @@ def try_stat(path):
         return errname(e)
 
 
+def fsyncdir(d):
+    """fsync of a directory: kvfs runs its deferred commits now."""
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def node_files(backing, node):
     """{relative path: (size, sha)} of a node directory's journal and segment files."""
     out = {}
@@ -375,21 +384,66 @@ class MultiNodeTest(unittest.TestCase):
                                  % (p, gen2))
         self.assertTrue(any(p not in before for p in after), "restart wrote no new-generation file")
 
+    def mount_slow_commit(self, name):
+        """Mounts `name` with a 2 s deferred-commit window (KVFS_TEST_COMMIT_DELAY_MS, test only), so a
+        test's steps certainly run before the commit."""
+        old_env = os.environ.get("KVFS_TEST_COMMIT_DELAY_MS")
+        os.environ["KVFS_TEST_COMMIT_DELAY_MS"] = "2000"
+        try:
+            return self.mount(name)
+        finally:
+            if old_env is None:
+                del os.environ["KVFS_TEST_COMMIT_DELAY_MS"]
+            else:
+                os.environ["KVFS_TEST_COMMIT_DELAY_MS"] = old_env
+
+    def test_xattrs_of_staged_files_reach_peers_and_survive_crash(self):
+        """breaker-1 item 4: xattrs set while a file is open for writing, on a temp before its rename, or
+        kept across a new version (O_TRUNC rewrite) of a committed file travel with the file's PUT: peer B
+        and A's index rebuilt after SIGKILL have them."""
+        a, proc = self.mount_slow_commit("A")
+        b, _ = self.mount("B")
+        d = os.path.join(a, "x")
+        os.mkdir(d)
+        fd = os.open(os.path.join(d, "during"), os.O_WRONLY | os.O_CREAT, 0o644)
+        os.write(fd, b"x")
+        os.setxattr(os.path.join(d, "during"), "user.k", b"during")
+        os.close(fd)
+        kf.write_file(os.path.join(d, "t.tmp"), b"y")
+        os.setxattr(os.path.join(d, "t.tmp"), "user.k", b"tmp")
+        os.rename(os.path.join(d, "t.tmp"), os.path.join(d, "t"))
+        kf.write_file(os.path.join(d, "again"), b"v1")
+        os.setxattr(os.path.join(d, "again"), "user.k", b"kept")
+        os.setxattr(os.path.join(d, "again"), "user.gone", b"x")
+        fsyncdir(d)
+        os.removexattr(os.path.join(d, "again"), "user.gone")
+        kf.write_file(os.path.join(d, "again"), b"v2")  # new version: xattrs stay, as on a local fs
+        fsyncdir(d)
+        want = {"during": (b"x", {"user.k": b"during"}), "t": (b"y", {"user.k": b"tmp"}),
+                "again": (b"v2", {"user.k": b"kept"})}
+
+        def check(node, mnt, what):
+            for n, (data, xs) in want.items():
+                path = os.path.join(mnt, "x", n)
+                self.expect_bytes(node, path, data, what)
+                got = {k: os.getxattr(path, k) for k in os.listxattr(path)}
+                self.assertEqual(got, xs, "%s: xattrs of %s on node %s" % (what, n, node))
+
+        check("A", a, "xattrs (A)")
+        check("B", b, "xattrs, peer B")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kf.unmount(os.path.join(self.root, "mnt-A"))
+        a, proc = self.mount("A")
+        check("A", a, "xattrs, A after SIGKILL + remount")
+
     def test_discarded_replacement_does_not_resurrect(self):
         """breaker-1 item 1: a staged temp renamed over a committed file and then unlinked or renamed away
         before its (deferred) commit. The rename journals nothing (no ENOENT window for peers), so the
         discard must journal the removal of the replaced file: peer B and A's index rebuilt after SIGKILL
         must show the final state, never the replaced content. KVFS_TEST_COMMIT_DELAY_MS makes A's commit
         window 2 s, so every sequence runs inside it."""
-        old_env = os.environ.get("KVFS_TEST_COMMIT_DELAY_MS")
-        os.environ["KVFS_TEST_COMMIT_DELAY_MS"] = "2000"
-        try:
-            a, proc = self.mount("A")
-        finally:
-            if old_env is None:
-                del os.environ["KVFS_TEST_COMMIT_DELAY_MS"]
-            else:
-                os.environ["KVFS_TEST_COMMIT_DELAY_MS"] = old_env
+        a, proc = self.mount_slow_commit("A")
         b, _ = self.mount("B")
         d = os.path.join(a, "r")
         os.mkdir(d)
@@ -399,11 +453,7 @@ class MultiNodeTest(unittest.TestCase):
 
         def committed(n, data):
             kf.write_file(p(n), data)
-            fd = os.open(d, os.O_RDONLY)
-            try:
-                os.fsync(fd)  # fsyncdir runs the deferred commits now
-            finally:
-                os.close(fd)
+            fsyncdir(d)
 
         for n in ("u", "m", "twice", "over", "dst"):
             committed(n, b"old-" + n.encode())

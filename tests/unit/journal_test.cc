@@ -45,7 +45,16 @@ EntryAttrs Attrs(uint32_t mode, uint64_t size) {
 
 std::vector<JournalEntry> OneOfEach() {
   const uint64_t s = HybridClock::Make(1'700'000'000'000, 7);
+  // Entry version 2: a PUT with the file's xattr set (an empty set is not the same as none recorded).
+  JournalEntry with_xattrs = JournalEntry::Put("/a/xa", Loc("node-a", 3, 9, 0, 7), Attrs(0100644, 7), s + 13);
+  with_xattrs.xattrs.emplace();
+  with_xattrs.xattrs->emplace_back("user.a", std::string("v\0\xff", 3));
+  with_xattrs.xattrs->emplace_back("user.empty", "");
+  JournalEntry empty_set = JournalEntry::Put("/a/xb", Location{}, Attrs(0100644, 0), s + 14);
+  empty_set.xattrs.emplace();
   return {
+      with_xattrs,
+      empty_set,
       JournalEntry::Put("/a/b/chunk-0001", Loc("node-a", 3, 9, 8192, 123456), Attrs(0100644, 123456), s),
       JournalEntry::Put("/empty", Location{}, Attrs(0100600, 0), s + 1),
       JournalEntry::Put("/inline", Location{}, Attrs(0100600, 5), s + 2, std::string("he\0lo", 5)),

@@ -298,6 +298,53 @@ TEST_F(StoreTest, StagedReplacementDiscardedBeforeCommitJournalsTheRemoval) {
   EXPECT_EQ(rebuilt["/dst"].size, 400u);
 }
 
+// breaker-1 item 4: xattrs set while a file is staged (open for writing, a temp before its rename) reach
+// the journal with the file's PUT; a new version of a committed file keeps them in a rebuilt index too.
+TEST_F(StoreTest, XattrsOfStagedFilesAndNewVersionsSurviveRebuild) {
+  OpenStore();
+  auto stage = [&](const std::string& name, const std::string& content) {
+    auto n = store_->CreateFile(kRootIno, name, S_IFREG | 0644, 0, 0, false);
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    auto l = store_->WriteRecord(n->attr.ino, {content});
+    EXPECT_TRUE(l.ok());
+    return std::make_pair(n->attr.ino, *l);
+  };
+  auto [s, sloc] = stage("staged", Pattern(100, 1));
+  ASSERT_TRUE(store_->SetXattr(s, "user.k", "v1", 0).ok());
+  ASSERT_TRUE(store_->SetXattr(s, "user.gone", "x", 0).ok());
+  ASSERT_TRUE(store_->RemoveXattr(s, "user.gone").ok());
+  Attr a;
+  a.mode = S_IFREG | 0644;
+  a.size = 100;
+  ASSERT_TRUE(store_->CommitFile(s, sloc, a).ok());
+  auto [t, tloc] = stage("f.tmp", Pattern(200, 2));
+  ASSERT_TRUE(store_->SetXattr(t, "user.t", "tv", 0).ok());
+  ASSERT_TRUE(store_->Rename(kRootIno, "f.tmp", kRootIno, "f", 0, nullptr).ok());
+  a.size = 200;
+  ASSERT_TRUE(store_->CommitFile(t, tloc, a).ok());
+  // a new version of f (what an O_TRUNC rewrite does): a fresh number that keeps the xattrs, a new PUT
+  auto moved = store_->Renumber(t);
+  ASSERT_TRUE(moved.ok()) << moved.status().ToString();
+  auto l3 = store_->WriteRecord(moved->attr.ino, {Pattern(300, 3)});
+  ASSERT_TRUE(l3.ok());
+  a.size = 300;
+  ASSERT_TRUE(store_->CommitFile(moved->attr.ino, *l3, a).ok());
+  ASSERT_TRUE(store_->Close().ok());
+  store_.reset();
+  auto online = DumpIndex();
+  fs::remove_all(index_);
+  OpenStore();
+  ASSERT_TRUE(store_->Close().ok());
+  store_.reset();
+  auto rebuilt = DumpIndex();
+  EXPECT_TRUE(online == rebuilt);
+  ASSERT_EQ(rebuilt.count("/staged"), 1u);
+  EXPECT_EQ(rebuilt["/staged"].xattrs, (std::map<std::string, std::string>{{"user.k", "v1"}}));
+  ASSERT_EQ(rebuilt.count("/f"), 1u);
+  EXPECT_EQ(rebuilt["/f"].size, 300u);
+  EXPECT_EQ(rebuilt["/f"].xattrs, (std::map<std::string, std::string>{{"user.t", "tv"}}));
+}
+
 // DESIGN §3: before a new version of a committed file, the FUSE layer moves it to a fresh inode number.
 TEST_F(StoreTest, RenumberMovesACommittedFileToAFreshInode) {
   OpenStore();
