@@ -23,7 +23,9 @@
 // The daemon answers two virtual xattrs on the mount root (hidden from listxattr):
 //   user.kvfs.pid    the daemon's pid (kvfs umount waits for it to exit after fusermount3 -u)
 //   user.kvfs.stats  one JSON object of Store and FUSE counters (kvfs stats)
+#define FUSE_USE_VERSION 312
 #include <fcntl.h>
+#include <fuse_lowlevel.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -55,6 +57,7 @@
 
 #include "blockstore/format.h"
 #include "blockstore/deadline_env.h"
+#include "blockstore/node_dir.h"
 #include "blockstore/fault_env.h"
 #include "fuse/kvfs_fs.h"
 #include "index/store.h"
@@ -177,6 +180,7 @@ struct MountArgs {
   std::string mountpoint, backing, node_id, index_dir, cache_size = "1GiB", segment_size = "256MiB";
   std::string staging_size = "1GiB";
   std::string max_file_size = "16GiB";
+  bool node_id_given = false;  // --node-id given (even as ''): then it must be a valid node id
   bool foreground = false, direct_io = false, force = false, splice = false;
   unsigned threads = 32;
   uint32_t group_commit_ms = 20;
@@ -191,6 +195,42 @@ struct MountArgs {
   uint32_t checkpoint_interval_ms = 600000;
   uint32_t peers_publish_ms = 10000;
 };
+
+// The -o list as libfuse will parse it at mount time, checked now (before the node directory is taken
+// over): a throwaway fuse_session_new with no operations parses every option and mounts nothing.
+// False with libfuse's complaint, on one line, in *err.
+bool CheckFuseOptions(const std::vector<std::string>& opts, std::string* err) {
+  static std::string* captured = nullptr;
+  std::string msgs;
+  captured = &msgs;
+  fuse_set_log_func([](enum fuse_log_level, const char* fmt, va_list ap) {
+    char buf[1024];
+    std::vsnprintf(buf, sizeof(buf), fmt, ap);
+    if (captured) *captured += buf;
+  });
+  std::string o = "fsname=kvfs,subtype=kvfs";
+  for (const auto& x : opts) {
+    if (!x.empty()) o += "," + x;
+  }
+  std::vector<std::string> argv_s = {"kvfs", "-o", o};
+  std::vector<char*> argv;
+  for (auto& x : argv_s) argv.push_back(x.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  static const fuse_lowlevel_ops no_ops{};
+  fuse_session* se = fuse_session_new(&args, &no_ops, sizeof(no_ops), nullptr);
+  fuse_opt_free_args(&args);
+  if (se) fuse_session_destroy(se);
+  fuse_set_log_func(nullptr);  // back to libfuse's default (stderr)
+  captured = nullptr;
+  if (se) return true;
+  for (auto& ch : msgs) {
+    if (ch == '\n') ch = ' ';
+  }
+  while (!msgs.empty() && msgs.back() == ' ') msgs.pop_back();
+  if (msgs.rfind("fuse: ", 0) == 0) msgs = msgs.substr(6);
+  *err = "bad -o option: " + (msgs.empty() ? o : msgs);
+  return false;
+}
 
 uint64_t SizeOrDie(const std::string& what, const std::string& text) {
   uint64_t v = 0;
@@ -231,9 +271,17 @@ int RunMount(MountArgs a) {
   if (IsMountPoint(a.mountpoint)) Die(kExitUsage, "mountpoint '" + a.mountpoint + "' is busy (already mounted)");
   if (!DirEmpty(a.mountpoint)) Die(kExitUsage, "mountpoint '" + a.mountpoint + "' is not empty");
   if (a.threads == 0) Die(kExitUsage, "--threads must be at least 1");
+  // Every option is checked before anything touches the backing or node directory.
+  auto lvl = spdlog::level::from_str(a.log_level);
+  if (lvl == spdlog::level::off && a.log_level != "off") {
+    Die(kExitUsage, "--log-level '" + a.log_level + "': must be one of trace, debug, info, warn, error, critical, off");
+  }
   kvfs::StoreOptions so;
   so.backing_dir = a.backing;
-  so.node_id = a.node_id.empty() ? HostName() : a.node_id;
+  so.node_id = a.node_id_given ? a.node_id : HostName();
+  if (kvfs::Status ns = kvfs::ValidateNodeId(so.node_id); !ns.ok()) {
+    Die(kExitUsage, (a.node_id_given ? "--node-id: " : "host name as node id (use --node-id): ") + ns.message());
+  }
   if (a.index_dir.empty()) {
     char h[17];
     std::snprintf(h, sizeof(h), "%016llx",
@@ -276,10 +324,15 @@ int RunMount(MountArgs a) {
     std::string err;
     if (!kvfs::ParseListenAddress(a.metrics_listen, &metrics_addr, &err)) Die(kExitUsage, "--metrics-listen " + err);
   }
+  // DESIGN §8 defaults; default_permissions stays on unless -o no_default_permissions (tools/fuse_options.h).
+  const std::vector<std::string> fopts = kvfs::MountFuseOptions(a.fuse_opts);
+  {
+    std::string err;
+    if (!CheckFuseOptions(fopts, &err)) Die(kExitUsage, err);
+  }
 
   // Logs go to stderr (spdlog's default is stdout): in daemon mode stderr becomes <index_dir>/kvfs.log.
   spdlog::set_default_logger(spdlog::stderr_logger_mt("kvfs"));
-  auto lvl = spdlog::level::from_str(a.log_level);
   spdlog::set_level(lvl);
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %L kvfs[%P] %v");
 
@@ -370,8 +423,6 @@ int RunMount(MountArgs a) {
   // so that tests act inside it deterministically (multinode_test, fs_ops_test).
   if (const char* d = std::getenv("KVFS_TEST_COMMIT_DELAY_MS")) fo.commit_delay_ms = static_cast<uint32_t>(std::atoi(d));
   auto fs = std::make_unique<kvfs::KvfsFs>(store.get(), fo);
-  // DESIGN §8 defaults; default_permissions stays on unless -o no_default_permissions (tools/fuse_options.h).
-  std::vector<std::string> fopts = kvfs::MountFuseOptions(a.fuse_opts);
   kvfs::Status ms = fs->Mount(a.mountpoint, fopts, "kvfs:" + a.backing);
   if (!ms.ok()) {
     fs.reset();
@@ -826,7 +877,10 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
 
-  if (mount->parsed()) return RunMount(ma);
+  if (mount->parsed()) {
+    ma.node_id_given = mount->count("--node-id") > 0;
+    return RunMount(ma);
+  }
   if (umount->parsed()) return RunUmount(ump, utimeout);
   if (stats->parsed()) return RunStats(smp, sjson);
   if (nodecmd->parsed()) return kvfs::RunNodeCommand(nsub, nbacking, nnode, njson, nforce, ngrace);

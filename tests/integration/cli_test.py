@@ -96,10 +96,37 @@ class CliErrors(unittest.TestCase):
         self.assertUsageError(self.mount("--cache-size", "12X"), "invalid size")
         self.assertUsageError(self.mount("--segment-size", "-1G"), "invalid size")
 
+    def nodes_dir(self):
+        return os.path.join(self.b.backing, ".kvfs", "v1", "nodes")
+
     def test_bad_fuse_option(self):
-        r = self.mount("-o", "no_such_fuse_option")
-        self.assertEqual(r.returncode, 2, r.stderr)
+        # Checked before the node directory is taken over: nothing is created or bumped (breaker-1 item 8).
+        r = self.mount("--node-id", "n1", "-o", "no_such_fuse_option")
+        self.assertUsageError(r, "no_such_fuse_option")
         self.assertFalse(kf.is_mounted(self.b.mnt))
+        self.assertFalse(os.path.exists(os.path.join(self.nodes_dir(), "n1")))
+        # Same for a node that already exists: its generation stays.
+        with kf.mounted(backing=self.b, node_id="n1"):
+            pass
+        owner = os.path.join(self.nodes_dir(), "n1", "OWNER")
+        with open(owner) as f:
+            before = f.read()
+        self.assertUsageError(self.mount("--node-id", "n1", "-o", "allow_other,nonsense_opt"), "nonsense_opt")
+        with open(owner) as f:
+            self.assertEqual(f.read(), before)
+
+    def test_bad_log_level(self):
+        self.assertUsageError(self.mount("--log-level", "loud"), "--log-level 'loud'")
+        cfg = os.path.join(self.b.root, "kvfs.conf")
+        with open(cfg, "w") as f:
+            f.write("log-level = loud\n")
+        self.assertUsageError(self.mount("--config", cfg), "--log-level 'loud'")
+        self.assertFalse(os.path.exists(self.nodes_dir()) and os.listdir(self.nodes_dir()))
+
+    def test_bad_node_id(self):
+        for bad in ("", "a/b", "..", "x" * 129, "sp ace"):
+            self.assertUsageError(self.mount("--node-id", bad), "invalid node id")
+        self.assertFalse(os.path.exists(self.nodes_dir()) and os.listdir(self.nodes_dir()))
 
     def _super_options(self, mnt):
         with open("/proc/self/mountinfo") as f:
