@@ -993,6 +993,16 @@ KvfsFs::Impl* FS(fuse_req_t req) { return static_cast<KvfsFs::Impl*>(fuse_req_us
 
 bool NameTooLong(const char* name) { return std::strlen(name) > 255; }
 
+// The group of a new entry in `parent` (the setgid-directory rule of Linux file systems such as ext4):
+// in a directory with S_ISGID the entry gets the directory's group and a new subdirectory keeps
+// S_ISGID (*mode); elsewhere the creator's gid. An unreadable parent leaves it to the create's own error.
+gid_t NewEntryGid(KvfsFs::Impl* fs, fuse_ino_t parent, const fuse_ctx* ctx, mode_t* mode) {
+  auto p = fs->store->GetInode(parent);
+  if (!p.ok() || !(p->attr.mode & S_ISGID)) return ctx->gid;
+  if (S_ISDIR(*mode)) *mode |= S_ISGID;
+  return p->attr.gid;
+}
+
 void Reply(fuse_req_t req, const Status& s, ErrCtx ctx = ErrCtx::kDefault) {
   fuse_reply_err(req, ToErrno(s, ctx));
 }
@@ -1197,7 +1207,9 @@ void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   auto* fs = FS(req);
   if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  auto r = fs->store->Mkdir(parent, name, (mode & 07777) | S_IFDIR, ctx->uid, ctx->gid);
+  mode = (mode & 07777) | S_IFDIR;
+  const gid_t gid = NewEntryGid(fs, parent, ctx, &mode);
+  auto r = fs->store->Mkdir(parent, name, mode, ctx->uid, gid);
   if (!r.ok()) return Reply(req, r.status());
   fs->ReplyEntry(req, *r);
 }
@@ -1219,7 +1231,8 @@ void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* 
   if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
   if (std::strlen(link) >= 4096) return (void)fuse_reply_err(req, ENAMETOOLONG);
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  auto r = fs->store->Symlink(parent, name, link, ctx->uid, ctx->gid);
+  mode_t lmode = S_IFLNK;
+  auto r = fs->store->Symlink(parent, name, link, ctx->uid, NewEntryGid(fs, parent, ctx, &lmode));
   if (!r.ok()) return Reply(req, r.status());
   fs->ReplyEntry(req, *r);
 }
@@ -1245,7 +1258,9 @@ void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
   if (!S_ISREG(mode)) return (void)fuse_reply_err(req, EPERM);
   if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  auto r = fs->store->CreateFile(parent, name, (mode & 07777) | S_IFREG, ctx->uid, ctx->gid, true);
+  mode = (mode & 07777) | S_IFREG;
+  const gid_t gid = NewEntryGid(fs, parent, ctx, &mode);
+  auto r = fs->store->CreateFile(parent, name, mode, ctx->uid, gid, true);
   if (!r.ok()) return Reply(req, r.status());
   auto in = fs->GetOrMake(r->attr.ino, S_IFREG);
   auto v = fs->AcquireWritable(in, true, ctx);  // an empty version, committed at once
@@ -1357,7 +1372,9 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
   const fuse_ctx* ctx = fuse_req_ctx(req);
   bool excl = fi->flags & O_EXCL;
-  auto r = fs->store->CreateFile(parent, name, (mode & 07777) | S_IFREG, ctx->uid, ctx->gid, excl);
+  mode = (mode & 07777) | S_IFREG;
+  const gid_t gid = NewEntryGid(fs, parent, ctx, &mode);
+  auto r = fs->store->CreateFile(parent, name, mode, ctx->uid, gid, excl);
   if (!r.ok()) return Reply(req, r.status());
   const Node& n = *r;
   if (S_ISDIR(n.attr.mode)) return (void)fuse_reply_err(req, EISDIR);

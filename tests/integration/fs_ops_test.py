@@ -437,6 +437,30 @@ class AttrOps(MountedTestCase):
         os.chmod(self.p("dir"), 0o700)
         self.assertEqual(stat.S_IMODE(os.stat(self.p("dir")).st_mode), 0o700)
 
+    def test_setgid_directory(self):
+        # Linux (ext4) rule: entries created in a setgid directory get its group; subdirectories keep S_ISGID.
+        d = self.p("shared")
+        os.mkdir(d)
+        os.chown(d, -1, 65534)
+        os.chmod(d, 0o2775)
+        kf.write_file(os.path.join(d, "f"), b"1")
+        os.mkdir(os.path.join(d, "sub"), 0o755)
+        os.symlink("f", os.path.join(d, "ln"))
+        fd = os.open(os.path.join(d, "n"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.close(fd)
+        for name in ("f", "sub", "ln", "n"):
+            self.assertEqual(os.lstat(os.path.join(d, name)).st_gid, 65534, name)
+        sub = os.stat(os.path.join(d, "sub"))
+        self.assertEqual(stat.S_IMODE(sub.st_mode), 0o2755)
+        self.assertEqual(stat.S_IMODE(os.stat(os.path.join(d, "f")).st_mode) & stat.S_ISGID, 0)
+        # Inherited down the tree, and not applied outside it.
+        kf.write_file(os.path.join(d, "sub", "g"), b"2")
+        self.assertEqual(os.stat(os.path.join(d, "sub", "g")).st_gid, 65534)
+        kf.write_file(self.p("plain"), b"3")
+        os.mkdir(self.p("plaindir"), 0o755)
+        self.assertEqual(os.stat(self.p("plain")).st_gid, os.getegid())
+        self.assertEqual(stat.S_IMODE(os.stat(self.p("plaindir")).st_mode), 0o755)
+
     def test_fchmod_on_open_writer_then_mmap_case7(self):
         path = self.p("c7")
         fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
