@@ -374,6 +374,14 @@ bool LocalProcessAlive(const HostIdentity& id) {
   if (id.pid <= 0) return false;
   struct stat st;
   if (::stat(("/proc/" + std::to_string(id.pid)).c_str(), &st) != 0) return false;
+  // A zombie (Z) or dying (X) process has exited and released everything (its flocks, its FUSE
+  // session); only its parent has not reaped it yet (e.g. right after SIGKILL). It is dead.
+  {
+    std::string s = ReadLocalFile(("/proc/" + std::to_string(id.pid) + "/stat").c_str());
+    auto rp = s.rfind(')');
+    if (rp == std::string::npos) return false;  // gone between the stat and the read
+    if (rp + 2 < s.size() && (s[rp + 2] == 'Z' || s[rp + 2] == 'X' || s[rp + 2] == 'x')) return false;
+  }
   if (id.pid_start != 0) {
     uint64_t now_start = ProcStartTime(id.pid);
     if (now_start != 0 && now_start != id.pid_start) return false;  // pid reused by another process

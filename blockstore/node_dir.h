@@ -139,6 +139,7 @@ struct HeartbeatRecord {
 };
 
 // Whether the process recorded in id runs on this host now (/proc/<pid>, start time if recorded).
+// A zombie (state Z or X in /proc/<pid>/stat: exited, not yet reaped by its parent) counts as dead.
 // Only meaningful when id.host and id.boot_id are this host's.
 bool LocalProcessAlive(const HostIdentity& id);
 

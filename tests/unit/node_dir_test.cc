@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/mount.h>
+#include <sched.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -157,6 +160,36 @@ TEST_F(NodeDirTest, DeadPidOnThisHostIsTakenOver) {
   ASSERT_TRUE(nd.ok()) << nd.status().ToString();
   EXPECT_EQ((*nd)->generation(), 5u);
   EXPECT_NE((*nd)->takeover_reason().find("gone"), std::string::npos);
+}
+
+TEST_F(NodeDirTest, ZombieOwnerCountsAsDead) {
+  // breaker-1 item 9: after SIGKILL the daemon stays a zombie until its parent reaps it; remount must
+  // not wait for that.
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  HostIdentity z = HostIdentity::Current();
+  z.pid = child;
+  z.pid_start = 0;
+  // Wait (untimed poll) until the child has exited: /proc/<child>/stat shows state Z.
+  for (;;) {
+    std::ifstream f("/proc/" + std::to_string(child) + "/stat");
+    std::string line;
+    std::getline(f, line);
+    auto rp = line.rfind(')');
+    ASSERT_NE(rp, std::string::npos);
+    if (line[rp + 2] == 'Z') break;
+    sched_yield();
+  }
+  struct stat st;
+  ASSERT_EQ(::stat(("/proc/" + std::to_string(child)).c_str(), &st), 0);  // still listed: not reaped
+  EXPECT_FALSE(LocalProcessAlive(z));
+  PlantOwner(z, 4, /*heartbeat_age_ns=*/0);  // fresh heartbeat, but the owner is a zombie
+  ASSERT_TRUE(EnsureFormat(Env::Posix(), dir_).ok());
+  auto nd = NodeDir::Acquire(Opts());
+  ASSERT_TRUE(nd.ok()) << nd.status().ToString();
+  EXPECT_EQ((*nd)->generation(), 5u);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
 }
 
 TEST_F(NodeDirTest, ReusedPidWithOtherStartTimeCountsAsDead) {
