@@ -34,17 +34,36 @@ Status Env::ReadFileToString(const std::string& path, std::string* out) {
 
 Status Env::WriteFileAtomic(const std::string& path, const std::string& data) {
   const std::string tmp = path + ".tmp";
+  Status s;
   {
     OpenOptions o;
     o.write = o.create = o.truncate = true;
     auto f = Open(tmp, o);
     if (!f.ok()) return f.status();
-    if (!data.empty()) KVFS_RETURN_IF_ERROR((*f)->Write(0, data.data(), data.size()));
-    KVFS_RETURN_IF_ERROR((*f)->Sync());
+    if (!data.empty()) s = (*f)->Write(0, data.data(), data.size());
+    if (s.ok()) s = (*f)->Sync();
   }
-  KVFS_RETURN_IF_ERROR(Rename(tmp, path));
-  auto slash = path.find_last_of('/');
-  return SyncDir(slash == std::string::npos ? "." : path.substr(0, slash));
+  if (s.ok()) {
+    KVFS_RETURN_IF_ERROR(Rename(tmp, path));
+    auto slash = path.find_last_of('/');
+    return SyncDir(slash == std::string::npos ? "." : path.substr(0, slash));
+  }
+  if (!s.IsNoSpace()) return s;
+  // A full backing store: a small record (HEARTBEAT, OWNER: one block) that already exists is
+  // rewritten in place instead, padded with newlines to its old length: this allocates no block, so
+  // a node can still be mounted (and files deleted) on a full export. One sector-sized write; a crash
+  // in the middle of it is the only way to tear it.
+  Remove(tmp);
+  auto st = Stat(path);
+  if (!st.ok() || st->is_dir || st->size > kInPlaceMax || data.size() > kInPlaceMax) return s;
+  OpenOptions o;
+  o.write = true;
+  auto f = Open(path, o);
+  if (!f.ok()) return s;
+  std::string padded = data;
+  if (padded.size() < st->size) padded.append(st->size - padded.size(), '\n');
+  KVFS_RETURN_IF_ERROR((*f)->Write(0, padded.data(), padded.size()));
+  return (*f)->Sync();
 }
 
 }  // namespace kvfs

@@ -98,7 +98,11 @@ class Env {
   // Helpers built on the primitives above.
   Status CreateDirs(const std::string& path);  // mkdir -p
   Status ReadFileToString(const std::string& path, std::string* out);
-  // Writes data to path.tmp, syncs it, renames over path, syncs the directory.
+  // Writes data to path.tmp, syncs it, renames over path, syncs the directory. If the backing is full
+  // (NoSpace) and path exists with at most kInPlaceMax bytes (and data fits too), path is rewritten in
+  // place instead (data padded with '\n' to the old length; no new block needed): NOT atomic against a
+  // crash during that one write. Only for newline-separated key=value records (OWNER, HEARTBEAT).
+  static constexpr uint64_t kInPlaceMax = 512;
   Status WriteFileAtomic(const std::string& path, const std::string& data);
 };
 

@@ -1647,6 +1647,9 @@ void OpStatfs(fuse_req_t req, fuse_ino_t) {
   uint64_t live_blocks = (live + 4095) / 4096;
   uint64_t avail_blocks = avail / 4096;
   st.f_blocks = live_blocks + avail_blocks;  // used = live logical bytes (drops right after unlink)
+  // Nothing left to write (backing full of dead bytes, or capacity reached): df shows the real size,
+  // 100% used, never 0 blocks.
+  if (avail_blocks == 0) st.f_blocks = std::max<uint64_t>(st.f_blocks, total / 4096);
   st.f_bfree = avail_blocks;
   st.f_bavail = avail_blocks;
   st.f_ffree = 1ull << 32;

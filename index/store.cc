@@ -61,6 +61,11 @@ constexpr size_t kRebuildBatch = kReplayBatch;
 // Capacity and eviction (store.h "Capacity and eviction").
 constexpr uint64_t kReserveMaxBytes = 1ull << 20;       // <node dir>/RESERVE: min(1 MiB, segment / 4)
 constexpr const char* kReserveName = "RESERVE";
+// Dead-segment reclamation (store.h): a sealed segment of this node with no live record is dropped once
+// it has been evictable this long (a record written just before its segment sealed may still be
+// waiting for its commit), looked for at most this often (one index read per tracked segment).
+constexpr auto kDeadSegmentAge = std::chrono::seconds(10);
+constexpr auto kDeadSegmentScan = std::chrono::seconds(2);
 constexpr auto kEvictTick = std::chrono::milliseconds(100);
 
 EntryAttrs ToEntryAttrs(const Attr& a) {
@@ -327,7 +332,16 @@ class StoreImpl final : public Store {
   struct SegTrack {
     uint64_t bytes = 0;
     bool evictable = false;  // sealed, or of an older generation (never appended again)
+    std::chrono::steady_clock::time_point evictable_since{};
   };
+  void ReclaimDeadSegments();
+  bool bounded_ = false;  // capacity or global watermark set: live data may be evicted
+  // RESERVE released for a full backing, or not creatable for lack of space: record writes then keep
+  // that much of the backing free for the journal (so deletes work) until RESERVE is back.
+  std::atomic<bool> hold_reserve_{false};
+  std::set<SegmentId> spill_segs_;  // segments with provisional records (spills) of this mount
+  uint64_t ReserveBytes() const { return std::min(kReserveMaxBytes, opts_.segment_size / 4); }
+  std::chrono::steady_clock::time_point last_dead_scan_{};
   struct Dropping {
     SegmentId id;
     uint64_t bytes = 0;
@@ -388,6 +402,16 @@ Status StoreImpl::Init() {
   nd.backing_dir = opts_.backing_dir;
   nd.node_id = opts_.node_id;
   nd.force = opts_.force_takeover;
+  {
+    // A full backing store: the takeover's HEARTBEAT/OWNER rewrites need a few blocks. This node's
+    // RESERVE (kept by the previous mount for exactly this) gives them back, so a remount works and the
+    // user can delete files; the evictor recreates it once there is room.
+    uint64_t total = 0, avail = 0;
+    if (env_->StatFs(opts_.backing_dir, &total, &avail).ok() && avail < 2 * kReserveMaxBytes) {
+      Status r = env_->Remove(NodeDirPath(opts_.backing_dir, opts_.node_id) + "/" + kReserveName);
+      if (r.ok()) spdlog::warn("kvfs: backing store nearly full ({} bytes free): released RESERVE", avail);
+    }
+  }
   auto acquired = NodeDir::Acquire(nd);
   if (!acquired.ok()) return acquired.status();
   node_dir_ = std::move(*acquired);
@@ -867,9 +891,22 @@ Result<Location> StoreImpl::AppendRecord(uint64_t ino, const std::vector<std::st
     uint64_t len = 0;
     for (auto p : parts) len += p.size();
     need = AlignUp(len) + kAlignment;  // value + its metadata block (path, checksum table)
+    if (hold_reserve_.load()) {
+      // The backing was full: one statvfs per record until RESERVE is back (store.h).
+      uint64_t total = 0, avail = 0;
+      if (env_->StatFs(opts_.backing_dir, &total, &avail).ok() && avail < ReserveBytes() + need) {
+        NoteNoSpace();
+        return Status::NoSpace("backing store full (" + std::to_string(avail) +
+                               " bytes free, kept for the journal until deleted files are reclaimed)");
+      }
+    }
     if (opts_.capacity_bytes) KVFS_RETURN_IF_ERROR(ReserveSpace(need));
   }
   auto loc = Segments()->Append(tag, hlc_.Now(), parts, flags);
+  if (loc.ok() && (flags & format::kRecordFlagProvisional)) {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    spill_segs_.insert(loc->segment);  // never "dead" while this mount runs (ReclaimDeadSegments)
+  }
   if (loc.ok()) records_written_++;
   if (evict_enabled_) {
     std::lock_guard<std::mutex> l(cap_mu_);
@@ -1443,8 +1480,9 @@ Status StoreImpl::InitEviction() {
   if (opts_.reinsert_max_fraction < 0 || opts_.reinsert_max_fraction > 0.9) {
     return Status::InvalidArgument("reinsert_max_fraction must be in [0, 0.9]");
   }
-  evict_enabled_ = cap > 0 || global_high_ > 0;
-  if (!evict_enabled_) return Status::OK();
+  // Always on: without a bound it only reclaims dead segments and keeps RESERVE (store.h).
+  bounded_ = cap > 0 || global_high_ > 0;
+  evict_enabled_ = true;
   track_hits_ = opts_.reinsert_min_hits > 0 && opts_.reinsert_max_fraction > 0;
   if (cap) {
     node_high_ = cap >= 3 * seg ? cap - seg : cap;
@@ -1479,7 +1517,7 @@ Status StoreImpl::InitEviction() {
         dropping_bytes_ += info->size;
         continue;
       }
-      own_segs_[id] = SegTrack{info->size, true};
+      own_segs_[id] = SegTrack{info->size, true, now};
       node_bytes_ += info->size;
     }
   }
@@ -1513,6 +1551,7 @@ void StoreImpl::OnSealed(const SealedSegment& seg) {
     node_bytes_ -= t.bytes;
     t.bytes = seg.file_size;
     t.evictable = true;
+    t.evictable_since = std::chrono::steady_clock::now();
     stuck_ = false;
     evict_wake_ = true;
   }
@@ -1587,8 +1626,34 @@ uint64_t StoreImpl::PeerSegmentBytes() {
   return sum;
 }
 
+void StoreImpl::ReclaimDeadSegments() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_dead_scan_ < kDeadSegmentScan) return;
+  last_dead_scan_ = now;
+  std::vector<SegmentId> old;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    for (const auto& [id, t] : own_segs_) {
+      if (t.evictable && now - t.evictable_since >= kDeadSegmentAge && !spill_segs_.count(id)) {
+        old.push_back(id);
+      }
+    }
+  }
+  for (const auto& id : old) {
+    {
+      std::lock_guard<std::mutex> l(cap_mu_);
+      if (evict_stop_) return;
+    }
+    auto st = index_->GetSegment(id);
+    // NotFound: the index has no entry (no record of it was ever committed); dead too.
+    if (st.ok() ? st->live_records != 0 : !st.status().IsNotFound()) continue;
+    DropSegment(id, /*reinsert=*/false);
+  }
+}
+
 void StoreImpl::EvictOnce() {
   UnlinkDue(false);
+  ReclaimDeadSegments();
   bool emergency;
   uint64_t node_bytes;
   {
@@ -1610,9 +1675,14 @@ void StoreImpl::EvictOnce() {
     }
   }
   if (emergency) {
-    // The backing store itself is full: free the reserve so DROP entries can be journaled, then drop
-    // until two segments' worth of space will be free.
+    // The backing store itself is full: free the reserve so DROP (and the user's UNLINK) entries can be
+    // journaled; with a capacity or watermark, drop until two segments' worth of space will be free.
     ReleaseReserve();
+    hold_reserve_ = true;
+    last_dead_scan_ = {};
+    ReclaimDeadSegments();
+  }
+  if (emergency && bounded_) {
     target = std::min(target, node_bytes ? node_bytes - 1 : 0);  // at least the oldest segment
     uint64_t total = 0, avail = 0;
     if (env_->StatFs(opts_.backing_dir, &total, &avail).ok() && avail < 2 * opts_.segment_size) {
@@ -1871,16 +1941,20 @@ void StoreImpl::EnsureReserve() {
   o.create = true;
   auto f = env_->Open(path, o);
   if (!f.ok()) return;
-  const std::string zeros(std::min(kReserveMaxBytes, opts_.segment_size / 4), '\0');
+  const std::string zeros(ReserveBytes(), '\0');
   Status s = (*f)->Write(0, zeros.data(), zeros.size());
   if (s.ok()) s = (*f)->Sync();
   if (!s.ok()) {
-    spdlog::warn("kvfs: cannot write the eviction reserve {}: {}", path, ErrnoText(s));
+    // Retried every evictor round while the backing is full: logged once.
+    if (!(s.IsNoSpace() && hold_reserve_.exchange(true))) {
+      spdlog::warn("kvfs: cannot write the eviction reserve {}: {}", path, ErrnoText(s));
+    }
     f->reset();
     env_->Remove(path);
     return;
   }
   reserve_present_ = true;
+  hold_reserve_ = false;
 }
 
 void StoreImpl::ReleaseReserve() {
@@ -1914,8 +1988,8 @@ Status StoreImpl::StatFs(uint64_t* live_bytes, uint64_t* files, uint64_t* backin
   *files = st.files + st.directories;
   uint64_t total = 0, free_bytes = 0;
   KVFS_RETURN_IF_ERROR(env_->StatFs(opts_.backing_dir, &total, &free_bytes));
-  *backing_total = total;
   const uint64_t cap = opts_.global_high_watermark_bytes ? opts_.global_high_watermark_bytes : opts_.capacity_bytes;
+  *backing_total = cap ? std::min(cap, total) : total;
   uint64_t blocks = st.live_bytes + free_bytes;  // DESIGN §6: min(capacity, global live + backing free)
   if (cap) blocks = std::max<uint64_t>(st.live_bytes, std::min(cap, blocks));
   *backing_avail = blocks - st.live_bytes;

@@ -124,7 +124,13 @@ struct PeerChanges {
 };
 
 // ---- Capacity and eviction (DESIGN §6) ----
-// Enabled when capacity_bytes or global_high_watermark_bytes is set; an evictor thread then runs.
+// The evictor thread always runs. Without capacity_bytes or global_high_watermark_bytes it only reclaims
+// dead segments and keeps RESERVE (below); live data is evicted only when one of them is set.
+//  * Dead segments: a sealed segment of this node (or one of an older generation) with no live record
+//    (every file in it deleted or rewritten), evictable for 10 s, is dropped like an evicted one (DROP,
+//    grace, unlink), so deleted and rewritten bytes are reclaimed without a capacity. A handle opened
+//    before its file was deleted or replaced (here or on a peer) reads ENOENT once that happened.
+//    Segments holding provisional records (spills) written by this mount are never "dead" here.
 //  * Node bytes = sizes of this node's segment files (sealed: file size; active: end of its last
 //    record), excluding dropped segments that wait for their unlink.
 //  * Per node: when node bytes > high = capacity - segment_size (capacity when it is under three
@@ -154,7 +160,9 @@ struct PeerChanges {
 //  * CommitFile of a record whose segment was dropped meanwhile: NoSpace.
 //  * Backing store full (NoSpace from a write): the writer gets NoSpace; the evictor frees a RESERVE
 //    file (<node dir>/RESERVE, min(1 MiB, segment_size / 4), kept while mounted) so the DROP entry can be journaled, drops the
-//    oldest segments until two segments' worth of space is free, and recreates RESERVE afterwards.
+//    oldest segments until two segments' worth of space is free (only with a capacity or watermark;
+//    dead segments always), and recreates RESERVE afterwards. Open removes this node's RESERVE before
+//    the takeover when the backing has under 2 MiB free, so a full backing can be remounted.
 
 // Bytes handed out by Store::ReadPinned without a copy: `data` points into `owner` (an LRU value or a
 // buffer the read filled), which stays alive as long as the caller holds this.
@@ -323,7 +331,8 @@ class Store {
 
   // ---- info ----
   // statfs figures (DESIGN §6): live_bytes = global live logical bytes (this index: local and applied
-  // peers' files); backing_total = the backing file system's size; backing_avail = what may still be
+  // peers' files); backing_total = the backing file system's size (min(capacity, it) with a capacity;
+  // f_blocks when nothing can be written, so statfs never shows 0 blocks); backing_avail = what may still be
   // written: blocks - live_bytes where blocks = max(live, min(capacity, live + backing free)), capacity
   // = global_high_watermark_bytes if set, else capacity_bytes, else unlimited. So f_blocks = live +
   // backing_avail and f_bfree = backing_avail give DESIGN §6's statfs.

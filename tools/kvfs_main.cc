@@ -239,6 +239,22 @@ uint64_t SizeOrDie(const std::string& what, const std::string& text) {
   return v;
 }
 
+// The daemon's final result for `kvfs umount` (which cannot wait(2) for a process it did not start):
+// <run dir>/close-<pid> = the Store::Close error, written just before the daemon exits if that failed
+// (none when it succeeded; a stale one of an earlier process with the same pid is removed at mount);
+// umount reads and removes it. Run dir: /run/kvfs when /run is writable (root), else /tmp/kvfs-<uid>.
+std::string CloseStatusPath(pid_t pid) {
+  std::string dir = access("/run", W_OK) == 0 ? "/run/kvfs" : "/tmp/kvfs-" + std::to_string(getuid());
+  return dir + "/close-" + std::to_string(pid);
+}
+
+void WriteCloseStatus(const std::string& text) {
+  const std::string path = CloseStatusPath(getpid());
+  mkdir(path.substr(0, path.rfind('/')).c_str(), 0700);
+  std::ofstream f(path, std::ios::trunc);
+  f << text << "\n";
+}
+
 // Child -> parent status over a pipe: "<exit code> <message>\n" (0 = mounted).
 void Report(int fd, int code, const std::string& msg) {
   if (fd < 0) return;
@@ -376,6 +392,7 @@ int RunMount(MountArgs a) {
     Die(code, msg);
   };
 
+  unlink(CloseStatusPath(getpid()).c_str());  // a stale result of an earlier process with this pid
   kvfs::Env* base_env = kvfs::Env::Posix();
   if (const char* pc = std::getenv(kPowerCutEnvVar); pc != nullptr && std::string(pc) == "1") {
     base_env = StartPowerCutSimulation();  // TEST ONLY (see above); before any thread starts
@@ -467,6 +484,7 @@ int RunMount(MountArgs a) {
     spdlog::error("store close: {}", cs.ToString());
     rc = kExitFail;
   }
+  if (!cs.ok()) WriteCloseStatus("store close failed: " + cs.ToString());
   spdlog::info("unmounted {}", a.mountpoint);
   return rc;
 }
@@ -531,6 +549,19 @@ int RunUmount(const std::string& mp_in, double timeout_s) {
                          std::to_string(static_cast<int>(timeout_s)) + "s");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // The daemon's own result (its final flush may have failed, e.g. a full backing store).
+  if (pid > 0) {
+    const std::string path = CloseStatusPath(pid);
+    std::ifstream f(path);
+    std::string line;
+    if (f && std::getline(f, line)) {
+      unlink(path.c_str());
+      if (!line.empty()) {
+        Die(kExitFail, "unmounted, but the daemon's final flush failed (" + line +
+                           "); see its log; run kvfs-fsck before trusting the last writes");
+      }
+    }
   }
   return 0;
 }

@@ -11,10 +11,15 @@ Run: KVFS_BINARY=build/tools/kvfs python3 tests/integration/capacity_test.py [-v
   test_sglang_cleaner_stops_at_70  a cleaner that deletes the oldest-mtime files while usage > 80 %
                                  until < 70 % (SGLang HiCache's file backend style) runs after every
                                  write: each run stops just under 70 % and the newest files stay.
+  FullBackingTest                a 64 MiB tmpfs backing, no --capacity (breaker-1 item 5): filled to
+                                 ENOSPC, statfs still shows the backing's size; after rm the dead segments
+                                 are reclaimed and writes succeed again; a remount of the full backing
+                                 works and its files can be deleted.
 """
 import errno
 import mmap
 import os
+import subprocess
 import sys
 import time
 import unittest
@@ -192,6 +197,90 @@ class CapacityTest(unittest.TestCase):
             self.assertEqual(left, written[-len(left):])  # the cleaner removed the oldest only
             sys.stderr.write("\ncleaner: %d runs, %d deleted, %d left, usage %.1f %%\n" %
                              (len(runs), deleted, len(left), 100 * usage(mnt)))
+
+
+SMALL = 256 * 1024
+
+
+def fill_until_enospc(mnt, prefix, limit=400):
+    """Writes SMALL-byte files until one fails with ENOSPC; returns the names written whole."""
+    names = []
+    for i in range(limit):
+        name = os.path.join(mnt, "%s-%04d" % (prefix, i))
+        try:
+            write_file(name, content(name)[:SMALL])
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            return names
+        names.append(name)
+    raise AssertionError("no ENOSPC after %d files" % limit)
+
+
+def wait_for(cond, timeout):
+    # Polls a condition that needs the evictor's rounds (10 s dead-segment age + grace); not a timing
+    # assertion: the bound is only how long a broken build may take to fail.
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(0.25)
+    return cond()
+
+
+@unittest.skipUnless(kf.fuse_available() and os.geteuid() == 0, "needs FUSE and root (tmpfs mount)")
+class FullBackingTest(unittest.TestCase):
+    def setUp(self):
+        self.b = kf.Backing()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", self.b.backing],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            self.b.cleanup()
+            self.skipTest("cannot mount tmpfs: " + r.stderr.strip())
+
+    def tearDown(self):
+        if kf.is_mounted(self.b.mnt):
+            kf.unmount(self.b.mnt)
+        subprocess.run(["umount", self.b.backing], check=False)
+        self.b.cleanup()
+
+    def mount(self):
+        return kf.mounted(backing=self.b, segment_size="1MiB", cache_size="64MiB", node_id="full",
+                          log_level="warn")
+
+    def free_bytes(self, mnt):
+        st = os.statvfs(mnt)
+        return st.f_bavail * st.f_frsize
+
+    def test_full_backing_reclaims_and_remounts(self):
+        with self.mount() as (mnt, _, _):
+            names = fill_until_enospc(mnt, "a")
+            self.assertGreater(len(names), 100)  # ~60 MiB of 256 KiB files fit
+            st = os.statvfs(mnt)
+            self.assertGreater(st.f_blocks, 0)
+            self.assertLessEqual(st.f_blocks * st.f_frsize, 64 * MiB)
+            self.assertGreater(st.f_blocks * st.f_frsize, 32 * MiB)  # the backing's size, not 0
+            for n in names:
+                os.unlink(n)
+            # Without --capacity the dead segments are dropped and unlinked: the space comes back.
+            self.assertTrue(wait_for(lambda: self.free_bytes(mnt) > 40 * MiB, 90),
+                            "free after rm: %d" % self.free_bytes(mnt))
+            again = ["%s/b-%04d" % (mnt, i) for i in range(100)]
+            for n in again:
+                write_file(n, content(n)[:SMALL])
+            for n in again[::10]:
+                self.assertEqual(read_plain(n), content(n)[:SMALL])
+            # Full again, then unmounted while full.
+            fill_until_enospc(mnt, "c")
+        # The remount of a full backing works, and its files can be deleted.
+        with self.mount() as (mnt, _, _):
+            self.assertEqual(read_plain(again[0]), content(again[0])[:SMALL])
+            for n in os.listdir(mnt):
+                os.unlink(os.path.join(mnt, n))
+            self.assertTrue(wait_for(lambda: self.free_bytes(mnt) > 40 * MiB, 90),
+                            "free after rm: %d" % self.free_bytes(mnt))
+            write_file(os.path.join(mnt, "after"), content("after")[:SMALL])
+            self.assertEqual(read_plain(os.path.join(mnt, "after")), content("after")[:SMALL])
 
 
 if __name__ == "__main__":

@@ -213,6 +213,22 @@ class DaemonLifecycle(unittest.TestCase):
         finally:
             self.assertEqual(kf.run_kvfs("umount", self.b.mnt).returncode, 0)
 
+    def test_umount_reports_failed_final_flush(self):
+        # breaker-1 item 5: the daemon's Store::Close failing must make `kvfs umount` fail and say why.
+        # The TEST-ONLY EIO switch (SIGUSR1, kvfs_main.cc) makes every backing write fail.
+        env = dict(os.environ, KVFS_TEST_POWER_CUT_SIGNAL="1")
+        r = subprocess.run([kf.kvfs_binary(), "mount", self.b.mnt, "--backing", self.b.backing, "--index-dir",
+                            self.b.index], capture_output=True, text=True, env=env, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        pid = int(os.getxattr(self.b.mnt, "user.kvfs.pid"))
+        kf.write_file(os.path.join(self.b.mnt, "f"), b"x" * 4096)
+        os.kill(pid, signal.SIGUSR1)  # backing writes and syncs fail with EIO from now on
+        u = kf.run_kvfs("umount", self.b.mnt)
+        self.assertEqual(u.returncode, 1, u.stderr)
+        self.assertIn("final flush failed", u.stderr)
+        self.assertEqual(len(u.stderr.strip().splitlines()), 1, u.stderr)
+        self.assertFalse(kf.is_mounted(self.b.mnt))
+
     def test_backing_deadline_flag_serves_and_persists(self):
         # --backing-deadline-ms routes every backing request through the deadline Env; a healthy
         # export must work exactly as without it, across a remount.
