@@ -16,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -162,6 +163,12 @@ int main(int argc, char** argv) {
   if (o.backing_dir.empty()) {
     std::fprintf(stderr, "kvfs-fsck: missing BACKING directory (see kvfs-fsck --help)\n");
     return kExitUsage;
+  }
+  // Relative paths are taken from the current directory, as `kvfs mount` does.
+  o.backing_dir = std::filesystem::absolute(o.backing_dir).lexically_normal().string();
+  if (o.backing_dir.size() > 1 && o.backing_dir.back() == '/') o.backing_dir.pop_back();
+  if (!o.rebuild_index_dir.empty()) {
+    o.rebuild_index_dir = std::filesystem::absolute(o.rebuild_index_dir).lexically_normal().string();
   }
   o.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(hb_timeout * 1000));
   const bool tty = isatty(2);
