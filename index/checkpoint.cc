@@ -7,21 +7,10 @@
 #include <spdlog/spdlog.h>
 
 #include "blockstore/node_dir.h"
+#include "index/replay.h"
 
 namespace kvfs {
 namespace {
-
-EntryAttrs ToEntryAttrs(const Attr& a) {
-  EntryAttrs e;
-  e.mode = a.mode;
-  e.uid = a.uid;
-  e.gid = a.gid;
-  e.size = a.size;
-  e.atime_ns = a.atime_ns;
-  e.mtime_ns = a.mtime_ns;
-  e.ctime_ns = a.ctime_ns;
-  return e;
-}
 
 constexpr std::string_view kPeersMagic = "kvfs-peers 1";
 

@@ -26,6 +26,18 @@ Attr FromEntryAttrs(const EntryAttrs& e) {
 
 }  // namespace
 
+EntryAttrs ToEntryAttrs(const Attr& a) {
+  EntryAttrs e;
+  e.mode = a.mode;
+  e.uid = a.uid;
+  e.gid = a.gid;
+  e.size = a.size;
+  e.atime_ns = a.atime_ns;
+  e.mtime_ns = a.mtime_ns;
+  e.ctime_ns = a.ctime_ns;
+  return e;
+}
+
 bool JournalEntryToApplyOp(const JournalEntry& e, ApplyOp* op) {
   // Segment ids become backing paths (SegmentFilePath): only valid node ids may reach them.
   auto bad_node = [&](const std::string& node) {

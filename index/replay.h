@@ -47,6 +47,9 @@ inline constexpr size_t kReplayBatch = 1024;
 // make this node open a path outside <backing>/.kvfs/v1/nodes/<node>/; logged, rate-limited, skipped).
 bool JournalEntryToApplyOp(const JournalEntry& e, ApplyOp* op);
 
+// The attributes a journal entry carries for an inode's Attr (mode, owner, size, times).
+EntryAttrs ToEntryAttrs(const Attr& a);
+
 // (generation, number) of a node's journal file -> bytes of it that stay valid (smallest CUT offset).
 using JournalCuts = std::map<std::pair<uint64_t, uint64_t>, uint64_t>;
 

@@ -68,18 +68,6 @@ constexpr auto kDeadSegmentAge = std::chrono::seconds(10);
 constexpr auto kDeadSegmentScan = std::chrono::seconds(2);
 constexpr auto kEvictTick = std::chrono::milliseconds(100);
 
-EntryAttrs ToEntryAttrs(const Attr& a) {
-  EntryAttrs e;
-  e.mode = a.mode;
-  e.uid = a.uid;
-  e.gid = a.gid;
-  e.size = a.size;
-  e.atime_ns = a.atime_ns;
-  e.mtime_ns = a.mtime_ns;
-  e.ctime_ns = a.ctime_ns;
-  return e;
-}
-
 std::string JoinPath(const std::string& dir, std::string_view name) {
   std::string p = dir == "/" ? std::string() : dir;
   p += '/';
