@@ -1509,10 +1509,16 @@ Status StoreImpl::InitEviction() {
       node_bytes_ += info->size;
     }
   }
-  spdlog::info("kvfs: capacity {} (evict above {} down to {}), global watermarks {}/{}, {} bytes in {} segment(s) "
-               "of earlier generations, reinsertion {}",
-               cap, node_high_, node_low_, global_high_, global_low_, node_bytes_, own_segs_.size(),
-               track_hits_ ? "on" : "off");
+  if (cap == 0 && global_high_ == 0) {
+    spdlog::info("kvfs: no capacity limit (no --capacity): only dead segments are reclaimed; {} bytes in {} "
+                 "segment(s) of earlier generations",
+                 node_bytes_, own_segs_.size());
+  } else {
+    spdlog::info("kvfs: capacity {} (evict above {} down to {}), global watermarks {}/{}, {} bytes in {} segment(s) "
+                 "of earlier generations, reinsertion {}",
+                 cap, node_high_, node_low_, global_high_, global_low_, node_bytes_, own_segs_.size(),
+                 track_hits_ ? "on" : "off");
+  }
   EnsureReserve();
   evict_wake_ = true;
   evict_thread_ = std::thread([this] { EvictLoop(); });

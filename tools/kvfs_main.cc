@@ -369,7 +369,7 @@ int RunMount(MountArgs a) {
       if (msg.empty()) {
         int st = 0;
         waitpid(pid, &st, 0);
-        Die(kExitFail, "daemon exited before mounting");
+        Die(kExitFail, "daemon exited before mounting (see " + so.index_dir + "/kvfs.log)");
       }
       int code = std::atoi(msg.c_str());
       std::string text = msg.substr(msg.find(' ') + 1);
@@ -383,6 +383,15 @@ int RunMount(MountArgs a) {
     close(p[0]);
     report_fd = p[1];
     setsid();
+    // The daemon's log is <index_dir>/kvfs.log from its first line (store open and recovery included);
+    // a failure before the mount reaches the terminal through the report pipe, not through stderr.
+    std::error_code ec;
+    std::filesystem::create_directories(so.index_dir, ec);
+    int logfd = open((so.index_dir + "/kvfs.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (logfd >= 0) {
+      dup2(logfd, 2);
+      if (logfd > 2) close(logfd);
+    }
   }
   auto fail = [&](int code, const std::string& msg) -> int {
     if (report_fd >= 0) {
@@ -449,17 +458,13 @@ int RunMount(MountArgs a) {
   kvfs::Status ss = fs->InstallSignalHandlers();
   if (!ss.ok()) spdlog::warn("{}", ss.ToString());
   if (report_fd >= 0) {
-    // Daemon: stdio off the terminal; the log goes to <index_dir>/kvfs.log.
+    // Daemon: stdin and stdout off the terminal (stderr is already <index_dir>/kvfs.log, see the fork).
     int devnull = open("/dev/null", O_RDWR);
-    std::string log = so.index_dir + "/kvfs.log";
-    int logfd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (devnull >= 0) {
       dup2(devnull, 0);
       dup2(devnull, 1);
-      dup2(logfd >= 0 ? logfd : devnull, 2);
       if (devnull > 2) close(devnull);
     }
-    if (logfd > 2) close(logfd);
     Report(report_fd, 0, "mounted");
     report_fd = -1;
     if (chdir("/") != 0) spdlog::warn("chdir /: {}", strerror(errno));

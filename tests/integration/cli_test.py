@@ -173,6 +173,12 @@ class DaemonLifecycle(unittest.TestCase):
         r = kf.run_kvfs("mount", self.b.mnt, "--backing", self.b.backing, "--index-dir", self.b.index,
                         "--threads", "8", "--cache-size", "64MiB", "--segment-size", "16MiB")
         self.assertEqual(r.returncode, 0, r.stderr)
+        # A daemonised mount is silent on the terminal: its start-up lines are in <index-dir>/kvfs.log.
+        self.assertEqual(r.stderr, "")
+        with open(os.path.join(self.b.index, "kvfs.log")) as f:
+            log = f.read()
+        self.assertIn("took over node directory", log)
+        self.assertIn("mounted " + self.b.mnt, log)
         try:
             self.assertTrue(kf.is_mounted(self.b.mnt))  # mounted when the parent returns
             pid = int(os.getxattr(self.b.mnt, "user.kvfs.pid"))
