@@ -149,6 +149,27 @@ def mounted(backing=None, timeout=30.0, **flags):
                 b.cleanup()
 
 
+def pid_alive(pid):
+    """True while `pid` runs: False once it has exited, also while it is a zombie nobody reaped yet."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def wait_gone(pid, timeout=30.0):
+    """Waits up to `timeout` s for `pid` to exit; True if it did."""
+    deadline = time.time() + timeout
+    while pid_alive(pid) and time.time() < deadline:
+        time.sleep(0.05)
+    return not pid_alive(pid)
+
+
 def run_kvfs(*args, timeout=60):
     """Runs `kvfs ARGS...`; returns CompletedProcess (text)."""
     return subprocess.run([kvfs_binary()] + [str(a) for a in args], capture_output=True, text=True,

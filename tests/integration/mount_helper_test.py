@@ -43,18 +43,6 @@ def mountinfo(path):
     return None
 
 
-def pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-
-
 @unittest.skipUnless(os.geteuid() == 0, "needs root (mount(8))")
 @unittest.skipUnless(kf.fuse_available(), "needs /dev/fuse and fusermount3")
 @unittest.skipUnless(mount_helper() and shutil.which("mount"), "needs mount(8) and mount.fuse3 (package fuse3)")
@@ -84,10 +72,7 @@ class MountHelper(unittest.TestCase):
             if kf.is_mounted(self.b.mnt):
                 kf.unmount(self.b.mnt)
             for pid in self.pids:  # daemons this test started (through mount(8) / the helper form)
-                deadline = time.time() + 30
-                while pid_alive(pid) and time.time() < deadline:
-                    time.sleep(0.05)
-                if pid_alive(pid):
+                if not kf.wait_gone(pid):
                     os.kill(pid, signal.SIGKILL)
         finally:
             if self.link and os.path.islink(self.link):
@@ -125,7 +110,7 @@ class MountHelper(unittest.TestCase):
         r = self.run_(["kvfs", "umount", self.b.mnt])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertFalse(kf.is_mounted(self.b.mnt))
-        self.assertFalse(pid_alive(pid))
+        self.assertFalse(kf.pid_alive(pid))
 
     def test_helper_form_direct(self):
         # What mount.fuse3 executes; mount(8)'s own options are ignored, FUSE options pass through.
@@ -152,10 +137,7 @@ class MountHelper(unittest.TestCase):
         # umount(8) works as well; the daemon then flushes and exits.
         r = self.run_(["umount", self.b.mnt])
         self.assertEqual(r.returncode, 0, r.stderr)
-        deadline = time.time() + 30
-        while pid_alive(pid) and time.time() < deadline:
-            time.sleep(0.05)
-        self.assertFalse(pid_alive(pid))
+        self.assertTrue(kf.wait_gone(pid))
         # Remount through mount(8): the data is there.
         r = self.run_(["mount", "-t", "fuse.kvfs", self.b.backing, self.b.mnt, "-o",
                        "node_id=gpu7,index_dir=%s" % self.b.index])

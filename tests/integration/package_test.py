@@ -35,25 +35,6 @@ def pkg_status():
     return r.stdout.strip() if r.returncode == 0 else ""
 
 
-def pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-
-
-def wait_gone(pid, timeout=30):
-    deadline = time.time() + timeout
-    while pid_alive(pid) and time.time() < deadline:
-        time.sleep(0.05)
-    return not pid_alive(pid)
-
-
 def run(cmd, timeout=600, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
 
@@ -92,7 +73,7 @@ class DebianPackage(unittest.TestCase):
             if kf.is_mounted(self.b.mnt):
                 kf.unmount(self.b.mnt)
             for pid in self.pids:
-                if not wait_gone(pid):
+                if not kf.wait_gone(pid):
                     os.kill(pid, signal.SIGKILL)  # a daemon this test started
         finally:
             self.b.cleanup()
@@ -170,7 +151,7 @@ class DebianPackage(unittest.TestCase):
         self.assertEqual(json.loads(r.stdout)["files"], 1)
         r = run(["/usr/bin/kvfs", "umount", self.b.mnt])
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertTrue(wait_gone(pid))
+        self.assertTrue(kf.wait_gone(pid))
         # The export is clean after the unmount.
         r = run(["/usr/bin/kvfs-fsck", self.b.backing, "--json"])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
@@ -187,7 +168,7 @@ class DebianPackage(unittest.TestCase):
                 self.assertEqual(f.read(), data)
             r = run(["/usr/bin/kvfs", "umount", self.b.mnt])
             self.assertEqual(r.returncode, 0, r.stderr)
-            self.assertTrue(wait_gone(pid))
+            self.assertTrue(kf.wait_gone(pid))
 
         r = run(["dpkg", "-r", "kvfs"])
         self.assertEqual(r.returncode, 0, r.stderr)
