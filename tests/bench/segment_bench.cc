@@ -108,20 +108,27 @@ void BM_PlainWriteSync(benchmark::State& state) {
 
 constexpr int kReadValues = 32;
 
-void BM_SegmentReadValue(benchmark::State& state) {
-  const size_t n = state.range(0);
-  const bool direct = state.range(1);
-  const std::string dir = BenchDir();
+// Writes kReadValues values of n bytes into segment 1-1 under dir (locations into *locs) and opens it
+// for reading (O_DIRECT if direct).
+std::unique_ptr<BackingFile> WriteReadSegment(const std::string& dir, size_t n, bool direct,
+                                                   std::vector<Location>* locs) {
   const std::string value = Value(n);
-  std::vector<Location> locs;
   {
     auto w = std::move(*SegmentWriter::Open(Env::Posix(), dir, "bench", 1, SegmentWriterOptions{}));
-    for (int i = 0; i < kReadValues; ++i) locs.push_back(*w->Append("/bench/chunk" + std::to_string(i), 1, {value}));
+    for (int i = 0; i < kReadValues; ++i) locs->push_back(*w->Append("/bench/chunk" + std::to_string(i), 1, {value}));
     w->Close();
   }
   OpenOptions oo;
   oo.direct = direct;
-  auto f = std::move(*Env::Posix()->Open(dir + "/" + SegmentFileName(1, 1), oo));
+  return std::move(*Env::Posix()->Open(dir + "/" + SegmentFileName(1, 1), oo));
+}
+
+void BM_SegmentReadValue(benchmark::State& state) {
+  const size_t n = state.range(0);
+  const bool direct = state.range(1);
+  const std::string dir = BenchDir();
+  std::vector<Location> locs;
+  auto f = WriteReadSegment(dir, n, direct, &locs);
   char* out = AlignedAlloc(n);
   size_t i = 0;
   for (auto _ : state) {
@@ -142,16 +149,8 @@ void BM_SegmentLoadWholeValue(benchmark::State& state) {
   const size_t n = state.range(0);
   const bool direct = state.range(1);
   const std::string dir = BenchDir();
-  const std::string value = Value(n);
   std::vector<Location> locs;
-  {
-    auto w = std::move(*SegmentWriter::Open(Env::Posix(), dir, "bench", 1, SegmentWriterOptions{}));
-    for (int i = 0; i < kReadValues; ++i) locs.push_back(*w->Append("/bench/chunk" + std::to_string(i), 1, {value}));
-    w->Close();
-  }
-  OpenOptions oo;
-  oo.direct = direct;
-  auto f = std::move(*Env::Posix()->Open(dir + "/" + SegmentFileName(1, 1), oo));
+  auto f = WriteReadSegment(dir, n, direct, &locs);
   size_t i = 0;
   for (auto _ : state) {
     auto v = LoadWholeValue(f.get(), locs[i++ % locs.size()]);
