@@ -157,6 +157,26 @@ def stat_obs(path):
 # ================================================================================================
 # vLLM fs tier (C helper path, vllm.fs_io_C).
 
+def run_threads(what, target, n):
+    """Runs target(t) for t in range(n) on n threads; raises one AssertionError naming every thread that
+    raised."""
+    errors = []
+
+    def wrap(t):
+        try:
+            target(t)
+        except Exception as e:
+            errors.append("%s thread %d: %r" % (what, t, e))
+
+    threads = [threading.Thread(target=wrap, args=(t,)) for t in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise AssertionError(errors)
+
+
 def vllm_key(i):
     h = hashlib.sha256(b"vllm-key-%d" % i).hexdigest()
     if i % 4 == 3:        # "hhh exists" path: same <hhh> as key i-1, new leaf
@@ -233,22 +253,12 @@ def workload_vllm_fs(root, n_keys=32, size=VLLM_BLOCK):
     # are part of the pattern; EEXIST is swallowed as fs_io.cpp does).
     keys = [vllm_key(i) for i in range(n_keys)]
     per_key = {i: [] for i in range(n_keys)}
-    errors = []
 
     def store_thread(t):
-        try:
-            for i in range(t, n_keys, 4):
-                vllm_store(root, model_dir, keys[i], pat(i, size), "%d" % (1000 + i), per_key[i])
-        except Exception as e:
-            errors.append("store thread %d: %r" % (t, e))
+        for i in range(t, n_keys, 4):
+            vllm_store(root, model_dir, keys[i], pat(i, size), "%d" % (1000 + i), per_key[i])
 
-    threads = [threading.Thread(target=store_thread, args=(t,)) for t in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise AssertionError(errors)
+    run_threads("store", store_thread, 4)
     for i in range(n_keys):
         obs.append(("store", i, per_key[i]))
 
@@ -270,20 +280,11 @@ def workload_vllm_fs(root, n_keys=32, size=VLLM_BLOCK):
     loads = {}
 
     def load_thread(t):
-        try:
-            for i in range(t, n_keys, 4):
-                got = vllm_load(vllm_paths(root, model_dir, keys[i])[2], size)
-                loads[i] = (len(got), got == pat(i, size))
-        except Exception as e:
-            errors.append("load thread %d: %r" % (t, e))
+        for i in range(t, n_keys, 4):
+            got = vllm_load(vllm_paths(root, model_dir, keys[i])[2], size)
+            loads[i] = (len(got), got == pat(i, size))
 
-    threads = [threading.Thread(target=load_thread, args=(t,)) for t in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise AssertionError(errors)
+    run_threads("load", load_thread, 4)
     bad = [(i, loads[i]) for i in range(n_keys) if loads[i] != (size, True)]
     if bad:
         raise AssertionError("vllm load: wrong content or size for %r" % bad[:5])
@@ -301,37 +302,28 @@ def workload_vllm_fs(root, n_keys=32, size=VLLM_BLOCK):
     race_obs = [[], []]
 
     def racer(k):
+        bar.wait()
+        base, leaf, final = vllm_paths(root, model_dir, race_key)
+        o = race_obs[k]
+        # both saw ENOENT before either renamed (the recorded race); do the rest unconditionally.
+        missing = []
+        p = leaf
+        while stat_obs(p) != "dir":
+            missing.append(p)
+            p = os.path.dirname(p)
+        for d in reversed(missing):
+            r = attempt(os.mkdir, d, 0o777)
+            if r not in (None, "EEXIST"):
+                o.append(("mkdir", r))
+        tmp = "%s_race%d.tmp" % (final, k)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_TRUNC | os.O_DIRECT, 0o644)
         try:
-            bar.wait()
-            base, leaf, final = vllm_paths(root, model_dir, race_key)
-            o = race_obs[k]
-            # both saw ENOENT before either renamed (the recorded race); do the rest unconditionally.
-            missing = []
-            p = leaf
-            while stat_obs(p) != "dir":
-                missing.append(p)
-                p = os.path.dirname(p)
-            for d in reversed(missing):
-                r = attempt(os.mkdir, d, 0o777)
-                if r not in (None, "EEXIST"):
-                    o.append(("mkdir", r))
-            tmp = "%s_race%d.tmp" % (final, k)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_TRUNC | os.O_DIRECT, 0o644)
-            try:
-                o.append(("write", write_aligned(fd, pat(200, size))))
-            finally:
-                os.close(fd)
-            o.append(("rename", attempt(os.rename, tmp, final)))
-        except Exception as e:
-            errors.append("racer %d: %r" % (k, e))
+            o.append(("write", write_aligned(fd, pat(200, size))))
+        finally:
+            os.close(fd)
+        o.append(("rename", attempt(os.rename, tmp, final)))
 
-    threads = [threading.Thread(target=racer, args=(k,)) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise AssertionError(errors)
+    run_threads("racer", racer, 2)
     obs.append(("race", race_obs))
     got = vllm_load(vllm_paths(root, model_dir, race_key)[2], size)
     if got != pat(200, size):
