@@ -1335,6 +1335,10 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
   }
   fi->direct_io = direct ? 1 : 0;
   if (direct) fi->keep_cache = 0;
+  // A read-only handle's FLUSH does nothing here (OpFlush): FOPEN_NOFLUSH lets close(2) return without
+  // that round trip to the daemon (one of the ~3 requests of a warm open/read/close). Kernels before 5.16
+  // ignore the flag and keep sending FLUSH, which stays correct.
+  fi->noflush = h->writable ? 0 : 1;
   fs->AddHandle(in);
   fi->fh = reinterpret_cast<uint64_t>(h.release());
   return Status::OK();

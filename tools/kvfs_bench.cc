@@ -1,8 +1,8 @@
 // kvfs-bench: KV-cache connector workloads, direct on a (simulated) NFS export vs kvfs mounted over it.
 //
 //   kvfs-bench [--profile vllm,sglang-file,...|all] [--chunks N] [--threads T] [--chunk-bytes B]
-//              [--hit-ratio 0.5] [--latency-us 500] [--data-mbps 0] [--modes direct,kvfs]
-//              [--work DIR] [--build DIR] [--json FILE] [--no-cold-load] [--no-progress]
+//              [--hit-ratio 0.5] [--latency-us 500] [--data-mbps 0] [--modes direct,kvfs,tmpfs]
+//              [--work DIR] [--tmpfs DIR] [--build DIR] [--json FILE] [--no-cold-load] [--no-progress]
 //              [--kvfs-arg ARG]... [--nfsim-arg ARG]...
 //
 // For every profile and mode it builds a fresh stack under --work (default /var/tmp/kvfs-bench):
@@ -13,6 +13,8 @@
 // nfs/direct (mode direct) or kv/ (mode kvfs): init (excluded from counts), store, lookup, [remount of
 // the client side: kvfs and nfsim, so the load is cold in every client cache and warm only in the
 // "server's" page cache], load, warm load. Every load verifies every byte.
+// Mode tmpfs is the memory baseline of the warm-load target: the same profile, chunk set, threads and
+// syscalls on a directory of a tmpfs (--tmpfs, default /dev/shm), no FUSE, no nfsim, no remount.
 //
 // Why C++: the replay must issue exactly the connectors' syscalls (O_DIRECT with aligned buffers, dup'd
 // descriptors, pwrite per 4 KiB page) from N threads and time each one to microseconds; a Python replay
@@ -438,13 +440,13 @@ std::vector<Profile> Profiles() {
 // Stack: nfsim + (optionally) kvfs
 
 struct Config {
-  std::vector<std::string> profiles{"all"}, modes{"direct", "kvfs"};
+  std::vector<std::string> profiles{"all"}, modes{"direct", "kvfs", "tmpfs"};
   uint64_t chunks = 200, chunk_bytes = 0;
   unsigned threads = 4;
   double hit_ratio = 0.5;
   long latency_us = 500;
   double data_mbps = 0;
-  std::string work = "/var/tmp/kvfs-bench", build, json_out;
+  std::string work = "/var/tmp/kvfs-bench", tmpfs = "/dev/shm", build, json_out;
   bool cold_load = true, progress = true;
   std::vector<std::string> kvfs_args, nfsim_args;
   unsigned lookup_batch = 128;
@@ -498,15 +500,19 @@ uint64_t VmHwmKb(pid_t pid) {
   return 0;
 }
 
+enum class Mode { kDirect, kKvfs, kTmpfs };
+
 struct Stack {
   const Config& cfg;
   std::string base, src, nfs, kv, idx;
-  bool kvfs_mode;
+  bool kvfs_mode, tmpfs_mode;
   pid_t kvfs_pid = 0;
   uint64_t hwm_kb = 0;
 
-  Stack(const Config& c, const std::string& name, bool kvfs) : cfg(c), kvfs_mode(kvfs) {
-    base = c.work + "/" + name;
+  Stack(const Config& c, const std::string& name, Mode m)
+      : cfg(c), kvfs_mode(m == Mode::kKvfs), tmpfs_mode(m == Mode::kTmpfs) {
+    // tmpfs: a private directory of the tmpfs (pid in the name: concurrent runs do not collide).
+    base = tmpfs_mode ? c.tmpfs + "/kvfs-bench-" + std::to_string(getpid()) + "-" + name : c.work + "/" + name;
     src = base + "/src";
     nfs = base + "/nfs";
     kv = base + "/kv";
@@ -530,6 +536,10 @@ struct Stack {
   void Up() {
     Down();
     fs::remove_all(base);
+    if (tmpfs_mode) {
+      fs::create_directories(base + "/direct");
+      return;
+    }
     fs::create_directories(src);
     fs::create_directories(nfs);
     fs::create_directories(kv);
@@ -540,6 +550,7 @@ struct Stack {
     if (kvfs_mode) MountKvfs();
   }
   void Down() {
+    if (tmpfs_mode) return;
     if (kvfs_mode && IsMounted(kv)) {
       if (kvfs_pid > 0) hwm_kb = std::max(hwm_kb, VmHwmKb(kvfs_pid));
       if (Run({Tool("kvfs"), "umount", kv}) != 0) Run({"fusermount3", "-u", kv});
@@ -551,12 +562,14 @@ struct Stack {
   }
   // Client restart: drops kvfs's memory and both mounts' page caches; the "server" keeps its cache.
   void Remount() {
+    if (tmpfs_mode) return;  // tmpfs's pages are the data: nothing to drop
     Down();
     MountNfs();
     if (kvfs_mode) MountKvfs();
   }
-  std::string Root() const { return kvfs_mode ? kv : nfs + "/direct"; }
+  std::string Root() const { return kvfs_mode ? kv : tmpfs_mode ? base + "/direct" : nfs + "/direct"; }
   json NfsStats() const {
+    if (tmpfs_mode) return json::object();
     std::string s = GetXattr(nfs, "user.nfsim.stats");
     return s.empty() ? json::object() : json::parse(s);
   }
@@ -578,6 +591,7 @@ struct PhaseResult {
   std::map<std::string, std::vector<uint32_t>> sys_lat;
   uint64_t hits = 0;
   json nfs_before, nfs_after;
+  json kvfs_before, kvfs_after;  // kvfs's own stats (mode kvfs): FUSE requests by type
 };
 
 std::atomic<uint64_t> g_done{0};
@@ -622,6 +636,7 @@ PhaseResult RunPhase(const std::string& name, const std::string& label, uint64_t
   g_done = 0;
   g_total = n;
   r.nfs_before = stack.NfsStats();
+  r.kvfs_before = stack.KvfsStats();
   std::vector<Recorder> recs(threads);
   std::vector<std::string> errors(threads);
   std::atomic<uint64_t> bytes{0}, hits{0};
@@ -653,6 +668,7 @@ PhaseResult RunPhase(const std::string& name, const std::string& label, uint64_t
   for (auto& th : ts) th.join();
   r.seconds = static_cast<double>(NowNs() - t0) / 1e9;
   r.nfs_after = stack.NfsStats();
+  r.kvfs_after = stack.KvfsStats();
   for (auto& e : errors) {
     if (!e.empty()) Fail(name + ": " + e);
   }
@@ -707,12 +723,27 @@ json PhaseJson(PhaseResult& r) {
   b["metadata_ops_per_unit"] = static_cast<double>(d("metadata_ops")) / static_cast<double>(std::max<uint64_t>(1, r.units));
   b["syncs_per_unit"] = static_cast<double>(d("syncs")) / static_cast<double>(std::max<uint64_t>(1, r.units));
   j["backing"] = b;
+  // kvfs mode: FUSE requests the kvfs daemon served during the phase, per unit (what the kernel could
+  // not answer from its caches: e.g. open + read per chunk on a warm load).
+  if (r.kvfs_before.is_object() && r.kvfs_after.is_object() && r.kvfs_after.contains("fuse_ops")) {
+    json fo = json::object();
+    for (auto& [k, v] : r.kvfs_after["fuse_ops"].items()) {
+      uint64_t x1 = v.value("count", uint64_t{0});
+      uint64_t x0 = r.kvfs_before.contains("fuse_ops") && r.kvfs_before["fuse_ops"].contains(k)
+                        ? r.kvfs_before["fuse_ops"][k].value("count", uint64_t{0})
+                        : 0;
+      if (x1 > x0) fo[k] = static_cast<double>(x1 - x0) / static_cast<double>(std::max<uint64_t>(1, r.units));
+    }
+    j["kvfs_fuse_requests_per_unit"] = fo;
+  }
   return j;
 }
 
-json RunMode(const Config& cfg, const Profile& p, size_t size, bool kvfs) {
-  Stack stack(cfg, p.name + "-" + (kvfs ? "kvfs" : "direct"), kvfs);
-  std::string label = p.name + "/" + (kvfs ? "kvfs" : "direct");
+json RunMode(const Config& cfg, const Profile& p, size_t size, const std::string& mode) {
+  Mode m = mode == "kvfs" ? Mode::kKvfs : mode == "tmpfs" ? Mode::kTmpfs : Mode::kDirect;
+  bool kvfs = m == Mode::kKvfs;
+  Stack stack(cfg, p.name + "-" + mode, m);
+  std::string label = p.name + "/" + mode;
   json out;
   try {
     stack.Up();
@@ -794,6 +825,16 @@ std::string Fmt(double v, int prec = 1) {
   return b;
 }
 
+void PrintVsTmpfs(const json& pj) {
+  if (!pj.contains("warm_load_vs_tmpfs")) return;
+  const json& v = pj["warm_load_vs_tmpfs"];
+  std::printf("   warm load MB/s vs tmpfs (%s MB/s, same chunks, threads, syscalls):", Fmt(v["tmpfs_mb_per_s"].get<double>()).c_str());
+  for (const char* m : {"direct", "kvfs"}) {
+    if (v.contains(m)) std::printf(" %s %.2fx", m, v[m].get<double>());
+  }
+  std::printf("\n");
+}
+
 void PrintProfile(const json& pj) {
   std::printf("\n== %s: %s\n   %" PRIu64 " chunks x %" PRIu64 " B, %u threads, hit ratio %.2f, %ld us per metadata op\n",
               pj["profile"].get<std::string>().c_str(), pj["what"].get<std::string>().c_str(),
@@ -813,6 +854,7 @@ void PrintProfile(const json& pj) {
                     x["backing"]["metadata_ops_per_unit"].get<double>());
       }
     }
+    PrintVsTmpfs(pj);
     return;
   }
   const json& d = m["direct"]["phases"];
@@ -858,15 +900,27 @@ void PrintProfile(const json& pj) {
     std::printf("   backing ops/unit %-9s direct: %s\n", ph, types(d[ph]).c_str());
     std::printf("   %-26s   kvfs: %s\n", "", types(k[ph]).c_str());
   }
+  for (const char* ph : {"store", "lookup", "load", "warm_load"}) {
+    if (!k[ph].contains("kvfs_fuse_requests_per_unit")) continue;
+    std::string s;
+    for (auto& [t, v] : k[ph]["kvfs_fuse_requests_per_unit"].items()) {
+      char b[64];
+      std::snprintf(b, sizeof(b), "%s%s %.3g", s.empty() ? "" : " ", t.c_str(), v.get<double>());
+      s += b;
+    }
+    std::printf("   kvfs FUSE requests/unit %-9s %s\n", ph, s.empty() ? "-" : s.c_str());
+  }
   std::printf("   kvfs daemon peak RSS (VmHWM): %.1f MiB\n", m["kvfs"].value("daemon_vmhwm_kb", 0.0) / 1024.0);
+  PrintVsTmpfs(pj);
 }
 
 [[noreturn]] void Usage(const char* msg) {
   if (msg) std::fprintf(stderr, "kvfs-bench: %s\n", msg);
   std::fprintf(stderr,
                "usage: kvfs-bench [--profile P[,P...]|all] [--chunks N (200)] [--threads T (4)] [--chunk-bytes B]\n"
-               "  [--hit-ratio F (0.5)] [--latency-us US (500)] [--data-mbps MBPS (0)] [--modes direct,kvfs]\n"
-               "  [--work DIR (/var/tmp/kvfs-bench)] [--build DIR (this binary's build dir)] [--json FILE]\n"
+               "  [--hit-ratio F (0.5)] [--latency-us US (500)] [--data-mbps MBPS (0)] [--modes direct,kvfs,tmpfs]\n"
+               "  [--work DIR (/var/tmp/kvfs-bench)] [--tmpfs DIR (/dev/shm)] [--build DIR (this binary's build dir)]\n"
+               "  [--json FILE]\n"
                "  [--lookup-batch N (128)] [--no-cold-load] [--no-progress] [--kvfs-arg A]... [--nfsim-arg A]...\n"
                "profiles: vllm llmd lmcache-fs lmcache-nixl sglang-file sglang-nixl\n");
   std::exit(2);
@@ -901,6 +955,7 @@ int main(int argc, char** argv) {
     else if (a == "--latency-us") cfg.latency_us = std::stol(val());
     else if (a == "--data-mbps") cfg.data_mbps = std::stod(val());
     else if (a == "--work") cfg.work = val();
+    else if (a == "--tmpfs") cfg.tmpfs = val();
     else if (a == "--build") cfg.build = val();
     else if (a == "--json") cfg.json_out = val();
     else if (a == "--lookup-batch") cfg.lookup_batch = static_cast<unsigned>(std::stoul(val()));
@@ -912,6 +967,9 @@ int main(int argc, char** argv) {
     else Usage(("unknown argument " + a).c_str());
   }
   if (cfg.threads == 0 || cfg.chunks == 0 || cfg.lookup_batch == 0) Usage("threads, chunks and lookup batch must be > 0");
+  for (auto& m : cfg.modes) {
+    if (m != "direct" && m != "kvfs" && m != "tmpfs") Usage(("unknown mode " + m + " (direct, kvfs, tmpfs)").c_str());
+  }
   if (cfg.build.empty()) {
     fs::path self = fs::canonical("/proc/self/exe");
     cfg.build = self.parent_path().parent_path().string();
@@ -945,10 +1003,24 @@ int main(int argc, char** argv) {
                {"threads", cfg.threads}, {"hit_ratio", cfg.hit_ratio}, {"latency_us", cfg.latency_us}};
     json modes;
     for (auto& m : cfg.modes) {
-      modes[m] = RunMode(cfg, p, size, m == "kvfs");
+      modes[m] = RunMode(cfg, p, size, m);
       all_ok = all_ok && modes[m].value("ok", false);
     }
     pj["modes"] = modes;
+    // Warm-load target: bandwidth relative to the same loads from tmpfs (same chunks, threads, syscalls).
+    if (modes.contains("tmpfs") && modes["tmpfs"].value("ok", false)) {
+      // Both tmpfs loads read memory; the better one is the baseline (short phases on a shared machine
+      // are noisy, and the higher baseline is the conservative one for the ratio).
+      double base = std::max(modes["tmpfs"]["phases"]["load"]["mb_per_s"].get<double>(),
+                             modes["tmpfs"]["phases"]["warm_load"]["mb_per_s"].get<double>());
+      json vs = {{"tmpfs_mb_per_s", base}};
+      for (const char* m : {"direct", "kvfs"}) {
+        if (modes.contains(m) && modes[m].value("ok", false) && base > 0) {
+          vs[m] = modes[m]["phases"]["warm_load"]["mb_per_s"].get<double>() / base;
+        }
+      }
+      pj["warm_load_vs_tmpfs"] = vs;
+    }
     report["profiles"].push_back(pj);
     {
       std::lock_guard<std::mutex> g(g_label_mu);

@@ -44,6 +44,18 @@ class BenchSmokeTest(unittest.TestCase):
                     self.assertEqual(ph["load"]["bytes"], 6 * 147456)
                     self.assertEqual(ph["warm_load"]["bytes"], 6 * 147456)
                     self.assertEqual(ph["lookup"]["hits"], 4)  # half of the one request of 8 keys
+                # the tmpfs baseline of the warm-load target: same loads, verified, and the ratio reported
+                t = prof["modes"]["tmpfs"]
+                self.assertTrue(t["ok"], f"{prof['profile']}/tmpfs: {t.get('error')}")
+                self.assertEqual(t["phases"]["warm_load"]["bytes"], 6 * 147456)
+                self.assertGreater(prof["warm_load_vs_tmpfs"]["tmpfs_mb_per_s"], 0)
+                self.assertIn("kvfs", prof["warm_load_vs_tmpfs"])
+                # kvfs mode reports the FUSE requests its daemon served; read-only closes send no FLUSH
+                # (FOPEN_NOFLUSH). The two nixl profiles load through O_RDWR opens, which do flush.
+                k_load = prof["modes"]["kvfs"]["phases"]["load"]["kvfs_fuse_requests_per_unit"]
+                self.assertGreaterEqual(k_load.get("open", 0), 1.0)
+                if "nixl" not in prof["profile"]:
+                    self.assertNotIn("flush", k_load, prof["profile"])
                 # kvfs does no per-chunk metadata round trip on the backing store while storing
                 self.assertLess(prof["modes"]["kvfs"]["phases"]["store"]["backing"]["metadata_ops_per_unit"],
                                 prof["modes"]["direct"]["phases"]["store"]["backing"]["metadata_ops_per_unit"])
