@@ -128,8 +128,14 @@ Status WriteSnapshotFromIndex(Env* env, IndexDb* index, const IndexDb::View& vie
       case K::kTombstone:
         return sw->Add(JournalEntry::Unlink(it.path, it.stamp));
       case K::kSegment:
-        return sw->Add(it.segment.state == SegmentState::kDropped ? JournalEntry::Drop(it.segment.id, 0)
-                                                                  : JournalEntry::Seal(it.segment.id, 0));
+        if (it.segment.state == SegmentState::kDropped) return sw->Add(JournalEntry::Drop(it.segment.id, 0));
+        if (it.segment.cut != UINT64_MAX) {
+          const SegmentId& id = it.segment.id;
+          KVFS_RETURN_IF_ERROR(sw->Add(JournalEntry::Cut(
+              FileRef{FileRef::Kind::kSegment, id.node, id.generation, id.seq}, it.segment.cut, 0)));
+        }
+        if (it.segment.state == SegmentState::kSealed) return sw->Add(JournalEntry::Seal(it.segment.id, 0));
+        return Status::OK();
     }
     for (const auto& [name, value] : it.xattrs) {
       KVFS_RETURN_IF_ERROR(sw->Add(JournalEntry::Xattr(it.path, name, value, false, it.stamp)));

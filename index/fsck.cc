@@ -190,6 +190,14 @@ Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) 
           case JournalOp::kSymlink: a->path_stamp[e.path] = std::max(a->path_stamp[e.path], e.stamp); break;
           case JournalOp::kSeal: seals.insert(e.segment); break;
           case JournalOp::kDrop: drops.insert(e.segment); break;
+          case JournalOp::kCut:  // a segment CUT whose journal file may be retired (snapshot.h)
+            if (e.cut_file.kind == FileRef::Kind::kSegment && e.cut_file.node == node) {
+              auto& cuts = seg_cuts[node];
+              const auto key = std::make_pair(e.cut_file.generation, e.cut_file.number);
+              auto it = cuts.find(key);
+              cuts[key] = it == cuts.end() ? e.cut_offset : std::min(it->second, e.cut_offset);
+            }
+            break;
           default: break;
         }
         return Status::OK();

@@ -7,7 +7,8 @@
 //   * snapshots (index/snapshot.h): every checksum; the newest one that verifies stands for the journal
 //     files it covers, so journal files retired behind it are not missing (nothing is reported); a
 //     damaged snapshot is reported, and retired journals that no usable snapshot covers are a gap
-//     (entries lost). Entries of the snapshot in use count as references like journal entries;
+//     (entries lost). Entries of the snapshot in use count as references like journal entries (its segment
+//     CUTs too: they outlive the retired journal that first held them);
 //   * segments: header checksum; every record header + metadata checksum, walking forward from 4096 and
 //     RESYNCHRONISING at the next 4 KiB block that holds a valid record after damage (so mid-segment
 //     damage is told apart from a torn tail); footer + trailer (sealed segments); with verify_data every

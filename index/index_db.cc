@@ -241,6 +241,7 @@ std::string EncodeSeg(const SegmentInfo& s) {
   PutLE(&v, uint8_t(s.state), 1);
   PutLE(&v, s.live_bytes, 8);
   PutLE(&v, s.live_records, 8);
+  PutLE(&v, s.cut, 8);  // absent in records written before it existed (decoded as "no cut")
   return v;
 }
 bool DecodeSeg(std::string_view v, SegmentInfo* s) {
@@ -248,6 +249,7 @@ bool DecodeSeg(std::string_view v, SegmentInfo* s) {
   s->state = SegmentState(rd.U8());
   s->live_bytes = rd.U64();
   s->live_records = rd.U64();
+  s->cut = rd.s.size() >= 8 ? rd.U64() : UINT64_MAX;
   return rd.ok;
 }
 std::string EncodeTomb(uint64_t stamp, std::string_view node) {
@@ -1757,6 +1759,19 @@ struct Applier {
     return true;
   }
 
+  Result<bool> Cut(const SegmentId& seg, uint64_t offset) {
+    std::string sk = SegKey(seg);
+    std::string v;
+    bool found;
+    KVFS_RETURN_IF_ERROR(t.Get(kSegments, sk, &v, &found));
+    SegmentInfo si;
+    if (found && !DecodeSeg(v, &si)) return Status::Corruption("bad segment record");
+    if (found && (si.state == SegmentState::kDropped || si.cut <= offset)) return false;
+    si.cut = offset;
+    t.Put(kSegments, sk, EncodeSeg(si));
+    return true;
+  }
+
   Result<bool> Drop(const ApplyOp& op) {
     auto ch = SetSegState(op.segment, SegmentState::kDropped);
     if (!ch.ok()) return ch.status();
@@ -1794,6 +1809,9 @@ struct Applier {
       case ApplyOp::Kind::kMove: return Move(op);
       case ApplyOp::Kind::kSeal: return SetSegState(op.segment, SegmentState::kSealed);
       case ApplyOp::Kind::kDrop: return Drop(op);
+      // A node cuts only its own segment files (as CollectNodeCuts reads them): a peer's journal never
+      // limits another node's segment.
+      case ApplyOp::Kind::kCut: return op.segment.node == node ? Cut(op.segment, op.cut_offset) : Result<bool>(false);
     }
     return Status::InvalidArgument("unknown apply op");
   }
@@ -1971,6 +1989,15 @@ Status IndexDb::SetSegmentState(const SegmentId& seg, SegmentState state) {
   si.state = state;
   t.Put(kSegments, sk, EncodeSeg(si));
   return t.Commit();
+}
+
+Status IndexDb::SetSegmentCut(const SegmentId& seg, uint64_t offset) {
+  ApplyOp op;
+  op.kind = ApplyOp::Kind::kCut;
+  op.segment = seg;
+  op.cut_offset = offset;
+  auto r = ApplyBatch({&op, 1}, node_id_);
+  return r.ok() ? Status::OK() : r.status();
 }
 
 Result<SegmentInfo> IndexDb::GetSegment(const SegmentId& seg) {
@@ -2155,7 +2182,7 @@ Status IndexDb::ExportLive(const View& view, std::string_view node,
         !DecodeSeg(std::string_view(sit->value().data(), sit->value().size()), &item.segment)) {
       return Status::Corruption("bad segment record");
     }
-    if (item.segment.state == SegmentState::kOpen) continue;
+    if (item.segment.state == SegmentState::kOpen && item.segment.cut == UINT64_MAX) continue;
     KVFS_RETURN_IF_ERROR(fn(item));
   }
   return ToStatus(sit->status(), "export segments");

@@ -122,6 +122,10 @@ struct SegmentInfo {
   SegmentState state = SegmentState::kOpen;
   uint64_t live_bytes = 0;    // sum of lengths of committed files located in it
   uint64_t live_records = 0;  // number of committed files located in it
+  // Where a CUT{segment} entry ends the segment's valid bytes (bytes from the start of the file; the
+  // lowest of all applied CUTs); UINT64_MAX if none. Carried by snapshots (index/snapshot.h), so it
+  // outlives the journal file that held the CUT entry when that file is retired.
+  uint64_t cut = UINT64_MAX;
 };
 
 struct IndexStats {
@@ -136,7 +140,7 @@ struct Tombstone {
 
 // One journal entry to apply (DESIGN §2 "Journal"). Fields not used by a kind are ignored.
 struct ApplyOp {
-  enum class Kind : uint8_t { kPut, kRename, kUnlink, kMkdir, kRmdir, kSetattr, kXattr, kMove, kSeal, kDrop };
+  enum class Kind : uint8_t { kPut, kRename, kUnlink, kMkdir, kRmdir, kSetattr, kXattr, kMove, kSeal, kDrop, kCut };
   Kind kind = Kind::kPut;
   std::string path;        // PUT/UNLINK/MKDIR/RMDIR/SETATTR/XATTR/MOVE; RENAME: from
   std::string to;          // RENAME: destination
@@ -150,7 +154,8 @@ struct ApplyOp {
   std::string xattr_name;  // XATTR
   std::string xattr_value; // XATTR
   bool xattr_remove = false;
-  SegmentId segment;       // SEAL / DROP
+  SegmentId segment;       // SEAL / DROP / CUT (of a segment file)
+  uint64_t cut_offset = 0; // CUT: the segment's valid end (SegmentInfo::cut keeps the lowest)
   uint64_t stamp = 0;      // HLC stamp of the entry (PUT/RENAME/UNLINK/SETATTR/XATTR)
 };
 
@@ -286,6 +291,9 @@ class IndexDb {
 
   // ---- segments ----
   Status SetSegmentState(const SegmentId& seg, SegmentState state);  // registers if unknown
+  // Applies a CUT{segment} at `offset` (SegmentInfo::cut = min(cut, offset)); registers the segment
+  // (state open) if unknown; no-op for a dropped segment.
+  Status SetSegmentCut(const SegmentId& seg, uint64_t offset);
   Result<SegmentInfo> GetSegment(const SegmentId& seg);                // NotFound
   // All segments ordered by (node, generation, seq) — i.e. oldest first per node.
   Status ListSegments(const std::function<bool(const SegmentInfo&)>& fn);
@@ -310,11 +318,12 @@ class IndexDb {
     std::string symlink;
     uint64_t stamp = 0;  // kFile/kSymlink: the dentry's stamp; kTombstone: the tombstone's
     std::vector<std::pair<std::string, std::string>> xattrs;  // kDir, kFile, kSymlink
-    SegmentInfo segment;                                       // kSegment (sealed or dropped only)
+    SegmentInfo segment;                                       // kSegment (sealed, dropped or cut)
   };
   // Calls fn for every directory (root excluded) and every committed file / symlink whose dentry was
   // bound by `node` (dentry node == node), in a depth-first walk (a directory before anything under it),
-  // then for every tombstone of `node`, then for every sealed or dropped segment of `node`. Staged files are never exported. fn's error
+  // then for every tombstone of `node`, then for every segment of `node` that is sealed, dropped or has a
+  // CUT (SegmentInfo::cut). Staged files are never exported. fn's error
   // stops the walk and is returned.
   Status ExportLive(const View& view, std::string_view node, const std::function<Status(const ExportItem&)>& fn);
 

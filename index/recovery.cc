@@ -66,7 +66,10 @@ Status PlanSegmentRecovery(Env* env, const std::string& backing, const std::stri
       return f.status();
     }
     auto c = segment_cuts.find({id.generation, id.seq});
-    const uint64_t cut = c == segment_cuts.end() ? UINT64_MAX : c->second;
+    uint64_t cut = c == segment_cuts.end() ? UINT64_MAX : c->second;
+    // A CUT whose journal file was retired lives on in the index (from a snapshot).
+    auto known = index->GetSegment(id);
+    if (known.ok()) cut = std::min(cut, known->cut);
     SegmentCheck sc;
     KVFS_RETURN_IF_ERROR(CheckSegmentFile(f->get(), cut, /*verify_data=*/false, &sc));
     out->checked++;

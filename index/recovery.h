@@ -5,7 +5,8 @@
 //
 // For every segment file of `node` of a generation < G that the index does not know as sealed or dropped
 // (a SEAL / DROP entry was applied), the file is checked exactly as kvfs-fsck checks it
-// (blockstore/segment_check.h) and:
+// (blockstore/segment_check.h), honouring the CUT already made for it (at the head of a journal-<g>-0, or
+// in the index: SegmentInfo::cut, from a snapshot once that journal file was retired), and:
 //   * a torn tail (bytes after the last valid record, or a header block that was never written) or a
 //     damaged trailer gets CUT{segment, valid end} — the file itself is never truncated or rewritten;
 //   * the segment gets SEAL{segment}: an unsealed one is sealed logically (it is never appended again:

@@ -49,6 +49,9 @@ bool JournalEntryToApplyOp(const JournalEntry& e, ApplyOp* op) {
   if (!e.location.empty() && bad_node(e.location.segment.node)) return false;
   if (!e.old_location.empty() && bad_node(e.old_location.segment.node)) return false;
   if ((e.op == JournalOp::kSeal || e.op == JournalOp::kDrop) && bad_node(e.segment.node)) return false;
+  if (e.op == JournalOp::kCut && (e.cut_file.kind != FileRef::Kind::kSegment || bad_node(e.cut_file.node))) {
+    return false;  // a journal file's CUT limits only the reading of that file (CollectNodeCuts)
+  }
   op->stamp = e.stamp;
   op->path = e.path;
   switch (e.op) {
@@ -102,8 +105,11 @@ bool JournalEntryToApplyOp(const JournalEntry& e, ApplyOp* op) {
       op->location = e.location;
       op->old_location = e.old_location;
       return true;
-    case JournalOp::kCut:
-      return false;
+    case JournalOp::kCut:  // of a segment file: SegmentInfo::cut (carried by snapshots)
+      op->kind = ApplyOp::Kind::kCut;
+      op->segment = SegmentId{e.cut_file.node, e.cut_file.generation, e.cut_file.number};
+      op->cut_offset = e.cut_offset;
+      return true;
   }
   return false;
 }

@@ -42,8 +42,9 @@ namespace kvfs {
 
 inline constexpr size_t kReplayBatch = 1024;
 
-// Translates a journal entry into an index ApplyOp. false for entries the index does not apply: CUT, and
-// entries naming a segment whose node id is not a valid one (ValidateNodeId: a peer's journal must not
+// Translates a journal entry into an index ApplyOp. false for entries the index does not apply: CUT of a
+// journal file (a CUT of a segment file becomes ApplyOp::kCut, applied only to the journal's own node's
+// segments), and entries naming a segment whose node id is not a valid one (ValidateNodeId: a peer's journal must not
 // make this node open a path outside <backing>/.kvfs/v1/nodes/<node>/; logged, rate-limited, skipped).
 bool JournalEntryToApplyOp(const JournalEntry& e, ApplyOp* op);
 

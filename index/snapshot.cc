@@ -38,8 +38,11 @@ bool GetVarint(const char** p, const char* end, uint64_t* v) {
   return false;
 }
 
-bool SnapshotOp(JournalOp op) {
-  switch (op) {
+// Which entries a snapshot of format `version` may hold (CUT of a segment file since version 2).
+bool SnapshotOp(const JournalEntry& e, uint32_t version) {
+  switch (e.op) {
+    case JournalOp::kCut:
+      return version >= 2 && e.cut_file.kind == FileRef::Kind::kSegment;
     case JournalOp::kPut:
     case JournalOp::kSymlink:
     case JournalOp::kUnlink:
@@ -83,6 +86,7 @@ class SeqFile {
 
 struct Parsed {
   SnapshotInfo info;
+  uint32_t version = 0;
   uint64_t body_start = 0;
   uint64_t trailer_offset = 0;
 };
@@ -111,7 +115,8 @@ Status ParseFrame(const std::string& path, SeqFile* f, const std::string& expect
     return Status::NotSupported("snapshot " + path + " has format version " + std::to_string(version) +
                                 ", newer than this kvfs (" + std::to_string(kSnapshotVersion) + ")");
   }
-  if (version != kSnapshotVersion) return Bad(path, "unknown version " + std::to_string(version));
+  if (version < 1) return Bad(path, "unknown version " + std::to_string(version));
+  p->version = version;
   if (entry_version > kJournalEntryVersion) {
     return Status::NotSupported("snapshot " + path + " has entry version " + std::to_string(entry_version) +
                                 ", newer than this kvfs");
@@ -179,7 +184,7 @@ Status WalkChunks(const std::string& path, SeqFile* f, const Parsed& p, uint64_t
         if (!GetVarint(&q, end, &n) || n > static_cast<uint64_t>(end - q)) return Bad(path, "bad entry length");
         Status s = DecodeJournalEntry(std::string_view(q, n), &e);
         if (!s.ok()) return s.code() == Status::Code::kNotSupported ? s : Bad(path, "entry does not decode: " + s.ToString());
-        if (!SnapshotOp(e.op)) return Bad(path, std::string("unexpected ") + JournalOpName(e.op) + " entry");
+        if (!SnapshotOp(e, p.version)) return Bad(path, std::string("unexpected ") + JournalOpName(e.op) + " entry");
         q += n;
         KVFS_RETURN_IF_ERROR((*fn)(e));
       }
@@ -290,7 +295,7 @@ std::string SnapshotWriter::HeaderBytes() const {
 }
 
 Status SnapshotWriter::Add(const JournalEntry& e) {
-  if (!SnapshotOp(e.op)) return Status::InvalidArgument(std::string("snapshot: ") + JournalOpName(e.op) + " entry");
+  if (!SnapshotOp(e, kSnapshotVersion)) return Status::InvalidArgument(std::string("snapshot: ") + JournalOpName(e.op) + " entry");
   std::string enc;
   EncodeJournalEntry(e, &enc);
   PutVarint(&chunk_, enc.size());

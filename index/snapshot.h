@@ -11,7 +11,10 @@
 //     PUT of another node with an older stamp cannot resurrect the name;
 //   * MKDIR for every directory (directories carry no stamps; MKDIR creates only if missing);
 //   * XATTR for the user xattrs of those files and directories (stamp = the file's dentry stamp);
-//   * SEAL / DROP for every segment of N the index knows as sealed / dropped.
+//   * SEAL / DROP for every segment of N the index knows as sealed / dropped;
+//   * CUT{segment file, offset} for every segment of N, not dropped, that a CUT entry cut (the lowest
+//     offset; IndexDb SegmentInfo::cut): the journal file holding the CUT is retired behind the snapshot,
+//     the segment file is not, and replay, mount-time recovery and kvfs-fsck must still stop at the cut.
 // Entries are the journal's (index/journal_format.h), so applying a snapshot goes through the same
 // last-writer-wins code as the journal (index/replay.h). A snapshot "covers" every journal file of N
 // that sorts before journal-<gen>-<n> (its name), i.e. every entry up to position (gen, n, 0).
@@ -53,7 +56,8 @@ namespace kvfs {
 
 inline constexpr char kSnapshotMagic[8] = {'K', 'V', 'F', 'S', 'S', 'N', 'A', 'P'};
 inline constexpr char kSnapshotTrailerMagic[8] = {'K', 'V', 'F', 'S', 'S', 'E', 'N', 'D'};
-inline constexpr uint32_t kSnapshotVersion = 1;
+// 2: CUT{segment file} entries (version 1, which has none, is still read).
+inline constexpr uint32_t kSnapshotVersion = 2;
 inline constexpr size_t kSnapshotHeaderFixed = 64;
 inline constexpr size_t kSnapshotChunkHeader = 16;
 inline constexpr size_t kSnapshotTrailerSize = 48;

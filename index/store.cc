@@ -532,6 +532,12 @@ Status StoreImpl::RecoverSegments() {
   KVFS_RETURN_IF_ERROR(PlanSegmentRecovery(env_, opts_.backing_dir, opts_.node_id, node_dir_->generation(),
                                            index_.get(), &plan));
   for (const auto& e : plan.seals) KVFS_RETURN_IF_ERROR(index_->SetSegmentState(e.segment, SegmentState::kSealed));
+  // The index keeps the CUTs (SegmentInfo::cut) for the snapshots: the journal file that holds them is
+  // retired behind a later snapshot, the segment file is not.
+  for (const auto& e : plan.cuts) {
+    const SegmentId id{e.cut_file.node, e.cut_file.generation, e.cut_file.number};
+    KVFS_RETURN_IF_ERROR(index_->SetSegmentCut(id, e.cut_offset));
+  }
   recovery_cuts_ += plan.cuts.size();
   recovery_seals_ += plan.seals.size();
   for (auto& e : plan.cuts) startup_cuts_.push_back(std::move(e));

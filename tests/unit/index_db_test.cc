@@ -776,5 +776,51 @@ TEST(DirCookieTest, NeverReserved) {
   EXPECT_EQ(DirCookieOf("abc"), DirCookieOf("abc"));
 }
 
+// Segment CUTs (issue #6): the lowest offset is kept, only the applying node's own segments are cut, a
+// dropped segment is left alone, and the cut survives a reopen and is exported for the snapshot.
+TEST_F(IndexDbTest, SegmentCutsKeepTheLowestOwnOffset) {
+  const SegmentId own{"n1", 3, 7}, peer{"p", 3, 7}, gone{"n1", 3, 8};
+  auto cut = [&](const SegmentId& seg, uint64_t off, const std::string& node) {
+    ApplyOp op;
+    op.kind = ApplyOp::Kind::kCut;
+    op.segment = seg;
+    op.cut_offset = off;
+    auto r = db_->ApplyBatch({&op, 1}, node);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->applied : 0;
+  };
+  EXPECT_TRUE(db_->GetSegment(own).status().IsNotFound());
+  EXPECT_EQ(cut(own, 90112, "n1"), 1u);
+  EXPECT_EQ(db_->GetSegment(own)->state, SegmentState::kOpen);
+  EXPECT_EQ(db_->GetSegment(own)->cut, 90112u);
+  EXPECT_EQ(cut(own, 1 << 20, "n1"), 0u);  // a higher one changes nothing
+  EXPECT_EQ(db_->GetSegment(own)->cut, 90112u);
+  ASSERT_TRUE(db_->SetSegmentCut(own, 8192).ok());
+  EXPECT_EQ(db_->GetSegment(own)->cut, 8192u);
+  ASSERT_TRUE(db_->ApplySeal(own).ok());
+  EXPECT_EQ(db_->GetSegment(own)->cut, 8192u);  // SEAL keeps it
+  EXPECT_EQ(cut(peer, 4096, "n1"), 0u);         // another node's segment: never from our journal
+  EXPECT_TRUE(db_->GetSegment(peer).status().IsNotFound());
+  EXPECT_EQ(cut(peer, 4096, "p"), 1u);          // from its own node's journal
+  EXPECT_EQ(db_->GetSegment(peer)->cut, 4096u);
+  ASSERT_TRUE(db_->ApplyDrop(gone).ok());
+  EXPECT_EQ(cut(gone, 4096, "n1"), 0u);
+  EXPECT_EQ(db_->GetSegment(gone)->cut, UINT64_MAX);
+  Reopen();
+  EXPECT_EQ(db_->GetSegment(own)->cut, 8192u);
+  std::vector<SegmentInfo> exported;
+  auto view = db_->NewView();
+  ASSERT_TRUE(db_->ExportLive(*view, "n1", [&](const IndexDb::ExportItem& it) {
+                   if (it.kind == IndexDb::ExportItem::Kind::kSegment) exported.push_back(it.segment);
+                   return Status::OK();
+                 })
+                  .ok());
+  ASSERT_EQ(exported.size(), 2u);
+  EXPECT_TRUE(exported[0].id == own);
+  EXPECT_EQ(exported[0].cut, 8192u);
+  EXPECT_TRUE(exported[1].id == gone);
+  EXPECT_EQ(exported[1].state, SegmentState::kDropped);
+}
+
 }  // namespace
 }  // namespace kvfs

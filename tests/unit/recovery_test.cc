@@ -119,6 +119,57 @@ TEST_F(RecoveryTest, TornSegmentTailIsCutAndTheSegmentSealedAtMount) {
   EXPECT_EQ(Fsck().problems, 0u);
 }
 
+// Issue #6 (docs/semantics.md "Known bugs", seen once in crash_test.py test_sigkill_cycles): the CUT of a
+// torn segment tail lives in journal-<G>-0 of the recovering generation. Two clean unmounts later (two
+// snapshots) that journal file is retired, but the segment file stays: the CUT must outlive it (the
+// snapshot carries it), or kvfs-fsck after a clean stop reports the tail as torn again.
+TEST_F(RecoveryTest, SegmentCutSurvivesJournalRetirement) {
+  auto env = std::make_unique<FaultInjectionEnv>(Env::Posix());
+  OpenStore(env.get());
+  const Location a = WriteFile("a", Content("a", 30000, 1));
+  ASSERT_TRUE(store_->Sync().ok());
+  const std::string seg = SegPath(a);
+  const uint64_t valid_end = fs::file_size(seg);
+  env->ShortWriteNth(1, 4096 + 512, EIO, "/seg/");
+  Status err;
+  WriteFile("c", Content("c", 100000, 1), &err);
+  ASSERT_TRUE(err.IsIOError()) << err.ToString();
+  store_.reset();  // crash
+  env.reset();
+  const std::string first_journal = JournalPaths().front();
+
+  OpenStore();  // recovery: CUT{seg, valid_end} + SEAL at the head of journal-<G>-0
+  EXPECT_EQ(store_->GetStats().recovery_cuts, 1u);
+  const std::string cut_journal = JournalPaths().back();
+  CloseStore();  // snapshot 1
+  EXPECT_EQ(Fsck().problems, 0u);
+  for (int round = 0; round < 2; ++round) {  // snapshot 2 retires what snapshot 1 covers, 3 the rest
+    OpenStore();
+    ExpectNothingToRecover();
+    WriteFile("r" + std::to_string(round), Content("r", 5000 + round, 1));
+    CloseStore();
+  }
+  EXPECT_FALSE(fs::exists(first_journal));
+  EXPECT_FALSE(fs::exists(cut_journal));  // the journal file holding the CUT was retired
+  EXPECT_EQ(fs::file_size(seg), valid_end + 4096 + 512);
+  auto r = Fsck();
+  EXPECT_EQ(r.problems, 0u) << Describe(r);
+  EXPECT_EQ(r.Count(FsckKind::kSegmentTornTail), 0u) << Describe(r);
+  // The same from a rebuilt index (the snapshot, not the journals) and after a crash of a later mount.
+  fs::remove_all(index_);
+  OpenStore();
+  ExpectNothingToRecover();
+  ExpectFile("a", 30000);
+  store_.reset();
+  OpenStore();
+  EXPECT_EQ(store_->GetStats().recovery_cuts, 0u);
+  CloseStore();
+  r = Fsck();
+  EXPECT_EQ(r.problems, 0u) << Describe(r);
+  auto fixed = Fsck(/*repair=*/true);
+  EXPECT_EQ(fixed.repaired, 0u) << Describe(fixed);
+}
+
 TEST_F(RecoveryTest, HeaderlessSegmentOfACrashIsCutAtZero) {
   OpenStore();
   const Location a = WriteFile("a", Content("a", 30000, 1));

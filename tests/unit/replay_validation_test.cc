@@ -41,5 +41,17 @@ TEST(ReplayValidation, SegmentNodeIdsMustBeValid) {
   EXPECT_EQ(op.kind, ApplyOp::Kind::kDrop);
 }
 
+// A CUT of a segment file becomes an index op (SegmentInfo::cut, carried by snapshots); a CUT of a journal
+// file only limits the reading of that file and applies nothing.
+TEST(ReplayValidation, SegmentCutsApplyJournalCutsDoNot) {
+  ApplyOp op;
+  EXPECT_TRUE(JournalEntryToApplyOp(JournalEntry::Cut(FileRef{FileRef::Kind::kSegment, "ok", 3, 4}, 8192, 5), &op));
+  EXPECT_EQ(op.kind, ApplyOp::Kind::kCut);
+  EXPECT_TRUE(op.segment == (SegmentId{"ok", 3, 4}));
+  EXPECT_EQ(op.cut_offset, 8192u);
+  EXPECT_FALSE(JournalEntryToApplyOp(JournalEntry::Cut(FileRef{FileRef::Kind::kJournal, "ok", 3, 0}, 100, 5), &op));
+  EXPECT_FALSE(JournalEntryToApplyOp(JournalEntry::Cut(FileRef{FileRef::Kind::kSegment, "../x", 3, 4}, 8192, 5), &op));
+}
+
 }  // namespace
 }  // namespace kvfs

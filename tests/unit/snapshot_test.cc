@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include "blockstore/node_dir.h"
 #include "index/checkpoint.h"
@@ -59,6 +60,7 @@ class SnapshotTest : public ::testing::Test {
     v.push_back(JournalEntry::Symlink("/kv/link", "target", EntryAttrs{S_IFLNK | 0777, 0, 0, 6, 0, 0, 0}, 5));
     v.push_back(JournalEntry::Seal(SegmentId{"node-a", 3, 0}, 0));
     v.push_back(JournalEntry::Drop(SegmentId{"node-a", 2, 9}, 0));
+    v.push_back(JournalEntry::Cut(FileRef{FileRef::Kind::kSegment, "node-a", 2, 4}, 90112, 0));  // version 2
     return v;
   }
 
@@ -161,12 +163,41 @@ TEST_F(SnapshotTest, AnyDamageIsCorruptionAndDeliversNoEntry) {
   EXPECT_TRUE(VerifySnapshot(Env::Posix(), moved, "", nullptr).IsCorruption());
 }
 
+// Version 1 (before segment CUTs, issue #6) is still read; a CUT inside a version-1 file is damage.
+TEST_F(SnapshotTest, Version1IsReadWithoutCuts) {
+  auto as_v1 = [&](const std::string& path) {
+    std::string d = ReadAll(path);
+    d[8] = 1;  // version field, little-endian u32
+    const size_t node_len = static_cast<uint8_t>(d[48]) | (static_cast<uint8_t>(d[49]) << 8);
+    const std::string covered = d.substr(0, 56) + d.substr(64, node_len);
+    const uint64_t sum = XXH3_64bits(covered.data(), covered.size());
+    for (int i = 0; i < 8; i++) d[56 + i] = static_cast<char>(sum >> (8 * i));
+    WriteAll(path, d);
+  };
+  auto entries = SampleEntries(50);
+  entries.pop_back();  // the CUT
+  const std::string v1 = WriteSample(entries, 3, 7);
+  as_v1(v1);
+  uint64_t n = 0;
+  Status s = ReadSnapshot(Env::Posix(), v1, "node-a", [&](const JournalEntry&) {
+    n++;
+    return Status::OK();
+  });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(n, entries.size());
+  const std::string v1cut = WriteSample(SampleEntries(50), 3, 8);
+  as_v1(v1cut);
+  s = ReadSnapshot(Env::Posix(), v1cut, "node-a", [](const JournalEntry&) { return Status::OK(); });
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+}
+
 TEST_F(SnapshotTest, WriterRefusesHistoryOpsAndAbandonLeavesNothing) {
   {
     auto w = SnapshotWriter::Create(Env::Posix(), Dir(), "node-a", 1, 1);
     ASSERT_TRUE(w.ok());
     EXPECT_TRUE((*w)->Add(JournalEntry::Rename("/a", "/b", Location{}, 5)).IsInvalidArgument());
     EXPECT_TRUE((*w)->Add(JournalEntry::Rmdir("/a", 5)).IsInvalidArgument());
+    EXPECT_TRUE((*w)->Add(JournalEntry::Cut(FileRef{FileRef::Kind::kJournal, "node-a", 1, 0}, 8, 5)).IsInvalidArgument());
     ASSERT_TRUE((*w)->Add(JournalEntry::Unlink("/a", 5)).ok());
     EXPECT_TRUE(fs::exists(Dir() + "/" + SnapshotFileName(1, 1) + ".tmp"));
   }  // destroyed without Finish
