@@ -171,6 +171,12 @@ struct Inode {
   std::vector<std::shared_ptr<Version>> writing;  // versions with writers > 0 (primary + hidden ones)
   uint64_t committed_seq = 0;        // seq of the newest committed version
   bool contended = false;            // a hidden version is being written: page cache may mix versions
+  // Open handles of this inode that use the page cache (not direct_io): while any is open, no new
+  // version may start on this number (its O_TRUNC would reset their i_size, its writes their pages).
+  uint64_t pc_handles = 0;
+  bool renumbered = false;           // Store::Renumber moved its name to a new number (unlinked too)
+  uint64_t renumbered_parent = 0;    // ... the name it moved (a retried open expects it)
+  std::string renumbered_name;
   bool hidden_ever = false;          // never keep_cache again: cached pages may belong to a hidden version
   Attr last_attr;                    // last attributes seen (answers fstat of an unlinked file)
   Location last_loc;                 // last committed location seen (opens of a just-replaced file)
@@ -184,6 +190,7 @@ struct Handle {
   bool append = false;  // O_APPEND
   Location loc;      // readers of committed content: pinned at open
   uint64_t size = 0;
+  bool pc = false;   // counted in Inode::pc_handles (opened without direct_io)
 };
 
 Handle* H(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
@@ -218,22 +225,113 @@ struct KvfsFs::Impl {
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
   FuseOpStats op_stats;  // requests and handler latency by operation (Timed in MakeOps)
 
-  // Inode numbers that Renumber just handed out for a writer that is retrying its open (ESTALE). Their
-  // first writable open starts the new version without renumbering again, and read-only opens before
-  // it use direct_io (no page-cache pages or i_size the writer's O_TRUNC could cut). Not tied to the
-  // inode table: the kernel's retry itself FORGETs the new number once (fuse_dentry_revalidate) before
-  // it looks it up again. Bounded (kMaxFresh; a writer that never retried leaves its number here).
-  // A leaf lock.
+  // Inode numbers that Renumber handed out (the number a retried open finds). Read-only opens of them
+  // use direct_io, so such a number never has page-cache handles: a retried writable open can always
+  // start its version there (never a second ESTALE). `virgin` until the first writable open starts a
+  // version on it without renumbering again. Not tied to the inode table: the kernel's retry itself
+  // may FORGET the new number (fuse_dentry_revalidate) before it looks it up again. Bounded: the oldest
+  // numbers are dropped first (kMaxFresh renumbers later; their readers use the page cache again).
+  // fresh_mu is a leaf lock, also taken under Inode::mu.
   static constexpr size_t kMaxFresh = 65536;
   std::mutex fresh_mu;
-  std::unordered_set<uint64_t> fresh;
+  std::unordered_map<uint64_t, bool> fresh;  // ino -> virgin
+  std::deque<uint64_t> fresh_order;
+  void AddFresh(uint64_t ino, bool virgin = true) {
+    std::lock_guard<std::mutex> g(fresh_mu);
+    if (fresh.emplace(ino, virgin).second) fresh_order.push_back(ino);
+    while (fresh_order.size() > kMaxFresh) {
+      fresh.erase(fresh_order.front());
+      fresh_order.pop_front();
+    }
+  }
   bool IsFresh(uint64_t ino) {
     std::lock_guard<std::mutex> g(fresh_mu);
     return fresh.count(ino) != 0;
   }
-  bool TakeFresh(uint64_t ino) {
+  bool TakeVirgin(uint64_t ino) {
     std::lock_guard<std::mutex> g(fresh_mu);
-    return fresh.erase(ino) != 0;
+    auto it = fresh.find(ino);
+    if (it == fresh.end() || !it->second) return false;
+    it->second = false;
+    return true;
+  }
+
+  // Threads whose open (or truncate(path)) we answered ESTALE, by the request's pid (the calling
+  // thread's id), with the name a renumber moved when we know it. The kernel retries such a call once,
+  // after a fresh LOOKUP; the thread's next open is that retry, and it must not get ESTALE again (ext4
+  // never answers ESTALE): it starts its version on the number it finds when no page-cache handle is
+  // open there (docs/semantics.md §1 "Inode numbers"). While a retry on a name is pending, whatever
+  // number the name gets meanwhile (a rename over it) is kept free of page-cache readers (AddFresh),
+  // and other writers do not renumber it (the retry's OPEN may follow its LOOKUP at any time). A stale
+  // entry (the retry's LOOKUP failed) only spares the thread's next open a renumber. Bounded (cleared
+  // when kMaxFresh threads wait). A leaf lock.
+  using NameKey = std::pair<uint64_t, std::string>;
+  struct NameKeyHash {
+    size_t operator()(const NameKey& k) const {
+      return std::hash<std::string>()(k.second) ^ (std::hash<uint64_t>()(k.first) * 0x9e3779b97f4a7c15ull);
+    }
+  };
+  std::mutex retry_mu;
+  std::unordered_map<uint32_t, NameKey> retrying;          // tid -> name (parent 0: unknown)
+  std::unordered_map<NameKey, int, NameKeyHash> pending;   // name -> retrying threads
+  void MarkRetry(const fuse_ctx* ctx, uint64_t parent = 0, const std::string& name = {}) {
+    if (!ctx || ctx->pid <= 0) return;
+    std::lock_guard<std::mutex> g(retry_mu);
+    if (retrying.size() >= kMaxFresh) {
+      retrying.clear();
+      pending.clear();
+    }
+    auto [it, added] = retrying.try_emplace(static_cast<uint32_t>(ctx->pid), NameKey{parent, name});
+    if (!added) {
+      if (parent == 0 || it->second.first != 0) return;  // keep the name a renumber recorded
+      it->second = NameKey{parent, name};
+    }
+    if (parent != 0) pending[it->second]++;
+  }
+  bool TakeRetry(const fuse_ctx* ctx) {
+    if (!ctx || ctx->pid <= 0) return false;
+    std::lock_guard<std::mutex> g(retry_mu);
+    auto it = retrying.find(static_cast<uint32_t>(ctx->pid));
+    if (it == retrying.end()) return false;
+    if (it->second.first != 0) {
+      auto p = pending.find(it->second);
+      if (p != pending.end() && --p->second <= 0) pending.erase(p);
+    }
+    retrying.erase(it);
+    return true;
+  }
+  // A LOOKUP by a thread whose open is being retried: the retry's own LOOKUP (LOOKUP_REVAL) of the name
+  // it will open. The regular file found is the retry's target: from now on it gets no page-cache
+  // readers, and other writers do not renumber it.
+  void RetryLookup(const fuse_ctx* ctx, uint64_t parent, const std::string& name, uint64_t ino) {
+    if (!ctx || ctx->pid <= 0) return;
+    {
+      std::lock_guard<std::mutex> g(retry_mu);
+      if (retrying.empty()) return;
+      auto it = retrying.find(static_cast<uint32_t>(ctx->pid));
+      if (it == retrying.end()) return;
+      NameKey k{parent, name};
+      if (it->second != k) {
+        if (it->second.first != 0) {
+          auto p = pending.find(it->second);
+          if (p != pending.end() && --p->second <= 0) pending.erase(p);
+        }
+        it->second = k;
+        pending[k]++;
+      }
+    }
+    AddFresh(ino, /*virgin=*/false);
+  }
+  bool RetryPending(uint64_t parent, const std::string& name) {
+    std::lock_guard<std::mutex> g(retry_mu);
+    return !pending.empty() && pending.count(NameKey{parent, name}) != 0;
+  }
+  // The error reply of an open/create/truncate(path): a missing inode is ESTALE, and the thread's
+  // retry is expected (MarkRetry).
+  void ReplyOpenError(fuse_req_t req, const Status& s) {
+    int e = ToErrno(s, ErrCtx::kInode);
+    if (e == ESTALE) MarkRetry(fuse_req_ctx(req));
+    fuse_reply_err(req, e);
   }
 
   // Kernel page-cache invalidations run on their own thread: fuse_lowlevel_notify_inval_inode must not
@@ -577,11 +675,14 @@ struct KvfsFs::Impl {
   //    stat keep the committed content until the new version commits whole;
   //  - O_TRUNC of a staged file (created, never committed): a new empty primary version.
   // need_content=false: the caller truncates to 0 anyway (skip the copy-on-write load).
+  // retry: the kernel's retry of this thread's call that we answered ESTALE (TakeRetry): never renumber
+  // again where that is safe.
   Result<std::shared_ptr<Version>> AcquireWritable(const std::shared_ptr<Inode>& in, bool trunc,
-                                                   const fuse_ctx* ctx, bool need_content = true) {
+                                                   const fuse_ctx* ctx, bool need_content = true,
+                                                   bool retry = false) {
     for (int attempt = 0;; ++attempt) {
       std::vector<std::shared_ptr<Version>> settle;
-      auto r = AcquireWritableOnce(in, trunc, ctx, need_content, attempt < 2 ? &settle : nullptr);
+      auto r = AcquireWritableOnce(in, trunc, ctx, need_content, retry, attempt < 2 ? &settle : nullptr);
       if (settle.empty()) return r;
       // O_TRUNC while the versions of the inode are only waiting for their deferred commit (all
       // writers closed): commit them now, so the new version starts on a committed, idle inode, i.e.
@@ -596,7 +697,7 @@ struct KvfsFs::Impl {
     }
   }
   Result<std::shared_ptr<Version>> AcquireWritableOnce(const std::shared_ptr<Inode>& in, bool trunc,
-                                                       const fuse_ctx* ctx, bool need_content,
+                                                       const fuse_ctx* ctx, bool need_content, bool retry,
                                                        std::vector<std::shared_ptr<Version>>* settle) {
     std::lock_guard<std::mutex> g(in->mu);
     // Newest version being written or being committed by its last release (still in `writing`).
@@ -630,25 +731,64 @@ struct KvfsFs::Impl {
     }
     auto n = store->GetInode(in->ino);
     Attr a;
-    // Gone between the kernel's LOOKUP and this OPEN (unlinked, renumbered, or renamed over by another
-    // thread or a peer): NotFound, which the open answers with ESTALE so the kernel looks the name up
-    // again.
-    if (!n.ok()) return n.status();
-    if (n->committed && S_ISREG(n->attr.mode) && !TakeFresh(in->ino)) {
+    if (!n.ok()) {
+      // Gone between the kernel's LOOKUP and this OPEN. Unlinked or renamed over on this node: like a
+      // local fs, the open gets the doomed inode (a version that is discarded at its release), as
+      // read-only opens do — unless page-cache handles of the old content are open here (this version
+      // would reset their i_size). Renumbered, replaced by a peer, or with such handles: NotFound,
+      // which the open answers with ESTALE, so the kernel looks the name up again.
+      // On the kernel's retry, the number was live at its LOOKUP just now: the unlink or replacement
+      // (on this node before its flag is set, or a peer's) came during this open, so it is doomed too.
+      if (n.status().IsNotFound() && retry && !in->renumbered) in->unlinked = true;
+      if (!n.status().IsNotFound() || !in->unlinked || in->renumbered || in->pc_handles != 0 ||
+          in->last_attr.ino != in->ino) {
+        if (in->renumbered) MarkRetry(ctx, in->renumbered_parent, in->renumbered_name);
+        return n.status();
+      }
+      // O_TRUNC: hidden like any rewrite of committed content (racing readers of the doomed inode
+      // read its last version whole, through direct_io).
+      auto v = NewVersion(in->ino, /*hidden=*/trunc, /*direct=*/false);
+      a = in->last_attr;
+      a.nlink = 0;
+      if (trunc || !need_content || !in->last_committed || in->last_loc.empty()) {
+        if (trunc && a.size != 0) a.mtime_ns = a.ctime_ns = now;
+        a.size = 0;
+      } else {
+        a.size = std::min<uint64_t>(a.size, in->last_loc.length);
+        v->data.SetBacking(in->last_loc, a.size);
+      }
+      v->attr = a;
+      if (trunc) {
+        in->contended = true;
+        in->hidden_ever = true;
+      } else {
+        in->primary = v;
+      }
+      return join(v);
+    }
+    // A new version may start on this number only if no page-cache handle is open on it. It does so
+    // for the first writable open of a number Renumber handed out (virgin) and for the kernel's retry
+    // of an open we answered ESTALE (so the retry never fails again).
+    bool keep = false;
+    if (in->pc_handles == 0) {
+      const bool virgin = TakeVirgin(in->ino);  // used up by whichever writer comes first
+      keep = virgin || retry || RetryPending(n->parent, n->name);
+    }
+    if (n->committed && S_ISREG(n->attr.mode) && !keep) {
       // New content of a committed file gets a new inode number (DESIGN §3). The kernel keeps ONE
       // page cache and ONE i_size per inode: were the new version written under this number, a reader
       // that opened the old content (page cache) would read it cut to the new size. So the file moves
       // to a fresh number now, and the open answers ESTALE: the kernel looks the name up again
       // (LOOKUP_REVAL) and retries the open on the new number, once. This number keeps the old content
       // for its open handles (pinned Location) until they close; the kernel forgets it then.
+      MarkRetry(ctx, n->parent, n->name);  // before the name moves (OpRename checks it)
       auto nn = store->Renumber(in->ino);
       if (!nn.ok()) return nn.status();
-      {
-        std::lock_guard<std::mutex> fg(fresh_mu);
-        if (fresh.size() >= kMaxFresh) fresh.clear();  // abandoned retries; worst case one more ESTALE
-        fresh.insert(nn->attr.ino);
-      }
+      AddFresh(nn->attr.ino);
       in->unlinked = true;  // its name now belongs to the new number
+      in->renumbered = true;
+      in->renumbered_parent = n->parent;
+      in->renumbered_name = n->name;
       in->last_attr = n->attr;
       in->last_attr.ino = in->ino;
       in->last_loc = n->location;
@@ -1051,6 +1191,7 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     }
     return Reply(req, r.status());
   }
+  if (S_ISREG(r->attr.mode)) fs->RetryLookup(fuse_req_ctx(req), parent, name, r->attr.ino);
   fs->ReplyEntry(req, *r);
 }
 
@@ -1132,8 +1273,9 @@ void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fu
     } else {
       // truncate(2) by name: join the version being written (even one whose last writer is committing
       // it right now, so the new size cannot be lost), else a new version; the last writer commits.
-      auto r = fs->AcquireWritable(in, /*trunc=*/false, fuse_req_ctx(req), /*need_content=*/size != 0);
-      if (!r.ok()) return Reply(req, r.status(), ErrCtx::kInode);  // ESTALE: truncate(2) retries the path
+      const fuse_ctx* ctx = fuse_req_ctx(req);
+      auto r = fs->AcquireWritable(in, /*trunc=*/false, ctx, /*need_content=*/size != 0, fs->TakeRetry(ctx));
+      if (!r.ok()) return fs->ReplyOpenError(req, r.status());  // ESTALE: truncate(2) retries the path
       auto nv = *r;
       Status ts = fs->Truncate(*nv, size, now);
       Status s = fs->ReleaseWritable(in, nv);
@@ -1243,6 +1385,12 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
   if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) return (void)fuse_reply_err(req, EINVAL);
   if (NameTooLong(newname)) return (void)fuse_reply_err(req, ENAMETOOLONG);
   uint64_t replaced = 0;
+  if (fs->RetryPending(newparent, newname)) {
+    // A writer's open of the destination is being retried (it got ESTALE): the file it will find
+    // there must have no page-cache readers (Impl::retrying).
+    auto src = fs->store->Lookup(parent, name);
+    if (src.ok() && S_ISREG(src->attr.mode)) fs->AddFresh(src->attr.ino, /*virgin=*/false);
+  }
   Status s = fs->store->Rename(parent, name, newparent, newname, flags, &replaced);
   // The destination's old inode lost its name: its staged versions are discarded, its readers go on.
   if (s.ok() && replaced != 0) fs->MarkUnlinked(replaced);
@@ -1273,8 +1421,9 @@ void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
 }
 
 // Opens a handle of a regular file inode (shared by open and create).
+// retry: this call is the kernel's retry of one we answered ESTALE (Impl::TakeRetry).
 Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>& in, fuse_file_info* fi,
-                  bool force_trunc) {
+                  bool force_trunc, bool retry) {
   int acc = fi->flags & O_ACCMODE;
   bool writable = acc == O_WRONLY || acc == O_RDWR;
   bool trunc = force_trunc || (fi->flags & O_TRUNC);
@@ -1284,7 +1433,7 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
   bool direct = (fi->flags & O_DIRECT) || fs->opts.direct_io_all;
   fi->keep_cache = 0;
   if (writable) {
-    auto r = fs->AcquireWritable(in, trunc, fuse_req_ctx(req));
+    auto r = fs->AcquireWritable(in, trunc, fuse_req_ctx(req), true, retry);
     if (!r.ok()) return r.status();
     h->version = *r;
     h->writable = true;
@@ -1292,17 +1441,14 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
     if (h->version->direct) direct = true;
   } else {
     if (trunc) {  // O_RDONLY|O_TRUNC truncates on Linux
-      auto r = fs->AcquireWritable(in, true, fuse_req_ctx(req));
+      auto r = fs->AcquireWritable(in, true, fuse_req_ctx(req), true, retry);
       if (!r.ok()) return r.status();
       Status s = fs->ReleaseWritable(in, *r);
       if (!s.ok()) return s;
     }
-    bool contended = false, hidden_ever = false;
     {
       std::lock_guard<std::mutex> g(in->mu);
       h->version = in->primary;  // a file being written (visibly): read the staged bytes (POSIX)
-      contended = in->contended;
-      hidden_ever = in->hidden_ever;
     }
     if (!h->version) {
       auto n = fs->store->GetInode(in->ino);
@@ -1324,14 +1470,23 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
       // through the page cache or invalidates it: keep the cache across opens.
       fi->keep_cache = (n.ok() && n->committed) ? 1 : 0;
     }
-    // The kernel keeps ONE page cache and ONE i_size per inode. Once an inode has had two versions at
-    // a time (a hidden one next to the visible one), a page-cache reader could get pages or a size of
-    // the other version (zero-filled tails, or a mix): such readers read through direct_io, which
-    // returns exactly the bytes of the version this handle reads.
-    if (contended || hidden_ever || fs->IsFresh(in->ino)) {
-      direct = true;
-      fi->keep_cache = 0;
+  }
+  {
+    std::lock_guard<std::mutex> g(in->mu);
+    if (!writable) {
+      // The kernel keeps ONE page cache and ONE i_size per inode. Once an inode has had two versions
+      // at a time (a hidden one next to the visible one), a page-cache reader could get pages or a
+      // size of the other version (zero-filled tails, or a mix): such readers read through direct_io,
+      // which returns exactly the bytes of the version this handle reads. So do readers of a number
+      // Renumber handed out (a retried writer may start a version there: IsFresh), and a reader whose
+      // inode got a new visible version since it looked (this check and the writers' look at
+      // pc_handles are under in->mu).
+      if (in->contended || in->hidden_ever || in->primary != h->version || fs->IsFresh(in->ino)) {
+        direct = true;
+      }
     }
+    h->pc = !direct;
+    if (h->pc) in->pc_handles++;
   }
   fi->direct_io = direct ? 1 : 0;
   if (direct) fi->keep_cache = 0;
@@ -1345,6 +1500,13 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
 }
 
 void ReleaseHandle(KvfsFs::Impl* fs, Handle* h) {
+  auto in = h->inode;
+  if (h->pc) {
+    // First: the kernel no longer uses this handle, and the commit below makes the inode idle (a
+    // retried writable open may then start a version on it).
+    std::lock_guard<std::mutex> g(in->mu);
+    in->pc_handles--;
+  }
   if (h->writable && h->version) {
     Status s = fs->ReleaseWritable(h->inode, h->version, /*defer=*/true);
     if (!s.ok()) {
@@ -1352,7 +1514,6 @@ void ReleaseHandle(KvfsFs::Impl* fs, Handle* h) {
                  fs->PathOf(h->inode->ino), h->inode->ino, ErrnoText(s));
     }
   }
-  auto in = h->inode;
   delete h;
   fs->DropHandle(in);
 }
@@ -1362,12 +1523,12 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto in = fs->Get(ino);
   if (!in) {
     auto n = fs->store->GetInode(ino);
-    if (!n.ok()) return Reply(req, n.status(), ErrCtx::kInode);
+    if (!n.ok()) return fs->ReplyOpenError(req, n.status());
     in = fs->GetOrMake(ino, n->attr.mode);
   }
   if (S_ISDIR(in->type)) return (void)fuse_reply_err(req, EISDIR);
-  Status s = OpenHandle(fs, req, in, fi, false);
-  if (!s.ok()) return Reply(req, s, ErrCtx::kInode);
+  Status s = OpenHandle(fs, req, in, fi, false, fs->TakeRetry(fuse_req_ctx(req)));
+  if (!s.ok()) return fs->ReplyOpenError(req, s);
   if (fuse_reply_open(req, fi) != 0) ReleaseHandle(fs, H(fi));  // the kernel never saw the handle
 }
 
@@ -1375,6 +1536,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   auto* fs = FS(req);
   if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
   const fuse_ctx* ctx = fuse_req_ctx(req);
+  const bool retry = fs->TakeRetry(ctx);
   bool excl = fi->flags & O_EXCL;
   mode = (mode & 07777) | S_IFREG;
   const gid_t gid = NewEntryGid(fs, parent, ctx, &mode);
@@ -1382,14 +1544,16 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   if (!r.ok()) return Reply(req, r.status());
   const Node& n = *r;
   if (S_ISDIR(n.attr.mode)) return (void)fuse_reply_err(req, EISDIR);
+  // A writer's open of this name is being retried: keep page-cache readers off what it will find.
+  if (S_ISREG(n.attr.mode) && fs->RetryPending(parent, name)) fs->AddFresh(n.attr.ino, /*virgin=*/false);
   if (!S_ISREG(n.attr.mode)) return (void)fuse_reply_err(req, EEXIST);
   // A new staged file starts an empty version; an existing one (a lost race, or the kernel had no
   // dentry) is opened like open(2) with these flags.
   auto in = fs->Ref(n.attr.ino, n.attr.mode);
-  Status s = OpenHandle(fs, req, in, fi, false);
+  Status s = OpenHandle(fs, req, in, fi, false, retry);
   if (!s.ok()) {
     fs->Forget(n.attr.ino, 1);
-    return Reply(req, s, ErrCtx::kInode);
+    return fs->ReplyOpenError(req, s);
   }
   fuse_entry_param e;
   std::memset(&e, 0, sizeof(e));

@@ -14,7 +14,9 @@
 //     version of its own (direct_io): both writers produce whole versions, never a mix.
 //   - New content gets a new inode number (DESIGN §3): a writable open or truncate(path) of a committed
 //     file nobody writes moves it to a fresh number (Store::Renumber) and answers ESTALE, so the kernel
-//     retries on the new number; the old number keeps the old content for its open handles.
+//     retries on the new number; the old number keeps the old content for its open handles. The retry
+//     (same thread) never renumbers again: a new version starts on any number with no page-cache
+//     handle open (readers of numbers a retry may find use direct_io), so open(2) never fails ESTALE.
 //   - Versions commit in the order their last writers were released: one released before another
 //     version committed is superseded (never committed, never joined).
 //   - FLUSH writes the version's bytes as one record (Store::WriteRecord) when they changed since the
