@@ -23,6 +23,12 @@ std::shared_ptr<ValueBuffer> ValueBuffer::Copy(std::string_view bytes) {
   return b;
 }
 
+void ValueBuffer::Prefault() {
+  // volatile: the stores must happen although the bytes are overwritten by the read that follows.
+  volatile char* p = base_;
+  for (size_t off = 0; off < capacity_; off += kAlignment) p[off] = 0;
+}
+
 ValueBuffer::~ValueBuffer() { free(base_); }
 
 }  // namespace kvfs

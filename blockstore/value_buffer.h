@@ -42,6 +42,13 @@ class ValueBuffer {
   // Requires prefix + size <= capacity().
   void SetWindow(size_t prefix, size_t size) { prefix_ = prefix; size_ = size; }
   size_t capacity() const { return capacity_; }
+  // Faults in every page of the allocation (writes one byte per 4 KiB page), before an O_DIRECT read
+  // into it. Why: the kernel pins the pages of a direct read (get_user_pages); pages not yet present are
+  // faulted in under the process's mmap lock, which every concurrent allocation (mmap/munmap of other
+  // buffers) then waits for: with 4+ cold loads at a time the daemon's threads convoyed on that lock.
+  // Faulted from user space (per-VMA lock), the pin takes the lock-free fast path. Not thread-safe
+  // (the loader's, before sharing).
+  void Prefault();
 
  private:
   ValueBuffer(char* base, size_t capacity, size_t prefix, size_t size)

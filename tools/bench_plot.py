@@ -81,6 +81,19 @@ def table(name, j, prof):
         lines.append(f"| | NFS RPCs / unit (test bed) | _tbd_ | _tbd_ | |")
     hwm = prof["modes"]["kvfs"].get("daemon_vmhwm_kb", 0) / 1024
     lines.append(f"| all | kvfs daemon peak RSS (VmHWM) | | {hwm:,.0f} MiB | |")
+    vs = prof.get("warm_load_vs_tmpfs")
+    if vs:
+        lines.append(f"| warm_load | MB/s / tmpfs ({vs['tmpfs_mb_per_s']:,.0f} MB/s, same loads) | "
+                     f"{vs.get('direct', 0):.2f}x | {vs.get('kvfs', 0):.2f}x | |")
+    for ph in ("store", "load", "warm_load"):
+        if "cpu_s_per_gb" in d[ph] and "cpu_s_per_gb" in k[ph]:
+            a_, b_ = d[ph]["cpu_s_per_gb"], k[ph]["cpu_s_per_gb"]
+            lines.append(f"| {ph} | CPU s per GB (client + kvfs + nfsim) | {a_:.2f} | {b_:.2f} | "
+                         f"{(b_ / a_ if a_ else 0):.2f}x |")
+        fr = k[ph].get("kvfs_fuse_requests_per_unit")
+        if fr:
+            txt = ", ".join(f"{t} {v:.2g}" for t, v in sorted(fr.items(), key=lambda kv: -kv[1]) if t != "getxattr")
+            lines.append(f"| {ph} | kvfs FUSE requests / chunk | | {txt} | |")
     lines.append("")
     # per-syscall latencies of the store and load phases
     lines.append("<details><summary>per-syscall p50 / p99 (us)</summary>\n")

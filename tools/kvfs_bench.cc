@@ -21,6 +21,7 @@
 // would add interpreter time to every 10 us kvfs operation and serialize threads on the GIL.
 #include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -502,6 +503,31 @@ uint64_t VmHwmKb(pid_t pid) {
 
 enum class Mode { kDirect, kKvfs, kTmpfs };
 
+// CPU seconds (user + system, all threads) a process has used so far; 0 if it is gone.
+double ProcCpuS(pid_t pid) {
+  if (pid <= 0) return 0;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return 0;
+  size_t rp = line.rfind(')');  // comm may contain spaces
+  if (rp == std::string::npos) return 0;
+  std::istringstream in(line.substr(rp + 2));
+  std::string x;
+  unsigned long long utime = 0, stime = 0;
+  for (int field = 3; field <= 15 && in >> x; ++field) {
+    if (field == 14) utime = std::strtoull(x.c_str(), nullptr, 10);
+    if (field == 15) stime = std::strtoull(x.c_str(), nullptr, 10);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double SelfCpuS() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto tv = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return tv(ru.ru_utime) + tv(ru.ru_stime);
+}
+
 struct Stack {
   const Config& cfg;
   std::string base, src, nfs, kv, idx;
@@ -587,11 +613,13 @@ struct PhaseResult {
   std::string name;
   uint64_t units = 0, bytes = 0;  // units: chunks stored/loaded or keys probed
   double seconds = 0;
+  int64_t start_ns = 0, end_ns = 0;  // CLOCK_MONOTONIC: `perf record -k CLOCK_MONOTONIC` + `perf report --time`
   std::vector<uint32_t> op_lat;
   std::map<std::string, std::vector<uint32_t>> sys_lat;
   uint64_t hits = 0;
   json nfs_before, nfs_after;
-  json kvfs_before, kvfs_after;  // kvfs's own stats (mode kvfs): FUSE requests by type
+  json kvfs_before, kvfs_after;
+  double cpu_client = 0, cpu_kvfs = 0, cpu_nfsim = 0;  // CPU seconds used during the phase  // kvfs's own stats (mode kvfs): FUSE requests by type
 };
 
 std::atomic<uint64_t> g_done{0};
@@ -637,6 +665,8 @@ PhaseResult RunPhase(const std::string& name, const std::string& label, uint64_t
   g_total = n;
   r.nfs_before = stack.NfsStats();
   r.kvfs_before = stack.KvfsStats();
+  pid_t nfsim_pid = static_cast<pid_t>(r.nfs_before.value("pid", 0));
+  double c0 = SelfCpuS(), k0 = ProcCpuS(stack.kvfs_pid), n0 = ProcCpuS(nfsim_pid);
   std::vector<Recorder> recs(threads);
   std::vector<std::string> errors(threads);
   std::atomic<uint64_t> bytes{0}, hits{0};
@@ -666,7 +696,12 @@ PhaseResult RunPhase(const std::string& name, const std::string& label, uint64_t
     });
   }
   for (auto& th : ts) th.join();
-  r.seconds = static_cast<double>(NowNs() - t0) / 1e9;
+  r.start_ns = t0;
+  r.end_ns = NowNs();
+  r.cpu_client = SelfCpuS() - c0;
+  r.cpu_kvfs = stack.kvfs_pid > 0 ? ProcCpuS(stack.kvfs_pid) - k0 : 0;
+  r.cpu_nfsim = nfsim_pid > 0 ? ProcCpuS(nfsim_pid) - n0 : 0;
+  r.seconds = static_cast<double>(r.end_ns - t0) / 1e9;
   r.nfs_after = stack.NfsStats();
   r.kvfs_after = stack.KvfsStats();
   for (auto& e : errors) {
@@ -686,6 +721,7 @@ json PhaseJson(PhaseResult& r) {
   json j;
   j["units"] = r.units;
   j["seconds"] = r.seconds;
+  j["monotonic_s"] = {static_cast<double>(r.start_ns) / 1e9, static_cast<double>(r.end_ns) / 1e9};
   j["units_per_s"] = r.seconds > 0 ? static_cast<double>(r.units) / r.seconds : 0;
   j["bytes"] = r.bytes;
   j["mb_per_s"] = r.seconds > 0 ? static_cast<double>(r.bytes) / 1e6 / r.seconds : 0;
@@ -723,6 +759,12 @@ json PhaseJson(PhaseResult& r) {
   b["metadata_ops_per_unit"] = static_cast<double>(d("metadata_ops")) / static_cast<double>(std::max<uint64_t>(1, r.units));
   b["syncs_per_unit"] = static_cast<double>(d("syncs")) / static_cast<double>(std::max<uint64_t>(1, r.units));
   j["backing"] = b;
+  // CPU seconds the phase cost (clock ticks: 10 ms resolution), and per GB moved: what a CPU-bound run
+  // on a shared machine is limited by, less sensitive to the other load than MB/s.
+  double gb = static_cast<double>(r.bytes) / 1e9;
+  j["cpu_s"] = {{"client", r.cpu_client}, {"kvfs", r.cpu_kvfs}, {"nfsim", r.cpu_nfsim},
+                {"total", r.cpu_client + r.cpu_kvfs + r.cpu_nfsim}};
+  if (gb > 0) j["cpu_s_per_gb"] = (r.cpu_client + r.cpu_kvfs + r.cpu_nfsim) / gb;
   // kvfs mode: FUSE requests the kvfs daemon served during the phase, per unit (what the kernel could
   // not answer from its caches: e.g. open + read per chunk on a warm load).
   if (r.kvfs_before.is_object() && r.kvfs_after.is_object() && r.kvfs_after.contains("fuse_ops")) {
@@ -883,6 +925,11 @@ void PrintProfile(const json& pj) {
                  Fmt(a["backing"]["bytes_read"].get<double>() / 1e6, 0)).c_str(),
                 (Fmt(b["backing"]["bytes_written"].get<double>() / 1e6, 0) + " / " +
                  Fmt(b["backing"]["bytes_read"].get<double>() / 1e6, 0)).c_str());
+    if (a.contains("cpu_s_per_gb") && b.contains("cpu_s_per_gb")) {
+      std::printf("   %-26s %14.2f %14.2f %7.2fx\n", (std::string(ph) + " CPU s/GB (all procs)").c_str(),
+                  a["cpu_s_per_gb"].get<double>(), b["cpu_s_per_gb"].get<double>(),
+                  a["cpu_s_per_gb"].get<double>() > 0 ? b["cpu_s_per_gb"].get<double>() / a["cpu_s_per_gb"].get<double>() : 0);
+    }
   }
   auto types = [](const json& x) {
     std::string s;

@@ -255,6 +255,11 @@ void OpInit(void*, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   if (conn->capable & FUSE_CAP_ASYNC_DIO) conn->want |= FUSE_CAP_ASYNC_DIO;
   if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+  // Requests in flight: an NFSv4.1 client has 64 session slots (nfs.max_session_slots); FUSE's default
+  // of 12 background requests (async direct I/O, read-ahead) made 4+ threads of 2.25 MiB O_DIRECT reads
+  // queue in fuse_get_req, in front of the "network".
+  conn->max_background = 64;
+  conn->congestion_threshold = 48;
   if (g_fs->o.splice) {
     conn->want |= (conn->capable & (FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE));
   } else {
