@@ -21,7 +21,11 @@ run() {  # name, args...
   echo "== $name: kvfs-bench $*"
   "$bench" --json "$out/$name.json" "$@" | tee "$out/$name.txt"
 }
-run vllm          --profile vllm --chunks "$n2"
+# vLLM loads are O_DIRECT: a warm load is served by kvfs's LRU, which must hold the chunks (2,000 x 2.25 MiB
+# = 4.7 GB in the full run; the default --cache-size is 1 GiB).
+cache=()
+[ "$size" = full ] && cache=(--kvfs-arg --cache-size --kvfs-arg 6GiB)
+run vllm          --profile vllm --chunks "$n2" "${cache[@]}"
 run vllm-36MiB    --profile vllm --chunks "$n36" --chunk-bytes 37748736
 run vllm-36MiB-nolat --profile vllm --chunks "$n36" --chunk-bytes 37748736 --latency-us 0
 run llmd          --profile llmd --chunks "$n36"
