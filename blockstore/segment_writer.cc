@@ -59,6 +59,7 @@ struct SegmentWriter::Pending {
   uint64_t stamp = 0;
   uint16_t flags = 0;
   const std::vector<std::string_view>* parts = nullptr;
+  const ValueSource* source = nullptr;  // streamed record (AppendStreamed): parts is null
   uint64_t value_len = 0;
   uint64_t value_delta = 0;  // ValueDelta: meta bytes padded to 4 KiB
   uint64_t span = 0;         // RecordSpan
@@ -187,7 +188,32 @@ Result<Location> SegmentWriter::Append(std::string_view path, uint64_t stamp,
   p.flags = flags;
   p.parts = &parts;
   KVFS_RETURN_IF_ERROR(Prepare(&p));
+  return Enqueue(&p);
+}
 
+Result<Location> SegmentWriter::AppendStreamed(std::string_view path, uint64_t stamp, uint64_t value_len,
+                                               const ValueSource& source, uint16_t flags) {
+  Pending p;
+  p.path = path;
+  p.stamp = stamp;
+  p.flags = flags;
+  p.source = &source;
+  if (p.path.empty() || p.path.size() > format::kMaxPathLength) {
+    return Status::InvalidArgument("segment writer: path length must be 1..65535");
+  }
+  if (flags & ~format::kRecordKnownFlags) return Status::InvalidArgument("segment writer: unknown record flags");
+  if (format::BlockCount(value_len) > UINT32_MAX) return Status::InvalidArgument("segment writer: value too large");
+  p.value_len = value_len;
+  p.value_delta = format::ValueDelta(p.path.size(), value_len);
+  p.span = format::RecordSpan(p.path.size(), value_len);
+  p.path_hash = format::Hash64(p.path.data(), p.path.size());
+  p.buf = AllocAligned(p.value_delta);  // the metadata, encoded once the value is written
+  if (!p.buf) return Status::IOError("segment writer: out of memory for a staging buffer", ENOMEM);
+  return Enqueue(&p);
+}
+
+Result<Location> SegmentWriter::Enqueue(Pending* pp) {
+  Pending& p = *pp;
   std::unique_lock<std::mutex> lk(mu_);
   if (closed_) return Status::InvalidArgument("segment writer: closed");
   if (!broken_.ok()) return broken_;
@@ -197,18 +223,23 @@ Result<Location> SegmentWriter::Append(std::string_view path, uint64_t stamp,
     if (!p.status.ok()) return p.status;
     return p.loc;
   }
-  // Leader: take a batch from the front of the queue.
+  // Leader: take a batch from the front of the queue. A streamed record is a batch of its own (so its
+  // source always runs on its appender's thread).
   std::vector<Pending*> batch;
   uint64_t bytes = 0;
   for (Pending* w : queue_) {
-    if (!batch.empty() && bytes + w->span > opts_.max_batch_bytes) break;
+    if (!batch.empty() && (w->source || batch[0]->source || bytes + w->span > opts_.max_batch_bytes)) break;
     batch.push_back(w);
     bytes += w->span;
   }
   const Status broken = broken_;
   lk.unlock();
   if (broken.ok()) {
-    WriteBatch(batch);
+    if (batch[0]->source) {
+      WriteStreamed(batch[0]);
+    } else {
+      WriteBatch(batch);
+    }
   } else {
     for (Pending* w : batch) w->status = broken;
   }
@@ -309,6 +340,77 @@ void SegmentWriter::WriteBatch(const std::vector<Pending*>& batch) {
     next_offset_ += w->span;
   }
   flush();
+}
+
+Status SegmentWriter::PlaceRecord(uint64_t span) {
+  if (active_ && !footer_.empty()) {
+    const uint64_t count = footer_.size() + 1;
+    if (next_offset_ + span + format::FooterBytes(count) + format::kTrailerBlockSize > opts_.segment_size) {
+      SealActive();  // a failed seal leaves the segment unsealed (recovery scans it), as in WriteBatch
+      active_.reset();
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!broken_.ok()) return broken_;
+    }
+  }
+  if (!active_) return OpenNextSegment();
+  return Status::OK();
+}
+
+void SegmentWriter::WriteStreamed(Pending* w) {
+  Status s = PlaceRecord(w->span);
+  if (!s.ok()) {
+    w->status = s;
+    return;
+  }
+  const uint64_t record_offset = next_offset_, value_offset = record_offset + w->value_delta;
+  const uint64_t len = w->value_len, blocks = format::BlockCount(len);
+  std::vector<uint64_t> sums(blocks);
+  AlignedBuf piece = AllocAligned(static_cast<size_t>(std::min<uint64_t>(kStreamPiece, AlignUp(len))));
+  if (!piece) s = Status::IOError("segment writer: out of memory for a stream buffer", ENOMEM);
+  for (uint64_t pos = 0; s.ok() && pos < len;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kStreamPiece, len - pos));
+    s = (*w->source)(pos, n, piece.get());
+    if (!s.ok()) break;
+    for (uint64_t b = pos / kChecksumBlock; b * kChecksumBlock < pos + n; ++b) {
+      sums[b] = XXH3_64bits(piece.get() + (b * kChecksumBlock - pos),
+                            std::min<uint64_t>(kChecksumBlock, len - b * kChecksumBlock));
+    }
+    const size_t padded = static_cast<size_t>(AlignUp(n));
+    std::memset(piece.get() + n, 0, padded - n);
+    s = active_->Write(value_offset + pos, piece.get(), padded);
+    pos += n;
+  }
+  if (s.ok()) {
+    char* b = w->buf.get();
+    format::RecordHeader h;
+    h.flags = w->flags;
+    h.path_len = static_cast<uint32_t>(w->path.size());
+    h.value_len = len;
+    h.stamp = w->stamp;
+    h.block_count = static_cast<uint32_t>(blocks);
+    h.meta_checksum = format::MetaChecksum(w->path, sums.data(), blocks);
+    format::EncodeRecordHeader(h, b);
+    std::memcpy(b + format::kRecordHeaderSize, w->path.data(), w->path.size());
+    if (blocks) std::memcpy(b + format::kRecordHeaderSize + w->path.size(), sums.data(), blocks * sizeof(uint64_t));
+    const uint64_t meta = format::RecordMetaSize(w->path.size(), len);
+    std::memset(b + meta, 0, w->value_delta - meta);
+    s = active_->Write(record_offset, b, w->value_delta);  // the metadata last: the record is valid now
+  }
+  MarkDirty();
+  if (!s.ok()) {
+    w->status = s;  // next_offset_ unchanged: the next append reuses the space, nothing points into it
+    w->loc = Location{};
+    return;
+  }
+  w->loc = Location{SegmentId{node_, generation_, active_seq_}, record_offset, value_offset, len};
+  w->status = Status::OK();
+  next_offset_ += w->span;
+  footer_.push_back(format::FooterEntry{record_offset, value_offset, len, w->stamp, w->path_hash});
+  active_data_bytes_ += len;
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.records += 1;
+  stats_.value_bytes += len;
+  stats_.batches += 1;
 }
 
 Status SegmentWriter::OpenNextSegment() {

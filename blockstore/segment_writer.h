@@ -88,6 +88,21 @@ class SegmentWriter {
   Result<Location> Append(std::string_view path, uint64_t stamp, const std::vector<std::string_view>& parts,
                           uint16_t flags = 0);
 
+  // Fills out[0, len) with value bytes [off, off + len) of a streamed record. Called on the appender's
+  // own thread, in value order, with off a multiple of kStreamPiece and len <= kStreamPiece.
+  using ValueSource = std::function<Status(uint64_t off, size_t len, char* out)>;
+  static constexpr size_t kStreamPiece = 4u << 20;  // bytes; a multiple of the 64 KiB checksum block
+  // Appends one record of value_len bytes produced by `source` piece by piece, so the caller never
+  // holds the whole value in memory (the writer holds one kStreamPiece buffer). Same record format and
+  // Location as Append. The record is written alone: appends queued behind it wait until it is done
+  // (as they wait for one large batch). Its value is written first and its metadata (header, path,
+  // checksum table, computed while streaming) last, so a crash in the middle leaves no valid record
+  // (a torn tail for recovery), never a record with wrong bytes. If source fails (or a write does),
+  // the record is not written, its space is reused by the next append (as after a failed batch), and
+  // the error is returned.
+  Result<Location> AppendStreamed(std::string_view path, uint64_t stamp, uint64_t value_len,
+                                  const ValueSource& source, uint16_t flags = 0);
+
   // Durability barrier (see above). Concurrent Syncs are serialized.
   Status Sync();
 
@@ -114,7 +129,10 @@ class SegmentWriter {
 
   SegmentWriter(Env* env, std::string seg_dir, std::string node, uint64_t generation, SegmentWriterOptions opts);
   Status Prepare(Pending* p);
+  Result<Location> Enqueue(Pending* p);
   void WriteBatch(const std::vector<Pending*>& batch);  // leader only
+  void WriteStreamed(Pending* w);                       // leader only; a batch of its own
+  Status PlaceRecord(uint64_t span);                    // leader only: seal / open so span fits
   Status OpenNextSegment();                             // leader only
   Status SealActive();                                  // leader only
   void MarkDirty();                                     // leader only; takes mu_

@@ -99,6 +99,8 @@ struct Staging {
   std::atomic<int64_t> ram_bytes{0};      // RAM chunks of all staged versions (ChunkBuffer::capacity)
   std::atomic<int64_t> spilled_bytes{0};  // provisional records written for versions still staged
   std::atomic<uint64_t> spills{0}, spilled_total{0}, spill_errors{0}, whole_record_commits{0};
+  std::atomic<uint64_t> streamed_commits{0};  // records written by streaming a partly spilled version
+  Store* store = nullptr;  // ReleaseProvisional of a version's spills when it is gone
   std::mutex mu;  // guards versions
   std::unordered_map<const Version*, std::weak_ptr<Version>> versions;
 };
@@ -110,6 +112,8 @@ struct Version {
   ~Version() {
     staging->ram_bytes.fetch_sub(static_cast<int64_t>(data.capacity()));
     staging->spilled_bytes.fetch_sub(static_cast<int64_t>(spilled));
+    // Nothing references its spills any more: their segments may be evicted or reclaimed.
+    for (const Location& l : spills) staging->store->ReleaseProvisional(l);
     std::lock_guard<std::mutex> g(staging->mu);
     staging->versions.erase(this);
   }
@@ -128,6 +132,9 @@ struct Version {
   std::shared_mutex mu;
   ChunkBuffer data;   // RAM chunks + references (copy-on-write base, spilled chunks)
   uint64_t spilled = 0;             // bytes of the provisional records written for this version
+  // Its provisional records: each pins its segment against eviction (Store::ReleaseProvisional) until
+  // the version is destroyed, so its close never finds a spill evicted.
+  std::vector<Location> spills;
   std::atomic<uint64_t> ram{0};     // data.capacity() as of the last change (victim choice, no lock)
   std::atomic<bool> spilling{false};  // a thread is spilling it (others pick another victim)
   Attr attr;          // mode, uid, gid, times; attr.size is ignored (data.size() is the size)
@@ -198,7 +205,7 @@ Handle* H(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
 }  // namespace
 
 struct KvfsFs::Impl {
-  Impl(Store* s, FsOptions o) : store(s), opts(o) {}
+  Impl(Store* s, FsOptions o) : store(s), opts(o) { staging.store = s; }
 
   Store* store;
   FsOptions opts;
@@ -217,6 +224,13 @@ struct KvfsFs::Impl {
   ChunkBuffer::Fetch fetch = [this](const Location& l, uint64_t off, size_t len, char* out) -> Status {
     size_t got = 0;
     Status s = store->Read(l, off, len, out, &got);
+    if (s.ok() && got != len) return Status::Corruption("short read of a staged extent");
+    return s;
+  };
+  // The same without loading values into the LRU: a streamed commit reads each spilled byte once.
+  ChunkBuffer::Fetch fetch_uncached = [this](const Location& l, uint64_t off, size_t len, char* out) -> Status {
+    size_t got = 0;
+    Status s = store->ReadUncached(l, off, len, out, &got);
     if (s.ok() && got != len) return Status::Corruption("short read of a staged extent");
     return s;
   };
@@ -659,6 +673,7 @@ struct KvfsFs::Impl {
       off += parts[k].size();
     }
     AccountRam(v, cap);
+    v.spills.push_back(*r);
     v.spilled += r->length;
     staging.spilled_bytes += static_cast<int64_t>(r->length);
     staging.spilled_total += r->length;
@@ -904,16 +919,18 @@ struct KvfsFs::Impl {
     if (!v.data.has_refs()) {
       r = store->WriteRecord(in.ino, v.data.Parts());
     } else {
-      // Partly spilled (or a changed copy-on-write version): the value is written again whole, its
-      // referenced chunks read back (verified) into temporary buffers for the duration of the write.
-      std::vector<std::string_view> parts;
-      std::vector<std::unique_ptr<char[]>> temps;
-      Status gs = v.data.Gather(fetch, &parts, &temps);
-      if (gs.ok()) {
-        r = store->WriteRecord(in.ino, parts);
-      } else {
-        r = gs;
-      }
+      // Partly spilled (or a changed copy-on-write version): the value is written again whole, streamed
+      // in 4 MiB pieces: the referenced chunks are copied segment-to-segment (read back verified,
+      // bypassing the LRU) and the RAM chunks copied in, so the commit needs one 4 MiB buffer, not the
+      // file's size.
+      const uint64_t size = v.data.size();
+      r = store->WriteRecordStreamed(in.ino, size, [&](uint64_t off, size_t len, char* out) -> Status {
+        size_t got = 0;
+        KVFS_RETURN_IF_ERROR(v.data.Read(off, len, out, fetch_uncached, &got));
+        if (got != len) return Status::Corruption("short read of a staged version");
+        return Status::OK();
+      });
+      if (r.ok()) staging.streamed_commits++;
     }
     if (!r.ok()) {
       flush_errors++;
@@ -2117,6 +2134,7 @@ FsStats KvfsFs::GetFsStats() {
   s.spilled_bytes_total = impl_->staging.spilled_total.load();
   s.spill_errors = impl_->staging.spill_errors.load();
   s.whole_record_commits = impl_->staging.whole_record_commits.load();
+  s.streamed_commits = impl_->staging.streamed_commits.load();
   s.shadow_versions_created = impl_->shadows.load();
   s.versions_committed = impl_->committed.load();
   s.versions_discarded = impl_->discarded.load();

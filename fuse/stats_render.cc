@@ -104,7 +104,8 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                    {"records_reinserted", st.records_reinserted},
                    {"bytes_reinserted", st.bytes_reinserted},
                    {"writer_waits", st.writer_waits},
-                   {"nospace_events", st.nospace_events}};
+                   {"nospace_events", st.nospace_events},
+                   {"segments_pinned", st.segments_pinned}};
   j["recovery"] = {{"own_entries_applied", st.recovery_entries},
                    {"cuts", st.recovery_cuts},
                    {"seals", st.recovery_seals}};
@@ -137,6 +138,7 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                {"spilled_bytes_total", f.spilled_bytes_total},
                {"spill_errors", f.spill_errors},
                {"whole_record_commits", f.whole_record_commits},
+               {"streamed_commits", f.streamed_commits},
                {"shadow_versions_created", f.shadow_versions_created},
                {"versions_committed", f.versions_committed},
                {"versions_discarded", f.versions_discarded},

@@ -139,6 +139,12 @@ class StoreImpl final : public Store {
     return AppendRecord(ino, parts, format::kRecordFlagProvisional);
   }
   Result<Location> AppendRecord(uint64_t ino, const std::vector<std::string_view>& parts, uint16_t flags);
+  Result<Location> WriteRecordStreamed(uint64_t ino, uint64_t length, const RecordSource& source) override;
+  // Capacity checks, the append itself (fn(tag, stamp)), pins and accounting of one record.
+  Result<Location> AppendWith(uint64_t ino, uint64_t len, uint16_t flags,
+                              const std::function<Result<Location>(const std::string&, uint64_t)>& fn);
+  void ReleaseProvisional(const Location& loc) override;
+  Status ReadUncached(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) override;
   Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr) override;
   Result<Node> Renumber(uint64_t ino) override;
   Status Read(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) override;
@@ -327,7 +333,9 @@ class StoreImpl final : public Store {
   // RESERVE released for a full backing, or not creatable for lack of space: record writes then keep
   // that much of the backing free for the journal (so deletes work) until RESERVE is back.
   std::atomic<bool> hold_reserve_{false};
-  std::set<SegmentId> spill_segs_;  // segments with provisional records (spills) of this mount
+  // Segments holding provisional records (spills) not yet released (ReleaseProvisional) -> how many:
+  // never dropped, neither as dead nor by eviction.
+  std::map<SegmentId, uint64_t> spill_pins_;
   uint64_t ReserveBytes() const { return std::min(kReserveMaxBytes, opts_.segment_size / 4); }
   std::chrono::steady_clock::time_point last_dead_scan_{};
   struct Dropping {
@@ -342,6 +350,7 @@ class StoreImpl final : public Store {
   std::set<SegmentId> dropped_own_;         // this node's segments dropped during this mount
   std::deque<Dropping> dropping_;           // dropped, waiting for their unlink (due order)
   uint64_t node_bytes_ = 0, dropping_bytes_ = 0, inflight_bytes_ = 0;
+  uint64_t waiting_bytes_ = 0;  // bytes writers wait for in ReserveSpace (the evictor makes room for them)
   bool evict_stop_ = false, evict_wake_ = false, emergency_ = false, stuck_ = false;
   bool reserve_present_ = false;            // evictor thread (and Init) only
   std::thread evict_thread_;
@@ -876,14 +885,41 @@ Status StoreImpl::RemoveXattr(uint64_t ino, std::string_view name) {
 
 Result<Location> StoreImpl::AppendRecord(uint64_t ino, const std::vector<std::string_view>& parts,
                                          uint16_t flags) {
+  uint64_t len = 0;
+  for (auto p : parts) len += p.size();
+  return AppendWith(ino, len, flags, [&](const std::string& tag, uint64_t stamp) {
+    return Segments()->Append(tag, stamp, parts, flags);
+  });
+}
+
+Result<Location> StoreImpl::WriteRecordStreamed(uint64_t ino, uint64_t length, const RecordSource& source) {
+  return AppendWith(ino, length, 0, [&](const std::string& tag, uint64_t stamp) {
+    return Segments()->AppendStreamed(tag, stamp, length, source);
+  });
+}
+
+void StoreImpl::ReleaseProvisional(const Location& loc) {
+  if (loc.empty()) return;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    auto it = spill_pins_.find(loc.segment);
+    if (it == spill_pins_.end()) return;
+    if (--it->second > 0) return;
+    spill_pins_.erase(it);
+    stuck_ = false;  // a segment may be evictable again
+    evict_wake_ = true;
+  }
+  evict_cv_.notify_one();
+}
+
+Result<Location> StoreImpl::AppendWith(uint64_t ino, uint64_t len, uint16_t flags,
+                                       const std::function<Result<Location>(const std::string&, uint64_t)>& fn) {
   auto path = index_->FullPath(ino);
   // A staged file that was unlinked (or detached) still writes its record: it may be renamed back or
   // committed; the record tag is informational.
   std::string tag = path.ok() ? *path : "/.kvfs-detached/" + std::to_string(ino);
   uint64_t need = 0;
   if (evict_enabled_) {
-    uint64_t len = 0;
-    for (auto p : parts) len += p.size();
     need = AlignUp(len) + kAlignment;  // value + its metadata block (path, checksum table)
     if (hold_reserve_.load()) {
       // The backing was full: one statvfs per record until RESERVE is back (store.h).
@@ -896,10 +932,10 @@ Result<Location> StoreImpl::AppendRecord(uint64_t ino, const std::vector<std::st
     }
     if (opts_.capacity_bytes) KVFS_RETURN_IF_ERROR(ReserveSpace(need));
   }
-  auto loc = Segments()->Append(tag, hlc_.Now(), parts, flags);
+  auto loc = fn(tag, hlc_.Now());
   if (loc.ok() && (flags & format::kRecordFlagProvisional)) {
     std::lock_guard<std::mutex> l(cap_mu_);
-    spill_segs_.insert(loc->segment);  // never "dead" while this mount runs (ReclaimDeadSegments)
+    spill_pins_[loc->segment]++;  // until ReleaseProvisional: never dropped (dead or evicted)
   }
   if (loc.ok()) records_written_++;
   if (evict_enabled_) {
@@ -996,6 +1032,28 @@ Status StoreImpl::Read(const Location& loc, uint64_t offset, size_t len, char* b
     *got = p.len;
   }
   return Status::OK();
+}
+
+Status StoreImpl::ReadUncached(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) {
+  *got = 0;
+  if (loc.empty() || offset >= loc.length || len == 0) return Status::OK();
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(len, loc.length - offset));
+  if (auto v = cache_.Lookup(CacheKey(loc))) {
+    cache_hits_++;
+    std::memcpy(buf, v->data() + offset, n);
+    *got = n;
+    return Status::OK();
+  }
+  cache_misses_++;
+  auto file = SegmentFile(loc.segment);
+  if (!file.ok()) return GoneOr(loc, file.status());
+  Status s = ReadValue(file->get(), loc, offset, n, buf, got);
+  if (s.IsCorruption()) {
+    checksum_failures_++;
+    LogLimited(spdlog::level::err, "checksum", "kvfs: checksum mismatch reading segment {}/{}-{} record @{}: {}",
+               loc.segment.node, loc.segment.generation, loc.segment.seq, loc.record_offset, ErrnoText(s));
+  }
+  return GoneOr(loc, s);
 }
 
 Status StoreImpl::ReadPinned(const Location& loc, uint64_t offset, size_t len, PinnedBytes* out) {
@@ -1573,21 +1631,27 @@ Status StoreImpl::ReserveSpace(uint64_t need) {
   std::unique_lock<std::mutex> l(cap_mu_);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.writer_wait_ms);
   bool counted = false;
+  auto give_up = [&](const char* why) {
+    if (counted) waiting_bytes_ -= need;
+    return Status::NoSpace(why);
+  };
   while (node_bytes_ + dropping_bytes_ + inflight_bytes_ + need > hard_limit_) {
-    if (evict_stop_) return Status::NoSpace("capacity reached (store closing)");
+    if (evict_stop_) return give_up("capacity reached (store closing)");
     // Nothing left to evict and nothing about to be unlinked: waiting would not help.
-    if (stuck_ && dropping_.empty() && inflight_bytes_ == 0) return Status::NoSpace("capacity reached");
+    if (stuck_ && dropping_.empty() && inflight_bytes_ == 0) return give_up("capacity reached");
     if (!counted) {
       writer_waits_++;
+      waiting_bytes_ += need;
       counted = true;
     }
     evict_wake_ = true;
     evict_cv_.notify_one();
     if (space_cv_.wait_until(l, deadline) == std::cv_status::timeout &&
         node_bytes_ + dropping_bytes_ + inflight_bytes_ + need > hard_limit_) {
-      return Status::NoSpace("capacity reached: eviction did not free space in time");
+      return give_up("capacity reached: eviction did not free space in time");
     }
   }
+  if (counted) waiting_bytes_ -= need;
   inflight_bytes_ += need;
   return Status::OK();
 }
@@ -1634,7 +1698,7 @@ void StoreImpl::ReclaimDeadSegments() {
   {
     std::lock_guard<std::mutex> l(cap_mu_);
     for (const auto& [id, t] : own_segs_) {
-      if (t.evictable && now - t.evictable_since >= kDeadSegmentAge && !spill_segs_.count(id)) {
+      if (t.evictable && now - t.evictable_since >= kDeadSegmentAge && !spill_pins_.count(id)) {
         old.push_back(id);
       }
     }
@@ -1655,16 +1719,24 @@ void StoreImpl::EvictOnce() {
   UnlinkDue(false);
   ReclaimDeadSegments();
   bool emergency;
-  uint64_t node_bytes;
+  uint64_t node_bytes, waiting, pending_bytes;
   {
     std::lock_guard<std::mutex> l(cap_mu_);
     emergency = emergency_;
     emergency_ = false;
     node_bytes = node_bytes_;
+    waiting = waiting_bytes_;
+    pending_bytes = dropping_bytes_ + inflight_bytes_;
   }
   // Target for this node's bytes.
   uint64_t target = UINT64_MAX;
   if (opts_.capacity_bytes && node_bytes > node_high_) target = node_low_;
+  // Writers waiting at the hard limit (a record larger than the gap between the high watermark and the
+  // hard limit, e.g. a file of several segments): make room for what they wait for.
+  if (opts_.capacity_bytes && waiting > 0 && node_bytes + pending_bytes + waiting > hard_limit_) {
+    const uint64_t room = hard_limit_ > pending_bytes + waiting ? hard_limit_ - pending_bytes - waiting : 0;
+    target = std::min(target, room);
+  }
   if (global_high_) {
     const uint64_t global = node_bytes + PeerSegmentBytes();
     if (global > global_high_ && global > 0) {
@@ -1708,7 +1780,9 @@ void StoreImpl::EvictOnce() {
     {
       std::lock_guard<std::mutex> l(cap_mu_);
       if (evict_stop_) break;
-      auto it = std::find_if(own_segs_.begin(), own_segs_.end(), [](const auto& kv) { return kv.second.evictable; });
+      auto it = std::find_if(own_segs_.begin(), own_segs_.end(), [this](const auto& kv) {
+        return kv.second.evictable && !spill_pins_.count(kv.first);  // spills of unfinished files stay
+      });
       if (it == own_segs_.end()) {
         stuck_ = true;
         space_cv_.notify_all();
@@ -2034,6 +2108,10 @@ StoreStats StoreImpl::GetStats() {
   s.records_reinserted = records_reinserted_;
   s.bytes_reinserted = bytes_reinserted_;
   s.writer_waits = writer_waits_;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    s.segments_pinned = spill_pins_.size();
+  }
   s.nospace_events = nospace_events_;
   auto& b = s.backing_ops;
   b.open = c.open;

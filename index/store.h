@@ -130,11 +130,12 @@ struct PeerChanges {
 //    (every file in it deleted or rewritten), evictable for 10 s, is dropped like an evicted one (DROP,
 //    grace, unlink), so deleted and rewritten bytes are reclaimed without a capacity. A handle opened
 //    before its file was deleted or replaced (here or on a peer) reads ENOENT once that happened.
-//    Segments holding provisional records (spills) written by this mount are never "dead" here.
+//    Segments holding pinned provisional records (ReleaseProvisional) are never "dead" here.
 //  * Node bytes = sizes of this node's segment files (sealed: file size; active: end of its last
 //    record), excluding dropped segments that wait for their unlink.
 //  * Per node: when node bytes > high = capacity - segment_size (capacity when it is under three
-//    segments), the oldest evictable segments (sealed, or of an older generation) are dropped, oldest
+//    segments), the oldest evictable segments (sealed, or of an older generation; never one holding a
+//    pinned provisional record, see ReleaseProvisional) are dropped, oldest
 //    (generation, seq) first (FIFO), until node bytes <= low = high - max(segment_size, capacity / 8).
 //  * Global: global bytes = node bytes + for every peer segment the index knows and has not seen
 //    dropped: sealed -> max(segment_size, live bytes), open -> live bytes (from their SEAL/DROP/PUT
@@ -218,6 +219,7 @@ struct StoreStats {
   uint64_t segments_dropped = 0, segment_bytes_dropped = 0, segments_unlinked = 0;
   uint64_t records_reinserted = 0, bytes_reinserted = 0;
   uint64_t writer_waits = 0, nospace_events = 0;
+  uint64_t segments_pinned = 0;  // gauge: segments holding pinned provisional records (never evicted)
   BackingOpCounts backing_ops;
   std::vector<NodeSegmentStats> nodes;      // this node first, then peers by id
   std::vector<PeerJournalStats> peer_journals;  // by peer id
@@ -295,6 +297,22 @@ class Store {
   // informational finding, never an error), reclaimed when its segment is dropped. Readable through
   // Read() at once. NoSpace when the backing store (or the capacity) is full.
   virtual Result<Location> WriteProvisionalRecord(uint64_t ino, const std::vector<std::string_view>& parts) = 0;
+  // Fills out[0, len) with value bytes [off, off + len) of a record being written by WriteRecordStreamed:
+  // called on the caller's thread, in value order, len <= 4 MiB. A non-OK Status aborts the write.
+  using RecordSource = std::function<Status(uint64_t off, size_t len, char* out)>;
+  // Like WriteRecord, for a value of `length` bytes that the caller produces piece by piece (4 MiB at a
+  // time) instead of holding it whole: the FUSE layer's commit of a partly spilled file copies its
+  // spilled ranges segment-to-segment through one 4 MiB buffer. Same record (format, flags 0) and
+  // errors as WriteRecord, plus the source's own error (then no record is written). Other appends wait
+  // while it runs (as behind one large WriteRecord).
+  virtual Result<Location> WriteRecordStreamed(uint64_t ino, uint64_t length, const RecordSource& source) = 0;
+  // Releases the pin a WriteProvisionalRecord put on its record's segment: eviction (capacity, global
+  // watermark) and dead-segment reclamation never drop a segment that holds a pinned provisional
+  // record, so the spills of a file still being written (or closed but not committed yet) stay
+  // readable until its commit. The FUSE layer releases a spill's pin when the staged version that
+  // references it is gone. Pinned segments count against the capacity: when only pinned segments are
+  // left to evict, writers get NoSpace (as for a full store). Call once per provisional record.
+  virtual void ReleaseProvisional(const Location& loc) = 0;
   // Makes `loc` (may be empty for a 0-byte file) the committed content of ino with attrs `attr`
   // (size, mode, times): journals PUT under the inode's current path. A staged inode becomes committed.
   virtual Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr) = 0;
@@ -307,6 +325,10 @@ class Store {
   // FUSE read reply, which copies the bytes to the kernel itself. out->len < len only at the end of
   // the value.
   virtual Status ReadPinned(const Location& loc, uint64_t offset, size_t len, PinnedBytes* out) = 0;
+  // Same bytes, verification and errors as Read, but a value not in the LRU is not loaded into it: only
+  // the 64 KiB blocks covering the range are read. For copies that read each byte once (a streamed
+  // commit reading its spills back).
+  virtual Status ReadUncached(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) = 0;
   // Durability barrier: returns once everything enqueued before the call is durable on the backing store.
   virtual Status Sync() = 0;
 

@@ -199,6 +199,58 @@ class CapacityTest(unittest.TestCase):
                              (len(runs), deleted, len(left), 100 * usage(mnt)))
 
 
+    def test_spills_of_an_unfinished_file_are_never_evicted(self):
+        # A file written through a small staging budget spills to provisional records; while it is still
+        # open, other files fill the capacity several times over, so eviction runs through the segments
+        # holding those spills. They are pinned (never evicted): the writer keeps writing, reads its own
+        # bytes back, its close succeeds, and the content is byte-identical after a remount. Before the
+        # pin, eviction dropped them and the close failed with ENOENT.
+        def block(k):
+            return (("growing|%d|" % k).encode().ljust(64, b"#") + BASE[64:MiB]) if k < 6 else \
+                bytes([k]) * 64 + BASE[64:MiB]
+        # The final 8 MiB record must fit between the low watermark and the hard limit (capacity + 1 segment):
+        # capacity - segment - max(segment, capacity / 8) + 8 MiB <= capacity + segment.
+        flags = dict(segment_size="2MiB", capacity="48MiB", staging_size="4MiB", cache_size="16MiB")
+        b = kf.Backing()
+        try:
+            with kf.mounted(backing=b, log_level="warn", **flags) as (mnt, _, _):
+                p = os.path.join(mnt, "growing")
+                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    for k in range(6):
+                        self.assertEqual(os.pwrite(fd, block(k), k * MiB), MiB)
+                    st = kf.stats(mnt)
+                    self.assertGreaterEqual(st["fuse"]["spilled_bytes"], 2 * MiB, st["fuse"])
+                    self.assertGreater(st["eviction"]["segments_pinned"], 0, st["eviction"])
+                    fillers = []
+                    for i in range(72):  # 72 MiB through a 48 MiB capacity: eviction goes round
+                        name = os.path.join(mnt, "fill-%02d" % i)
+                        write_file(name, content(name)[:MiB])
+                        fillers.append(name)
+                    self.assertTrue(wait_for(lambda: kf.stats(mnt)["eviction"]["segments_dropped"] >= 12, 30),
+                                    kf.stats(mnt)["eviction"])
+                    for k in range(6, 8):  # the writer goes on after the evictions
+                        self.assertEqual(os.pwrite(fd, block(k), k * MiB), MiB)
+                    want = b"".join(block(k) for k in range(8))
+                    self.assertTrue(read_direct(p, len(want)) == want, "read of the open file")
+                    st = kf.stats(mnt)
+                    self.assertGreater(st["eviction"]["segments_pinned"], 0, st["eviction"])
+                finally:
+                    os.close(fd)  # must succeed: every spill is still there
+                self.assertTrue(wait_for(lambda: kf.stats(mnt)["fuse"]["versions_committed"] >= 73, 30))
+                st = kf.stats(mnt)
+                self.assertEqual(st["fuse"]["commit_errors"], 0, st["fuse"])
+                self.assertEqual(st["fuse"]["flush_errors"], 0, st["fuse"])
+                self.assertTrue(read_direct(p, len(want)) == want, "read after close")
+                # The version is gone: its spills are unpinned (dead bytes for eviction to take).
+                self.assertTrue(wait_for(lambda: kf.stats(mnt)["eviction"]["segments_pinned"] == 0, 30),
+                                kf.stats(mnt)["eviction"])
+            with kf.mounted(backing=b, log_level="warn", **flags) as (mnt, _, _):
+                self.assertTrue(read_plain(os.path.join(mnt, "growing")) == want, "read after remount")
+        finally:
+            b.cleanup()
+
+
 SMALL = 256 * 1024
 
 

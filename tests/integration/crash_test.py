@@ -148,13 +148,13 @@ while True:
 class Daemon:
     """One `kvfs mount --foreground` process that this test started (the only pid it ever kills)."""
 
-    def __init__(self, b, index=None, segment_size="4MiB", power_cut=False):
+    def __init__(self, b, index=None, segment_size="4MiB", power_cut=False, extra=()):
         self.b = b
         self.index = index or b.index
         self.power_cut = power_cut
         cmd = [kf.kvfs_binary(), "mount", b.mnt, "--backing", b.backing, "--index-dir", self.index,
                "--foreground", "--node-id", NODE, "--group-commit-ms", str(GC_MS), "--segment-size",
-               segment_size]
+               segment_size] + list(extra)
         env = dict(os.environ)
         if power_cut:
             env["KVFS_TEST_POWER_CUT_SIGNAL"] = "1"  # TEST ONLY: SIGUSR2 = power cut (kvfs_main.cc)
@@ -415,6 +415,84 @@ os.rename(os.path.join(sys.argv[1], "big.tmp"), os.path.join(sys.argv[1], "big")
                 for i in range(0, len(data), 1 << 20):
                     self.assertEqual(data[i:i + (1 << 20)], bytes([(i >> 20) % 251]) * len(data[i:i + (1 << 20)]))
         finally:
+            d.kill()
+            b.cleanup()
+
+    def test_daemon_killed_during_spilled_writes(self):
+        # SIGKILL of the daemon while files are written through a 4 MiB staging budget: one file still
+        # being written under its final name (spilled, never closed), one being closed (its final record
+        # streamed from its spills). Nothing is visible under the never-closed file's name after the
+        # remount; the closing one is absent or whole; the spills are orphans (never problems).
+        b = kf.Backing(prefix="kvfs-crash-s-")
+        extra = ["--staging-size", "4MiB"]
+        d = Daemon(b, extra=extra)
+        writer = None
+        try:
+            keep = make_content("keep", 3 * MIB)
+            kf.write_file(os.path.join(b.mnt, "keep"), keep)
+            fd = os.open(b.mnt, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+            code = r'''
+import os, sys, threading
+mnt = sys.argv[1]
+def blk(tag, k):
+    return (tag + "|%d|" % k).encode().ljust(4096, b".") * 256
+fd = os.open(os.path.join(mnt, "final"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+for k in range(24):
+    os.pwrite(fd, blk("final", k), k << 20)
+cfd = os.open(os.path.join(mnt, "closing"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+for k in range(96):
+    os.pwrite(cfd, blk("closing", k), k << 20)
+print("spilled", flush=True)
+sys.stdin.readline()
+threading.Thread(target=lambda: os.close(cfd), daemon=True).start()
+k = 24
+while True:
+    try:
+        os.pwrite(fd, blk("final", k), k << 20)
+    except OSError:
+        break
+    k += 1
+'''
+            writer = subprocess.Popen([PY, "-c", code, b.mnt], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL)
+            self.assertEqual(writer.stdout.readline().strip(), b"spilled")
+            st = kf.stats(b.mnt)["fuse"]
+            self.assertGreater(st["spills"], 0, st)
+            self.assertGreaterEqual(st["spilled_bytes"], 100 * MIB, st)
+            writer.stdin.write(b"go\n")
+            writer.stdin.flush()
+            time.sleep(0.05)  # the close and the writes are under way (the outcome is checked either way)
+
+            def stop_writer():
+                writer.kill()
+                writer.wait()
+            d.kill(before_unmount=stop_writer)
+            d = Daemon(b, extra=extra)
+            names = sorted(os.listdir(b.mnt))
+            self.assertNotIn("final", names)
+            self.assertIn("keep", names)
+            self.assertIsNone(verify_content("keep", kf.read_file(os.path.join(b.mnt, "keep"))))
+            if "closing" in names:  # committed before the kill: then whole
+                want = b"".join(("closing|%d|" % k).encode().ljust(4096, b".") * 256 for k in range(96))
+                self.assertTrue(kf.read_file(os.path.join(b.mnt, "closing")) == want, "closing: wrong bytes")
+            sys.stderr.write("\nkilled during spilled writes: closing file %s after the remount\n" %
+                             ("committed" if "closing" in names else "absent"))
+            self.assertEqual(d.stop(), 0)
+            r = run_fsck(b.backing, "--json", "--verify-data")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            rep = json.loads(r.stdout)
+            problems = [f for f in rep["findings"] if f["severity"] == "problem"]
+            self.assertEqual(problems, [])
+            self.assertGreater(rep["nodes"][0]["provisional_records"], 0)
+        finally:
+            if writer:
+                if writer.poll() is None:
+                    writer.kill()
+                    writer.wait()
+                writer.stdin.close()
+                writer.stdout.close()
             d.kill()
             b.cleanup()
 

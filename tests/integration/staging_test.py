@@ -4,6 +4,7 @@ docs/semantics.md §1 "Copy-on-write" and "Staging memory budget". Real FUSE mou
 (kvfs_fixture); python3 stdlib only. Memory figures are bounds (VmRSS of the daemon), not speed tests.
 """
 import errno
+import hashlib
 import json
 import os
 import subprocess
@@ -29,6 +30,15 @@ def pattern(seed, size):
     for k in range(size // 4096 + 1):
         out += (k.to_bytes(8, "little") + bytes([seed]) * 8) + block[16:]
     return bytes(out[:size])
+
+
+def mib_block(seed, k):
+    """MiB number k of a large test file: every 4 KiB block names its global index and the seed."""
+    out = bytearray()
+    tail = bytes((seed * 131 + i * 7) & 0xFF for i in range(16, 4096))
+    for j in range(MIB // 4096):
+        out += (k * 256 + j).to_bytes(8, "little") + bytes([seed]) * 8 + tail
+    return bytes(out)
 
 
 def vm_rss(pid):
@@ -158,6 +168,100 @@ class StagingBudgetTest(unittest.TestCase):
             self.assertEqual(node["live_bytes"], WRITERS * FILE_SIZE)
             self.assertGreater(node["provisional_records"], 0)
             self.assertGreater(node["orphan_bytes"], 0)
+        finally:
+            b.cleanup()
+
+    def test_close_of_partly_spilled_large_file_streams(self):
+        # A 256 MiB file through an 8 MiB budget is spilled in many pieces; its close writes the final
+        # record streamed (spilled ranges copied segment-to-segment through a 4 MiB buffer), so the
+        # daemon's RSS during the close stays near the budget. Before: the close read every spill back
+        # into RAM at once (+256 MiB for this file).
+        size = 256 * MIB
+        b = kf.Backing()
+        try:
+            want = hashlib.sha256()
+            for k in range(size // MIB):
+                want.update(mib_block(21, k))
+            with kf.mounted(backing=b, staging_size="8MiB", cache_size="16MiB") as (mnt, _, proc):
+                p = os.path.join(mnt, "big.bin")
+                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    for k in range(size // MIB):
+                        self.assertEqual(os.pwrite(fd, mib_block(21, k), k * MIB), MIB)
+                    st = kf.stats(mnt)["fuse"]
+                    self.assertGreater(st["spills"], 10, st)  # many pieces: not one whole record
+                    self.assertGreaterEqual(st["spilled_bytes"], size - BUDGET - 2 * MIB, st)
+                    base_rss = vm_rss(proc.pid)
+                    peak = [base_rss]
+                    stop = threading.Event()
+
+                    def monitor():
+                        while not stop.is_set():
+                            peak[0] = max(peak[0], vm_rss(proc.pid))
+                            time.sleep(0.002)
+
+                    mon = threading.Thread(target=monitor)
+                    mon.start()
+                finally:
+                    os.close(fd)  # FLUSH: the final record is written here (errors reach close)
+                stop.set()
+                mon.join()
+                grew = peak[0] - base_rss
+                sys.stderr.write("staging_test: close of a 256 MiB file spilled through an 8 MiB budget: daemon "
+                                 "VmRSS +%.1f MiB during the close\n" % (grew / MIB))
+                self.assertLess(grew, 64 * MIB, "daemon RSS grew by %d bytes during the close" % grew)
+                wait_committed(mnt, 1)
+                st = kf.stats(mnt)["fuse"]
+                self.assertEqual(st["streamed_commits"], 1, st)
+                self.assertEqual(st["commit_errors"], 0, st)
+                self.assertEqual(os.stat(p).st_size, size)
+            with kf.mounted(backing=b) as (mnt, _, _):
+                got = hashlib.sha256()
+                with open(os.path.join(mnt, "big.bin"), "rb") as f:
+                    while True:
+                        c = f.read(4 * MIB)
+                        if not c:
+                            break
+                        got.update(c)
+                self.assertEqual(got.hexdigest(), want.hexdigest(), "content after remount")
+            r = subprocess.run([fsck_binary(), b.backing, "--json", "--verify-data"], capture_output=True, text=True,
+                               timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            rep = json.loads(r.stdout)
+            self.assertEqual(rep["nodes"][0]["live_bytes"], size)
+            self.assertEqual({f["kind"] for f in rep["findings"] if f["severity"] == "problem"}, set())
+        finally:
+            b.cleanup()
+
+    def test_partly_spilled_copy_on_write_and_truncated_versions_commit_exactly(self):
+        # Streamed commits of versions mixing every kind of chunk: spilled, in RAM, holes, a copy-on-write
+        # base, and a spilled chunk cut by a shrinking truncate (its last 64 KiB block now partial).
+        b = kf.Backing()
+        try:
+            with kf.mounted(backing=b, staging_size="4MiB") as (mnt, _, _):
+                p = os.path.join(mnt, "mix")
+                data = bytearray(b"".join(mib_block(31, k) for k in range(12)))
+                kf.write_file(p, bytes(data))
+                wait_committed(mnt, 1)
+                fd = os.open(p, os.O_RDWR)  # copy-on-write of the committed 12 MiB
+                try:
+                    os.pwrite(fd, b"A" * 5000, 3 * MIB + 17)
+                    data[3 * MIB + 17:3 * MIB + 5017] = b"A" * 5000
+                    for k in range(12, 20):  # appends: spills of full chunks
+                        os.pwrite(fd, mib_block(32, k), k * MIB)
+                        data += mib_block(32, k)
+                    os.ftruncate(fd, 17 * MIB + 100003)  # cuts a spilled chunk mid-block
+                    del data[17 * MIB + 100003:]
+                    os.pwrite(fd, b"tail", 30 * MIB)  # a hole between
+                    data += b"\0" * (30 * MIB - len(data)) + b"tail"
+                    self.assertGreater(kf.stats(mnt)["fuse"]["spills"], 0)
+                finally:
+                    os.close(fd)
+                wait_committed(mnt, 2)
+                self.assertTrue(read_direct(p, len(data)) == bytes(data))
+                self.assertGreaterEqual(kf.stats(mnt)["fuse"]["streamed_commits"], 1)
+            with kf.mounted(backing=b) as (mnt, _, _):
+                self.assertTrue(kf.read_file(os.path.join(mnt, "mix")) == bytes(data))
         finally:
             b.cleanup()
 
