@@ -182,8 +182,8 @@ struct Inode {
   // version may start on this number (its O_TRUNC would reset their i_size, its writes their pages).
   uint64_t pc_handles = 0;
   bool renumbered = false;           // Store::Renumber moved its name to a new number (unlinked too)
-  uint64_t renumbered_parent = 0;    // ... the name it moved (a retried open expects it)
-  std::string renumbered_name;
+  uint64_t lost_parent = 0;          // the name the kernel last looked it up by, or that it lost
+  std::string lost_name;             // (renumbered, unlinked, replaced): where an ESTALE'd open retries
   bool hidden_ever = false;          // never keep_cache again: cached pages may belong to a hidden version
   Attr last_attr;                    // last attributes seen (answers fstat of an unlinked file)
   Location last_loc;                 // last committed location seen (opens of a just-replaced file)
@@ -417,13 +417,18 @@ struct KvfsFs::Impl {
     open_handles--;
     MaybeEraseLocked(in);
   }
-  void MarkUnlinked(uint64_t ino) {
+  // parent/name: the name it lost (a writable open that then answers ESTALE expects its retry there).
+  void MarkUnlinked(uint64_t ino, uint64_t parent, const std::string& name) {
     if (ino == 0) return;
     auto in = Get(ino);
     if (!in) return;
     std::lock_guard<std::mutex> g(in->mu);
     in->unlinked = true;
     in->last_attr.nlink = 0;
+    if (!in->renumbered) {
+      in->lost_parent = parent;
+      in->lost_name = name;
+    }
   }
 
   // The inode's path in the mount, for log lines ("/a/b"); "(unlinked)" when the index no longer has it.
@@ -464,7 +469,7 @@ struct KvfsFs::Impl {
         // The kernel takes the parent directory's lock for this: never call it from a FUSE worker.
         int r = fuse_lowlevel_notify_inval_entry(se, n.parent, n.name.data(), n.name.size());
         if (r != 0 && r != -ENOENT) spdlog::debug("inval_entry {}/{}: {}", n.parent, n.name, strerror(-r));
-        if (n.ino != 0 && store->GetInode(n.ino).status().IsNotFound()) MarkUnlinked(n.ino);
+        if (n.ino != 0 && store->GetInode(n.ino).status().IsNotFound()) MarkUnlinked(n.ino, n.parent, n.name);
       } else if (se && n.ino != 0) {
         int r = fuse_lowlevel_notify_inval_inode(se, n.ino, 0, 0);
         if (r != 0 && r != -ENOENT) spdlog::debug("inval_inode {}: {}", n.ino, strerror(-r));
@@ -558,6 +563,10 @@ struct KvfsFs::Impl {
       in->last_attr = a;
       in->last_loc = n.location;
       in->last_committed = n.committed;
+      if (S_ISREG(n.attr.mode) && !in->unlinked) {
+        in->lost_parent = n.parent;
+        in->lost_name = n.name;
+      }
     }
     FillStat(a, &e.attr);
     e.attr_timeout = at;
@@ -757,7 +766,7 @@ struct KvfsFs::Impl {
       if (n.status().IsNotFound() && retry && !in->renumbered) in->unlinked = true;
       if (!n.status().IsNotFound() || !in->unlinked || in->renumbered || in->pc_handles != 0 ||
           in->last_attr.ino != in->ino) {
-        if (in->renumbered) MarkRetry(ctx, in->renumbered_parent, in->renumbered_name);
+        if (in->lost_parent != 0) MarkRetry(ctx, in->lost_parent, in->lost_name);
         return n.status();
       }
       // O_TRUNC: hidden like any rewrite of committed content (racing readers of the doomed inode
@@ -802,8 +811,8 @@ struct KvfsFs::Impl {
       AddFresh(nn->attr.ino);
       in->unlinked = true;  // its name now belongs to the new number
       in->renumbered = true;
-      in->renumbered_parent = n->parent;
-      in->renumbered_name = n->name;
+      in->lost_parent = n->parent;
+      in->lost_name = n->name;
       in->last_attr = n->attr;
       in->last_attr.ino = in->ino;
       in->last_loc = n->location;
@@ -1381,7 +1390,7 @@ void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   auto* fs = FS(req);
   uint64_t ino = 0;
   Status s = fs->store->Unlink(parent, name, &ino);
-  if (s.ok()) fs->MarkUnlinked(ino);
+  if (s.ok()) fs->MarkUnlinked(ino, parent, name);
   Reply(req, s);
 }
 
@@ -1410,7 +1419,7 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
   }
   Status s = fs->store->Rename(parent, name, newparent, newname, flags, &replaced);
   // The destination's old inode lost its name: its staged versions are discarded, its readers go on.
-  if (s.ok() && replaced != 0) fs->MarkUnlinked(replaced);
+  if (s.ok() && replaced != 0) fs->MarkUnlinked(replaced, newparent, newname);
   Reply(req, s);
 }
 

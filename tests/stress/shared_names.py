@@ -61,6 +61,20 @@ def classify(b):
     return "prefix" if len(b) % WRITE_CHUNK == 0 else "cut"
 
 
+def describe(b):
+    """(bytes read, the named version's length, bytes matching it, whether the rest is all zeros)."""
+    if len(b) < 16:
+        return (len(b), -1, 0, not b.strip(b"\0"))
+    n, seed = struct.unpack("<QQ", b[:16])
+    if n not in SIZES:
+        return (len(b), -1, 0, False)
+    full = content(seed, n)
+    k = 0
+    while k < min(len(b), len(full)) and b[k] == full[k]:
+        k += 1
+    return (len(b), len(full), k, not b[k:].strip(b"\0"))
+
+
 def run(root, threads, seconds, mode, max_errors=300):
     """Runs the workload in a new directory under root. Returns a dict of counters:
     reads {whole, prefix, cut, mixed}, examples of cut/mixed reads, errors {op:errno name: count}."""
@@ -139,8 +153,7 @@ def run(root, threads, seconds, mode, max_errors=300):
                 with lock:
                     reads[c] += 1
                     if c in ("cut", "mixed") and len(bad) < 20:
-                        n = struct.unpack("<Q", b[:8])[0] + HEADER if len(b) >= 8 else -1
-                        bad.append((c, os.path.basename(f), len(b), n))
+                        bad.append((c, os.path.basename(f)) + describe(b))
             with lock:
                 ops[name] += 1
 
