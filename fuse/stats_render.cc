@@ -80,6 +80,8 @@ std::string StatsToJson(const StatsSnapshot& snap) {
   j["records_written"] = st.records_written;
   j["journal_entries"] = st.journal_entries;
   j["group_commits"] = st.group_commits;
+  j["unjournaled_entries"] = st.unjournaled_entries;
+  j["journal_retries"] = st.journal_retries;
   j["cache_hits"] = st.cache_hits;
   j["cache_misses"] = st.cache_misses;
   j["cache_bytes"] = st.cache_bytes;
@@ -211,6 +213,11 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
   e.One("kvfs_records_written_total", "counter", "Records appended to this node's segments.", st.records_written);
   e.One("kvfs_journal_entries_total", "counter", "Entries appended to this node's journal.", st.journal_entries);
   e.One("kvfs_group_commits_total", "counter", "Group commits (durability rounds).", st.group_commits);
+  e.One("kvfs_unjournaled_entries", "gauge",
+        "Journal entries not durable yet (queued, or kept after a failed group commit and retried).",
+        st.unjournaled_entries);
+  e.One("kvfs_journal_retries_total", "counter", "Group commits that failed; their entries were kept and retried.",
+        st.journal_retries);
   e.One("kvfs_cache_hits_total", "counter", "Reads served from the value cache.", st.cache_hits);
   e.One("kvfs_cache_misses_total", "counter", "Reads that loaded a value from the backing store.", st.cache_misses);
   e.One("kvfs_cache_bytes", "gauge", "Bytes held by the value cache.", st.cache_bytes);

@@ -212,7 +212,14 @@ Status JournalWriter::FlushLocked() {
       break;
     }
     s = (*f)->Write(std::span<const WriteOp>(ops.data(), ops.size()));
-    if (!s.ok()) break;
+    if (!s.ok()) {
+      // After a timeout the next Flush reopens the file: the descriptor DeadlineEnv poisoned must not
+      // keep the journal failing forever. Rewriting is idempotent (every byte of a journal file has one
+      // value, written at its one offset), so a late write of the hung request is harmless. Other
+      // errors keep the descriptor (ENOSPC, EIO: retried on it).
+      if (s.IsTimedOut()) files_.erase(number);
+      break;
+    }
     for (; i < k; i++) unsynced_.push_back(std::move(work[i]));
   }
   std::lock_guard<std::mutex> l(mu_);
@@ -245,8 +252,10 @@ Status JournalWriter::Sync() {
   std::set<uint64_t> numbers;
   for (const auto& c : unsynced_) numbers.insert(c.file_number);
   for (uint64_t n : numbers) {
-    Status s = files_.at(n)->Sync();
+    auto f = FileFor(n);
+    Status s = f.ok() ? (*f)->Sync() : f.status();
     if (!s.ok()) {
+      if (s.IsTimedOut()) files_.erase(n);  // reopened by the next Flush (see FlushLocked)
       // fdatasync failed: the kernel may have dropped the dirty pages. Re-queue every byte written
       // since the last good Sync so the next Sync writes and syncs it again.
       std::lock_guard<std::mutex> l(mu_);

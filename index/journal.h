@@ -85,6 +85,10 @@ struct JournalWriterOptions {
 // Errors: a failed Flush keeps its bytes and the next Flush/Sync rewrites them at the same offsets; a
 // failed Sync (fdatasync may have dropped dirty pages, "fsyncgate") re-queues every byte written since
 // the last successful Sync, so the next Sync rewrites and re-syncs them. Positions handed out stay valid.
+// The file whose write or fdatasync timed out is closed and reopened by the next Flush (a descriptor
+// that DeadlineEnv poisoned fails every later write); rewriting is idempotent because every byte of a
+// journal file has exactly one value at its offset. So the Store can retry after ENOSPC, EIO
+// or a timeout until the bytes land, in their original order.
 // Memory: bytes appended since the last successful Sync are held in memory.
 class JournalWriter {
  public:

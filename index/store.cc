@@ -67,6 +67,11 @@ constexpr const char* kReserveName = "RESERVE";
 constexpr auto kDeadSegmentAge = std::chrono::seconds(10);
 constexpr auto kDeadSegmentScan = std::chrono::seconds(2);
 constexpr auto kEvictTick = std::chrono::milliseconds(100);
+// Journal entries owed after a failed group commit are retried with a backoff from the group-commit
+// interval up to this (and at once when space is freed); Close retries this often before it reports them.
+constexpr auto kRetryMaxBackoff = std::chrono::milliseconds(1000);
+constexpr int kCloseRetries = 10;
+constexpr auto kCloseRetryWait = std::chrono::milliseconds(200);
 
 std::string JoinPath(const std::string& dir, std::string_view name) {
   std::string p = dir == "/" ? std::string() : dir;
@@ -258,7 +263,19 @@ class StoreImpl final : public Store {
   Status last_round_status_;
   bool sync_requested_ = false;
   bool stop_ = false;
+  // A round failed: its entries (re-queued in pending_, or kept by the journal writer) are owed to the
+  // journal. The committer retries at retry_at_ (backoff interval .. kRetryMaxBackoff) without waiting
+  // for new entries, or at once when space may have come back (KickCommit) or a Sync() asks.
+  bool owed_ = false, retry_kick_ = false;
+  std::chrono::milliseconds backoff_{0};
+  std::chrono::steady_clock::time_point retry_at_{}, owed_since_{};
   std::thread gc_thread_;
+  // Entries appended to the journal writer whose Sync has not succeeded yet (committer thread; read by
+  // GetStats). Together with pending_ these are what a crash now would lose.
+  std::atomic<uint64_t> appended_unsynced_{0}, journal_retries_{0};
+  // Wakes the committer for an immediate retry of owed entries (space was freed).
+  void KickCommit();
+  uint64_t UnjournaledEntries();
 
   // Read side: open segment files, shared loads.
   std::mutex files_mu_;
@@ -608,6 +625,21 @@ Status StoreImpl::Close() {
   if (closed_) return Status::OK();
   StopEvictor();  // no reinsertion may race with Segments()->Close()
   Status s = Sync();
+  if (!s.ok()) {
+    // Entries are owed to the journal (a full or failing backing store). The evictor is stopped, so
+    // RESERVE is freed here for the journal; then a few more tries before the failure is reported
+    // (kvfs umount / the daemon's exit status): the files those entries publish would be missing at the
+    // next mount.
+    if (s.IsNoSpace()) ReleaseReserve();
+    for (int i = 0; i < kCloseRetries && !s.ok(); i++) {
+      std::this_thread::sleep_for(kCloseRetryWait);
+      s = Sync();
+    }
+    if (!s.ok()) {
+      spdlog::error("kvfs: close: {} journal entries could not be journaled ({}); the files and changes they "
+                    "publish are lost at the next mount", UnjournaledEntries(), ErrnoText(s));
+    }
+  }
   StopThreads();
   closed_ = true;
   if (s.ok()) s = Segments()->Close();
@@ -658,37 +690,74 @@ void StoreImpl::GroupCommitLoop() {
   const auto interval = std::chrono::milliseconds(std::max<uint32_t>(1, opts_.group_commit_interval_ms));
   std::unique_lock<std::mutex> l(gc_mu_);
   for (;;) {
-    // Wait for work: a Sync() caller, or queued entries (then wait out the interval to gather a group).
-    gc_cv_.wait(l, [&] { return stop_ || sync_requested_ || !pending_.empty(); });
-    if (!sync_requested_ && !stop_) {
-      gc_cv_.wait_for(l, interval, [&] { return stop_ || sync_requested_; });
+    if (owed_) {
+      // Entries are owed to the journal after a failed round: retry after the backoff, at once when
+      // space may be back (KickCommit) or a Sync() caller asks, without waiting for new entries.
+      gc_cv_.wait_until(l, retry_at_, [&] { return stop_ || sync_requested_ || retry_kick_; });
+    } else {
+      // Wait for work: a Sync() caller, or queued entries (then wait out the interval to gather a group).
+      gc_cv_.wait(l, [&] { return stop_ || sync_requested_ || !pending_.empty(); });
+      if (!sync_requested_ && !stop_) {
+        gc_cv_.wait_for(l, interval, [&] { return stop_ || sync_requested_; });
+      }
     }
-    if (stop_ && pending_.empty() && !sync_requested_) break;
+    if (stop_ && pending_.empty() && !sync_requested_ && !owed_) break;
     sync_requested_ = false;
+    retry_kick_ = false;
     std::vector<JournalEntry> batch;
     batch.swap(pending_);
     const uint64_t round = ++rounds_started_;
     l.unlock();
     Status s = CommitRound(&batch);
+    // A full backing store: the evictor frees RESERVE (and reclaims dead segments) so the journal can
+    // take the owed entries; it kicks this thread when it did.
+    if (s.IsNoSpace()) NoteNoSpace();
     l.lock();
+    const auto now = std::chrono::steady_clock::now();
     if (!s.ok()) {
-      // Keep the entries for the next round (they are still owed to the journal); report the error to
-      // the waiters of this round.
+      // Keep the entries for the next round, in order ahead of anything queued meanwhile (they are still
+      // owed to the journal); report the error to the waiters of this round.
       pending_.insert(pending_.begin(), std::make_move_iterator(batch.begin()),
                       std::make_move_iterator(batch.end()));
-      LogLimited(spdlog::level::err, LogKey("group-commit", s), "kvfs: group commit failed: {}", ErrnoText(s));
+      LogLimited(spdlog::level::err, LogKey("group-commit", s),
+                 "kvfs: group commit failed: {} ({} entries not journaled yet, retrying)", ErrnoText(s),
+                 pending_.size() + appended_unsynced_.load());
+      if (!owed_) {
+        owed_since_ = now;
+        backoff_ = interval;
+      } else {
+        backoff_ = std::min<std::chrono::milliseconds>(2 * backoff_, kRetryMaxBackoff);
+      }
+      owed_ = true;
+      retry_at_ = now + backoff_;
+      journal_retries_++;
     } else {
+      if (owed_) {
+        spdlog::info("kvfs: journal writable again: owed entries journaled after {} ms of failures",
+                     std::chrono::duration_cast<std::chrono::milliseconds>(now - owed_since_).count());
+      }
+      owed_ = false;
       last_ok_round_ = round;
     }
     last_round_status_ = s;
     rounds_done_ = round;
     done_cv_.notify_all();
     if (stop_ && (pending_.empty() || !s.ok())) break;
-    if (!s.ok()) {
-      // Do not spin on a failing backing store.
-      gc_cv_.wait_for(l, interval, [&] { return stop_; });
-    }
   }
+}
+
+void StoreImpl::KickCommit() {
+  {
+    std::lock_guard<std::mutex> l(gc_mu_);
+    if (!owed_) return;
+    retry_kick_ = true;
+  }
+  gc_cv_.notify_all();
+}
+
+uint64_t StoreImpl::UnjournaledEntries() {
+  std::lock_guard<std::mutex> l(gc_mu_);
+  return pending_.size() + appended_unsynced_.load();
 }
 
 Status StoreImpl::CommitRound(std::vector<JournalEntry>* batch) {
@@ -710,9 +779,14 @@ Status StoreImpl::CommitRound(std::vector<JournalEntry>* batch) {
   // their bytes and rewrites them at the next one, so they are not re-queued here (no duplicates).
   journal_entries_ += batch->size();
   for (const auto& e : *batch) journal_->Append(e);
+  appended_unsynced_ += batch->size();
   batch->clear();
-  if (journal_->synced_position() == journal_->appended_position()) return Status::OK();
+  if (journal_->synced_position() == journal_->appended_position()) {
+    appended_unsynced_ = 0;
+    return Status::OK();
+  }
   KVFS_RETURN_IF_ERROR(journal_->Sync());
+  appended_unsynced_ = 0;
   group_commits_++;
   return Status::OK();
 }
@@ -1751,6 +1825,7 @@ void StoreImpl::EvictOnce() {
     // journaled; with a capacity or watermark, drop until two segments' worth of space will be free.
     ReleaseReserve();
     hold_reserve_ = true;
+    KickCommit();  // journal entries that failed for lack of space go now
     last_dead_scan_ = {};
     ReclaimDeadSegments();
   }
@@ -2005,10 +2080,22 @@ void StoreImpl::UnlinkDue(bool all) {
     for (auto& d : retry) dropping_.push_back(d);
   }
   space_cv_.notify_all();
+  if (retry.size() < due.size()) KickCommit();  // space was freed: owed journal entries may go now
 }
 
 void StoreImpl::EnsureReserve() {
   if (reserve_present_) return;
+  {
+    std::lock_guard<std::mutex> l(gc_mu_);
+    if (owed_) return;  // the space is the journal's until the owed entries are in
+  }
+  if (hold_reserve_.load()) {
+    // After a full backing store: recreate RESERVE only when that leaves at least twice its size free.
+    // Taking back the space it just freed would fill the backing again at once and fail the journal
+    // appends it was freed for (RESERVE released and recreated every evictor tick).
+    uint64_t total = 0, avail = 0;
+    if (!env_->StatFs(opts_.backing_dir, &total, &avail).ok() || avail < 3 * ReserveBytes()) return;
+  }
   const std::string path = node_dir_->dir() + "/" + kReserveName;
   OpenOptions o;
   o.write = true;
@@ -2082,6 +2169,8 @@ StoreStats StoreImpl::GetStats() {
   s.records_written = records_written_;
   s.journal_entries = journal_entries_;
   s.group_commits = group_commits_;
+  s.unjournaled_entries = UnjournaledEntries();
+  s.journal_retries = journal_retries_;
   s.cache_hits = cache_hits_;
   s.cache_misses = cache_misses_;
   s.cache_bytes = cache_.Usage();

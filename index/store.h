@@ -159,11 +159,17 @@ struct PeerChanges {
 //    after the grace period at the next Open.
 //  * A read of a segment that was dropped or vanished (unlinked, ESTALE) is NotFound (ENOENT).
 //  * CommitFile of a record whose segment was dropped meanwhile: NoSpace.
-//  * Backing store full (NoSpace from a write): the writer gets NoSpace; the evictor frees a RESERVE
-//    file (<node dir>/RESERVE, min(1 MiB, segment_size / 4), kept while mounted) so the DROP entry can be journaled, drops the
-//    oldest segments until two segments' worth of space is free (only with a capacity or watermark;
-//    dead segments always), and recreates RESERVE afterwards. Open removes this node's RESERVE before
-//    the takeover when the backing has under 2 MiB free, so a full backing can be remounted.
+//  * Backing store full (NoSpace from a record write or a journal append): the writer gets NoSpace; the
+//    evictor frees a RESERVE file (<node dir>/RESERVE, min(1 MiB, segment_size / 4), kept while mounted)
+//    so owed journal entries (PUTs of written records, DROP, the user's UNLINK) can be journaled, drops
+//    the oldest segments until two segments' worth of space is free (only with a capacity or watermark;
+//    dead segments always), and recreates RESERVE once no entry is owed and 3x its size is free. While
+//    it is freed, record writes keep its size of the backing free (NoSpace otherwise). Open removes this
+//    node's RESERVE before the takeover when the backing has under 2 MiB free, so a full backing can be
+//    remounted.
+//  * Journal failures (NoSpace, IOError, TimedOut): the entries stay queued in order and the group
+//    commit retries them (backoff from group_commit_interval_ms to 1 s; at once when RESERVE is freed or
+//    a dropped segment is unlinked). Sync fails meanwhile; StoreStats::unjournaled_entries counts them.
 
 // Bytes handed out by Store::ReadPinned without a copy: `data` points into `owner` (an LRU value or a
 // buffer the read filled), which stays alive as long as the caller holds this.
@@ -209,6 +215,11 @@ struct StoreStats {
   uint64_t files = 0, directories = 0, live_bytes = 0;  // gauges (index)
   uint64_t segments = 0, segment_bytes = 0;
   uint64_t records_written = 0, journal_entries = 0, group_commits = 0;
+  // Gauge: journal entries not durable yet (queued for the next group commit, or kept after a failed
+  // one and being retried). Normally 0 between rounds; while the backing store is full or failing it is
+  // what a crash would lose, and Sync (fsync) and Close fail until it is 0 again.
+  uint64_t unjournaled_entries = 0;
+  uint64_t journal_retries = 0;  // group commits that failed (their entries kept and retried)
   uint64_t cache_hits = 0, cache_misses = 0, cache_bytes = 0;
   uint64_t checksum_failures = 0;
   uint64_t backing_metadata_ops = 0, backing_syncs = 0, backing_bytes_written = 0, backing_bytes_read = 0;
@@ -241,7 +252,10 @@ class Store {
   static Result<std::unique_ptr<Store>> Open(const StoreOptions& opts);
   virtual ~Store() = default;
 
-  // Flushes everything (a final group commit), writes the clean-shutdown mark, stops threads.
+  // Flushes everything (a final group commit), writes the clean-shutdown mark, stops threads. If journal
+  // entries cannot be made durable (full or failing backing store), frees RESERVE, retries for ~2 s, then
+  // returns the error (logged with the number of entries): those entries' changes are lost at the next
+  // mount, and the index is not marked clean.
   virtual Status Close() = 0;
 
   // ---- namespace ----
@@ -330,6 +344,8 @@ class Store {
   // commit reading its spills back).
   virtual Status ReadUncached(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) = 0;
   // Durability barrier: returns once everything enqueued before the call is durable on the backing store.
+  // Fails (NoSpace, IOError, TimedOut) while any entry enqueued before it is still owed to the journal
+  // (the entries stay queued and are retried in the background).
   virtual Status Sync() = 0;
 
   // ---- peers (DESIGN §5) ----

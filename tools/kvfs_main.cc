@@ -593,6 +593,10 @@ int RunStats(const std::string& mp_in, bool json) {
   std::printf("records written        %llu\n", (unsigned long long)u("records_written"));
   std::printf("journal entries        %llu (%llu group commits)\n", (unsigned long long)u("journal_entries"),
               (unsigned long long)u("group_commits"));
+  if (u("unjournaled_entries") || u("journal_retries")) {
+    std::printf("unjournaled entries    %llu (%llu failed group commits retried)\n",
+                (unsigned long long)u("unjournaled_entries"), (unsigned long long)u("journal_retries"));
+  }
   std::printf("cache hit rate         %.1f%% (%llu hits, %llu misses, %llu bytes cached)\n",
               100.0 * j.value("cache_hit_rate", 0.0), (unsigned long long)u("cache_hits"),
               (unsigned long long)u("cache_misses"), (unsigned long long)u("cache_bytes"));

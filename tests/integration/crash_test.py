@@ -39,9 +39,11 @@
                           remounted, every file whose write reported success is there, and the others are
                           absent or complete.
   test_case9_backing_fails_under_writer   cases.md case 9: the backing directory is a small tmpfs that
-                          fills up under the writer (ENOSPC from the export); `echo data > k` and Python
-                          open/write/close/fsync report ENOSPC or EIO; after the store recovers (tmpfs
-                          grown) and kvfs is remounted, every file whose write reported success is there.
+                          fills up under the writer (ENOSPC from the export); Python open/write/close/fsync
+                          report ENOSPC or EIO; a file closed successfully just before another file takes
+                          the export's last blocks (its deferred journal PUT then meets a full export) is
+                          journaled once space returns; after a SIGKILL, the store's recovery (tmpfs grown)
+                          and a remount, every file whose close reported success is there, byte-identical.
 
 Unit-level equivalents: StoreFaultTest.PowerCutAtRandomMomentsUnderConcurrentWriters (store_fault_test.cc)
 and the recovery tests (recovery_test.cc).
@@ -105,6 +107,33 @@ def verify_content(relpath, data):
     return None
 
 
+# Writes b"data\n" to argv[1] like `echo data > k`, but exits nonzero (errno text on stderr) when the
+# open, the write or the close fails.
+K2_WRITER = r'''
+import os, sys
+try:
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, b"data\n")
+    finally:
+        os.close(fd)
+except OSError as e:
+    sys.stderr.write("%s\n" % e)
+    sys.exit(1)
+'''
+
+
+# Like K2_WRITER, with a 60 KiB user xattr set before the close: the file's journal PUT carries it, so the
+# PUT needs new pages of the journal file (on a full tmpfs it cannot fit in the last page's slack).
+K3_WRITER = r'''
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, b"data\n")
+os.setxattr(fd, "user.big", b"x" * 61440)
+os.close(fd)
+'''
+
+
 # The writer client: runs in its own process on the mount, logs "<event> <relpath> <monotonic>" lines to
 # a log file outside the mount (O_APPEND, one write per line).
 WRITER = r'''
@@ -148,7 +177,7 @@ while True:
 class Daemon:
     """One `kvfs mount --foreground` process that this test started (the only pid it ever kills)."""
 
-    def __init__(self, b, index=None, segment_size="4MiB", power_cut=False, extra=()):
+    def __init__(self, b, index=None, segment_size="4MiB", power_cut=False, extra=(), commit_delay_ms=None):
         self.b = b
         self.index = index or b.index
         self.power_cut = power_cut
@@ -158,6 +187,8 @@ class Daemon:
         env = dict(os.environ)
         if power_cut:
             env["KVFS_TEST_POWER_CUT_SIGNAL"] = "1"  # TEST ONLY: SIGUSR2 = power cut (kvfs_main.cc)
+        if commit_delay_ms is not None:
+            env["KVFS_TEST_COMMIT_DELAY_MS"] = str(commit_delay_ms)  # TEST ONLY: deferred-commit window
         self.errlog = open(os.path.join(b.root, "daemon.log"), "ab")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.errlog, env=env)
         deadline = time.time() + 60
@@ -577,7 +608,8 @@ while True:
             self.skipTest("cannot mount tmpfs: %s" % r.stderr)
         d = None
         try:
-            d = Daemon(b, segment_size="4MiB")
+            # A 1.5 s deferred-commit window: k3's journal PUT (below) runs well after the export filled up.
+            d = Daemon(b, segment_size="4MiB", commit_delay_ms=1500)
             ok, failed, errors = [], [], []
             sh = subprocess.run(["sh", "-c", "echo data > %s/k1" % b.mnt], capture_output=True, text=True)
             self.assertEqual(sh.returncode, 0, sh.stderr)
@@ -602,34 +634,83 @@ while True:
             self.assertTrue(errors, "the 40 MiB backing never filled up")
             import errno as E
             self.assertTrue(all(e in (E.ENOSPC, E.EIO) for e in errors), errors)
-            sh = subprocess.run(["sh", "-c", "echo data > %s/k2" % b.mnt], capture_output=True, text=True)
+            # k2 on the full export. Not `sh -c "echo data > k2"`: dash restores stdout with dup2(2), whose
+            # implicit close discards close(2)'s error, so the shell exits 0 even when the FLUSH reported
+            # ENOSPC. This writer reports every step's error, close included.
+            sh = subprocess.run([PY, "-c", K2_WRITER, os.path.join(b.mnt, "k2")], capture_output=True, text=True)
             if sh.returncode != 0:
                 self.assertRegex(sh.stderr, "No space|Input/output")
-            # KNOWN BUG (docs/semantics.md "Known bugs"): a close that succeeds on a full export can still lose
-            # the file when its deferred journal PUT fails with ENOSPC after close returned (seen once in CI
-            # under load). So k2, written after the export filled, is checked as "absent or complete" below,
-            # not as "reported success".
-            sys.stderr.write("case9: %d files ok, errors %s, echo k2 rc=%d %s\n" % (
+            sys.stderr.write("case9: %d files ok, errors %s, k2 close rc=%d %s\n" % (
                 len(ok), errors, sh.returncode, sh.stderr.strip()))
-            # The store recovers (the export grows), kvfs is remounted.
+            # k3: closed successfully (its record written) while the export has a little room, then someone
+            # else's file takes every free block before k3's deferred journal PUT. The PUT (60 KiB: k3's
+            # xattr) meets ENOSPC: it is kept and retried (RESERVE freed for it, and again when the space
+            # comes back) until it is durable.
+            subprocess.run(["mount", "-o", "remount,size=46m", b.backing], check=True)
+
+            def stats():
+                return json.loads(os.getxattr(b.mnt, "user.kvfs.stats"))
+
+            dfd = os.open(b.mnt, os.O_RDONLY)  # fsyncdir runs the deferred commits of the files above now
+            try:
+                os.fsync(dfd)
+            except OSError:
+                pass
+            os.close(dfd)
+            committed0 = stats()["fuse"]["versions_committed"]
+            k3 = subprocess.run([PY, "-c", K3_WRITER, os.path.join(b.mnt, "k3")], capture_output=True, text=True)
+            self.assertEqual(k3.returncode, 0, k3.stderr)
+            filler = os.path.join(b.backing, "filler")
+            ffd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+            for chunk in (64 * KIB, 4 * KIB):  # fill the export to the last page
+                try:
+                    while True:
+                        os.write(ffd, b"\0" * chunk)
+                except OSError:
+                    pass
+            os.close(ffd)
+            deadline = time.time() + 60
+            while stats()["fuse"]["versions_committed"] <= committed0:  # k3's PUT was attempted
+                self.assertLess(time.time(), deadline, "k3's deferred commit never ran")
+                time.sleep(0.05)
+            while stats()["journal_retries"] == 0 and stats()["unjournaled_entries"] != 0:  # its group commit
+                self.assertLess(time.time(), deadline, "k3's group commit never ran")
+                time.sleep(0.01)
+            self.assertGreaterEqual(stats()["journal_retries"], 1, "k3's PUT fit on a full export?")
+            os.unlink(filler)  # the space comes back
+            deadline = time.time() + 60
+            while stats()["unjournaled_entries"] != 0:
+                self.assertLess(time.time(), deadline, "owed journal entries were never retried")
+                time.sleep(0.05)
+            sys.stderr.write("case9: k3 journaled after %d failed group commit(s)\n" % stats()["journal_retries"])
+            ok.append(("k3", b"data\n"))
+            # A crash now (SIGKILL): every file whose close returned 0 is journaled. The store recovers (the
+            # export grows) and kvfs is remounted.
+            d.kill()
             subprocess.run(["mount", "-o", "remount,size=400m", b.backing], check=True)
-            self.assertEqual(d.stop(), 0)
             d = Daemon(b, segment_size="4MiB")
             for rel, data in ok:
                 p = os.path.join(b.mnt, rel)
                 self.assertTrue(os.path.exists(p), rel + " reported success but is missing")
                 self.assertEqual(kf.read_file(p), data, rel)
+            self.assertEqual(os.getxattr(os.path.join(b.mnt, "k3"), "user.big"), b"x" * 61440)
             for rel in failed:
                 p = os.path.join(b.mnt, rel)
                 if os.path.exists(p):  # absent, or complete (a later RELEASE may have committed it)
                     self.assertIsNone(verify_content(rel, kf.read_file(p)), rel)
+            # A close that returned 0 on the full export is never lost, even if its deferred journal PUT
+            # met ENOSPC (docs/semantics.md "Full backing store: the journal"); a failed one left k2 absent
+            # or complete.
             k2 = os.path.join(b.mnt, "k2")
-            if os.path.exists(k2):
+            if sh.returncode == 0:
+                self.assertTrue(os.path.exists(k2), "k2's close reported success but k2 is missing")
                 self.assertEqual(kf.read_file(k2), b"data\n")
-            elif sh.returncode == 0:
-                sys.stderr.write("case9: KNOWN BUG: k2's echo reported success, k2 is missing after the remount\n")
+            elif os.path.exists(k2):
+                self.assertEqual(kf.read_file(k2), b"data\n")
             kf.write_file(os.path.join(b.mnt, "after"), b"x" * 5000)
             self.assertEqual(kf.read_file(os.path.join(b.mnt, "after")), b"x" * 5000)
+            self.assertEqual(d.stop(), 0)
+            d = None
         finally:
             if d:
                 d.kill()

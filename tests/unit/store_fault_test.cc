@@ -84,6 +84,107 @@ TEST_F(StoreFaultTest, EioOnJournalWriteFailsSyncThenRecovers) {
   ExpectFile("c", 5000);
 }
 
+// Known bug A of docs/semantics.md (fixed): a file whose record was written (close returned 0) but
+// whose journal PUT then failed with ENOSPC was never retried unless something else was journaled, and
+// was lost at the next mount. Now the committer keeps the entries, in order, retries them on its own, and
+// Sync fails with ENOSPC until they are in; meanwhile the files are served from the index.
+TEST_F(StoreFaultTest, NoSpaceOnJournalAppendIsRetriedUntilItLands) {
+  auto env = std::make_unique<FaultInjectionEnv>(Env::Posix());
+  OpenStore(env.get());
+  Baseline();
+  const int id = env->FailWrites(ENOSPC, "journal-");
+  // Dependent entries queued behind the failing PUT: a rename of the new file, a file created and
+  // unlinked, a file replaced by a rename. Replay must see them in this order.
+  WriteFile("c", Content("c", 5000, 1));
+  ASSERT_TRUE(store_->Rename(kRootIno, "c", kRootIno, "d", 0, nullptr).ok());
+  WriteFile("e", Content("e", 7000, 1));
+  ASSERT_TRUE(store_->Unlink(kRootIno, "e", nullptr).ok());
+  WriteFile("f", Content("f", 9000, 1));
+  WriteFile("g.tmp", Content("g", 11000, 1));
+  ASSERT_TRUE(store_->Rename(kRootIno, "g.tmp", kRootIno, "b", 0, nullptr).ok());
+  Status s = store_->Sync();
+  EXPECT_TRUE(s.IsNoSpace()) << s.ToString();
+  EXPECT_EQ(s.ToErrno(), ENOSPC);
+  EXPECT_GT(env->FaultFired(id), 0u);
+  StoreStats st = store_->GetStats();
+  EXPECT_GE(st.unjournaled_entries, 7u);
+  EXPECT_GE(st.journal_retries, 1u);
+  auto expect = [&](const std::string& name, const std::string& want) {
+    Status rs;
+    EXPECT_TRUE(ReadAll(name, &rs) == want) << name;
+    EXPECT_TRUE(rs.ok()) << name << ": " << rs.ToString();
+  };
+  // Served from the index meanwhile.
+  expect("d", Content("c", 5000, 1));
+  expect("f", Content("f", 9000, 1));
+  expect("b", Content("g", 11000, 1));
+  env->RemoveFault(id);  // space is back
+  // Neither a Sync nor a new entry: the committer's own retry must land the entries.
+  for (int i = 0; i < 3000 && store_->GetStats().unjournaled_entries != 0; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(store_->GetStats().unjournaled_entries, 0u);
+  // A power cut now: only what is durable survives.
+  env->DropUnsyncedData();
+  store_.reset();
+  env.reset();
+  OpenStore();  // rebuilt from the journals
+  ExpectFile("a", 30000);
+  expect("d", Content("c", 5000, 1));
+  expect("f", Content("f", 9000, 1));
+  expect("b", Content("g", 11000, 1));
+  Status rs;
+  for (const char* gone : {"c", "e", "g.tmp"}) {
+    ReadAll(gone, &rs);
+    EXPECT_TRUE(rs.IsNotFound()) << gone << ": " << rs.ToString();
+  }
+}
+
+// While entries cannot be journaled, Close tries again (RESERVE freed) and then fails, naming them: the
+// daemon exits nonzero and `kvfs umount` reports it. The owed file is absent after the next mount.
+TEST_F(StoreFaultTest, CloseFailsWhileEntriesAreNotJournaled) {
+  FaultInjectionEnv env(Env::Posix());
+  OpenStore(&env);
+  Baseline();
+  env.FailWrites(ENOSPC, "journal-");
+  WriteFile("c", Content("c", 5000, 1));
+  Status s = store_->Close();
+  EXPECT_TRUE(s.IsNoSpace()) << s.ToString();
+  store_.reset();
+  env.ClearFaults();
+  OpenStore();
+  ExpectFile("a", 30000);
+  ExpectFile("b", 200000);
+  Status rs;
+  ReadAll("c", &rs);
+  EXPECT_TRUE(rs.IsNotFound()) << rs.ToString();
+}
+
+// A journal write that timed out (DeadlineEnv poisons the descriptor) is retried on a reopened file
+// once the export answers again, instead of failing every later group commit.
+TEST_F(StoreFaultTest, TimedOutJournalWriteIsRetriedOnAReopenedFile) {
+  FaultInjectionEnv fenv(Env::Posix());
+  DeadlineEnvOptions dopts;
+  dopts.deadline = std::chrono::milliseconds(300);
+  DeadlineEnv denv(&fenv, dopts);
+  OpenStore(&denv);
+  Baseline();
+  fenv.Hang(std::chrono::seconds(30), kFaultWrite, "journal-");
+  WriteFile("c", Content("c", 5000, 1));
+  Status s = store_->Sync();
+  EXPECT_TRUE(s.IsTimedOut()) << s.ToString();
+  fenv.ClearFaults();  // the export answers again (the hung write completes late: same bytes)
+  for (int i = 0; i < 3000 && store_->GetStats().unjournaled_entries != 0; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(store_->GetStats().unjournaled_entries, 0u);
+  EXPECT_TRUE(store_->Sync().ok());
+  store_.reset();  // crash, before the Envs go away
+  OpenStore();
+  ExpectFile("a", 30000);
+  ExpectFile("c", 5000);
+}
+
 TEST_F(StoreFaultTest, EioOnSegmentSyncFailsAndKeepsCommittedFiles) {
   FaultInjectionEnv env(Env::Posix());
   OpenStore(&env);
