@@ -57,7 +57,7 @@ class ChunkBuffer {
     }
     return n;
   }
-  // True when some chunk is not in RAM (referenced or a hole): Parts() may not be used, Gather may.
+  // True when some chunk is not in RAM (referenced or a hole): Parts() may not be used, Read may.
   bool has_refs() const { return ram_chunks_ < slots_.size(); }
 
   // Replaces the content with references to the first `size` bytes of the value at loc (chunk i ->
@@ -195,30 +195,6 @@ class ChunkBuffer {
     return parts;
   }
 
-  // The whole value as one view per chunk; referenced chunks are read (through fetch) into buffers
-  // appended to *temps, which must outlive the views.
-  Status Gather(const Fetch& fetch, std::vector<std::string_view>* parts,
-                std::vector<std::unique_ptr<char[]>>* temps) const {
-    parts->clear();
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      const size_t n = ChunkLen(i);
-      if (slots_[i].ram) {
-        parts->emplace_back(slots_[i].ram.get(), n);
-        continue;
-      }
-      if (slots_[i].hole) {
-        parts->emplace_back(ZeroChunk(), n);
-        continue;
-      }
-      if (!fetch) return Status::IOError("chunk buffer: referenced chunk without a fetch");
-      std::unique_ptr<char[]> b(new char[n]);
-      KVFS_RETURN_IF_ERROR(fetch(slots_[i].loc, slots_[i].off, n, b.get()));
-      parts->emplace_back(b.get(), n);
-      temps->push_back(std::move(b));
-    }
-    return Status::OK();
-  }
-
   // True when the whole value is exactly one record's value: every chunk i references value offset
   // i * kChunk of the same record and that record's length is size() (> 0). *loc = that record.
   bool WholeRecord(Location* loc) const {
@@ -258,12 +234,6 @@ class ChunkBuffer {
     uint64_t off = 0;             // value offset of the chunk's first byte in loc
     bool hole = false;            // reads as zeros; no RAM, no Location
   };
-
-  // kChunk zero bytes, shared by every hole's view in Gather.
-  static const char* ZeroChunk() {
-    static const std::unique_ptr<char[]> zeros(new char[kChunk]());
-    return zeros.get();
-  }
 
   size_t ChunkLen(size_t i) const { return static_cast<size_t>(std::min<uint64_t>(kChunk, size_ - i * kChunk)); }
 

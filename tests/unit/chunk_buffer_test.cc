@@ -154,13 +154,6 @@ TEST(ChunkBuffer, WriteMaterializesOnlyTouchedChunks) {
   base.replace(2 * ChunkBuffer::kChunk, full.size(), full);
   EXPECT_EQ(fs.fetched, 0u);
   EXPECT_EQ(ReadAll(b, fs.fetch()), base);
-  // Gather gives the whole value (referenced chunks read into temporaries).
-  std::vector<std::string_view> parts;
-  std::vector<std::unique_ptr<char[]>> temps;
-  ASSERT_TRUE(b.Gather(fs.fetch(), &parts, &temps).ok());
-  std::string g;
-  for (auto p : parts) g.append(p);
-  EXPECT_EQ(g, base);
 }
 
 TEST(ChunkBuffer, GrowAndShrinkOverReferences) {
@@ -241,7 +234,7 @@ TEST(ChunkBuffer, GrowthIsHolesWithoutMemory) {
   EXPECT_EQ(b.size(), 1ull << 40);
   EXPECT_EQ(b.capacity(), kC);  // only the first chunk, whose tail was zeroed
   EXPECT_EQ(b.referenced_bytes(), 0u);
-  EXPECT_TRUE(b.has_refs());    // not all in RAM: commit goes through Gather
+  EXPECT_TRUE(b.has_refs());    // not all in RAM: the commit is streamed (Read)
   char buf[16];
   std::memset(buf, 'z', sizeof(buf));
   EXPECT_EQ(b.Read(0, sizeof(buf), buf), sizeof(buf));
@@ -261,17 +254,12 @@ TEST(ChunkBuffer, GrowthIsHolesWithoutMemory) {
   EXPECT_EQ(b.capacity(), kC);
   Location whole;
   EXPECT_FALSE(b.WholeRecord(&whole));
-  std::vector<std::string_view> parts;
-  std::vector<std::unique_ptr<char[]>> temps;
-  ASSERT_TRUE(b.Gather(nullptr, &parts, &temps).ok());  // holes need no fetch
-  std::string got;
-  for (auto p : parts) got.append(p);
+  const std::string got = ReadAll(b, nullptr);  // holes need no fetch
   std::string want(3 * kC + 7, '\0');
   want[0] = 'h';
   want[1] = 'e';
   EXPECT_EQ(got.size(), want.size());
   EXPECT_TRUE(got == want);
-  EXPECT_TRUE(temps.empty());
   // A write far past the end allocates only the chunks it touches.
   ChunkBuffer c;
   c.Write(100 * kC - 2, "abcd", 4);  // spans chunks 99 and 100
