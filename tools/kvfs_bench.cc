@@ -451,6 +451,7 @@ struct Config {
   bool cold_load = true, progress = true;
   std::vector<std::string> kvfs_args, nfsim_args;
   unsigned lookup_batch = 128;
+  std::string phase_hook;  // sh -c "HOOK PROFILE MODE PHASE begin|end" around every phase (test bed RPC counts)
 };
 
 int Run(const std::vector<std::string>& argv, bool quiet = false) {
@@ -652,6 +653,15 @@ uint32_t Pct(std::vector<uint32_t>& v, double p) {
   return v[k];
 }
 
+void PhaseHook(const Config& cfg, const std::string& label, const std::string& phase, const char* when) {
+  if (cfg.phase_hook.empty()) return;
+  std::string l = label;
+  std::replace(l.begin(), l.end(), '/', ' ');  // "profile mode"
+  if (Run({"/bin/sh", "-c", cfg.phase_hook + " " + l + " " + phase + " " + when}) != 0) {
+    Fail("--phase-hook failed at " + label + " " + phase + " " + when);
+  }
+}
+
 // Runs fn(i) for i in [0, n) on `threads` threads (each a contiguous share, like a connector's jobs).
 PhaseResult RunPhase(const std::string& name, const std::string& label, uint64_t n, unsigned threads,
                      const std::function<uint64_t(uint64_t, char*)>& fn, size_t bufsize, Stack& stack) {
@@ -663,6 +673,7 @@ PhaseResult RunPhase(const std::string& name, const std::string& label, uint64_t
   }
   g_done = 0;
   g_total = n;
+  PhaseHook(stack.cfg, label, name, "begin");
   r.nfs_before = stack.NfsStats();
   r.kvfs_before = stack.KvfsStats();
   pid_t nfsim_pid = static_cast<pid_t>(r.nfs_before.value("pid", 0));
@@ -704,6 +715,7 @@ PhaseResult RunPhase(const std::string& name, const std::string& label, uint64_t
   r.seconds = static_cast<double>(r.end_ns - t0) / 1e9;
   r.nfs_after = stack.NfsStats();
   r.kvfs_after = stack.KvfsStats();
+  PhaseHook(stack.cfg, label, name, "end");
   for (auto& e : errors) {
     if (!e.empty()) Fail(name + ": " + e);
   }
@@ -969,6 +981,7 @@ void PrintProfile(const json& pj) {
                "  [--work DIR (/var/tmp/kvfs-bench)] [--tmpfs DIR (/dev/shm)] [--build DIR (this binary's build dir)]\n"
                "  [--json FILE]\n"
                "  [--lookup-batch N (128)] [--no-cold-load] [--no-progress] [--kvfs-arg A]... [--nfsim-arg A]...\n"
+               "  [--phase-hook CMD (run as: sh -c 'CMD PROFILE MODE PHASE begin|end')]\n"
                "profiles: vllm llmd lmcache-fs lmcache-nixl sglang-file sglang-nixl\n");
   std::exit(2);
 }
@@ -1010,6 +1023,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-progress") cfg.progress = false;
     else if (a == "--kvfs-arg") cfg.kvfs_args.push_back(val());
     else if (a == "--nfsim-arg") cfg.nfsim_args.push_back(val());
+    else if (a == "--phase-hook") cfg.phase_hook = val();
     else if (a == "-h" || a == "--help") Usage(nullptr);
     else Usage(("unknown argument " + a).c_str());
   }
