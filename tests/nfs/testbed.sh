@@ -73,9 +73,11 @@ check_qemu() {
   qemu-system-x86_64 -version >/dev/null 2>&1 || die_host "qemu-system-x86_64 does not run"
 }
 
-# Packages the kvfs binaries need at run time: their ldd libraries mapped to Debian packages.
-# Only packages the cached image does not already have (its dpkg list is saved at build time), so a
-# binary that links one more library triggers a rebuild, and nothing else does.
+# Packages the kvfs binaries need at run time: their ldd libraries mapped to Debian packages, all of
+# them (also those debootstrap installs anyway, like libc6), so the list depends on the binaries only:
+# a binary that links one more library triggers a rebuild, and nothing else does. (It used to leave out
+# the packages the cached image already had, which made the recipe flip: an image with library X gave
+# a recipe without X, which rebuilt an image without X, whose kvfs then failed to start.)
 ldd_packages() {
   local bin lib p pkgs=""
   for bin in "${KVFS_BIN:-}" "$REPO"/build/tools/kvfs "$REPO"/build/tests/kvfs_integration_tests; do
@@ -86,9 +88,7 @@ ldd_packages() {
       pkgs="$pkgs $(echo "$p" | head -1 | cut -d: -f1)"
     done
   done
-  for p in $(echo "$pkgs" | tr ' ' '\n' | sort -u); do
-    grep -qxF "$p" "$CACHE/image/installed.txt" 2>/dev/null || echo "$p"
-  done
+  echo "$pkgs" | tr ' ' '\n' | sed '/^$/d' | sort -u
 }
 
 package_list() {
