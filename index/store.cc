@@ -367,7 +367,6 @@ class StoreImpl final : public Store {
   std::set<SegmentId> dropped_own_;         // this node's segments dropped during this mount
   std::deque<Dropping> dropping_;           // dropped, waiting for their unlink (due order)
   uint64_t node_bytes_ = 0, dropping_bytes_ = 0, inflight_bytes_ = 0;
-  uint64_t waiting_bytes_ = 0;  // bytes writers wait for in ReserveSpace (the evictor makes room for them)
   bool evict_stop_ = false, evict_wake_ = false, emergency_ = false, stuck_ = false;
   bool reserve_present_ = false;            // evictor thread (and Init) only
   std::thread evict_thread_;
@@ -1705,27 +1704,21 @@ Status StoreImpl::ReserveSpace(uint64_t need) {
   std::unique_lock<std::mutex> l(cap_mu_);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.writer_wait_ms);
   bool counted = false;
-  auto give_up = [&](const char* why) {
-    if (counted) waiting_bytes_ -= need;
-    return Status::NoSpace(why);
-  };
   while (node_bytes_ + dropping_bytes_ + inflight_bytes_ + need > hard_limit_) {
-    if (evict_stop_) return give_up("capacity reached (store closing)");
+    if (evict_stop_) return Status::NoSpace("capacity reached (store closing)");
     // Nothing left to evict and nothing about to be unlinked: waiting would not help.
-    if (stuck_ && dropping_.empty() && inflight_bytes_ == 0) return give_up("capacity reached");
+    if (stuck_ && dropping_.empty() && inflight_bytes_ == 0) return Status::NoSpace("capacity reached");
     if (!counted) {
       writer_waits_++;
-      waiting_bytes_ += need;
       counted = true;
     }
     evict_wake_ = true;
     evict_cv_.notify_one();
     if (space_cv_.wait_until(l, deadline) == std::cv_status::timeout &&
         node_bytes_ + dropping_bytes_ + inflight_bytes_ + need > hard_limit_) {
-      return give_up("capacity reached: eviction did not free space in time");
+      return Status::NoSpace("capacity reached: eviction did not free space in time");
     }
   }
-  if (counted) waiting_bytes_ -= need;
   inflight_bytes_ += need;
   return Status::OK();
 }
@@ -1793,24 +1786,16 @@ void StoreImpl::EvictOnce() {
   UnlinkDue(false);
   ReclaimDeadSegments();
   bool emergency;
-  uint64_t node_bytes, waiting, pending_bytes;
+  uint64_t node_bytes;
   {
     std::lock_guard<std::mutex> l(cap_mu_);
     emergency = emergency_;
     emergency_ = false;
     node_bytes = node_bytes_;
-    waiting = waiting_bytes_;
-    pending_bytes = dropping_bytes_ + inflight_bytes_;
   }
   // Target for this node's bytes.
   uint64_t target = UINT64_MAX;
   if (opts_.capacity_bytes && node_bytes > node_high_) target = node_low_;
-  // Writers waiting at the hard limit (a record larger than the gap between the high watermark and the
-  // hard limit, e.g. a file of several segments): make room for what they wait for.
-  if (opts_.capacity_bytes && waiting > 0 && node_bytes + pending_bytes + waiting > hard_limit_) {
-    const uint64_t room = hard_limit_ > pending_bytes + waiting ? hard_limit_ - pending_bytes - waiting : 0;
-    target = std::min(target, room);
-  }
   if (global_high_) {
     const uint64_t global = node_bytes + PeerSegmentBytes();
     if (global > global_high_ && global > 0) {
