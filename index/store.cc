@@ -1542,8 +1542,9 @@ void StoreImpl::RequestPeerRefresh() {
 void StoreImpl::PeerLoop() {
   using clock = std::chrono::steady_clock;
   const auto interval = std::chrono::milliseconds(opts_.peer_poll_ms);
-  uint64_t rounds = 0;
   std::vector<std::string> nodes;
+  bool listed_once = false;
+  clock::time_point listed_at;
   for (;;) {
     bool early = false;
     {
@@ -1559,11 +1560,18 @@ void StoreImpl::PeerLoop() {
       }
       peer_wake_ = false;
     }
-    // New nodes appear rarely: list the nodes directory every 25 rounds (5 s at the default interval)
-    // and on an early poll (a lookup miss: maybe a new node's file); known nodes are not stat'ed again.
-    if (rounds++ % 25 == 0 || early) {
+    // New nodes appear rarely: list the nodes directory every 25 intervals (5 s at the default) and on
+    // an early poll (a lookup miss: maybe a new node's file) if the last listing is 5 intervals old (1 s).
+    // Not on every early poll: a connector storing new chunks misses on every name it probes, which woke
+    // this thread up to 20-40 times/s, and each listing (opendir, readdir x2, getattr) is a round trip on
+    // NFS: 1.9 backing metadata ops per vLLM chunk stored (docs/benchmarks.md, full-size run). Known
+    // nodes are polled on every early round as before, and are not stat'ed again.
+    const auto since = clock::now() - listed_at;
+    if (!listed_once || since >= 25 * interval || (early && since >= 5 * interval)) {
       auto listed = ListNodes(env_, opts_.backing_dir, &nodes);
       if (listed.ok()) nodes = *listed;
+      listed_at = clock::now();
+      listed_once = true;
     }
     std::lock_guard<std::mutex> l(peer_mu_);
     const auto now = clock::now();
