@@ -67,6 +67,18 @@ class DeadlineFile : public BackingFile {
     return ToStatus(r);
   }
 
+  Status Truncate(uint64_t size) override {
+    if (poisoned_->load()) return Poisoned();
+    auto base = base_;
+    auto r = env_->Run<Unit>("ftruncate", path_, [base, size]() -> Result<Unit> {
+      Status s = base->Truncate(size);
+      if (!s.ok()) return s;
+      return Unit{};
+    });
+    if (r.status().IsTimedOut()) poisoned_->store(true);
+    return ToStatus(r);
+  }
+
   Result<uint64_t> Size() override {
     auto base = base_;
     return env_->Run<uint64_t>("fstat", path_, [base]() { return base->Size(); });

@@ -71,6 +71,10 @@ class BackingFile {
   }
   // fdatasync: everything written so far is durable when this returns OK.
   virtual Status Sync() = 0;
+  // ftruncate to `size` bytes (durable with the next Sync). Only for bytes nothing refers to: the
+  // SegmentWriter drops what a failed write left past its next offset (nothing a peer may read is ever
+  // truncated). IOError / NoSpace like Write.
+  virtual Status Truncate(uint64_t size) = 0;
   // fstat size. On NFS this flushes the writer's dirty pages first: never on a hot path.
   virtual Result<uint64_t> Size() = 0;
   virtual const std::string& path() const = 0;

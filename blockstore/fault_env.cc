@@ -100,6 +100,18 @@ class FaultInjectionEnv::File : public BackingFile {
     return Status::OK();
   }
 
+  // kFaultTruncate rules apply. The crash model takes the truncation as durable at once (synced size
+  // lowered too): a power cut never brings the dropped bytes back.
+  Status Truncate(uint64_t size) override {
+    env_->counters_.write.fetch_add(1, std::memory_order_relaxed);
+    if (stale()) return StaleFile(path());
+    auto inj = env_->Check(kFaultTruncate, path());
+    if (inj.err) return env_->Inject(inj, "ftruncate", path());
+    KVFS_RETURN_IF_ERROR(base_->Truncate(size));
+    env_->OnTruncate(path(), size);
+    return Status::OK();
+  }
+
   Result<uint64_t> Size() override {
     env_->counters_.stat.fetch_add(1, std::memory_order_relaxed);
     if (stale()) return StaleFile(path());
@@ -243,6 +255,14 @@ void FaultInjectionEnv::OnWrite(const std::string& path, uint64_t end) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = files_.find(path);
   if (it != files_.end()) it->second.size = std::max(it->second.size, end);
+}
+
+void FaultInjectionEnv::OnTruncate(const std::string& path, uint64_t size) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = files_.find(path);
+  if (it == files_.end()) return;
+  it->second.size = size;
+  it->second.synced_size = std::min(it->second.synced_size, size);
 }
 
 uint64_t FaultInjectionEnv::SizeForSync(const std::string& path) {

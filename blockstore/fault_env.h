@@ -66,10 +66,11 @@ enum FaultOp : uint32_t {
   kFaultList = 1u << 9,
   kFaultSyncDir = 1u << 10,
   kFaultStatFs = 1u << 11,
+  kFaultTruncate = 1u << 12,  // BackingFile::Truncate (not a kFaultWrite: it does not count as a write)
   // Open and every namespace operation.
   kFaultMetadata = kFaultOpen | kFaultMkdir | kFaultRename | kFaultRemove | kFaultStat | kFaultList |
                    kFaultSyncDir | kFaultStatFs | kFaultSize,
-  kFaultAll = 0xFFFu,
+  kFaultAll = 0x1FFFu,
 };
 
 struct FaultRule {
@@ -174,6 +175,7 @@ class FaultInjectionEnv : public Env {
 
   // Called by File.
   void OnWrite(const std::string& path, uint64_t end);
+  void OnTruncate(const std::string& path, uint64_t size);
   uint64_t SizeForSync(const std::string& path);
   void OnSynced(const std::string& path, uint64_t size);
   uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }

@@ -111,6 +111,15 @@ class PosixFile final : public BackingFile {
     return Status::OK();
   }
 
+  Status Truncate(uint64_t size) override {
+    c_->write.fetch_add(1, std::memory_order_relaxed);
+    while (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("ftruncate " + std::to_string(size), path_, errno);
+    }
+    return Status::OK();
+  }
+
   Result<uint64_t> Size() override {
     c_->stat.fetch_add(1, std::memory_order_relaxed);
     struct stat st;

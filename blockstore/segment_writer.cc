@@ -263,6 +263,7 @@ void SegmentWriter::WriteBatch(const std::vector<Pending*>& batch) {
 
   auto flush = [&]() -> Status {
     if (group.empty()) return Status::OK();
+    for (const WriteOp& op : ops) active_extent_ = std::max<uint64_t>(active_extent_, op.offset + op.len);
     Status s = active_->Write(ops);
     if (s.ok()) {
       uint64_t value_bytes = 0;
@@ -284,6 +285,7 @@ void SegmentWriter::WriteBatch(const std::vector<Pending*>& batch) {
         w->loc = Location{};
       }
       next_offset_ = group_start;  // reuse the space: nothing points into it
+      TrimActive();                // and drop what landed past it (frees it on a full export)
     }
     ops.clear();
     group.clear();
@@ -377,10 +379,12 @@ void SegmentWriter::WriteStreamed(Pending* w) {
     }
     const size_t padded = static_cast<size_t>(AlignUp(n));
     std::memset(piece.get() + n, 0, padded - n);
+    active_extent_ = std::max<uint64_t>(active_extent_, value_offset + pos + padded);
     s = active_->Write(value_offset + pos, piece.get(), padded);
     pos += n;
   }
   if (s.ok()) {
+    active_extent_ = std::max<uint64_t>(active_extent_, record_offset + w->value_delta);
     char* b = w->buf.get();
     format::RecordHeader h;
     h.flags = w->flags;
@@ -400,6 +404,7 @@ void SegmentWriter::WriteStreamed(Pending* w) {
   if (!s.ok()) {
     w->status = s;  // next_offset_ unchanged: the next append reuses the space, nothing points into it
     w->loc = Location{};
+    TrimActive();   // the value bytes already written past it go (a seal must end the file)
     return;
   }
   w->loc = Location{SegmentId{node_, generation_, active_seq_}, record_offset, value_offset, len};
@@ -443,6 +448,7 @@ Status SegmentWriter::OpenNextSegment() {
   active_seq_ = seq;
   active_nonce_ = h.nonce;
   next_offset_ = format::kSegmentHeaderSize;
+  active_extent_ = format::kSegmentHeaderSize;
   active_data_bytes_ = 0;
   footer_.clear();
   MarkDirty();
@@ -452,7 +458,17 @@ Status SegmentWriter::OpenNextSegment() {
   return Status::OK();
 }
 
+Status SegmentWriter::TrimActive() {
+  if (active_extent_ <= next_offset_) return Status::OK();
+  Status s = active_->Truncate(next_offset_);
+  if (s.ok()) active_extent_ = next_offset_;
+  return s;
+}
+
 Status SegmentWriter::SealActive() {
+  // The trailer must end the file: bytes a failed write left past the footer would hide it (the segment
+  // would read as unsealed with a torn tail after a clean stop).
+  KVFS_RETURN_IF_ERROR(TrimActive());
   const uint64_t count = footer_.size();
   const uint64_t footer_bytes = format::FooterBytes(count);
   AlignedBuf fb = AllocAligned(footer_bytes + format::kTrailerBlockSize);
@@ -527,7 +543,9 @@ Status SegmentWriter::Close() {
     closed_ = true;  // new Appends fail from here on
   }
   Status s = Sync();
-  if (s.ok() && opts_.seal_on_close && active_ && !footer_.empty()) s = SealActive();
+  // A segment whose every record write failed is sealed too (0 records): a clean stop leaves no segment
+  // of its generation unsealed.
+  if (s.ok() && opts_.seal_on_close && active_) s = SealActive();
   active_.reset();
   std::lock_guard<std::mutex> lk(mu_);
   dirty_.clear();

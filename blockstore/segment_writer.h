@@ -23,10 +23,12 @@
 // dropped the dirty pages; "fsyncgate"): every later Append/Sync returns that error and the caller opens
 // a new writer with a new seq/generation. A failed write (ENOSPC, EIO) only fails the Appends of that
 // batch; the space they would have used is reused by the next batch, so no torn record is left in the
-// middle of a segment.
+// middle of a segment, and what part of it landed is truncated away (BackingFile::Truncate; nothing
+// refers to it), at once and again before the seal if that failed, so a sealed file ends with its trailer.
 //
 // Close(): Sync(), then seals the active segment if SegmentWriterOptions::seal_on_close (default: the
-// active segment stays unsealed; recovery scans it), then closes the files. The destructor closes files
+// active segment stays unsealed; recovery scans it; a segment whose every record write failed is sealed
+// with 0 records), then closes the files. The destructor closes files
 // without syncing.
 //
 // Thread safety: Append, Sync, TakeSealed and GetStats may be called concurrently. Close must not race
@@ -135,6 +137,7 @@ class SegmentWriter {
   Status PlaceRecord(uint64_t span);                    // leader only: seal / open so span fits
   Status OpenNextSegment();                             // leader only
   Status SealActive();                                  // leader only
+  Status TrimActive();                                  // leader only: truncate to next_offset_
   void MarkDirty();                                     // leader only; takes mu_
 
   Env* const env_;
@@ -148,6 +151,7 @@ class SegmentWriter {
   uint64_t active_seq_ = 0;
   uint64_t active_nonce_ = 0;
   uint64_t next_offset_ = 0;
+  uint64_t active_extent_ = 0;  // end of the furthest write attempted in the active segment (>= next_offset_)
   uint64_t active_data_bytes_ = 0;
   std::vector<format::FooterEntry> footer_;
   uint64_t next_seq_;

@@ -59,6 +59,7 @@ class MemFile final : public BackingFile {
   }
   Status Write(std::span<const WriteOp>) override { return Status::IOError("read-only", EROFS); }
   Status Sync() override { return Status::OK(); }
+  Status Truncate(uint64_t) override { return Status::IOError("read-only", EROFS); }
   Result<uint64_t> Size() override { return static_cast<uint64_t>(bytes_.size()); }
   const std::string& path() const override { return path_; }
 

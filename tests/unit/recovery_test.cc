@@ -74,6 +74,8 @@ TEST_F(RecoveryTest, TornSegmentTailIsCutAndTheSegmentSealedAtMount) {
   const uint64_t valid_end = fs::file_size(seg);
   // The next record write reaches the file only partly (a header block and a bit), then the mount dies.
   env->ShortWriteNth(1, 4096 + 512, EIO, "/seg/");
+  // The writer's truncation of what landed fails too (a crash before it), so the torn bytes stay.
+  env->AddFault(FaultRule{.ops = kFaultTruncate, .path_substr = "/seg/", .err = EIO});
   Status err;
   WriteFile("c", Content("c", 100000, 1), &err);
   ASSERT_TRUE(err.IsIOError()) << err.ToString();
@@ -131,6 +133,8 @@ TEST_F(RecoveryTest, SegmentCutSurvivesJournalRetirement) {
   const std::string seg = SegPath(a);
   const uint64_t valid_end = fs::file_size(seg);
   env->ShortWriteNth(1, 4096 + 512, EIO, "/seg/");
+  // The writer's truncation of what landed fails too (a crash before it), so the torn bytes stay.
+  env->AddFault(FaultRule{.ops = kFaultTruncate, .path_substr = "/seg/", .err = EIO});
   Status err;
   WriteFile("c", Content("c", 100000, 1), &err);
   ASSERT_TRUE(err.IsIOError()) << err.ToString();
@@ -168,6 +172,49 @@ TEST_F(RecoveryTest, SegmentCutSurvivesJournalRetirement) {
   EXPECT_EQ(r.problems, 0u) << Describe(r);
   auto fixed = Fsck(/*repair=*/true);
   EXPECT_EQ(fixed.repaired, 0u) << Describe(fixed);
+}
+
+// Issue #6, the second way to a torn tail after a clean stop: a failed (short) record write left bytes past
+// the writer's next offset; the next records reuse that space, and when they are shorter the seal's
+// trailer did not end the file (fsck: "torn tail: 77712 bytes after offset 53248", the footer). The writer
+// truncates what a failed write left, so the clean stop's seal ends the file.
+TEST_F(RecoveryTest, FailedWriteThenShorterRecordsThenCleanStopIsClean) {
+  auto env = std::make_unique<FaultInjectionEnv>(Env::Posix());
+  OpenStore(env.get());
+  WriteFile("a", Content("a", 30000, 1));
+  env->ShortWriteNth(1, 90000, ENOSPC, "/seg/");
+  Status err;
+  WriteFile("c", Content("c", 200000, 1), &err);
+  EXPECT_FALSE(err.ok());
+  WriteFile("d", Content("d", 5000, 1));
+  CloseStore();
+  auto r = Fsck();
+  EXPECT_EQ(r.problems, 0u) << Describe(r);
+  OpenStore();
+  ExpectFile("a", 30000);
+  ExpectFile("d", 5000);
+  CloseStore();
+}
+
+// The same when every record of the segment failed: the clean stop seals it with 0 records (no unsealed
+// segment of the stopped generation, no torn tail).
+TEST_F(RecoveryTest, SegmentWhoseOnlyWriteFailedIsSealedEmptyAtCleanStop) {
+  auto env = std::make_unique<FaultInjectionEnv>(Env::Posix());
+  OpenStore(env.get());
+  env->ShortWriteNth(2, 50000, EIO, "/seg/");  // 1 = the new segment's header, 2 = the record
+  Status err;
+  WriteFile("c", Content("c", 200000, 1), &err);
+  EXPECT_FALSE(err.ok());
+  CloseStore();
+  ASSERT_EQ(SegmentPaths().size(), 1u);
+  auto r = Fsck();
+  EXPECT_EQ(r.problems, 0u) << Describe(r);
+  OpenStore();
+  ExpectNothingToRecover();
+  WriteFile("d", Content("d", 5000, 1));
+  ExpectFile("d", 5000);
+  CloseStore();
+  EXPECT_EQ(Fsck().problems, 0u);
 }
 
 TEST_F(RecoveryTest, HeaderlessSegmentOfACrashIsCutAtZero) {

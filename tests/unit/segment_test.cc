@@ -256,6 +256,7 @@ TEST_F(SegmentTest, StreamedAppendSourceErrorWritesNoRecord) {
     return Status::OK();
   });
   EXPECT_EQ(b.status().ToErrno(), EIO) << b.status().ToString();
+  EXPECT_EQ(FileSize(a->segment), a->record_offset + kAlignment * 2);  // b's first 4 MiB piece truncated away
   const std::string cval = MakeValue(5000, 3);
   auto c = w->Append("/c", 3, {cval});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -268,7 +269,8 @@ TEST_F(SegmentTest, StreamedAppendSourceErrorWritesNoRecord) {
   ScannedRecord r;
   std::vector<std::string> paths;
   while (sc.Next(&r)) paths.push_back(r.path);
-  EXPECT_EQ(paths, (std::vector<std::string>{"/a", "/c"}));  // b's value bytes past c: a torn tail
+  EXPECT_EQ(paths, (std::vector<std::string>{"/a", "/c"}));
+  EXPECT_EQ(sc.stop_reason(), ScanStop::kEndOfFile);  // no torn tail of b's value bytes past c
   EXPECT_EQ(w->GetStats().records, 2u);
 }
 
@@ -710,6 +712,7 @@ TEST_F(SegmentTest, WriteErrorFailsTheBatchButNotTheWriter) {
   int id = env.ShortWriteNth(1, 4096, ENOSPC, ".kseg");
   auto b = w->Append("/b", 2, {MakeValue(100000, 2)});
   EXPECT_TRUE(b.status().IsNoSpace()) << b.status().ToString();
+  EXPECT_EQ(FileSize(a->segment), a->record_offset + kAlignment * 2);  // what landed of b is truncated
   env.RemoveFault(id);
   const std::string cval = MakeValue(5000, 3);
   auto c = w->Append("/c", 3, {cval});
@@ -724,6 +727,39 @@ TEST_F(SegmentTest, WriteErrorFailsTheBatchButNotTheWriter) {
   std::vector<std::string> paths;
   while (sc.Next(&r)) paths.push_back(r.path);
   EXPECT_EQ(paths, (std::vector<std::string>{"/a", "/c"}));
+}
+
+// Issue #6: a failed write longer than what follows it must not leave bytes past the seal's trailer (the
+// file would read as unsealed, with a torn tail from the footer on), even when the truncation right after
+// the failure failed too (the seal truncates again).
+TEST_F(SegmentTest, SealEndsTheFileAfterAFailedLongerWrite) {
+  for (bool truncate_fails_once : {false, true}) {
+    SCOPED_TRACE(truncate_fails_once);
+    std::filesystem::remove_all(root_);
+    FaultInjectionEnv env(Env::Posix());
+    SegmentWriterOptions o;
+    o.seal_on_close = true;
+    auto w = NewWriter(o, &env);
+    auto a = w->Append("/a", 1, {MakeValue(20000, 1)});
+    ASSERT_TRUE(a.ok());
+    int id = env.ShortWriteNth(1, 60000, EIO, ".kseg");
+    int tid = truncate_fails_once
+                  ? env.AddFault(FaultRule{.ops = kFaultTruncate, .path_substr = ".kseg", .err = EIO, .times = 1})
+                  : -1;
+    EXPECT_FALSE(w->Append("/b", 2, {MakeValue(200000, 2)}).ok());
+    const uint64_t a_end = a->record_offset + format::RecordSpan(2, 20000);
+    EXPECT_EQ(FileSize(a->segment), truncate_fails_once ? a_end + 60000 : a_end);
+    env.RemoveFault(id);
+    if (tid >= 0) env.RemoveFault(tid);
+    auto c = w->Append("/c", 3, {MakeValue(3000, 3)});
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_TRUE(w->Close().ok());
+    auto f = OpenSeg(c->segment);
+    auto footer = ReadFooter(f.get(), FileSize(c->segment));
+    ASSERT_TRUE(footer.ok()) << footer.status().ToString();
+    EXPECT_EQ(footer->trailer.record_count, 2u);
+    EXPECT_EQ(footer->trailer.footer_offset, c->record_offset + format::RecordSpan(2, 3000));
+  }
 }
 
 TEST_F(SegmentTest, SyncFailureBreaksTheWriter) {
