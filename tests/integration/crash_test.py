@@ -30,6 +30,9 @@
                           KVFS_POWERCUT_CYCLES (default 20) cycles. The long run:
                             KVFS_POWERCUT_CYCLES=300 python3 tests/integration/crash_test.py \
                                 CrashTest.test_power_cut_cycles
+  test_torn_tail_cut_survives_journal_retirement   issue #6 made deterministic: a torn tail appended to a
+                          SIGKILLed daemon's segment is CUT by the remount; after three clean stops (the CUT's
+                          journal file retired) kvfs-fsck is clean after every stop.
   test_writer_killed_mid_file   SIGKILL of the WRITER (not the daemon) in the middle of a temp file: the
                           final name never appears; the mount keeps working; same after a remount.
   test_case9_backing_eio_switch   cases.md case 9 with "a fault-injection switch" (no root needed): the TEST-ONLY
@@ -409,6 +412,53 @@ class CrashTest(unittest.TestCase):
         left = [f for f in rep2["findings"] if f["severity"] == "problem"]
         self.assertEqual(left, [], json.dumps(left, indent=1)[:3000])
         self.assertEqual(r2.returncode, 0)
+
+    def test_torn_tail_cut_survives_journal_retirement(self):
+        """Issue #6, the CI finding made deterministic: a SIGKILLed daemon's segment gets a torn tail (1 MiB
+        appended after its last record, as an interrupted write leaves), the remount CUTs it in journal-<G>-0,
+        then three clean stops (three snapshots) retire that journal file. kvfs-fsck after each clean stop
+        must find no problem (it reported segment-torn-tail once the CUT's journal file was gone)."""
+        b = kf.Backing(prefix="kvfs-crash-cut-")
+        d = Daemon(b)
+        node_dir = os.path.join(b.backing, ".kvfs", "v1", "nodes", NODE)
+        try:
+            for i in range(3):
+                kf.write_file(os.path.join(b.mnt, "f%d" % i), make_content("f%d" % i, 300 * KIB))
+            fd = os.open(b.mnt, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+            d.kill()
+            d = None
+            segs = sorted(f for f in os.listdir(os.path.join(node_dir, "seg")) if f.endswith(".kseg"))
+            self.assertTrue(segs)
+            with open(os.path.join(node_dir, "seg", segs[-1]), "ab") as f:
+                f.write(random.Random(6).randbytes(MIB))
+            d = Daemon(b)
+            rec = json.loads(os.getxattr(b.mnt, "user.kvfs.stats"))["recovery"]
+            self.assertEqual(rec["cuts"], 1, rec)
+            cut_journal = sorted(f for f in os.listdir(node_dir) if f.startswith("journal-"))[-1]
+            for i in range(3):
+                kf.write_file(os.path.join(b.mnt, "g%d" % i), make_content("g%d" % i, 200 * KIB))
+                self.assertEqual(d.stop(), 0)
+                d = None
+                r = run_fsck(b.backing, "--json")
+                bad = [f for f in json.loads(r.stdout)["findings"] if f["severity"] == "problem"]
+                self.assertEqual(bad, [], "after clean stop %d: %s" % (i, json.dumps(bad, indent=1)[:3000]))
+                self.assertEqual(r.returncode, 0, r.stdout[:3000])
+                d = Daemon(b)
+            self.assertFalse(os.path.exists(os.path.join(node_dir, cut_journal)), "the CUT's journal was not retired")
+            for i in range(3):
+                self.assertIsNone(verify_content("f%d" % i, kf.read_file(os.path.join(b.mnt, "f%d" % i))))
+                self.assertIsNone(verify_content("g%d" % i, kf.read_file(os.path.join(b.mnt, "g%d" % i))))
+            self.assertEqual(d.stop(), 0)
+            d = None
+            r = run_fsck(b.backing, "--repair", "--json")
+            self.assertEqual(r.returncode, 0, r.stdout[:3000] + r.stderr)
+            self.assertEqual(json.loads(r.stdout)["repaired"], 0, r.stdout[:3000])
+        finally:
+            if d:
+                d.kill()
+            b.cleanup()
 
     def test_writer_killed_mid_file(self):
         b = kf.Backing(prefix="kvfs-crash-w-")
