@@ -548,8 +548,15 @@ struct KvfsFs::Impl {
     return Status::OK();
   }
 
-  // Replies with a positive entry for node (one lookup reference).
-  void ReplyEntry(fuse_req_t req, const Node& n) {
+  // Replies with a positive entry for node (one lookup reference). fresh_only: if n is a staged regular
+  // file of which no staged version is left here, reply nothing and return false (the caller looks again).
+  // The index's attributes of a staged file are placeholders (size 0): the sizes are the versions' (and
+  // StagedAttr shows them). A LOOKUP that read n from the index before the file's deferred commit and
+  // replies after it (the commit dropped the version) would give the kernel size 0 with a valid lookup:
+  // the kernel then cuts that inode's i_size and page cache under its readers (a publisher's rename
+  // looks up the target name: LOOKUP_RENAME_TARGET). The index commits before the version is dropped,
+  // so looking again finds the committed node.
+  bool ReplyEntry(fuse_req_t req, const Node& n, bool fresh_only = false) {
     auto in = Ref(n.attr.ino, n.attr.mode);
     fuse_entry_param e;
     std::memset(&e, 0, sizeof(e));
@@ -558,8 +565,14 @@ struct KvfsFs::Impl {
     Attr a = n.attr;
     double at = (S_ISDIR(a.mode) || S_ISLNK(a.mode) || n.committed) ? opts.attr_timeout_s : 0;
     {
-      std::lock_guard<std::mutex> g(in->mu);
-      if (StagedAttr(*in, &a)) at = 0;
+      std::unique_lock<std::mutex> g(in->mu);
+      if (StagedAttr(*in, &a)) {
+        at = 0;
+      } else if (fresh_only && S_ISREG(n.attr.mode) && !n.committed) {
+        g.unlock();
+        Forget(n.attr.ino, 1);
+        return false;
+      }
       in->last_attr = a;
       in->last_loc = n.location;
       in->last_committed = n.committed;
@@ -572,6 +585,7 @@ struct KvfsFs::Impl {
     e.attr_timeout = at;
     e.entry_timeout = opts.entry_timeout_s;
     fuse_reply_entry(req, &e);
+    return true;
   }
   void ReplyNegative(fuse_req_t req) {
     // ino 0 = a negative entry the kernel caches for entry_timeout (connectors probe absent keys a lot).
@@ -1209,16 +1223,24 @@ void OpDestroy(void*) {}
 void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   auto* fs = FS(req);
   if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
-  auto r = fs->store->Lookup(parent, name);
-  if (!r.ok()) {
-    if (r.status().IsNotFound()) {
-      fs->store->RequestPeerRefresh();  // a peer may have just written it (rate-limited, never blocks)
-      return fs->ReplyNegative(req);
+  // A staged file found here may be committed (its version dropped) before the reply: look again then
+  // (ReplyEntry fresh_only). The last attempt replies whatever it finds: a staged node without a version
+  // is a file being created right now (CreateFile before its open), empty.
+  for (int attempt = 0;; ++attempt) {
+    auto r = fs->store->Lookup(parent, name);
+    if (!r.ok()) {
+      if (r.status().IsNotFound()) {
+        fs->store->RequestPeerRefresh();  // a peer may have just written it (rate-limited, never blocks)
+        return fs->ReplyNegative(req);
+      }
+      return Reply(req, r.status());
     }
-    return Reply(req, r.status());
+    if (S_ISREG(r->attr.mode) && !r->committed && fs->opts.test_lookup_delay_ms > 0 && attempt == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(fs->opts.test_lookup_delay_ms));  // TEST ONLY
+    }
+    if (S_ISREG(r->attr.mode)) fs->RetryLookup(fuse_req_ctx(req), parent, name, r->attr.ino);
+    if (fs->ReplyEntry(req, *r, /*fresh_only=*/attempt < 3)) return;
   }
-  if (S_ISREG(r->attr.mode)) fs->RetryLookup(fuse_req_ctx(req), parent, name, r->attr.ino);
-  fs->ReplyEntry(req, *r);
 }
 
 void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {

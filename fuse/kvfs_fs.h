@@ -54,6 +54,10 @@ struct FsOptions {
   // right after close(2) comes first: temp + rename journals one PUT under the final name. 0 = commit
   // in the RELEASE handler. Keep it well below the group-commit interval (durability adds it).
   uint32_t commit_delay_ms = 5;
+  // TEST ONLY (kvfs mount reads KVFS_TEST_LOOKUP_DELAY_MS; not in --help): a LOOKUP that finds a staged
+  // regular file waits this long (ms) between the index lookup and its reply, so a test can make the
+  // file's deferred commit land inside that window (tests/integration/shared_names_test.py).
+  uint32_t test_lookup_delay_ms = 0;
   // Staging memory budget, bytes: RAM held by the bytes of files being written (DESIGN §4). A write
   // that would take it over the budget first spills the staged chunks of the version holding the most
   // RAM to a provisional record in the active segment (Store::WriteProvisionalRecord) and keeps only

@@ -448,6 +448,8 @@ int RunMount(MountArgs a) {
   // TEST ONLY (not in --help): KVFS_TEST_COMMIT_DELAY_MS widens the deferred-commit window (default 5 ms)
   // so that tests act inside it deterministically (multinode_test, fs_ops_test).
   if (const char* d = std::getenv("KVFS_TEST_COMMIT_DELAY_MS")) fo.commit_delay_ms = static_cast<uint32_t>(std::atoi(d));
+  // TEST ONLY: KVFS_TEST_LOOKUP_DELAY_MS delays LOOKUP replies for staged files (FsOptions).
+  if (const char* d = std::getenv("KVFS_TEST_LOOKUP_DELAY_MS")) fo.test_lookup_delay_ms = static_cast<uint32_t>(std::atoi(d));
   auto fs = std::make_unique<kvfs::KvfsFs>(store.get(), fo);
   kvfs::Status ms = fs->Mount(a.mountpoint, fopts, "kvfs:" + a.backing);
   if (!ms.ok()) {
