@@ -184,6 +184,11 @@ struct Inode {
   bool renumbered = false;           // Store::Renumber moved its name to a new number (unlinked too)
   uint64_t lost_parent = 0;          // the name the kernel last looked it up by, or that it lost
   std::string lost_name;             // (renumbered, unlinked, replaced): where an ESTALE'd open retries
+  uint64_t renumbered_to = 0;        // the number Renumber gave its name (0: none)
+  // Bumped when a version starts on this number in place under open page-cache readers (a reopen via
+  // /proc/self/fd: Impl::UndoRenumber): readers opened before then read the current content, as on a
+  // local fs, not the content pinned at their open. Read without in->mu.
+  std::atomic<uint64_t> rewrites{0};
   bool hidden_ever = false;          // never keep_cache again: cached pages may belong to a hidden version
   Attr last_attr;                    // last attributes seen (answers fstat of an unlinked file)
   Location last_loc;                 // last committed location seen (opens of a just-replaced file)
@@ -198,6 +203,7 @@ struct Handle {
   Location loc;      // readers of committed content: pinned at open
   uint64_t size = 0;
   bool pc = false;   // counted in Inode::pc_handles (opened without direct_io)
+  uint64_t rewrites = 0;  // Inode::rewrites at open (readers of committed content)
 };
 
 Handle* H(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
@@ -718,9 +724,11 @@ struct KvfsFs::Impl {
   Result<std::shared_ptr<Version>> AcquireWritable(const std::shared_ptr<Inode>& in, bool trunc,
                                                    const fuse_ctx* ctx, bool need_content = true,
                                                    bool retry = false) {
+    const bool inplace = retry && UndoRenumber(in);
     for (int attempt = 0;; ++attempt) {
       std::vector<std::shared_ptr<Version>> settle;
-      auto r = AcquireWritableOnce(in, trunc, ctx, need_content, retry, attempt < 2 ? &settle : nullptr);
+      auto r = AcquireWritableOnce(in, trunc, ctx, need_content, retry, inplace,
+                                   attempt < 2 ? &settle : nullptr);
       if (settle.empty()) return r;
       // O_TRUNC while the versions of the inode are only waiting for their deferred commit (all
       // writers closed): commit them now, so the new version starts on a committed, idle inode, i.e.
@@ -734,8 +742,58 @@ struct KvfsFs::Impl {
       }
     }
   }
+  // The kernel's retry of a writable open we answered ESTALE came back to the very number we renumbered
+  // away from: the open did not go through a name (a /proc/self/fd or /dev/fd magic link, which re-opens
+  // the same inode however often it is retried), so a new number can never reach it. Like a local fs, the
+  // open then writes that inode: the name moves back to it (Store::Renumber(to)), provided the number
+  // the name got is still unused here (no handle, no version). The caller starts its version in place
+  // (readers see the rewrite). Returns whether it did.
+  bool UndoRenumber(const std::shared_ptr<Inode>& in) {
+    uint64_t to, parent;
+    std::string name;
+    {
+      std::lock_guard<std::mutex> g(in->mu);
+      if (!in->renumbered || in->renumbered_to == 0 || in->lost_parent == 0) return false;
+      to = in->renumbered_to;
+      parent = in->lost_parent;
+      name = in->lost_name;
+    }
+    auto cur = store->GetInode(to);
+    if (!cur.ok() || !cur->committed || cur->parent != parent || cur->name != name) return false;
+    if (auto other = Get(to)) {
+      {
+        std::lock_guard<std::mutex> tg(table_mu);
+        if (other->open_handles != 0) return false;
+      }
+      std::lock_guard<std::mutex> og(other->mu);
+      if (!other->writing.empty()) return false;
+    }
+    auto back = store->Renumber(to, in->ino);
+    if (!back.ok()) {
+      spdlog::debug("undo renumber {} -> {}: {}", to, in->ino, back.status().ToString());
+      return false;
+    }
+    {
+      std::lock_guard<std::mutex> g(in->mu);
+      in->renumbered = false;
+      in->unlinked = false;
+      in->renumbered_to = 0;
+      in->last_attr = back->attr;
+      in->last_loc = back->location;
+    }
+    spdlog::debug("inode {}: renumber to {} undone (a reopen through a magic link)", in->ino, to);
+    // Cached dentries of the name that point to `to` (gone now): the notifier drops them and marks
+    // `to` unlinked if the kernel still holds it.
+    std::lock_guard<std::mutex> qg(nq_mu);
+    nq.push_back(Notice{to, parent, name});
+    nq_cv.notify_one();
+    return true;
+  }
+  // inplace: UndoRenumber just gave the name back to this number: start the version here whatever
+  // page-cache handles are open, as a visible version, and invalidate the kernel's cache of the inode.
   Result<std::shared_ptr<Version>> AcquireWritableOnce(const std::shared_ptr<Inode>& in, bool trunc,
                                                        const fuse_ctx* ctx, bool need_content, bool retry,
+                                                       bool inplace,
                                                        std::vector<std::shared_ptr<Version>>* settle) {
     std::lock_guard<std::mutex> g(in->mu);
     // Newest version being written or being committed by its last release (still in `writing`).
@@ -812,6 +870,11 @@ struct KvfsFs::Impl {
       const bool virgin = TakeVirgin(in->ino);  // used up by whichever writer comes first
       keep = virgin || retry || RetryPending(n->parent, n->name);
     }
+    if (inplace) {
+      keep = true;
+      in->rewrites++;
+      QueueInval(in->ino);  // off this thread (nq_mu is a leaf lock)
+    }
     if (n->committed && S_ISREG(n->attr.mode) && !keep) {
       // New content of a committed file gets a new inode number (DESIGN §3). The kernel keeps ONE
       // page cache and ONE i_size per inode: were the new version written under this number, a reader
@@ -823,6 +886,7 @@ struct KvfsFs::Impl {
       auto nn = store->Renumber(in->ino);
       if (!nn.ok()) return nn.status();
       AddFresh(nn->attr.ino);
+      in->renumbered_to = nn->attr.ino;
       in->unlinked = true;  // its name now belongs to the new number
       in->renumbered = true;
       in->lost_parent = n->parent;
@@ -845,7 +909,8 @@ struct KvfsFs::Impl {
     a = n->attr;
     a.ino = in->ino;
     if (trunc) {
-      bool committed = n.ok() && n->committed;
+      // In place (inplace): a visible version, as a local fs truncates the file under its readers.
+      bool committed = n.ok() && n->committed && !inplace;
       auto v = NewVersion(in->ino, /*hidden=*/committed, /*direct=*/false);
       if (a.size != 0) a.mtime_ns = a.ctime_ns = now;
       a.size = 0;
@@ -1259,7 +1324,9 @@ void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Attr a;
   double timeout = 0;
   Handle* h = fi ? H(fi) : nullptr;
-  if (h && h->version) {  // fstat-like getattr through a handle: that version's own view
+  // fstat-like getattr through a handle: that version's own view (a reader's, unless the file was
+  // rewritten in place since it opened: then the inode's, as its reads, OpRead).
+  if (h && h->version && (h->writable || h->inode->rewrites.load() == h->rewrites)) {
     KvfsFs::Impl::VersionAttr(*h->version, &a);
     a.ino = ino;
     struct stat st;
@@ -1494,6 +1561,7 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
       Status s = fs->ReleaseWritable(in, *r);
       if (!s.ok()) return s;
     }
+    h->rewrites = in->rewrites.load();
     {
       std::lock_guard<std::mutex> g(in->mu);
       h->version = in->primary;  // a file being written (visibly): read the staged bytes (POSIX)
@@ -1623,11 +1691,28 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
   auto* fs = FS(req);
   Handle* h = H(fi);
   if (off < 0) return (void)fuse_reply_err(req, EINVAL);
-  if (h->version) {
-    // Our own reference: the reply completes the request, after which the kernel may send RELEASE for
-    // this handle (an async readahead holds the last reference to the file) and another worker may
-    // free the handle and its version while this thread still unlocks.
-    std::shared_ptr<Version> vp = h->version;
+  // Our own reference: the reply completes the request, after which the kernel may send RELEASE for
+  // this handle (an async readahead holds the last reference to the file) and another worker may
+  // free the handle and its version while this thread still unlocks.
+  std::shared_ptr<Version> vp = h->version;
+  Location loc = h->loc;
+  uint64_t hsize = h->size;
+  if (!h->writable && h->inode->rewrites.load() != h->rewrites) {
+    // The file was rewritten in place since this reader opened it (UndoRenumber): read what it has
+    // now, the version being written or the committed content, as on a local fs.
+    {
+      std::lock_guard<std::mutex> g(h->inode->mu);
+      vp = h->inode->primary;
+    }
+    if (!vp) {
+      auto n = fs->store->GetInode(h->inode->ino);
+      if (n.ok()) {
+        loc = n->location;
+        hsize = n->attr.size;
+      }
+    }
+  }
+  if (vp) {
     std::shared_lock<std::shared_mutex> g(vp->mu);
     const uint64_t uoff = static_cast<uint64_t>(off);
     if (vp->data.InRam(uoff, size)) {
@@ -1654,12 +1739,12 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
     return;
   }
   uint64_t uoff = static_cast<uint64_t>(off);
-  if (uoff >= h->size || h->loc.empty()) return (void)fuse_reply_buf(req, nullptr, 0);
-  size_t want = std::min<uint64_t>(size, h->size - uoff);
+  if (uoff >= hsize || loc.empty()) return (void)fuse_reply_buf(req, nullptr, 0);
+  size_t want = std::min<uint64_t>(size, hsize - uoff);
   // Reply straight from the verified bytes the store pins (the LRU value, or the blocks it just read):
   // the only copy is the kernel's, into the request's pages. `p` keeps them alive during the call.
   PinnedBytes p;
-  Status s = fs->store->ReadPinned(h->loc, uoff, want, &p);
+  Status s = fs->store->ReadPinned(loc, uoff, want, &p);
   if (!s.ok()) {
     LogLimited(spdlog::level::err, LogKey("fuse-read", s), "read of {} (inode {}) at {}+{}: {}",
                fs->PathOf(h->inode->ino), h->inode->ino, uoff, want, ErrnoText(s));

@@ -17,6 +17,9 @@
 //     retries on the new number; the old number keeps the old content for its open handles. The retry
 //     (same thread) never renumbers again: a new version starts on any number with no page-cache
 //     handle open (readers of numbers a retry may find use direct_io), so open(2) never fails ESTALE.
+//     A retry that comes back to the renumbered number (a /proc/self/fd or /dev/fd reopen follows the
+//     link to the inode, not the name) moves the name back and writes in place, like a local fs: the
+//     readers open on that number then see the new content (docs/semantics.md §1).
 //   - Versions commit in the order their last writers were released: one released before another
 //     version committed is superseded (never committed, never joined).
 //   - FLUSH writes the version's bytes as one record (Store::WriteRecord) when they changed since the

@@ -1319,7 +1319,7 @@ Result<Node> IndexDb::CommitFile(uint64_t ino, const Location& loc, const Attr& 
   return NodeOf(n);
 }
 
-Result<Node> IndexDb::Renumber(uint64_t ino) {
+Result<Node> IndexDb::Renumber(uint64_t ino, uint64_t to) {
   std::lock_guard<std::mutex> l(impl_->mu);
   Txn t(impl_.get());
   Ops o{impl_.get(), t};
@@ -1329,8 +1329,17 @@ Result<Node> IndexDb::Renumber(uint64_t ino) {
   std::optional<DentryVal> d;
   KVFS_RETURN_IF_ERROR(o.GetDentry(r->parent, r->name, &d));
   if (!d || d->ino != ino) return Status::NotFound("inode " + std::to_string(ino) + " has no name");
-  auto nino = impl_->AllocIno();
-  if (!nino.ok()) return nino.status();
+  Result<uint64_t> nino = to;
+  if (to == 0) {
+    nino = impl_->AllocIno();
+    if (!nino.ok()) return nino.status();
+  } else {
+    std::optional<InodeRec> taken;
+    KVFS_RETURN_IF_ERROR(o.GetRec(to, &taken));
+    if (taken || to == ino || to == kRootIno) {
+      return Status::InvalidArgument("renumber to inode " + std::to_string(to) + ": the number is in use");
+    }
+  }
   std::vector<std::pair<std::string, std::string>> xattrs;  // (name, value)
   const std::string prefix = InoKey(ino);
   KVFS_RETURN_IF_ERROR(t.ForEachPrefix(kXattrs, prefix, [&](auto& k, auto& v) {

@@ -244,7 +244,9 @@ class IndexDb {
   // location, xattrs and segment membership move to the new number; `ino` no longer exists afterwards.
   // Content and path are unchanged, so nothing is journaled. Returns the node under its new number.
   // NotFound if ino is gone or detached, InvalidArgument if it is not a committed regular file.
-  Result<Node> Renumber(uint64_t ino);
+  // to != 0: move it to that number instead of a fresh one (undoing an earlier Renumber: `to` must be a
+  // number this index handed out before and no longer uses; InvalidArgument if an inode has it).
+  Result<Node> Renumber(uint64_t ino, uint64_t to = 0);
   // Lists dir in cookie order after `after` (0 = from the start); fn returns false to stop.
   Status ReadDir(uint64_t dir, uint64_t after, const std::function<bool(const DirEntry&)>& fn);
 

@@ -151,7 +151,7 @@ class StoreImpl final : public Store {
   void ReleaseProvisional(const Location& loc) override;
   Status ReadUncached(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) override;
   Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr) override;
-  Result<Node> Renumber(uint64_t ino) override;
+  Result<Node> Renumber(uint64_t ino, uint64_t to = 0) override;
   Status Read(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) override;
   Status ReadPinned(const Location& loc, uint64_t offset, size_t len, PinnedBytes* out) override;
   Status ReadImpl(const Location& loc, uint64_t offset, size_t len, char* buf, PinnedBytes* pin, size_t* got);
@@ -1053,9 +1053,9 @@ Status StoreImpl::CommitFile(uint64_t ino, const Location& loc, const Attr& attr
   return Status::OK();
 }
 
-Result<Node> StoreImpl::Renumber(uint64_t ino) {
+Result<Node> StoreImpl::Renumber(uint64_t ino, uint64_t to) {
   std::lock_guard<std::mutex> l(ns_mu_);
-  auto n = index_->Renumber(ino);
+  auto n = index_->Renumber(ino, to);
   if (!n.ok()) return n.status();
   const Location& loc = n->location;
   if (track_hits_ && !loc.empty() && OwnSegment(loc.segment)) {

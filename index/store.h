@@ -288,7 +288,10 @@ class Store {
   // attributes and xattrs; `ino` is gone afterwards (NotFound). Nothing is journaled (inode numbers are
   // local: a rebuilt index numbers files afresh). Returns the node under its new number. NotFound if ino
   // is gone, InvalidArgument if it is not a committed regular file.
-  virtual Result<Node> Renumber(uint64_t ino) = 0;
+  // to != 0: move it back to `to`, a number Renumber handed out earlier that no inode uses now (the FUSE
+  // layer undoes a renumber whose ESTALE retry came back to the old number: /proc/self/fd reopens);
+  // InvalidArgument if an inode has that number.
+  virtual Result<Node> Renumber(uint64_t ino, uint64_t to = 0) = 0;
   // Lists a directory in cookie order, starting after `after` (0 = from the start). fn returns false to
   // stop. Entries created or removed during a listing never make others skip or repeat.
   virtual Status ReadDir(uint64_t dir, uint64_t after, const std::function<bool(const DirEntry&)>& fn) = 0;

@@ -12,6 +12,7 @@ import mmap
 import multiprocessing
 import os
 import stat
+import subprocess
 import sys
 import termios
 import threading
@@ -1186,6 +1187,83 @@ class Remount(unittest.TestCase):
                                  sorted("blk%d.bin" % i for i in range(7)))
         finally:
             b.cleanup()
+
+
+class ProcFdReopen(MountedTestCase):
+    """Writable reopens through /proc/self/fd and /dev/fd (issue #3): such an open follows a magic link to
+    the inode, not a name, so its ESTALE retry would land on the same number again. They must succeed and
+    write the file, as on ext4 (docs/semantics.md section 1, "Inode numbers")."""
+
+    def write_file(self, path, data):
+        with open(path, "wb") as f:
+            f.write(data)
+
+    def read_file(self, path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    def test_wronly_trunc_under_open_reader(self):
+        path = self.p("bf")
+        self.write_file(path, b"hello\n")
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            self.assertEqual(os.pread(fd, 100, 0), b"hello\n")  # page cache of the reader
+            ino = os.fstat(fd).st_ino
+            w = os.open("/proc/self/fd/%d" % fd, os.O_WRONLY | os.O_TRUNC)
+            try:
+                self.assertEqual(os.pread(fd, 100, 0), b"")  # truncated under the reader, as on ext4
+                self.assertEqual(os.write(w, b"x\n"), 2)
+            finally:
+                os.close(w)
+            self.assertEqual(self.read_file(path), b"x\n")
+            self.assertEqual(os.stat(path).st_ino, ino)  # the magic link's inode IS the file
+            # Local-fs semantics for this fallback: the open reader sees the rewrite.
+            self.assertEqual(os.fstat(fd).st_size, 2)
+            self.assertEqual(os.pread(fd, 100, 0), b"x\n")
+        finally:
+            os.close(fd)
+        self.assertEqual(self.read_file(path), b"x\n")
+
+    def test_rdwr_in_place_under_open_reader(self):
+        path = self.p("bf")
+        self.write_file(path, b"hello\n")
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            self.assertEqual(os.pread(fd, 100, 0), b"hello\n")
+            w = os.open("/proc/self/fd/%d" % fd, os.O_RDWR)
+            try:
+                self.assertEqual(os.pread(w, 100, 0), b"hello\n")
+                self.assertEqual(os.pwrite(w, b"AB", 0), 2)
+            finally:
+                os.close(w)
+            self.assertEqual(self.read_file(path), b"ABllo\n")
+            self.assertEqual(os.pread(fd, 100, 0), b"ABllo\n")
+        finally:
+            os.close(fd)
+
+    def test_dev_fd_redirect_from_shell(self):
+        self.write_file(self.p("bf"), b"hello\n")
+        r = subprocess.run(["bash", "-c", "exec 3<bf; echo x >/dev/fd/3"], cwd=self.d,
+                           capture_output=True, text=True)
+        self.assertEqual((r.returncode, r.stderr), (0, ""))
+        self.assertEqual(self.read_file(self.p("bf")), b"x\n")
+
+    def test_o_path_reopened_twice(self):
+        path = self.p("bf")
+        self.write_file(path, b"hello\n")
+        fd = os.open(path, os.O_PATH)
+        try:
+            ino = os.fstat(fd).st_ino
+            for data in (b"one", b"second"):
+                w = os.open("/proc/self/fd/%d" % fd, os.O_WRONLY | os.O_TRUNC)
+                try:
+                    self.assertEqual(os.write(w, data), len(data))
+                finally:
+                    os.close(w)
+                self.assertEqual(self.read_file(path), data)
+                self.assertEqual(os.stat(path).st_ino, ino)
+        finally:
+            os.close(fd)
 
 
 if __name__ == "__main__":

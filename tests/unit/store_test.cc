@@ -390,6 +390,21 @@ TEST_F(StoreTest, RenumberMovesACommittedFileToAFreshInode) {
   auto staged = store_->CreateFile(kRootIno, "staged", S_IFREG | 0644, 0, 0, false);
   ASSERT_TRUE(staged.ok());
   EXPECT_EQ(store_->Renumber(staged->attr.ino).status().ToErrno(), EINVAL);
+  // Undo (to = the old number, now unused): the name, xattrs and content move back.
+  EXPECT_EQ(store_->Renumber(new_ino, staged->attr.ino).status().ToErrno(), EINVAL);  // number in use
+  auto back = store_->Renumber(new_ino, old_ino);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->attr.ino, old_ino);
+  EXPECT_TRUE(store_->GetInode(new_ino).status().IsNotFound());
+  ASSERT_TRUE(store_->Lookup(d->attr.ino, "f").ok());
+  EXPECT_EQ(store_->Lookup(d->attr.ino, "f")->attr.ino, old_ino);
+  EXPECT_EQ(ReadAll(d->attr.ino, "f"), Pattern(70000, 1));
+  ASSERT_TRUE(store_->GetXattr(old_ino, "user.k").ok());
+  EXPECT_EQ(*store_->GetXattr(old_ino, "user.k"), "v");
+  EXPECT_EQ(store_->GetStats().journal_entries, journal0);
+  n = store_->Renumber(old_ino, new_ino);  // and forth again: the rest of the test uses new_ino
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(n->attr.ino, new_ino);
   // A new version committed under the new number; remount (index kept) and rebuild keep the content.
   Location loc = *store_->WriteRecord(new_ino, {Pattern(3000, 2)});
   Attr a = l->attr;
