@@ -274,7 +274,7 @@ void SegmentWriter::WriteBatch(const std::vector<Pending*>& batch) {
         value_bytes += w->value_len;
       }
       active_data_bytes_ += value_bytes;
-      MarkDirty();
+      MarkDirty(next_offset_);
       std::lock_guard<std::mutex> lk(mu_);
       stats_.records += group.size();
       stats_.value_bytes += value_bytes;
@@ -400,7 +400,7 @@ void SegmentWriter::WriteStreamed(Pending* w) {
     std::memset(b + meta, 0, w->value_delta - meta);
     s = active_->Write(record_offset, b, w->value_delta);  // the metadata last: the record is valid now
   }
-  MarkDirty();
+  MarkDirty(s.ok() ? record_offset + w->span : next_offset_);
   if (!s.ok()) {
     w->status = s;  // next_offset_ unchanged: the next append reuses the space, nothing points into it
     w->loc = Location{};
@@ -442,6 +442,7 @@ Status SegmentWriter::OpenNextSegment() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     dir_dirty_ = true;
+    created_[seq] = false;
   }
   KVFS_RETURN_IF_ERROR(file->Write(0, hb.get(), format::kSegmentHeaderSize));
   active_ = std::move(file);
@@ -451,7 +452,7 @@ Status SegmentWriter::OpenNextSegment() {
   active_extent_ = format::kSegmentHeaderSize;
   active_data_bytes_ = 0;
   footer_.clear();
-  MarkDirty();
+  MarkDirty(next_offset_);
   std::lock_guard<std::mutex> lk(mu_);
   active_seq_for_readers_ = seq;
   stats_.segments_created += 1;
@@ -494,6 +495,8 @@ Status SegmentWriter::SealActive() {
     }
     // Durable now; a concurrent Sync that already took it just syncs it again.
     dirty_.erase(active_seq_);
+    // Not after an earlier failed fdatasync: this one may succeed without the pages that one dropped.
+    if (broken_.ok()) durable_end_[active_seq_] = sealed.file_size;
     sealed_.push_back(sealed);
     stats_.segments_sealed += 1;
   }
@@ -501,37 +504,61 @@ Status SegmentWriter::SealActive() {
   return Status::OK();
 }
 
-void SegmentWriter::MarkDirty() {
+void SegmentWriter::MarkDirty(uint64_t end) {
   std::lock_guard<std::mutex> lk(mu_);
-  dirty_[active_seq_] = active_;
+  Dirty& d = dirty_[active_seq_];
+  d.file = active_;
+  d.end = std::max(d.end, end);
+}
+
+bool SegmentWriter::MayBeLost(const Location& loc) const {
+  if (loc.segment.node != node_ || loc.segment.generation != generation_) return false;
+  std::lock_guard<std::mutex> lk(mu_);
+  auto c = created_.find(loc.segment.seq);
+  if (c == created_.end()) return false;
+  if (!c->second) return true;  // its name may not survive a crash
+  auto d = durable_end_.find(loc.segment.seq);
+  return d == durable_end_.end() || loc.record_offset >= d->second;
 }
 
 Status SegmentWriter::Sync() {
   std::lock_guard<std::mutex> sync_lk(sync_mu_);
-  std::map<uint64_t, std::shared_ptr<BackingFile>> files;
+  std::map<uint64_t, Dirty> files;
+  std::vector<uint64_t> names;  // segments whose directory entry the SyncDir below covers
   bool dir = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!broken_.ok()) return broken_;
     files.swap(dirty_);
     std::swap(dir, dir_dirty_);
+    if (dir) {
+      for (const auto& [seq, durable] : created_) {
+        if (!durable) names.push_back(seq);
+      }
+    }
     stats_.syncs += 1;
   }
-  for (auto& [seq, f] : files) {
-    Status s = f->Sync();
+  for (auto& [seq, d] : files) {
+    Status s = d.file->Sync();
+    std::lock_guard<std::mutex> lk(mu_);
+    if (s.ok() && !broken_.ok()) return broken_;  // a seal's fdatasync failed meanwhile (see SealActive)
     if (!s.ok()) {
-      std::lock_guard<std::mutex> lk(mu_);
+      // Every record of this segment past its durable end may be lost (MayBeLost), for good: the
+      // kernel may have dropped the dirty pages, so a retried fdatasync could succeed without them.
       broken_ = s;
       return s;
     }
+    uint64_t& e = durable_end_[seq];
+    e = std::max(e, d.end);
   }
   if (dir) {
     Status s = env_->SyncDir(seg_dir_);
+    std::lock_guard<std::mutex> lk(mu_);
     if (!s.ok()) {
-      std::lock_guard<std::mutex> lk(mu_);
       dir_dirty_ = true;
       return s;
     }
+    for (uint64_t seq : names) created_[seq] = true;
   }
   return Status::OK();
 }

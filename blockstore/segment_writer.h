@@ -21,7 +21,9 @@
 // every segment file written since the last Sync, sealed ones included, and of the directory when a
 // segment file was created). A failed fdatasync breaks the writer for good (the kernel may have
 // dropped the dirty pages; "fsyncgate"): every later Append/Sync returns that error and the caller opens
-// a new writer with a new seq/generation. A failed write (ENOSPC, EIO) only fails the Appends of that
+// a new writer with a new seq/generation. Every record of the failed segment (of every segment of
+// the writer) written since that segment's last successful fdatasync must then be treated as lost:
+// MayBeLost tells (DESIGN §7: no journal entry may point at it). A failed write (ENOSPC, EIO) only fails the Appends of that
 // batch; the space they would have used is reused by the next batch, so no torn record is left in the
 // middle of a segment, and what part of it landed is truncated away (BackingFile::Truncate; nothing
 // refers to it), at once and again before the seal if that failed, so a sealed file ends with its trailer.
@@ -114,6 +116,14 @@ class SegmentWriter {
   // Segments sealed since the last call (oldest first); the Store journals SEAL{segment} for each.
   std::vector<SealedSegment> TakeSealed();
 
+  // True when the record at loc, in one of the segments this writer created, is not known to be
+  // durable: it lies at or past the end covered by its segment's last successful fdatasync (Sync or a
+  // seal), or the segment's directory entry was never made durable (SyncDir). False for records known
+  // durable and for locations outside this writer's segments. Meant for a writer whose Sync failed
+  // (then the answer no longer changes for records already written): the caller must not journal an
+  // entry that publishes such a record. Thread-safe.
+  bool MayBeLost(const Location& loc) const;
+
   // Path of segment `seq` of this writer's generation.
   std::string SegmentPath(uint64_t seq) const;
   const std::string& seg_dir() const { return seg_dir_; }
@@ -138,7 +148,7 @@ class SegmentWriter {
   Status OpenNextSegment();                             // leader only
   Status SealActive();                                  // leader only
   Status TrimActive();                                  // leader only: truncate to next_offset_
-  void MarkDirty();                                     // leader only; takes mu_
+  void MarkDirty(uint64_t end);                         // leader only; takes mu_; end: of the bytes written
 
   Env* const env_;
   const std::string seg_dir_;
@@ -158,8 +168,16 @@ class SegmentWriter {
 
   mutable std::mutex mu_;
   std::deque<Pending*> queue_;                                  // guarded by mu_
-  std::map<uint64_t, std::shared_ptr<BackingFile>> dirty_;      // seq -> file; guarded by mu_
+  struct Dirty {
+    std::shared_ptr<BackingFile> file;
+    uint64_t end = 0;  // end of the bytes written to it so far (what a successful fdatasync makes durable)
+  };
+  std::map<uint64_t, Dirty> dirty_;                             // seq -> file; guarded by mu_
   bool dir_dirty_ = false;                                      // guarded by mu_
+  // For MayBeLost: seq -> end of the bytes a successful fdatasync covered; the segments created by this
+  // writer; those whose directory entry no SyncDir has covered yet. Guarded by mu_.
+  std::map<uint64_t, uint64_t> durable_end_;
+  std::map<uint64_t, bool> created_;  // seq -> name durable
   Status broken_;                                               // guarded by mu_
   bool closed_ = false;                                         // guarded by mu_
   std::vector<SealedSegment> sealed_;                           // guarded by mu_

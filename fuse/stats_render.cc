@@ -82,6 +82,7 @@ std::string StatsToJson(const StatsSnapshot& snap) {
   j["group_commits"] = st.group_commits;
   j["unjournaled_entries"] = st.unjournaled_entries;
   j["journal_retries"] = st.journal_retries;
+  j["lost_entries"] = st.lost_entries;
   j["cache_hits"] = st.cache_hits;
   j["cache_misses"] = st.cache_misses;
   j["cache_bytes"] = st.cache_bytes;
@@ -218,6 +219,9 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
         st.unjournaled_entries);
   e.One("kvfs_journal_retries_total", "counter", "Group commits that failed; their entries were kept and retried.",
         st.journal_retries);
+  e.One("kvfs_lost_entries_total", "counter",
+        "Entries not journaled because their record was written before a failed segment fdatasync.",
+        st.lost_entries);
   e.One("kvfs_cache_hits_total", "counter", "Reads served from the value cache.", st.cache_hits);
   e.One("kvfs_cache_misses_total", "counter", "Reads that loaded a value from the backing store.", st.cache_misses);
   e.One("kvfs_cache_bytes", "gauge", "Bytes held by the value cache.", st.cache_bytes);

@@ -201,7 +201,12 @@ class StoreImpl final : public Store {
   void EnqueueLocked(JournalEntry e);
   void GroupCommitLoop();
   // One round: segments durable, then the given entries appended and durable.
-  Status CommitRound(std::vector<JournalEntry>* batch);
+  // Returns the round's error (entries re-queued). *lost: set when the round dropped entries that
+  // publish records a failed segment sync may have lost (DropLostEntries); the round is OK otherwise.
+  Status CommitRound(std::vector<JournalEntry>* batch, Status* lost);
+  // Removes from batch the PUT / MOVE entries whose record lies in a retired segment writer's segment
+  // past what its last successful fdatasync covered (SegmentWriter::MayBeLost). Returns how many.
+  uint64_t DropLostEntries(std::vector<JournalEntry>* batch);
   void StopThreads();
   Status Rebuild();
   Status ReplayNode(const std::string& node, std::vector<JournalEntry>* cuts, const JournalPosition& from = {},
@@ -226,6 +231,8 @@ class StoreImpl final : public Store {
   // kernel may have dropped the dirty pages, so later records go to a fresh segment. Guarded by seg_mu_;
   // users take a reference with Segments().
   std::shared_ptr<SegmentWriter> segments_;
+  // Writers replaced after a failed sync (guarded by seg_mu_): kept to tell which records are lost.
+  std::vector<std::shared_ptr<SegmentWriter>> retired_writers_;
   std::mutex seg_mu_;
   std::shared_ptr<SegmentWriter> Segments() {
     std::lock_guard<std::mutex> l(seg_mu_);
@@ -273,6 +280,7 @@ class StoreImpl final : public Store {
   // Entries appended to the journal writer whose Sync has not succeeded yet (committer thread; read by
   // GetStats). Together with pending_ these are what a crash now would lose.
   std::atomic<uint64_t> appended_unsynced_{0}, journal_retries_{0};
+  std::atomic<uint64_t> lost_entries_{0};  // StoreStats::lost_entries
   // Wakes the committer for an immediate retry of owed entries (space was freed).
   void KickCommit();
   uint64_t UnjournaledEntries();
@@ -639,6 +647,13 @@ Status StoreImpl::Close() {
                     "publish are lost at the next mount", UnjournaledEntries(), ErrnoText(s));
     }
   }
+  if (s.ok() && lost_entries_ > 0) {
+    // The index holds files whose PUT was dropped (their records may be lost): it must not be marked
+    // clean, so the next mount rebuilds it from the journals, without them.
+    s = Status::IOError(std::to_string(lost_entries_.load()) +
+                        " file(s) lost to a failed segment sync were not journaled");
+    spdlog::error("kvfs: close: {}; they are absent (or their previous version) at the next mount", s.message());
+  }
   StopThreads();
   closed_ = true;
   if (s.ok()) s = Segments()->Close();
@@ -707,7 +722,8 @@ void StoreImpl::GroupCommitLoop() {
     batch.swap(pending_);
     const uint64_t round = ++rounds_started_;
     l.unlock();
-    Status s = CommitRound(&batch);
+    Status lost;
+    Status s = CommitRound(&batch, &lost);
     // A full backing store: the evictor frees RESERVE (and reclaims dead segments) so the journal can
     // take the owed entries; it kicks this thread when it did.
     if (s.IsNoSpace()) NoteNoSpace();
@@ -736,9 +752,10 @@ void StoreImpl::GroupCommitLoop() {
                      std::chrono::duration_cast<std::chrono::milliseconds>(now - owed_since_).count());
       }
       owed_ = false;
-      last_ok_round_ = round;
+      // A round that dropped lost entries fails its Sync() callers (fsync reports the loss).
+      if (lost.ok()) last_ok_round_ = round;
     }
-    last_round_status_ = s;
+    last_round_status_ = s.ok() ? lost : s;
     rounds_done_ = round;
     done_cv_.notify_all();
     if (stop_ && (pending_.empty() || !s.ok())) break;
@@ -759,15 +776,52 @@ uint64_t StoreImpl::UnjournaledEntries() {
   return pending_.size() + appended_unsynced_.load();
 }
 
-Status StoreImpl::CommitRound(std::vector<JournalEntry>* batch) {
+uint64_t StoreImpl::DropLostEntries(std::vector<JournalEntry>* batch) {
+  std::vector<std::shared_ptr<SegmentWriter>> retired;
+  {
+    std::lock_guard<std::mutex> l(seg_mu_);
+    retired = retired_writers_;
+  }
+  if (retired.empty()) return 0;
+  uint64_t dropped = 0;
+  size_t kept = 0;
+  for (size_t i = 0; i < batch->size(); i++) {
+    JournalEntry& e = (*batch)[i];
+    bool lost = false;
+    if ((e.op == JournalOp::kPut || e.op == JournalOp::kMove) && !e.location.empty()) {
+      for (const auto& w : retired) lost = lost || w->MayBeLost(e.location);
+    }
+    if (lost) {
+      dropped++;
+      spdlog::error("kvfs: {} {} not journaled: its record (segment {}-{} offset {}) was written before a "
+                    "failed segment sync and may be lost; the file is absent (or its previous version) after "
+                    "the next mount", JournalOpName(e.op), e.path, e.location.segment.generation,
+                    e.location.segment.seq, e.location.record_offset);
+      continue;
+    }
+    if (kept != i) (*batch)[kept] = std::move(e);
+    kept++;
+  }
+  batch->resize(kept);
+  lost_entries_ += dropped;
+  return dropped;
+}
+
+Status StoreImpl::CommitRound(std::vector<JournalEntry>* batch, Status* lost) {
   // 1. Records first: every entry in the batch points at a record appended before it was queued.
   auto segments = Segments();
   Status s = segments->Sync();
   if (!s.ok()) {
     // The entries stay queued (the caller re-queues the batch); the writer is broken for good, so
-    // records written from now on go to a new segment.
+    // records written from now on go to a new segment, and the entries pointing at its records that
+    // were not durable yet are dropped by the next rounds (DESIGN §7: never journal a PUT of lost bytes).
     ReopenSegmentWriter();
     return s;
+  }
+  // Entries publishing records that a failed sync may have lost: never journaled (DESIGN §7).
+  if (const uint64_t n = DropLostEntries(batch)) {
+    *lost = Status::IOError(std::to_string(n) + " file(s) not made durable: a segment fdatasync failed after "
+                            "their records were written");
   }
   // 2. Segments sealed since the last round are journaled as SEAL.
   for (const auto& seg : segments->TakeSealed()) {
@@ -800,6 +854,7 @@ void StoreImpl::ReopenSegmentWriter() {
     return;
   }
   spdlog::warn("kvfs: segment sync failed; new records go to segment {}", so.first_seq);
+  retired_writers_.push_back(segments_);
   segments_ = std::shared_ptr<SegmentWriter>(std::move(*sw));
 }
 
@@ -1501,6 +1556,11 @@ Result<Checkpointer::Cut> StoreImpl::CutForCheckpoint() {
   std::lock_guard<std::mutex> l(ns_mu_);
   KVFS_RETURN_IF_ERROR(Sync());
   KVFS_RETURN_IF_ERROR(journal_->Sync());
+  if (lost_entries_ > 0) {
+    // The index still holds the files whose PUT was dropped (lost records): a snapshot of it would
+    // publish them. No snapshot until the next mount rebuilds the index from the journals.
+    return Status::IOError("no checkpoint after files were lost to a failed segment sync (until remount)");
+  }
   Checkpointer::Cut cut;
   cut.generation = node_dir_->generation();
   cut.number = journal_->Rotate();
@@ -2164,6 +2224,7 @@ StoreStats StoreImpl::GetStats() {
   s.group_commits = group_commits_;
   s.unjournaled_entries = UnjournaledEntries();
   s.journal_retries = journal_retries_;
+  s.lost_entries = lost_entries_;
   s.cache_hits = cache_hits_;
   s.cache_misses = cache_misses_;
   s.cache_bytes = cache_.Usage();

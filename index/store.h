@@ -170,6 +170,12 @@ struct PeerChanges {
 //  * Journal failures (NoSpace, IOError, TimedOut): the entries stay queued in order and the group
 //    commit retries them (backoff from group_commit_interval_ms to 1 s; at once when RESERVE is freed or
 //    a dropped segment is unlinked). Sync fails meanwhile; StoreStats::unjournaled_entries counts them.
+//  * Segment fdatasync failures (DESIGN §7): the segment writer is replaced by a new one (new segment);
+//    every record the failed writer wrote after its segment's last successful fdatasync is treated as
+//    lost (SegmentWriter::MayBeLost), and the PUT / MOVE entries pointing at those records are never
+//    journaled: dropped, logged, counted (StoreStats::lost_entries). The Sync whose round failed or
+//    dropped entries returns the error; after any loss checkpoints are refused and Close fails (the
+//    index is not marked clean, so the next mount rebuilds it from the journals, without those files).
 
 // Bytes handed out by Store::ReadPinned without a copy: `data` points into `owner` (an LRU value or a
 // buffer the read filled), which stays alive as long as the caller holds this.
@@ -220,6 +226,10 @@ struct StoreStats {
   // what a crash would lose, and Sync (fsync) and Close fail until it is 0 again.
   uint64_t unjournaled_entries = 0;
   uint64_t journal_retries = 0;  // group commits that failed (their entries kept and retried)
+  // Entries never journaled because the record they publish (PUT, MOVE) was in a segment whose fdatasync
+  // failed after the record was written: the bytes may be lost (issue #6, docs/semantics.md §Durability).
+  // Their Sync (fsync) failed, and Close fails, so the next mount rebuilds the index without them.
+  uint64_t lost_entries = 0;
   uint64_t cache_hits = 0, cache_misses = 0, cache_bytes = 0;
   uint64_t checksum_failures = 0;
   uint64_t backing_metadata_ops = 0, backing_syncs = 0, backing_bytes_written = 0, backing_bytes_read = 0;

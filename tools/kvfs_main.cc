@@ -599,6 +599,10 @@ int RunStats(const std::string& mp_in, bool json) {
     std::printf("unjournaled entries    %llu (%llu failed group commits retried)\n",
                 (unsigned long long)u("unjournaled_entries"), (unsigned long long)u("journal_retries"));
   }
+  if (u("lost_entries")) {
+    std::printf("lost entries           %llu (records written before a failed segment sync; remount)\n",
+                (unsigned long long)u("lost_entries"));
+  }
   std::printf("cache hit rate         %.1f%% (%llu hits, %llu misses, %llu bytes cached)\n",
               100.0 * j.value("cache_hit_rate", 0.0), (unsigned long long)u("cache_hits"),
               (unsigned long long)u("cache_misses"), (unsigned long long)u("cache_bytes"));

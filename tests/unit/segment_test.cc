@@ -773,5 +773,42 @@ TEST_F(SegmentTest, SyncFailureBreaksTheWriter) {
   EXPECT_FALSE(w->Append("/b", 2, {"y"}).ok());
 }
 
+// MayBeLost (DESIGN §7): after a failed fdatasync, records written since the segment's last successful
+// sync are lost, those it covered are not; a segment whose name no SyncDir covered is lost entirely.
+TEST_F(SegmentTest, MayBeLostMarksExactlyTheRecordsPastTheLastSuccessfulSync) {
+  FaultInjectionEnv env(Env::Posix());
+  auto w = NewWriter({}, &env);
+  auto a = w->Append("/a", 1, {"x"});
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(w->MayBeLost(*a));  // written, not synced yet (nor is the segment's name)
+  ASSERT_TRUE(w->Sync().ok());
+  EXPECT_FALSE(w->MayBeLost(*a));
+  auto b = w->Append("/b", 2, {"y"});
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(b->segment, a->segment);
+  env.FailSyncs(EIO, ".kseg");
+  EXPECT_FALSE(w->Sync().ok());
+  env.ClearFaults();
+  EXPECT_FALSE(w->Sync().ok());  // broken: a later fdatasync cannot vouch for the dropped pages
+  EXPECT_FALSE(w->MayBeLost(*a));
+  EXPECT_TRUE(w->MayBeLost(*b));
+  Location other = *a;
+  other.segment.generation += 1;  // not this writer's
+  EXPECT_FALSE(w->MayBeLost(other));
+  // A new segment whose directory sync fails: its records are lost even though its fdatasync worked.
+  auto w2 = NewWriter({}, &env, 8);
+  auto c = w2->Append("/c", 3, {"z"});
+  ASSERT_TRUE(c.ok());
+  FaultRule dir;
+  dir.ops = kFaultSyncDir;
+  dir.err = EIO;
+  env.AddFault(dir);
+  EXPECT_FALSE(w2->Sync().ok());
+  EXPECT_TRUE(w2->MayBeLost(*c));
+  env.ClearFaults();
+  EXPECT_TRUE(w2->Sync().ok());  // a failed directory sync does not break the writer: it is retried
+  EXPECT_FALSE(w2->MayBeLost(*c));
+}
+
 }  // namespace
 }  // namespace kvfs

@@ -202,6 +202,90 @@ TEST_F(StoreFaultTest, EioOnSegmentSyncFailsAndKeepsCommittedFiles) {
   EXPECT_TRUE(st.IsNotFound() || (st.ok() && got == Content("c", 5000, 1))) << st.ToString();
 }
 
+// Issue #6 (DESIGN §7): a failed segment fdatasync loses every record of that segment written since
+// its last successful sync (the kernel may have dropped the dirty pages; on NFS ENOSPC/EIO surface at
+// fsync). The PUTs pointing at those records must never be journaled (a later round, on a new segment
+// writer, used to journal them): fsync reports the error, the entry is dropped and counted, and after a
+// power cut the file is absent -- never EIO, never wrong bytes -- and fsck is clean.
+TEST_F(StoreFaultTest, FailedSegmentSyncNeverJournalsPutsOfLostRecords) {
+  auto env = std::make_unique<FaultInjectionEnv>(Env::Posix());
+  OpenStore(env.get());
+  Baseline();
+  FaultRule once;
+  once.ops = kFaultSync;
+  once.path_substr = "/seg/";
+  once.err = EIO;
+  once.times = 1;
+  const int id = env->AddFault(once);
+  WriteFile("c", Content("c", 5000, 1));  // close returned 0: its PUT is queued (deferred commit)
+  Status s = store_->Sync();               // fsync: the segment's fdatasync fails
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_EQ(s.ToErrno(), EIO);
+  EXPECT_EQ(env->FaultFired(id), 1u);
+  // The next round (a new segment writer, whose syncs succeed) must not journal c's PUT; it drops it
+  // and reports it.
+  s = store_->Sync();
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_GE(store_->GetStats().lost_entries, 1u);
+  // Files written after the failure go to a new segment and are durable as usual.
+  WriteFile("d", Content("d", 7000, 1));
+  ASSERT_TRUE(store_->Sync().ok());
+  EXPECT_EQ(store_->GetStats().unjournaled_entries, 0u);
+  // A power cut: the failed segment's unsynced bytes are gone.
+  env->DropUnsyncedData();
+  store_.reset();
+  env.reset();
+  OpenStore();  // rebuilt from the journals
+  ExpectFile("a", 30000);
+  ExpectFile("b", 200000);
+  ExpectFile("d", 7000);
+  Status rs;
+  std::string got = ReadAll("c", &rs);
+  EXPECT_TRUE(rs.IsNotFound() || (rs.ok() && got == Content("c", 5000, 1))) << rs.ToString();
+  EXPECT_TRUE(rs.IsNotFound()) << "c's record was never durable: " << rs.ToString();
+  CloseStore();
+  FsckOptions o;
+  o.backing_dir = backing_;
+  o.verify_data = true;
+  auto r = RunFsck(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->problems, 0u);
+}
+
+// The same loss with nobody calling fsync: the deferred commit after close cannot be made durable, so
+// it is reported like an unjournaled entry (logged, counted, Close fails: umount exits nonzero), and the
+// next mount rebuilds the index from the journals: the file is absent, not pointing at lost bytes.
+TEST_F(StoreFaultTest, CloseFailsWhenADeferredCommitsRecordWasLostToAFailedSync) {
+  auto env = std::make_unique<FaultInjectionEnv>(Env::Posix());
+  OpenStore(env.get());
+  Baseline();
+  FaultRule once;
+  once.ops = kFaultSync;
+  once.path_substr = "/seg/";
+  once.err = ENOSPC;
+  once.times = 1;
+  env->AddFault(once);
+  WriteFile("c", Content("c", 5000, 1));
+  Status s = store_->Close();
+  EXPECT_FALSE(s.ok());
+  env->DropUnsyncedData();
+  store_.reset();
+  env.reset();
+  OpenStore();
+  ExpectFile("a", 30000);
+  ExpectFile("b", 200000);
+  Status rs;
+  ReadAll("c", &rs);
+  EXPECT_TRUE(rs.IsNotFound()) << rs.ToString();
+  CloseStore();
+  FsckOptions o;
+  o.backing_dir = backing_;
+  o.verify_data = true;
+  auto r = RunFsck(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->problems, 0u);
+}
+
 TEST_F(StoreFaultTest, EioOnReadIsIOErrorNotCorruption) {
   OpenStore();
   Baseline();
