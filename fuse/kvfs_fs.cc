@@ -100,7 +100,7 @@ struct Staging {
   std::atomic<int64_t> spilled_bytes{0};  // provisional records written for versions still staged
   std::atomic<uint64_t> spills{0}, spilled_total{0}, spill_errors{0}, whole_record_commits{0};
   std::atomic<uint64_t> streamed_commits{0};  // records written by streaming a partly spilled version
-  Store* store = nullptr;  // ReleaseProvisional of a version's spills when it is gone
+  Store* store = nullptr;  // ReleaseRecordPin of a version's records when it is gone
   std::mutex mu;  // guards versions
   std::unordered_map<const Version*, std::weak_ptr<Version>> versions;
 };
@@ -112,8 +112,10 @@ struct Version {
   ~Version() {
     staging->ram_bytes.fetch_sub(static_cast<int64_t>(data.capacity()));
     staging->spilled_bytes.fetch_sub(static_cast<int64_t>(spilled));
-    // Nothing references its spills any more: their segments may be evicted or reclaimed.
-    for (const Location& l : spills) staging->store->ReleaseProvisional(l);
+    // Nothing references its spills and its record any more: their segments may be evicted or
+    // reclaimed (a committed record's pin was released by its CommitFile already; idempotent).
+    for (const Location& l : spills) staging->store->ReleaseRecordPin(l);
+    staging->store->ReleaseRecordPin(record);
     std::lock_guard<std::mutex> g(staging->mu);
     staging->versions.erase(this);
   }
@@ -132,7 +134,7 @@ struct Version {
   std::shared_mutex mu;
   ChunkBuffer data;   // RAM chunks + references (copy-on-write base, spilled chunks)
   uint64_t spilled = 0;             // bytes of the provisional records written for this version
-  // Its provisional records: each pins its segment against eviction (Store::ReleaseProvisional) until
+  // Its provisional records: each pins its segment against eviction (Store::ReleaseRecordPin) until
   // the version is destroyed, so its close never finds a spill evicted.
   std::vector<Location> spills;
   std::atomic<uint64_t> ram{0};     // data.capacity() as of the last change (victim choice, no lock)
@@ -1027,6 +1029,11 @@ struct KvfsFs::Impl {
       return r.status();
     }
     flush_records++;
+    // The record this one replaces is garbage now (unless it is one of the version's own spills, still
+    // referenced by its chunks and released with them): let its segment age.
+    if (v.has_record && std::find(v.spills.begin(), v.spills.end(), v.record) == v.spills.end()) {
+      store->ReleaseRecordPin(v.record);
+    }
     v.record = *r;
     v.has_record = true;
     v.record_gen = v.gen;

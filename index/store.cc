@@ -148,7 +148,7 @@ class StoreImpl final : public Store {
   // Capacity checks, the append itself (fn(tag, stamp)), pins and accounting of one record.
   Result<Location> AppendWith(uint64_t ino, uint64_t len, uint16_t flags,
                               const std::function<Result<Location>(const std::string&, uint64_t)>& fn);
-  void ReleaseProvisional(const Location& loc) override;
+  void ReleaseRecordPin(const Location& loc) override;
   Status ReadUncached(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) override;
   Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr) override;
   Result<Node> Renumber(uint64_t ino, uint64_t to = 0) override;
@@ -358,9 +358,12 @@ class StoreImpl final : public Store {
   // RESERVE released for a full backing, or not creatable for lack of space: record writes then keep
   // that much of the backing free for the journal (so deletes work) until RESERVE is back.
   std::atomic<bool> hold_reserve_{false};
-  // Segments holding provisional records (spills) not yet released (ReleaseProvisional) -> how many:
-  // never dropped, neither as dead nor by eviction.
-  std::map<SegmentId, uint64_t> spill_pins_;
+  // Records written by WriteRecord* / WriteProvisionalRecord and not released yet (ReleaseRecordPin, or
+  // CommitFile of that record), by (segment, record offset); pins_ counts them per segment. A segment
+  // with a pinned record is never dropped, neither as dead nor by eviction.
+  std::set<std::pair<SegmentId, uint64_t>> pinned_records_;
+  std::map<SegmentId, uint64_t> pins_;
+  void ReleaseRecordPinLocked(const Location& loc);
   uint64_t ReserveBytes() const { return std::min(kReserveMaxBytes, opts_.segment_size / 4); }
   std::chrono::steady_clock::time_point last_dead_scan_{};
   struct Dropping {
@@ -1026,16 +1029,21 @@ Result<Location> StoreImpl::WriteRecordStreamed(uint64_t ino, uint64_t length, c
   });
 }
 
-void StoreImpl::ReleaseProvisional(const Location& loc) {
+void StoreImpl::ReleaseRecordPinLocked(const Location& loc) {
+  if (loc.empty() || pinned_records_.erase({loc.segment, loc.record_offset}) == 0) return;
+  auto it = pins_.find(loc.segment);
+  if (it != pins_.end() && --it->second == 0) {
+    pins_.erase(it);
+    stuck_ = false;  // a segment may be evictable again
+    evict_wake_ = true;
+  }
+}
+
+void StoreImpl::ReleaseRecordPin(const Location& loc) {
   if (loc.empty()) return;
   {
     std::lock_guard<std::mutex> l(cap_mu_);
-    auto it = spill_pins_.find(loc.segment);
-    if (it == spill_pins_.end()) return;
-    if (--it->second > 0) return;
-    spill_pins_.erase(it);
-    stuck_ = false;  // a segment may be evictable again
-    evict_wake_ = true;
+    ReleaseRecordPinLocked(loc);
   }
   evict_cv_.notify_one();
 }
@@ -1061,9 +1069,11 @@ Result<Location> StoreImpl::AppendWith(uint64_t ino, uint64_t len, uint16_t flag
     if (opts_.capacity_bytes) KVFS_RETURN_IF_ERROR(ReserveSpace(need));
   }
   auto loc = fn(tag, hlc_.Now());
-  if (loc.ok() && (flags & format::kRecordFlagProvisional)) {
+  if (loc.ok()) {
     std::lock_guard<std::mutex> l(cap_mu_);
-    spill_pins_[loc->segment]++;  // until ReleaseProvisional: never dropped (dead or evicted)
+    if (pinned_records_.emplace(loc->segment, loc->record_offset).second) {
+      pins_[loc->segment]++;  // until ReleaseRecordPin / CommitFile: never dropped (dead or evicted)
+    }
   }
   if (loc.ok()) records_written_++;
   if (evict_enabled_) {
@@ -1104,6 +1114,11 @@ Status StoreImpl::CommitFile(uint64_t ino, const Location& loc, const Attr& attr
   if (track_hits_ && !loc.empty() && OwnSegment(loc.segment)) {
     std::lock_guard<std::mutex> h(hits_mu_);
     loc_ino_[loc.segment][loc.record_offset] = n->attr.ino;
+  }
+  if (!loc.empty()) {
+    // Committed: from now on the record is the file's content and ages like any other (store.h).
+    std::lock_guard<std::mutex> c(cap_mu_);
+    ReleaseRecordPinLocked(loc);
   }
   return Status::OK();
 }
@@ -1833,7 +1848,7 @@ void StoreImpl::ReclaimDeadSegments() {
   {
     std::lock_guard<std::mutex> l(cap_mu_);
     for (const auto& [id, t] : own_segs_) {
-      if (t.evictable && now - t.evictable_since >= kDeadSegmentAge && !spill_pins_.count(id)) {
+      if (t.evictable && now - t.evictable_since >= kDeadSegmentAge && !pins_.count(id)) {
         old.push_back(id);
       }
     }
@@ -1909,7 +1924,7 @@ void StoreImpl::EvictOnce() {
       std::lock_guard<std::mutex> l(cap_mu_);
       if (evict_stop_) break;
       auto it = std::find_if(own_segs_.begin(), own_segs_.end(), [this](const auto& kv) {
-        return kv.second.evictable && !spill_pins_.count(kv.first);  // spills of unfinished files stay
+        return kv.second.evictable && !pins_.count(kv.first);  // records of unfinished files stay
       });
       if (it == own_segs_.end()) {
         stuck_ = true;
@@ -1986,6 +2001,8 @@ uint64_t StoreImpl::DropSegment(const SegmentId& seg, bool reinsert) {
     std::lock_guard<std::mutex> l(ns_mu_);
     {
       std::lock_guard<std::mutex> c(cap_mu_);
+      // Pinned since it was picked (a record appended just before the segment was sealed): keep it.
+      if (pins_.count(seg)) return 0;
       auto it = own_segs_.find(seg);
       if (it != own_segs_.end()) {
         bytes = it->second.bytes;
@@ -2253,7 +2270,7 @@ StoreStats StoreImpl::GetStats() {
   s.writer_waits = writer_waits_;
   {
     std::lock_guard<std::mutex> l(cap_mu_);
-    s.segments_pinned = spill_pins_.size();
+    s.segments_pinned = pins_.size();
   }
   s.nospace_events = nospace_events_;
   auto& b = s.backing_ops;

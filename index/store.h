@@ -130,12 +130,12 @@ struct PeerChanges {
 //    (every file in it deleted or rewritten), evictable for 10 s, is dropped like an evicted one (DROP,
 //    grace, unlink), so deleted and rewritten bytes are reclaimed without a capacity. A handle opened
 //    before its file was deleted or replaced (here or on a peer) reads ENOENT once that happened.
-//    Segments holding pinned provisional records (ReleaseProvisional) are never "dead" here.
+//    Segments holding pinned records (ReleaseRecordPin) are never "dead" here.
 //  * Node bytes = sizes of this node's segment files (sealed: file size; active: end of its last
 //    record), excluding dropped segments that wait for their unlink.
 //  * Per node: when node bytes > high = capacity - segment_size (capacity when it is under three
 //    segments), the oldest evictable segments (sealed, or of an older generation; never one holding a
-//    pinned provisional record, see ReleaseProvisional) are dropped, oldest
+//    pinned record, see ReleaseRecordPin) are dropped, oldest
 //    (generation, seq) first (FIFO), until node bytes <= low = high - max(segment_size, capacity / 8).
 //  * Global: global bytes = node bytes + for every peer segment the index knows and has not seen
 //    dropped: sealed -> max(segment_size, live bytes), open -> live bytes (from their SEAL/DROP/PUT
@@ -333,15 +333,19 @@ class Store {
   // errors as WriteRecord, plus the source's own error (then no record is written). Other appends wait
   // while it runs (as behind one large WriteRecord).
   virtual Result<Location> WriteRecordStreamed(uint64_t ino, uint64_t length, const RecordSource& source) = 0;
-  // Releases the pin a WriteProvisionalRecord put on its record's segment: eviction (capacity, global
-  // watermark) and dead-segment reclamation never drop a segment that holds a pinned provisional
-  // record, so the spills of a file still being written (or closed but not committed yet) stay
-  // readable until its commit. The FUSE layer releases a spill's pin when the staged version that
-  // references it is gone. Pinned segments count against the capacity: when only pinned segments are
-  // left to evict, writers get NoSpace (as for a full store). Call once per provisional record.
-  virtual void ReleaseProvisional(const Location& loc) = 0;
+  // Every record written (WriteRecord, WriteRecordStreamed, WriteProvisionalRecord) pins its segment
+  // until released, here or by a successful CommitFile of that Location: eviction (capacity, global
+  // watermark) and dead-segment reclamation never drop a segment that holds a pinned record, so the
+  // spills of a file still being written, and the record of a file closed but not committed yet
+  // (deferred commit), stay readable until the commit (before, eviction inside that window left a
+  // 0-byte file after a successful close). The FUSE layer releases the pins of a staged version's
+  // records when the version is gone. Pinned segments count against the capacity: when only pinned
+  // segments are left to evict, writers get NoSpace (as for a full store). Idempotent: releasing a
+  // record that is not pinned (or twice) does nothing. Thread-safe.
+  virtual void ReleaseRecordPin(const Location& loc) = 0;
   // Makes `loc` (may be empty for a 0-byte file) the committed content of ino with attrs `attr`
-  // (size, mode, times): journals PUT under the inode's current path. A staged inode becomes committed.
+  // (size, mode, times): journals PUT under the inode's current path. A staged inode becomes committed;
+  // on success the record's pin (ReleaseRecordPin) is released.
   virtual Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr) = 0;
   // Reads [offset, offset+len) of the value at loc into buf, verified against the block checksums
   // (Corruption -> EIO, never wrong bytes). Served from the LRU when cached. *got < len only at the end

@@ -383,6 +383,10 @@ int RunMount(MountArgs a) {
     close(p[0]);
     report_fd = p[1];
     setsid();
+    // Descriptors inherited from the caller (a pipe's write end, a shell's fds) would keep the caller's
+    // pipeline waiting until the unmount: the daemon keeps only stdio and its report pipe.
+    for (int fd = 3; fd < report_fd; ++fd) close(fd);
+    close_range(static_cast<unsigned>(report_fd) + 1, ~0U, 0);
     // The daemon's log is <index_dir>/kvfs.log from its first line (store open and recovery included);
     // a failure before the mount reaches the terminal through the report pipe, not through stderr.
     std::error_code ec;

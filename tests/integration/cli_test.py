@@ -210,6 +210,34 @@ class DaemonLifecycle(unittest.TestCase):
         finally:
             self.assertEqual(kf.run_kvfs("umount", self.b.mnt).returncode, 0)
 
+    def test_daemon_keeps_no_inherited_descriptors(self):
+        # breaker-2 item B4: `kvfs mount ... 7>&1 | cat` hung until the unmount, because the daemon kept
+        # the caller's descriptors (here: a pipe's write end) open.
+        r_fd, w_fd = os.pipe()
+        try:
+            p = subprocess.run([kf.kvfs_binary(), "mount", self.b.mnt, "--backing", self.b.backing,
+                                "--index-dir", self.b.index], pass_fds=(w_fd,), capture_output=True, text=True,
+                               timeout=60)
+            os.close(w_fd)
+            w_fd = -1
+            self.assertEqual(p.returncode, 0, p.stderr)
+            try:
+                os.set_blocking(r_fd, False)
+                deadline = time.time() + 10
+                while True:  # EOF once no process holds the write end
+                    try:
+                        self.assertEqual(os.read(r_fd, 1), b"")
+                        break
+                    except BlockingIOError:
+                        self.assertLess(time.time(), deadline, "the daemon kept the inherited pipe open")
+                        time.sleep(0.05)
+            finally:
+                self.assertEqual(kf.run_kvfs("umount", self.b.mnt).returncode, 0)
+        finally:
+            os.close(r_fd)
+            if w_fd >= 0:
+                os.close(w_fd)
+
     def test_umount_reports_failed_final_flush(self):
         # breaker-1 item 5: the daemon's Store::Close failing must make `kvfs umount` fail and say why.
         # The TEST-ONLY EIO switch (SIGUSR1, kvfs_main.cc) makes every backing write fail.
