@@ -352,7 +352,18 @@ class StoreImpl final : public Store {
     uint64_t bytes = 0;
     bool evictable = false;  // sealed, or of an older generation (never appended again)
     std::chrono::steady_clock::time_point evictable_since{};
+    // Appends with a ticket <= this may have put a record in it before it was sealed (a batch of
+    // appends seals the segment between two of them): not droppable until they have pinned it.
+    uint64_t sealed_after_ticket = 0;
   };
+  // AppendWith tickets (cap_mu_): a record is pinned only after its append returns, so a segment
+  // sealed meanwhile must wait for every append in flight at its seal (DropCandidateLocked).
+  uint64_t next_append_ticket_ = 1;
+  std::set<uint64_t> appends_in_flight_;
+  bool DropCandidateLocked(const SegmentId& id, const SegTrack& t) const {
+    return t.evictable && !pins_.count(id) &&
+           (appends_in_flight_.empty() || *appends_in_flight_.begin() > t.sealed_after_ticket);
+  }
   void ReclaimDeadSegments();
   bool bounded_ = false;  // capacity or global watermark set: live data may be evicted
   // RESERVE released for a full backing, or not creatable for lack of space: record writes then keep
@@ -1068,12 +1079,19 @@ Result<Location> StoreImpl::AppendWith(uint64_t ino, uint64_t len, uint16_t flag
     }
     if (opts_.capacity_bytes) KVFS_RETURN_IF_ERROR(ReserveSpace(need));
   }
-  auto loc = fn(tag, hlc_.Now());
-  if (loc.ok()) {
+  uint64_t ticket;
+  {
     std::lock_guard<std::mutex> l(cap_mu_);
-    if (pinned_records_.emplace(loc->segment, loc->record_offset).second) {
+    ticket = next_append_ticket_++;
+    appends_in_flight_.insert(ticket);
+  }
+  auto loc = fn(tag, hlc_.Now());
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    if (loc.ok() && pinned_records_.emplace(loc->segment, loc->record_offset).second) {
       pins_[loc->segment]++;  // until ReleaseRecordPin / CommitFile: never dropped (dead or evicted)
     }
+    appends_in_flight_.erase(ticket);
   }
   if (loc.ok()) records_written_++;
   if (evict_enabled_) {
@@ -1766,6 +1784,7 @@ void StoreImpl::OnSealed(const SealedSegment& seg) {
     t.bytes = seg.file_size;
     t.evictable = true;
     t.evictable_since = std::chrono::steady_clock::now();
+    t.sealed_after_ticket = next_append_ticket_ - 1;
     stuck_ = false;
     evict_wake_ = true;
   }
@@ -1848,7 +1867,7 @@ void StoreImpl::ReclaimDeadSegments() {
   {
     std::lock_guard<std::mutex> l(cap_mu_);
     for (const auto& [id, t] : own_segs_) {
-      if (t.evictable && now - t.evictable_since >= kDeadSegmentAge && !pins_.count(id)) {
+      if (DropCandidateLocked(id, t) && now - t.evictable_since >= kDeadSegmentAge) {
         old.push_back(id);
       }
     }
@@ -1924,7 +1943,7 @@ void StoreImpl::EvictOnce() {
       std::lock_guard<std::mutex> l(cap_mu_);
       if (evict_stop_) break;
       auto it = std::find_if(own_segs_.begin(), own_segs_.end(), [this](const auto& kv) {
-        return kv.second.evictable && !pins_.count(kv.first);  // records of unfinished files stay
+        return DropCandidateLocked(kv.first, kv.second);  // records of unfinished files stay
       });
       if (it == own_segs_.end()) {
         stuck_ = true;
@@ -2001,9 +2020,9 @@ uint64_t StoreImpl::DropSegment(const SegmentId& seg, bool reinsert) {
     std::lock_guard<std::mutex> l(ns_mu_);
     {
       std::lock_guard<std::mutex> c(cap_mu_);
-      // Pinned since it was picked (a record appended just before the segment was sealed): keep it.
-      if (pins_.count(seg)) return 0;
+      // Pinned since it was picked: keep it.
       auto it = own_segs_.find(seg);
+      if (it != own_segs_.end() && !DropCandidateLocked(seg, it->second)) return 0;
       if (it != own_segs_.end()) {
         bytes = it->second.bytes;
         node_bytes_ -= bytes;

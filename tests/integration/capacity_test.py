@@ -21,6 +21,7 @@ import mmap
 import os
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -198,6 +199,69 @@ class CapacityTest(unittest.TestCase):
             sys.stderr.write("\ncleaner: %d runs, %d deleted, %d left, usage %.1f %%\n" %
                              (len(runs), deleted, len(left), 100 * usage(mnt)))
 
+
+    def test_closed_files_survive_eviction_before_their_deferred_commit(self):
+        # breaker-2 item B1: a file's record is written at close, its journal PUT a few ms later (deferred
+        # commit). Eviction in between dropped the record's segment, and the file whose write, close and
+        # rename had returned 0 became a 0-byte file for the rest of the mount. A 300 ms window (test
+        # hook) makes it certain: 4 writers publish 2.25 MiB chunks through 32 MiB of capacity. Every
+        # chunk whose close and rename succeeded must read back whole, or be gone (evicted) -- never short.
+        old_env = os.environ.get("KVFS_TEST_COMMIT_DELAY_MS")
+        os.environ["KVFS_TEST_COMMIT_DELAY_MS"] = "300"
+        try:
+            m = self.mount(capacity="32MiB", segment_size="8MiB", cache_size="16MiB")
+            ctx = m.__enter__()
+        finally:
+            if old_env is None:
+                del os.environ["KVFS_TEST_COMMIT_DELAY_MS"]
+            else:
+                os.environ["KVFS_TEST_COMMIT_DELAY_MS"] = old_env
+        stored, lock = [], threading.Lock()
+        try:
+            mnt = ctx[0]
+
+            def writer(t):
+                for i in range(30):
+                    name = "k%d_%d" % (t, i)
+                    p = os.path.join(mnt, name)
+                    try:
+                        write_file(p + ".tmp", content(name))
+                        os.rename(p + ".tmp", p)
+                    except OSError as e:  # NoSpace while pinned records fill the capacity: allowed
+                        self.assertEqual(e.errno, errno.ENOSPC, name)
+                        continue
+                    with lock:
+                        stored.append(name)
+
+            ts = [threading.Thread(target=writer, args=(t,)) for t in range(4)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            time.sleep(0.5)  # every deferred commit has run
+            whole = short = 0
+            for name in stored:
+                try:
+                    got = read_plain(os.path.join(mnt, name))
+                except FileNotFoundError:
+                    continue  # evicted after its commit: a cache miss
+                if got == content(name):
+                    whole += 1
+                else:
+                    short += 1
+            self.assertEqual(short, 0, "%d of %d stored chunks read back wrong or short" % (short, len(stored)))
+            self.assertGreater(whole, 0)
+            self.assertGreater(len(stored), 4)
+            # A live staged version (a temp whose commit failed) keeps its record pinned; once every
+            # file is gone, no pin may be left.
+            for f in os.listdir(mnt):
+                os.unlink(os.path.join(mnt, f))
+            deadline = time.time() + 10
+            while kf.stats(mnt)["eviction"]["segments_pinned"] and time.time() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(kf.stats(mnt)["eviction"]["segments_pinned"], 0)  # no pin leaked
+        finally:
+            m.__exit__(None, None, None)
 
     def test_spills_of_an_unfinished_file_are_never_evicted(self):
         # A file written through a small staging budget spills to provisional records; while it is still
