@@ -90,8 +90,17 @@ class Metrics(unittest.TestCase):
                 os.close(fd)
             self.assertEqual(got, size)
             self.assertEqual(bytes(buf[:size]), blobs[0])
-            after, _ = fetch(port)
-            js = kf.stats(mnt)  # the same snapshot source as /metrics: no I/O in between
+            # The kernel sends RELEASE after close(2) returns (and a read-only handle has no FLUSH,
+            # FOPEN_NOFLUSH): wait until the daemon has seen the reader's.
+            rel0 = val(before, "kvfs_fuse_operation_duration_seconds_count", op="release")
+            deadline = time.time() + 10
+            while True:
+                after, _ = fetch(port)
+                js = kf.stats(mnt)  # the same snapshot source as /metrics: no I/O in between
+                rel = val(after, "kvfs_fuse_operation_duration_seconds_count", op="release")
+                if rel - rel0 >= n_files + 1 or time.time() > deadline:
+                    break
+                time.sleep(0.01)
 
         d = lambda name, **l: val(after, name, **l) - val(before, name, **l)  # noqa: E731
         written = n_files * size
