@@ -26,6 +26,25 @@ uint64_t RandomNonce() {
   return rng();
 }
 
+// Writes a record's metadata (header, path, checksum table, zero padding up to value_delta) into b
+// (docs/format.md "Record"). sums: the value's block checksums.
+void EncodeRecordMeta(uint16_t flags, std::string_view path, uint64_t value_len, uint64_t stamp,
+                      const std::vector<uint64_t>& sums, uint64_t value_delta, char* b) {
+  format::RecordHeader h;
+  h.flags = flags;
+  h.path_len = static_cast<uint32_t>(path.size());
+  h.value_len = value_len;
+  h.stamp = stamp;
+  h.block_count = static_cast<uint32_t>(sums.size());
+  h.meta_checksum = format::MetaChecksum(path, sums.data(), sums.size());
+  format::EncodeRecordHeader(h, b);
+  std::memcpy(b + format::kRecordHeaderSize, path.data(), path.size());
+  // The table may be unaligned for uint64_t: copied bytewise.
+  if (!sums.empty()) std::memcpy(b + format::kRecordHeaderSize + path.size(), sums.data(), sums.size() * sizeof(uint64_t));
+  const uint64_t meta = format::RecordMetaSize(path.size(), value_len);
+  std::memset(b + meta, 0, value_delta - meta);
+}
+
 // Block checksums of the value given as parts (a block may span parts).
 void ChecksumParts(const std::vector<std::string_view>& parts, uint64_t value_len, uint64_t* table) {
   size_t pi = 0, po = 0;  // current part and offset in it
@@ -147,8 +166,6 @@ Status SegmentWriter::Prepare(Pending* p) {
   p->buf = AllocAligned(buf_len);
   if (!p->buf) return Status::IOError("segment writer: out of memory for a staging buffer", ENOMEM);
   char* b = p->buf.get();
-  uint64_t* table = reinterpret_cast<uint64_t*>(b + format::kRecordHeaderSize + p->path.size());
-  // table may be unaligned for uint64_t: compute into a local vector then memcpy.
   std::vector<uint64_t> sums(blocks);
   if (opts_.direct_io) {
     // The one copy of the value: into the aligned staging buffer (O_DIRECT needs aligned memory).
@@ -165,18 +182,7 @@ Status SegmentWriter::Prepare(Pending* p) {
   } else {
     ChecksumParts(*p->parts, len, sums.data());
   }
-  format::RecordHeader h;
-  h.flags = p->flags;
-  h.path_len = static_cast<uint32_t>(p->path.size());
-  h.value_len = len;
-  h.stamp = p->stamp;
-  h.block_count = static_cast<uint32_t>(blocks);
-  h.meta_checksum = format::MetaChecksum(p->path, sums.data(), blocks);
-  format::EncodeRecordHeader(h, b);
-  std::memcpy(b + format::kRecordHeaderSize, p->path.data(), p->path.size());
-  if (blocks) std::memcpy(static_cast<void*>(table), sums.data(), blocks * sizeof(uint64_t));
-  const uint64_t meta = format::RecordMetaSize(p->path.size(), len);
-  std::memset(b + meta, 0, p->value_delta - meta);
+  EncodeRecordMeta(p->flags, p->path, len, p->stamp, sums, p->value_delta, b);
   return Status::OK();
 }
 
@@ -386,18 +392,7 @@ void SegmentWriter::WriteStreamed(Pending* w) {
   if (s.ok()) {
     active_extent_ = std::max<uint64_t>(active_extent_, record_offset + w->value_delta);
     char* b = w->buf.get();
-    format::RecordHeader h;
-    h.flags = w->flags;
-    h.path_len = static_cast<uint32_t>(w->path.size());
-    h.value_len = len;
-    h.stamp = w->stamp;
-    h.block_count = static_cast<uint32_t>(blocks);
-    h.meta_checksum = format::MetaChecksum(w->path, sums.data(), blocks);
-    format::EncodeRecordHeader(h, b);
-    std::memcpy(b + format::kRecordHeaderSize, w->path.data(), w->path.size());
-    if (blocks) std::memcpy(b + format::kRecordHeaderSize + w->path.size(), sums.data(), blocks * sizeof(uint64_t));
-    const uint64_t meta = format::RecordMetaSize(w->path.size(), len);
-    std::memset(b + meta, 0, w->value_delta - meta);
+    EncodeRecordMeta(w->flags, w->path, len, w->stamp, sums, w->value_delta, b);
     s = active_->Write(record_offset, b, w->value_delta);  // the metadata last: the record is valid now
   }
   MarkDirty(s.ok() ? record_offset + w->span : next_offset_);
