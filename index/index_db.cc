@@ -1754,30 +1754,31 @@ struct Applier {
     return true;
   }
 
-  Result<bool> SetSegState(const SegmentId& seg, SegmentState st) {
-    std::string sk = SegKey(seg);
+  // The segment's record (default SegmentInfo when absent), with *found.
+  Status GetSeg(const SegmentId& seg, SegmentInfo* si, bool* found) {
     std::string v;
-    bool found;
-    KVFS_RETURN_IF_ERROR(t.Get(kSegments, sk, &v, &found));
+    KVFS_RETURN_IF_ERROR(t.Get(kSegments, SegKey(seg), &v, found));
+    if (*found && !DecodeSeg(v, si)) return Status::Corruption("bad segment record");
+    return Status::OK();
+  }
+
+  Result<bool> SetSegState(const SegmentId& seg, SegmentState st) {
     SegmentInfo si;
-    if (found && !DecodeSeg(v, &si)) return Status::Corruption("bad segment record");
-    if (found && si.state == SegmentState::kDropped) return false;
-    if (found && si.state == st) return false;
+    bool found;
+    KVFS_RETURN_IF_ERROR(GetSeg(seg, &si, &found));
+    if (found && (si.state == SegmentState::kDropped || si.state == st)) return false;
     si.state = st;
-    t.Put(kSegments, sk, EncodeSeg(si));
+    t.Put(kSegments, SegKey(seg), EncodeSeg(si));
     return true;
   }
 
   Result<bool> Cut(const SegmentId& seg, uint64_t offset) {
-    std::string sk = SegKey(seg);
-    std::string v;
-    bool found;
-    KVFS_RETURN_IF_ERROR(t.Get(kSegments, sk, &v, &found));
     SegmentInfo si;
-    if (found && !DecodeSeg(v, &si)) return Status::Corruption("bad segment record");
+    bool found;
+    KVFS_RETURN_IF_ERROR(GetSeg(seg, &si, &found));
     if (found && (si.state == SegmentState::kDropped || si.cut <= offset)) return false;
     si.cut = offset;
-    t.Put(kSegments, sk, EncodeSeg(si));
+    t.Put(kSegments, SegKey(seg), EncodeSeg(si));
     return true;
   }
 
