@@ -39,7 +39,7 @@
 
 #include "blockstore/status.h"
 #include "fuse/op_stats.h"
-#include "index/store.h"
+#include "engine/store.h"
 
 namespace kvfs {
 

@@ -44,7 +44,7 @@
 //   5. removes stale *.tmp files of the node directory and its seg/ directory;
 //   6. releases the node directory (OWNER state=released), so the next mount takes it over at once.
 // Nothing is ever truncated or rewritten. Repair is idempotent: a second run finds nothing repairable.
-// A mount of the node does step 3's CUTs and SEALs and step 5 itself (index/recovery.h, the same segment
+// A mount of the node does step 3's CUTs and SEALs and step 5 itself (engine/recovery.h, the same segment
 // check: blockstore/segment_check.h), and applies what a repair journaled to its index, clean or not.
 // Unrepairable damage (lost journal entries, damaged segment headers or mid-segment regions) is
 // reported every time (its consequences — dangling files — are repaired).

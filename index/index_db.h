@@ -2,7 +2,7 @@
 // the journals and segments: deleting the directory loses nothing; Store rebuilds it from the export.
 //
 // Two faces:
-//   * namespace by inode (Lookup, Mkdir, CreateFile, Rename, ...), mirroring index/store.h: what the
+//   * namespace by inode (Lookup, Mkdir, CreateFile, Rename, ...), mirroring engine/store.h: what the
 //     local FUSE operations do; and
 //   * journal application by PATH (ApplyBatch / ApplyPut / ApplyUnlink / ...): replaying our own journal
 //     at rebuild and peers' journals later. Last writer wins per path by (stamp, node).
@@ -95,7 +95,7 @@
 
 #include "blockstore/status.h"
 #include "blockstore/types.h"
-#include "index/store.h"
+#include "index/inode.h"
 
 namespace rocksdb {
 class DB;

@@ -60,7 +60,7 @@
 //   3 UNLINK    str path
 //   4 MKDIR     str path, attrs
 //   5 RMDIR     str path
-//   6 SETATTR   str path, attrs, varint mask (SetAttrMask bits of index/store.h)
+//   6 SETATTR   str path, attrs, varint mask (SetAttrMask bits of index/inode.h)
 //   7 XATTR     str path, str xattr_name, str xattr_value, bool xattr_remove
 //   8 SEAL      seg segment
 //   9 DROP      seg segment
@@ -178,7 +178,7 @@ struct JournalEntry {
   Location location;  // PUT, RENAME (the renamed file's location, for checks), MOVE (the new location)
   Location old_location;  // MOVE: applies only while the path still has this location
   EntryAttrs attrs;       // PUT, MKDIR, SETATTR, SYMLINK
-  uint32_t mask = 0;      // SETATTR: SetAttrMask bits (index/store.h)
+  uint32_t mask = 0;      // SETATTR: SetAttrMask bits (index/inode.h)
   std::string inline_value;  // PUT: the whole value of a small file when `location` is empty (else "")
   // PUT: the file's complete set of extended attributes (name, value), names sorted, when the entry
   // records one (entry version 2, what this build writes); nullopt for a version-1 PUT.

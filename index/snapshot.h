@@ -2,7 +2,7 @@
 // live namespace entries, so a joining node (or one whose index was deleted) reads the newest snapshot
 // plus the journal files after it instead of all history, and old journal files can be retired.
 // Format: docs/format.md "## Snapshots" (byte tables repeated below). Written and rotated by the Store
-// (index/checkpoint.h); read by the replay (index/replay.h), the peer tailer and kvfs-fsck.
+// (engine/checkpoint.h); read by the replay (index/replay.h), the peer tailer and kvfs-fsck.
 //
 // What a snapshot of node N holds (Store::Checkpoint builds it from its index at one consistent moment):
 //   * PUT / SYMLINK for every committed file or symlink whose name was last bound by N (dentry stamp,

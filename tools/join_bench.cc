@@ -1,5 +1,5 @@
 // kvfs-join-bench: how long a node joining a store takes (its first mount = index rebuild from every
-// node's newest snapshot + journal tail, or from all journals; DESIGN §2/§3, index/checkpoint.h).
+// node's newest snapshot + journal tail, or from all journals; DESIGN §2/§3, engine/checkpoint.h).
 //
 //   kvfs-join-bench BACKING_DIR N [FILES_PER_DIR=1000] [--no-snapshot] [--rewrites K]
 //
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "blockstore/node_dir.h"
-#include "index/store.h"
+#include "engine/store.h"
 
 using namespace kvfs;
 

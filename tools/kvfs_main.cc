@@ -60,7 +60,7 @@
 #include "blockstore/node_dir.h"
 #include "blockstore/fault_env.h"
 #include "fuse/kvfs_fs.h"
-#include "index/store.h"
+#include "engine/store.h"
 #include "fuse/stats_render.h"
 #include "tools/fuse_options.h"
 #include "tools/metrics_server.h"
@@ -191,7 +191,7 @@ struct MountArgs {
   std::string log_level = "info";
   std::string capacity, high_watermark, low_watermark;  // DESIGN §6; empty = unlimited / none
   std::string metrics_listen;                           // HOST:PORT of the Prometheus listener; empty = off
-  uint64_t checkpoint_entries = 1000000;                 // index/checkpoint.h
+  uint64_t checkpoint_entries = 1000000;                 // engine/checkpoint.h
   uint32_t checkpoint_interval_ms = 600000;
   uint32_t peers_publish_ms = 10000;
 };

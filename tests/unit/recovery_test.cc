@@ -1,4 +1,4 @@
-// Mount-time recovery at the Store level (index/recovery.h, Store::Open): the crash states are made with
+// Mount-time recovery at the Store level (engine/recovery.h, Store::Open): the crash states are made with
 // FaultInjectionEnv (a short segment write, a failing journal, a crash = the Store destroyed without
 // Close), then a new Store must
 //   * CUT a torn segment tail (a CUT entry at the head of the new generation's journal; the file keeps

@@ -1,5 +1,5 @@
 // Journal checkpoints: snapshot format (index/snapshot.h), replay from snapshots (index/replay.h),
-// retirement (index/checkpoint.h) and the Store's use of them (peers re-reading snapshots, purged nodes).
+// retirement (engine/checkpoint.h) and the Store's use of them (peers re-reading snapshots, purged nodes).
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -13,12 +13,12 @@
 #include <xxhash.h>
 
 #include "blockstore/node_dir.h"
-#include "index/checkpoint.h"
+#include "engine/checkpoint.h"
 #include "index/fsck.h"
 #include "index/index_db.h"
 #include "index/replay.h"
 #include "index/snapshot.h"
-#include "index/store.h"
+#include "engine/store.h"
 
 namespace kvfs {
 namespace {

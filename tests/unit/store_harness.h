@@ -22,7 +22,7 @@
 
 #include "blockstore/node_dir.h"
 #include "index/journal.h"
-#include "index/store.h"
+#include "engine/store.h"
 
 namespace kvfs::testing_harness {
 

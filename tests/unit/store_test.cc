@@ -1,5 +1,5 @@
 // Store: the engine end to end over a real temp directory (records, journal, index, rebuild, crash).
-#include "index/store.h"
+#include "engine/store.h"
 
 #include <fcntl.h>
 #include <stdlib.h>

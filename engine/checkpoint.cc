@@ -1,5 +1,5 @@
 // Journal checkpoints and retirement: see checkpoint.h.
-#include "index/checkpoint.h"
+#include "engine/checkpoint.h"
 
 #include <cstdio>
 #include <sstream>

@@ -10,7 +10,7 @@
 //  * The index is updated at once (local visibility); the journal follows within one group-commit
 //    interval. After a crash the index may be ahead of the journal, so an index that was not closed
 //    cleanly is rebuilt from the journals (it is a cache: DESIGN §3).
-#include "index/store.h"
+#include "engine/store.h"
 
 #include <fcntl.h>
 #include <linux/fs.h>
@@ -38,12 +38,12 @@
 #include "blockstore/node_dir.h"
 #include "blockstore/segment_reader.h"
 #include "blockstore/segment_writer.h"
-#include "index/checkpoint.h"
+#include "engine/checkpoint.h"
 #include "index/hlc.h"
 #include "index/index_db.h"
 #include "index/journal.h"
 #include "index/journal_format.h"
-#include "index/recovery.h"
+#include "engine/recovery.h"
 #include "index/replay.h"
 #include "index/snapshot.h"
 
@@ -241,7 +241,7 @@ class StoreImpl final : public Store {
   SegmentWriterOptions seg_opts_;
   void ReopenSegmentWriter();
   std::unique_ptr<JournalWriter> journal_;
-  // Checkpoints, peers file, journal retirement (index/checkpoint.h).
+  // Checkpoints, peers file, journal retirement (engine/checkpoint.h).
   std::unique_ptr<Checkpointer> checkpointer_;
   Status StartCheckpointer();
   Result<Checkpointer::Cut> CutForCheckpoint();
@@ -570,7 +570,7 @@ Status StoreImpl::CatchUpOwnJournal() {
 }
 
 // This node's directory after a takeover: stale temp files removed; segments of earlier generations:
-// torn tails cut, unsealed ones sealed, lost SEALs journaled (index/recovery.h). The entries lead the
+// torn tails cut, unsealed ones sealed, lost SEALs journaled (engine/recovery.h). The entries lead the
 // new generation's journal (Init).
 Status StoreImpl::RecoverSegments() {
   uint64_t removed = 0;
@@ -1355,7 +1355,7 @@ Status StoreImpl::PollPeer(const std::string& node, PeerState* st, uint64_t* cha
   KVFS_RETURN_IF_ERROR(s);
   const std::vector<JournalFile>& files = nf.journals;
   {
-    // Checkpoints (index/checkpoint.h). A peer we have never read starts from its newest snapshot. If
+    // Checkpoints (engine/checkpoint.h). A peer we have never read starts from its newest snapshot. If
     // the file at our position is gone, the peer retired it (we were not live, or it was not needed) or
     // was purged: forget a purged node's old data; re-read the newest snapshot that covers the gap.
     PeerChanges snap_changes;
@@ -1556,7 +1556,7 @@ Status StoreImpl::ForgetPurgedPeer(const std::string& node, uint64_t purge_gener
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Checkpoints (index/checkpoint.h): snapshot + journal rotation, peers file, journal retirement.
+// Checkpoints (engine/checkpoint.h): snapshot + journal rotation, peers file, journal retirement.
 
 Status StoreImpl::StartCheckpointer() {
   CheckpointerOptions co;

@@ -1,5 +1,5 @@
 // Mount-time segment recovery: see recovery.h.
-#include "index/recovery.h"
+#include "engine/recovery.h"
 
 #include <algorithm>
 

@@ -32,10 +32,9 @@
 #include "blockstore/status.h"
 #include "blockstore/types.h"
 #include "blockstore/value_buffer.h"
+#include "index/inode.h"
 
 namespace kvfs {
-
-inline constexpr uint64_t kRootIno = 1;
 
 struct StoreOptions {
   std::string backing_dir;              // the export (or any POSIX directory)
@@ -57,7 +56,7 @@ struct StoreOptions {
   bool read_direct_io = true;
   Env* env = nullptr;                   // default Env::Posix()
 
-  // ---- checkpoints and journal retirement (index/checkpoint.h, docs/operations.md) ----
+  // ---- checkpoints and journal retirement (engine/checkpoint.h, docs/operations.md) ----
   uint64_t checkpoint_entries = 1000000;     // snapshot after this many journal entries (0 = not by count)
   uint32_t checkpoint_interval_ms = 600000;  // ... or this long after the last one if anything was journaled
                                              // (0 = not by time)
@@ -73,42 +72,6 @@ struct StoreOptions {
   double reinsert_max_fraction = 0.5;       // reinserted bytes per dropped segment <= this * its bytes
   uint32_t drop_grace_ms = 0;               // DROP -> unlink delay; 0 = 2 * peer_poll_ms + 500
   uint32_t writer_wait_ms = 10000;          // how long a writer over the hard limit waits for eviction
-};
-
-// Attributes of an inode (what stat(2) shows). Times in ns since the epoch.
-struct Attr {
-  uint64_t ino = 0;
-  uint32_t mode = 0;  // S_IFREG / S_IFDIR / S_IFLNK | permission bits
-  uint32_t uid = 0, gid = 0;
-  uint64_t size = 0;  // bytes
-  int64_t atime_ns = 0, mtime_ns = 0, ctime_ns = 0;
-  uint32_t nlink = 1;
-};
-
-struct Node {
-  Attr attr;
-  Location location;       // files only; empty for 0-byte files and staged files without a record
-  bool committed = false;  // journaled (files); directories are always committed
-  uint64_t parent = 0;
-  std::string name;
-};
-
-// SetAttr mask bits (the subset of FUSE_SET_ATTR_* that the index keeps).
-enum SetAttrMask : uint32_t {
-  kSetMode = 1u << 0,
-  kSetUid = 1u << 1,
-  kSetGid = 1u << 2,
-  kSetSize = 1u << 3,
-  kSetAtime = 1u << 4,
-  kSetMtime = 1u << 5,
-  kSetCtime = 1u << 6,
-};
-
-struct DirEntry {
-  std::string name;
-  uint64_t ino = 0;
-  uint32_t mode = 0;     // S_IFMT bits at least
-  uint64_t cookie = 0;   // stable: pass it back as `after` to continue behind this entry
 };
 
 // What applying peers' journal entries changed, for kernel cache invalidation
@@ -256,7 +219,7 @@ class Store {
   // directory by the rule of DESIGN §2 (Busy if a live owner holds it and !force_takeover), opens or
   // rebuilds the index (rebuild when it is missing or was not closed cleanly; a clean one applies the
   // node's own journal entries written after its clean close, e.g. by kvfs-fsck --repair), recovers the
-  // node's segments of earlier generations (index/recovery.h: torn tails CUT, unsealed segments and lost
+  // node's segments of earlier generations (engine/recovery.h: torn tails CUT, unsealed segments and lost
   // SEALs journaled as SEAL; nothing is truncated), journals those CUT/SEAL entries first in the new
   // generation's journal, starts the group commit and heartbeat threads.
   static Result<std::unique_ptr<Store>> Open(const StoreOptions& opts);
@@ -376,7 +339,7 @@ class Store {
   // Rate-limited to one early poll per peer_poll_ms / 4; never blocks.
   virtual void RequestPeerRefresh() = 0;
 
-  // ---- checkpoints (index/checkpoint.h) ----
+  // ---- checkpoints (engine/checkpoint.h) ----
   // Now: journal cut (new file), snapshot-<gen>-<n> of this node's live entries, snapshots beyond the
   // newest two deleted, then journal retirement as far as live peers allow. Blocks namespace writers for
   // one group commit; the snapshot itself is written from a read view (seconds per million entries).

@@ -1,0 +1,51 @@
+// The index's view of one inode and one directory entry: the shapes that the index (index_db.h), the
+// journal replay and the engine (engine/store.h) pass around. Plain values, no behaviour; safe to copy
+// between threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "blockstore/types.h"
+
+namespace kvfs {
+
+inline constexpr uint64_t kRootIno = 1;
+
+// Attributes of an inode (what stat(2) shows). Times in ns since the epoch.
+struct Attr {
+  uint64_t ino = 0;
+  uint32_t mode = 0;  // S_IFREG / S_IFDIR / S_IFLNK | permission bits
+  uint32_t uid = 0, gid = 0;
+  uint64_t size = 0;  // bytes
+  int64_t atime_ns = 0, mtime_ns = 0, ctime_ns = 0;
+  uint32_t nlink = 1;
+};
+
+struct Node {
+  Attr attr;
+  Location location;       // files only; empty for 0-byte files and staged files without a record
+  bool committed = false;  // journaled (files); directories are always committed
+  uint64_t parent = 0;
+  std::string name;
+};
+
+// SetAttr mask bits (the subset of FUSE_SET_ATTR_* that the index keeps).
+enum SetAttrMask : uint32_t {
+  kSetMode = 1u << 0,
+  kSetUid = 1u << 1,
+  kSetGid = 1u << 2,
+  kSetSize = 1u << 3,
+  kSetAtime = 1u << 4,
+  kSetMtime = 1u << 5,
+  kSetCtime = 1u << 6,
+};
+
+struct DirEntry {
+  std::string name;
+  uint64_t ino = 0;
+  uint32_t mode = 0;     // S_IFMT bits at least
+  uint64_t cookie = 0;   // stable: pass it back as `after` to continue behind this entry
+};
+
+}  // namespace kvfs
