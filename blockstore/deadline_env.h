@@ -1,4 +1,4 @@
-// DeadlineEnv: an Env wrapper that gives every backing request a deadline (DESIGN §7: "a hung export
+// DeadlineEnv: an Env wrapper that gives every backing request a deadline (docs/design.md §7: "a hung export
 // becomes EIO for the caller, not a hung process").
 //
 // Every call is run on a worker thread of a fixed pool; the caller waits at most `deadline` (measured

@@ -1,4 +1,4 @@
-// LruCache: a byte-bounded, sharded, thread-safe LRU cache of record values (DESIGN §4 "Read").
+// LruCache: a byte-bounded, sharded, thread-safe LRU cache of record values (docs/design.md §4 "Read").
 //
 // Keys are byte strings (use CacheKey(const Location&) for record values); values are
 // std::shared_ptr<const ValueBuffer> (blockstore/value_buffer.h: aligned, not zero-filled), so a reader that got a value keeps it alive after it is evicted,

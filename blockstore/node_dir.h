@@ -1,4 +1,4 @@
-// Node directory: the layout of the backing directory (DESIGN §2), its FORMAT file, and the ownership
+// Node directory: the layout of the backing directory (docs/design.md §2), its FORMAT file, and the ownership
 // (takeover) protocol of one node's directory.
 //
 //   <backing>/.kvfs/v1/FORMAT                                 "kvfs-format\nversion=1\nalignment=4096\n"
@@ -16,7 +16,7 @@
 // FORMAT is created once with O_EXCL. A FORMAT with a newer version is refused with InvalidArgument
 // "backing store format vN is newer than this kvfs (vM)"; an alignment other than kAlignment too.
 //
-// Takeover rule (DESIGN §2). A mount may take over <node>/ only if one of:
+// Takeover rule (docs/design.md §2). A mount may take over <node>/ only if one of:
 //   * there is no OWNER, or the OWNER says state=released (a clean unmount);
 //   * the owner is provably dead: same host name and boot id as ours and its pid is gone (/proc/<pid>
 //     missing, or alive with a different start time than recorded = the pid was reused);
@@ -29,7 +29,7 @@
 // The new generation is 1 + the maximum of OWNER's generation and every generation in the names of
 // journal-, snapshot- and seg/ files. HEARTBEAT and then OWNER are rewritten with Env::WriteFileAtomic;
 // OWNER is read back, and if another mount won a concurrent takeover the loser gets Busy (best effort:
-// NFS has no atomic compare-and-swap; the generation fencing of DESIGN §2 keeps the data safe anyway).
+// NFS has no atomic compare-and-swap; the generation fencing of docs/design.md §2 keeps the data safe anyway).
 //
 // Nothing here truncates a shared file; OWNER and FORMAT are only replaced by rename. HEARTBEAT is
 // created by rename at takeover and then rewritten in place by the owner's periodic Beat() (same size

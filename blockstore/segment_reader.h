@@ -2,7 +2,7 @@
 // a sealed segment, and a forward scan that finds the torn or damaged tail of an unsealed one.
 //
 // Every read is 4 KiB aligned (offset, length, memory) so the file may be opened with O_DIRECT, which
-// is how a node reads a peer's segment on NFS (DESIGN §2). Every value byte handed out has been verified
+// is how a node reads a peer's segment on NFS (docs/design.md §2). Every value byte handed out has been verified
 // against its 64 KiB block checksum; a mismatch is Status::Corruption naming the segment file and the
 // offset, and the output bytes are not returned (zeroed, *got = 0).
 //

@@ -1,6 +1,6 @@
 // SegmentWriter: appends records (blockstore/format.h) to the segments of one node directory,
 // <backing>/.kvfs/v1/nodes/<node>/seg/, as files named SegmentFileName(generation, seq) (node_dir.h)
-// ("00000000000000000003-00000000000000000017.kseg"). Single writer per directory and generation (DESIGN §2): two
+// ("00000000000000000003-00000000000000000017.kseg"). Single writer per directory and generation (docs/design.md §2): two
 // SegmentWriters must never share (seg_dir, generation).
 //
 // Group commit (LevelDB db_impl.cc writer queue): every Append prepares its record (header, path,
@@ -23,7 +23,7 @@
 // dropped the dirty pages; "fsyncgate"): every later Append/Sync returns that error and the caller opens
 // a new writer with a new seq/generation. Every record of the failed segment (of every segment of
 // the writer) written since that segment's last successful fdatasync must then be treated as lost:
-// MayBeLost tells (DESIGN §7: no journal entry may point at it). A failed write (ENOSPC, EIO) only fails the Appends of that
+// MayBeLost tells (docs/design.md §7: no journal entry may point at it). A failed write (ENOSPC, EIO) only fails the Appends of that
 // batch; the space they would have used is reused by the next batch, so no torn record is left in the
 // middle of a segment, and what part of it landed is truncated away (BackingFile::Truncate; nothing
 // refers to it), at once and again before the seal if that failed, so a sealed file ends with its trailer.

@@ -1,4 +1,4 @@
-// Journal checkpoints and journal retirement (DESIGN §2 "Journal"; formats in docs/format.md "## Snapshots"
+// Journal checkpoints and journal retirement (docs/design.md §2 "Journal"; formats in docs/format.md "## Snapshots"
 // and "## Peers file"; rules in docs/operations.md "Checkpoints and journal retirement").
 //
 // Checkpoint (Checkpointer::CheckpointNow): the Store cuts its journal at a consistent point (writers

@@ -1,4 +1,4 @@
-// Mount-time recovery of a node's segment files (DESIGN §2 "Nothing a peer may be reading is ever
+// Mount-time recovery of a node's segment files (docs/design.md §2 "Nothing a peer may be reading is ever
 // truncated", §7 invariant 3). The Store runs it after it took the node directory over (a new generation
 // G) and its index holds every entry of the node's journals (rebuilt, or caught up); it journals what
 // the plan says as the first entries of journal-<G>-0, where replay and kvfs-fsck read CUTs.

@@ -4,7 +4,7 @@
 // Inode numbers are the index's: root is 1 (kRootIno), never reused for other content within a mount's
 // life. Names are single path components. Paths in the journal are computed from the parent chain.
 //
-// Lifecycle of a file (DESIGN §4):
+// Lifecycle of a file (docs/design.md §4):
 //   CreateFile        -> a *staged* dentry + inode in the index: visible to Lookup/ReadDir/Rename/Unlink
 //                        on this node, nothing journaled, gone after a crash.
 //   WriteRecord       -> the bytes of a version appended as a record (group commit); readable at once
@@ -64,7 +64,7 @@ struct StoreOptions {
   uint32_t peers_publish_ms = 10000;         // <node dir>/peers rewrite period (only when a position moved)
   uint32_t retire_check_ms = 10000;          // retirement check period while covered journal files remain
 
-  // ---- capacity and eviction (DESIGN §6; see "Capacity and eviction" below) ----
+  // ---- capacity and eviction (docs/design.md §6; see "Capacity and eviction" below) ----
   uint64_t capacity_bytes = 0;              // bytes of THIS node's segment files (0 = unlimited)
   uint64_t global_high_watermark_bytes = 0; // over all nodes' segments (0 = no global watermark)
   uint64_t global_low_watermark_bytes = 0;  // evict down to this (0 = 7/8 of the high watermark)
@@ -86,7 +86,7 @@ struct PeerChanges {
   std::vector<uint64_t> inodes;  // attributes / xattrs changed in place
 };
 
-// ---- Capacity and eviction (DESIGN §6) ----
+// ---- Capacity and eviction (docs/design.md §6) ----
 // The evictor thread always runs. Without capacity_bytes or global_high_watermark_bytes it only reclaims
 // dead segments and keeps RESERVE (below); live data is evicted only when one of them is set.
 //  * Dead segments: a sealed segment of this node (or one of an older generation) with no live record
@@ -133,7 +133,7 @@ struct PeerChanges {
 //  * Journal failures (NoSpace, IOError, TimedOut): the entries stay queued in order and the group
 //    commit retries them (backoff from group_commit_interval_ms to 1 s; at once when RESERVE is freed or
 //    a dropped segment is unlinked). Sync fails meanwhile; StoreStats::unjournaled_entries counts them.
-//  * Segment fdatasync failures (DESIGN §7): the segment writer is replaced by a new one (new segment);
+//  * Segment fdatasync failures (docs/design.md §7): the segment writer is replaced by a new one (new segment);
 //    every record the failed writer wrote after its segment's last successful fdatasync is treated as
 //    lost (SegmentWriter::MayBeLost), and the PUT / MOVE entries pointing at those records are never
 //    journaled: dropped, logged, counted (StoreStats::lost_entries). The Sync whose round failed or
@@ -168,7 +168,7 @@ struct NodeSegmentStats {
   bool estimated = true;
 };
 
-// Tailing of one peer's journal (DESIGN §5). lag_seconds: for the newest entry applied, the time from
+// Tailing of one peer's journal (docs/design.md §5). lag_seconds: for the newest entry applied, the time from
 // the peer stamping it (the physical part of its HLC stamp) to this node applying it: the peer's group
 // commit + NFS visibility + this node's poll interval (clock skew between the nodes adds to it; never
 // negative). last_poll_age_seconds: time since the last completed poll of the peer (-1 = never).
@@ -216,7 +216,7 @@ struct StoreStats {
 class Store {
  public:
   // Opens (creating if needed) the store: validates the backing dir and its FORMAT, takes over the node
-  // directory by the rule of DESIGN §2 (Busy if a live owner holds it and !force_takeover), opens or
+  // directory by the rule of docs/design.md §2 (Busy if a live owner holds it and !force_takeover), opens or
   // rebuilds the index (rebuild when it is missing or was not closed cleanly; a clean one applies the
   // node's own journal entries written after its clean close, e.g. by kvfs-fsck --repair), recovers the
   // node's segments of earlier generations (engine/recovery.h: torn tails CUT, unsealed segments and lost
@@ -255,7 +255,7 @@ class Store {
   // Updates the masked attributes (kSetSize only changes the recorded size of a *staged* file or is used
   // together with CommitFile; data is the FUSE layer's business). Journals SETATTR for committed inodes.
   virtual Result<Attr> SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) = 0;
-  // Moves the committed regular file `ino` to a fresh inode number (DESIGN §3: new content gets a new
+  // Moves the committed regular file `ino` to a fresh inode number (docs/design.md §3: new content gets a new
   // number; the FUSE layer calls it before a writer starts a new version of a committed file, so the
   // kernel's page cache and i_size of the old number stay those of the old content). Same name, content,
   // attributes and xattrs; `ino` is gone afterwards (NotFound). Nothing is journaled (inode numbers are
@@ -281,7 +281,7 @@ class Store {
   // NoSpace when the backing store is full.
   virtual Result<Location> WriteRecord(uint64_t ino, const std::vector<std::string_view>& parts) = 0;
   // Like WriteRecord, for staged bytes spilled to the backing store before their file is committed
-  // (DESIGN §4: staging over its memory budget). The record carries the *provisional* flag
+  // (docs/design.md §4: staging over its memory budget). The record carries the *provisional* flag
   // (docs/format.md); it is in no journal entry unless a later CommitFile names its Location, so a
   // spill of a file that is never committed is an orphan: dead bytes for recovery and kvfs-fsck (an
   // informational finding, never an error), reclaimed when its segment is dropped. Readable through
@@ -328,7 +328,7 @@ class Store {
   // (the entries stay queued and are retried in the background).
   virtual Status Sync() = 0;
 
-  // ---- peers (DESIGN §5) ----
+  // ---- peers (docs/design.md §5) ----
   // Called from the peer-tailing thread, with no Store lock held, after entries of other nodes were
   // applied to the index. Set it before the mount serves requests; it must not call back into
   // mutating Store methods synchronously for long (queue the work).
@@ -348,12 +348,12 @@ class Store {
   virtual Status PublishPeerProgress() = 0;
 
   // ---- info ----
-  // statfs figures (DESIGN §6): live_bytes = global live logical bytes (this index: local and applied
+  // statfs figures (docs/design.md §6): live_bytes = global live logical bytes (this index: local and applied
   // peers' files); backing_total = the backing file system's size (min(capacity, it) with a capacity;
   // f_blocks when nothing can be written, so statfs never shows 0 blocks); backing_avail = what may still be
   // written: blocks - live_bytes where blocks = max(live, min(capacity, live + backing free)), capacity
   // = global_high_watermark_bytes if set, else capacity_bytes, else unlimited. So f_blocks = live +
-  // backing_avail and f_bfree = backing_avail give DESIGN §6's statfs.
+  // backing_avail and f_bfree = backing_avail give docs/design.md §6's statfs.
   virtual Status StatFs(uint64_t* live_bytes, uint64_t* files, uint64_t* backing_total,
                         uint64_t* backing_avail) = 0;
   virtual StoreStats GetStats() = 0;

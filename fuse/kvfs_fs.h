@@ -1,4 +1,4 @@
-// KvfsFs: the libfuse3 low-level file system over a Store (DESIGN §4 operation semantics, §8 settings).
+// KvfsFs: the libfuse3 low-level file system over a Store (docs/design.md §4 operation semantics, §8 settings).
 //
 // What lives here: the in-memory inode table (only inodes the kernel knows, with lookup counts and
 // FORGET, as in libfuse's example/passthrough_hp.cc), open handles, and staged *versions* of files.
@@ -12,7 +12,7 @@
 //     holding the most memory spill to a provisional record (Store::WriteProvisionalRecord).
 //   - A second O_TRUNC open of an inode whose primary version still has writers gets a *shadow*
 //     version of its own (direct_io): both writers produce whole versions, never a mix.
-//   - New content gets a new inode number (DESIGN §3): a writable open or truncate(path) of a committed
+//   - New content gets a new inode number (docs/design.md §3): a writable open or truncate(path) of a committed
 //     file nobody writes moves it to a fresh number (Store::Renumber) and answers ESTALE, so the kernel
 //     retries on the new number; the old number keeps the old content for its open handles. The retry
 //     (same thread) never renumbers again: a new version starts on any number with no page-cache
@@ -61,7 +61,7 @@ struct FsOptions {
   // regular file waits this long (ms) between the index lookup and its reply, so a test can make the
   // file's deferred commit land inside that window (tests/integration/shared_names_test.py).
   uint32_t test_lookup_delay_ms = 0;
-  // Staging memory budget, bytes: RAM held by the bytes of files being written (DESIGN §4). A write
+  // Staging memory budget, bytes: RAM held by the bytes of files being written (docs/design.md §4). A write
   // that would take it over the budget first spills the staged chunks of the version holding the most
   // RAM to a provisional record in the active segment (Store::WriteProvisionalRecord) and keeps only
   // their Locations; it never waits for memory. A write whose spill fails gets that error (ENOSPC when

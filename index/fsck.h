@@ -1,4 +1,4 @@
-// kvfs-fsck engine: checks (and with repair, repairs) what is on the export (DESIGN §2, §7). The CLI is
+// kvfs-fsck engine: checks (and with repair, repairs) what is on the export (docs/design.md §2, §7). The CLI is
 // tools/kvfs_fsck.cc; this library part is what the tests drive.
 //
 // What is checked, per node directory <backing>/.kvfs/v1/nodes/<node>/:

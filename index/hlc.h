@@ -1,4 +1,4 @@
-// HybridClock: the hybrid logical clock that stamps journal entries (DESIGN §2 "Journal").
+// HybridClock: the hybrid logical clock that stamps journal entries (docs/design.md §2 "Journal").
 //
 // Algorithm: S. Kulkarni, M. Demirbas et al., "Logical Physical Clocks and Consistent Snapshots in
 // Globally Distributed Databases" (OPODIS 2014), "HLC". A stamp is one 64-bit integer

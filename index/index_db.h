@@ -1,4 +1,4 @@
-// IndexDb: the local RocksDB namespace + location index of one kvfs node (DESIGN §3). It is a cache of
+// IndexDb: the local RocksDB namespace + location index of one kvfs node (docs/design.md §3). It is a cache of
 // the journals and segments: deleting the directory loses nothing; Store rebuilds it from the export.
 //
 // Two faces:
@@ -52,7 +52,7 @@
 // A staged (uncommitted, local) file counts as newer than anything applied: an applied UNLINK does not
 // remove it; an applied PUT / RENAME-to over it rebinds the name to the peer's committed file and leaves
 // the staged inode *detached* (its record keeps parent + name); CommitFile of a detached staged inode
-// links it back under that name (its stamp is newer by HLC). Staged inodes vanish at Open (DESIGN §4).
+// links it back under that name (its stamp is newer by HLC). Staged inodes vanish at Open (docs/design.md §4).
 //
 // ---- segments and drops ----
 // Committing a file located in a segment registers the segment as open if unknown and adds to its live
@@ -68,7 +68,7 @@
 // ---- inode numbers ----
 // Root is 1 (kRootIno, mode S_IFDIR|0755, created with the index). Numbers increase monotonically and are
 // never reused within the life of the index dir: ranges of 1M are reserved in meta (synced) before use.
-// A file whose content changes gets a new inode number (DESIGN §3): through an applied PUT, or
+// A file whose content changes gets a new inode number (docs/design.md §3): through an applied PUT, or
 // Renumber (the FUSE layer, before a local writer starts a new version). Numbers are not journaled: an
 // index rebuilt from the journals numbers everything afresh.
 //
@@ -138,7 +138,7 @@ struct Tombstone {
   std::string node;
 };
 
-// One journal entry to apply (DESIGN §2 "Journal"). Fields not used by a kind are ignored.
+// One journal entry to apply (docs/design.md §2 "Journal"). Fields not used by a kind are ignored.
 struct ApplyOp {
   enum class Kind : uint8_t { kPut, kRename, kUnlink, kMkdir, kRmdir, kSetattr, kXattr, kMove, kSeal, kDrop, kCut };
   Kind kind = Kind::kPut;
@@ -239,7 +239,7 @@ class IndexDb {
   // staged inode under its remembered name. NotFound if the inode is gone (unlinked before commit).
   Result<Node> CommitFile(uint64_t ino, const Location& loc, const Attr& attr, uint64_t stamp,
                           std::string_view node = {});
-  // Gives the committed regular file `ino` a fresh inode number (DESIGN §3: new content gets a new
+  // Gives the committed regular file `ino` a fresh inode number (docs/design.md §3: new content gets a new
   // number; the caller is about to start a new version). The dentry (same cookie and stamp), attributes,
   // location, xattrs and segment membership move to the new number; `ino` no longer exists afterwards.
   // Content and path are unchanged, so nothing is journaled. Returns the node under its new number.

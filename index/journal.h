@@ -1,6 +1,6 @@
 // Journal files: JournalWriter (this node's single writer), JournalReader (recovery, fsck, peer tailing)
 // and ListJournalFiles. Format: index/journal_format.h and docs/format.md "## Journal"; semantics:
-// DESIGN §2 "Journal" and "Commit protocol".
+// docs/design.md §2 "Journal" and "Commit protocol".
 //
 // Positions. A JournalPosition (generation, file number, offset) names the byte just after an entry (its
 // end) in journal-<generation>-<file_number>; positions compare lexicographically, so within one node's

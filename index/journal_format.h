@@ -1,5 +1,5 @@
 // Journal on-disk format: file names, physical blocks/fragments, the file header, and the entry codec.
-// Prose spec: docs/format.md "## Journal". Semantics of the entries: DESIGN §2 "Journal".
+// Prose spec: docs/format.md "## Journal". Semantics of the entries: docs/design.md §2 "Journal".
 //
 // BUMP kJournalFormatVersion (physical layout, file header) OR kJournalEntryVersion (entry encoding) IF
 // YOU CHANGE ANYTHING BELOW, and keep docs/format.md in sync.

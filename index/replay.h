@@ -1,4 +1,4 @@
-// Replay: rebuilds (or brings up to date) an IndexDb from the journals on the export alone (DESIGN §3,
+// Replay: rebuilds (or brings up to date) an IndexDb from the journals on the export alone (docs/design.md §3,
 // §7 invariant 4). Shared by the Store's rebuild and `kvfs-fsck --rebuild-index`, so both agree on what
 // the export means.
 //

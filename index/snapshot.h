@@ -1,4 +1,4 @@
-// Journal checkpoints (DESIGN §2 "Journal": snapshot-<gen>-<n>): a compact, sealed image of one node's
+// Journal checkpoints (docs/design.md §2 "Journal": snapshot-<gen>-<n>): a compact, sealed image of one node's
 // live namespace entries, so a joining node (or one whose index was deleted) reads the newest snapshot
 // plus the journal files after it instead of all history, and old journal files can be retired.
 // Format: docs/format.md "## Snapshots" (byte tables repeated below). Written and rotated by the Store

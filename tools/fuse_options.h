@@ -1,4 +1,4 @@
-// MountFuseOptions: the FUSE "-o" options `kvfs mount` passes to the kernel (DESIGN §8).
+// MountFuseOptions: the FUSE "-o" options `kvfs mount` passes to the kernel (docs/design.md §8).
 //
 //   no -o at all                      -> allow_other,default_permissions
 //   -o LIST                           -> LIST, plus default_permissions unless LIST already has it

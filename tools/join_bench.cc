@@ -1,5 +1,5 @@
 // kvfs-join-bench: how long a node joining a store takes (its first mount = index rebuild from every
-// node's newest snapshot + journal tail, or from all journals; DESIGN §2/§3, engine/checkpoint.h).
+// node's newest snapshot + journal tail, or from all journals; docs/design.md §2/§3, engine/checkpoint.h).
 //
 //   kvfs-join-bench BACKING_DIR N [FILES_PER_DIR=1000] [--no-snapshot] [--rewrites K]
 //

@@ -9,7 +9,7 @@
 //   src/   the "NFS server's disk" (a real directory)
 //   nfs/   kvfs-nfsim mounted over src/ (counts every operation, adds --latency-us per metadata op)
 //   kv/    kvfs mounted with --backing nfs/kvfs-backing (mode kvfs only); idx/ its local index dir
-// and replays the connector's exact syscall sequence (../shared/CONNECTORS.md, ../shared/traces) against
+// and replays the connector's exact syscall sequence (docs/design.md §10, tests/data/traces) against
 // nfs/direct (mode direct) or kv/ (mode kvfs): init (excluded from counts), store, lookup, [remount of
 // the client side: kvfs and nfsim, so the load is cold in every client cache and warm only in the
 // "server's" page cache], load, warm load. Every load verifies every byte.
@@ -189,7 +189,7 @@ uint64_t Rand63() {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Profiles: one per CONNECTORS.md row
+// Profiles: one per connector row of docs/design.md §10
 
 struct Ctx {
   std::string root;
@@ -269,7 +269,7 @@ void VllmLoad(const Ctx& c, uint64_t id, char* buf) {
   CloseOk(fd);
 }
 
-// ---- llm-d fs connector (older vLLM): flat model directory (the layout is not in CONNECTORS.md).
+// ---- llm-d fs connector (older vLLM): flat model directory (the layout is not in docs/design.md §10).
 std::string LlmdFinal(const Ctx& c, uint64_t id) { return c.root + "/llmd_Qwen3-8B/" + Key(id, c.salt) + ".kv"; }
 void LlmdInit(const Ctx& c) { MkdirE(c.root + "/llmd_Qwen3-8B", 0777); }
 void LlmdStore(const Ctx& c, uint64_t id, char* buf) {

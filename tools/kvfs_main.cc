@@ -92,7 +92,7 @@ std::string RealPath(const std::string& p) {
 //            synced undone), and the process _exit()s at once with kPowerCutExitCode, flushing nothing.
 //            SIGKILL alone cannot show this: the page cache survives it.
 //   SIGUSR1  toggles a backing failure: while on, every backing write and fdatasync fails with EIO
-//            (cases.md case 9 "a fault-injection switch"); off again, the export works as before.
+//            (docs/design.md §11 case 9 "a fault-injection switch"); off again, the export works as before.
 // Not a user feature; not documented in --help.
 constexpr const char* kPowerCutEnvVar = "KVFS_TEST_POWER_CUT_SIGNAL";
 constexpr int kPowerCutExitCode = 86;
@@ -189,7 +189,7 @@ struct MountArgs {
   uint32_t backing_deadline_ms = 0;
   std::vector<std::string> fuse_opts;
   std::string log_level = "info";
-  std::string capacity, high_watermark, low_watermark;  // DESIGN §6; empty = unlimited / none
+  std::string capacity, high_watermark, low_watermark;  // docs/design.md §6; empty = unlimited / none
   std::string metrics_listen;                           // HOST:PORT of the Prometheus listener; empty = off
   uint64_t checkpoint_entries = 1000000;                 // engine/checkpoint.h
   uint32_t checkpoint_interval_ms = 600000;
@@ -340,7 +340,7 @@ int RunMount(MountArgs a) {
     std::string err;
     if (!kvfs::ParseListenAddress(a.metrics_listen, &metrics_addr, &err)) Die(kExitUsage, "--metrics-listen " + err);
   }
-  // DESIGN §8 defaults; default_permissions stays on unless -o no_default_permissions (tools/fuse_options.h).
+  // docs/design.md §8 defaults; default_permissions stays on unless -o no_default_permissions (tools/fuse_options.h).
   const std::vector<std::string> fopts = kvfs::MountFuseOptions(a.fuse_opts);
   {
     std::string err;
@@ -422,7 +422,7 @@ int RunMount(MountArgs a) {
   }
 
   if (a.backing_deadline_ms > 0) {
-    // Every backing request gets a deadline: a hung export becomes EIO for the caller (DESIGN §7).
+    // Every backing request gets a deadline: a hung export becomes EIO for the caller (docs/design.md §7).
     // Created here, after the fork (its worker threads would not survive it); lives until exit.
     kvfs::DeadlineEnvOptions dopts;
     dopts.deadline = std::chrono::milliseconds(a.backing_deadline_ms);

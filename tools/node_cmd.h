@@ -1,5 +1,5 @@
 // `kvfs node list | retire | purge`: see and manage the node directories of one backing directory
-// (DESIGN §2 and §5; rules in docs/operations.md "Several nodes").
+// (docs/design.md §2 and §5; rules in docs/operations.md "Several nodes").
 //
 // States (from OWNER, HEARTBEAT, RETIRED and PURGED in <backing>/.kvfs/v1/nodes/<node>/):
 //   live      OWNER state=active and HEARTBEAT younger than kNodeHeartbeatTimeoutMs (and, when OWNER

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A vLLM OffloadingConnector `fs`-tier-like workload (see ../shared/CONNECTORS.md), with verification.
+"""A vLLM OffloadingConnector `fs`-tier-like workload (see docs/design.md §10), with verification.
 
 Store: access(final) -> ENOENT; stat/mkdir the <hhh>/<hh>_g0 hash fan-out; open(tmp,
 O_WRONLY|O_CREAT|O_EXCL|O_TRUNC|O_DIRECT); ONE write of the whole block; close; rename(tmp, final).

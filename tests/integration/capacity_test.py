@@ -1,4 +1,4 @@
-"""Capacity and eviction through the mount (DESIGN §6, issue 8).
+"""Capacity and eviction through the mount (docs/design.md §6, issue 8).
 
 Run: KVFS_BINARY=build/tools/kvfs python3 tests/integration/capacity_test.py [-v] [Class.test]
 

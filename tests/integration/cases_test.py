@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Failure cases from other file systems (/work/shared/cases.md), each with its expected value as the
+"""Failure cases from other file systems (docs/design.md §11), each with its expected value as the
 assertion; runs against a plain temp dir and a kvfs mount. python3 stdlib only.
 
   case 1   write after rename of an open file (+ rename over an existing name); also after remount
@@ -19,7 +19,7 @@ assertion; runs against a plain temp dir and a kvfs mount. python3 stdlib only.
 Environment (scaled for CI, < 3 minutes in total):
   KVFS_CASE8_SIZES     comma-separated directory sizes (default "10000"; creating 100,000 files takes
                        ~25 s on this VM's ext4 alone)
-  KVFS_CASE10_SECONDS  duration of case 10 (default 20; cases.md says 60)
+  KVFS_CASE10_SECONDS  duration of case 10 (default 20; docs/design.md §11 says 60)
   KVFS_CASES_LONG=1    the long versions: case 8 with 10,000 and 100,000 files, case 10 for 60 s
 """
 
@@ -304,7 +304,7 @@ print(json.dumps(obs))
                 buf.close()
             elapsed = time.time() - t0
             self.assertEqual([], bad[:5], "%d of %d random 4 KiB O_DIRECT reads wrong" % (len(bad), done))
-            # CONNECTORS.md: 4 KiB-at-a-time readers must still reach useful throughput.
+            # docs/design.md §10: 4 KiB-at-a-time readers must still reach useful throughput.
             self.assertEqual(4000, done, "only %d random 4 KiB O_DIRECT preads in %.0f s (%.1f ms each)"
                              % (done, elapsed, 1000 * elapsed / max(done, 1)))
             self.assertEqual(sha(ref), self._dd_sha(f, MIB))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Synthetic connector workloads (CONNECTORS.md rows without a recorded trace), python3 stdlib only.
+"""Synthetic connector workloads (docs/design.md §10 rows without a recorded trace), python3 stdlib only.
 
 Each workload does the connector's exact syscall pattern under a root directory, verifies every byte it
 loads, and returns a deterministic list of observations (return values, errnos, sizes, content hashes).
@@ -843,7 +843,7 @@ class _Connectors:
             violations, stats = lmcache_race(t.root, mode, rounds)
             self.assertTrue(t.alive(), "kvfs process died during the LMCache race")
         if self.KIND == "plain" and violations:
-            # A POSIX directory does not promise this; kvfs does (DESIGN §4 Versions). Seeing the race
+            # A POSIX directory does not promise this; kvfs does (docs/design.md §4 Versions). Seeing the race
             # here shows the test can detect it.
             self.skipTest("plain dir shows the race kvfs must prevent (%d violations, e.g. %s)"
                           % (len(violations), violations[0]))

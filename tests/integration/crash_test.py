@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Crash safety at the mount level (DESIGN §7, issue 6). python3 stdlib only; needs root for case 9.
+"""Crash safety at the mount level (docs/design.md §7, issue 6). python3 stdlib only; needs root for case 9.
 
   test_sigkill_cycles     a connector-like writer (temp file + rename of 144 KiB - 2.25 MiB chunks, some
                           fsync'd: fsync(temp), rename, fsync(dir)) runs on a mount; the kvfs daemon (only
                           the pid this test started) is SIGKILLed at a random moment; the mount is dropped
-                          (fusermount3 -u -z) and remounted, and DESIGN §7 is checked:
+                          (fusermount3 -u -z) and remounted, and docs/design.md §7 is checked:
                             1. every file whose fsync(dir) returned after its rename, and every file renamed
                                more than the group-commit interval + KVFS_CRASH_MARGIN_MS (default 500) before
                                the kill, is byte-identical;
@@ -35,13 +35,13 @@
                           journal file retired) kvfs-fsck is clean after every stop.
   test_writer_killed_mid_file   SIGKILL of the WRITER (not the daemon) in the middle of a temp file: the
                           final name never appears; the mount keeps working; same after a remount.
-  test_case9_backing_eio_switch   cases.md case 9 with "a fault-injection switch" (no root needed): the TEST-ONLY
+  test_case9_backing_eio_switch   docs/design.md §11 case 9 with "a fault-injection switch" (no root needed): the TEST-ONLY
                           SIGUSR1 switch of a KVFS_TEST_POWER_CUT_SIGNAL=1 daemon makes every backing write and
                           fdatasync fail with EIO; `echo data > k` and Python open/write/close/fsync report
                           EIO; the mount keeps serving committed files; after the switch is off and kvfs is
                           remounted, every file whose write reported success is there, and the others are
                           absent or complete.
-  test_case9_backing_fails_under_writer   cases.md case 9: the backing directory is a small tmpfs that
+  test_case9_backing_fails_under_writer   docs/design.md §11 case 9: the backing directory is a small tmpfs that
                           fills up under the writer (ENOSPC from the export); Python open/write/close/fsync
                           report ENOSPC or EIO; a file closed successfully just before another file takes
                           the export's last blocks (its deferred journal PUT then meets a full export) is

@@ -47,9 +47,9 @@ EXCLUDED = {
     "st_ctime": "ctime is not preserved by kvfs and differs in wall-clock time anyway",
     "st_nlink(dir)": "directory link counts are not maintained by kvfs (index-only directories)",
     "st_size(dir)": "directory sizes are file-system specific (trace README)",
-    "dir rename": "kvfs may answer EXDEV to a directory rename (DESIGN §3); not generated",
-    "link/symlink": "hard links are refused with EPERM (DESIGN §3); not generated",
-    "O_DIRECT": "kvfs accepts any alignment where ext4 says EINVAL (DESIGN §4); covered in connectors_test",
+    "dir rename": "kvfs may answer EXDEV to a directory rename (docs/design.md §3); not generated",
+    "link/symlink": "hard links are refused with EPERM (docs/design.md §3); not generated",
+    "O_DIRECT": "kvfs accepts any alignment where ext4 says EINVAL (docs/design.md §4); covered in connectors_test",
     "statfs": "capacity numbers are global kvfs accounting, not the backing fs's",
     "lseek on a directory fd": "directory offsets are file-system specific cookies (ext4: EINVAL past the "
         "end); the generator turns it into fstat",

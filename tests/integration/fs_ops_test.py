@@ -383,7 +383,7 @@ class AttrOps(MountedTestCase):
         self.assertEqual(kf.read_file(path), b"")
 
     def test_shrink_open_file_case3(self):
-        # cases.md 3: write 8192 bytes; open O_RDWR; ftruncate(100); pread(8192) -> 100 bytes; fstat/stat 100.
+        # docs/design.md §11 case 3: write 8192 bytes; open O_RDWR; ftruncate(100); pread(8192) -> 100 bytes; fstat/stat 100.
         path = self.p("f")
         kf.write_file(path, os.urandom(8192))
         fd = os.open(path, os.O_RDWR)
@@ -612,7 +612,7 @@ class RenameUnlink(MountedTestCase):
         try:
             os.rename(self.p("d"), self.p("d2"))
         except OSError as e:
-            self.assertEqual(e.errno, errno.EXDEV)  # DESIGN §3: directory rename may answer EXDEV
+            self.assertEqual(e.errno, errno.EXDEV)  # docs/design.md §3: directory rename may answer EXDEV
             return
         self.assertEqual(kf.read_file(self.p("d2", "e", "f")), b"F")
 
@@ -997,7 +997,7 @@ class SameTempWriters(MountedTestCase):
 
 
 class NewContentNewInode(MountedTestCase):
-    """DESIGN §3: new content of a committed file gets a new inode number (docs/semantics.md §1)."""
+    """docs/design.md §3: new content of a committed file gets a new inode number (docs/semantics.md §1)."""
 
     def settle(self):
         """Runs the commits deferred after close (fsyncdir drains them): the files are plain committed."""

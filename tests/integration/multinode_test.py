@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Several kvfs daemons over ONE backing directory (issue 7, DESIGN §2 and §5). python3 stdlib only.
+"""Several kvfs daemons over ONE backing directory (issue 7, docs/design.md §2 and §5). python3 stdlib only.
 
 Every daemon has its own --node-id, --index-dir and mountpoint; they share only the backing directory
 (on this machine a local directory; tests/nfs/multinode_nfs.sh runs the same checks with each daemon on
@@ -24,8 +24,8 @@ its own NFS client). What is asserted:
                     segments), B checksums f every 0.1 s: never ESTALE/EIO, every checksum published
 
 Environment:
-  KVFS_MN_CASE2_SECONDS  (default 10; cases.md: 60)   KVFS_MN_CASE5_SECONDS (default 15; cases.md: 300)
-  KVFS_MN_LONG=1         both at the cases.md durations
+  KVFS_MN_CASE2_SECONDS  (default 10; design §11: 60)   KVFS_MN_CASE5_SECONDS (default 15; design §11: 300)
+  KVFS_MN_LONG=1         both at the docs/design.md §11 durations
   KVFS_MN_CHUNKS         visibility samples (default 50)
   KVFS_MN_POLL_MS        --peer-poll-ms of every daemon (default 200, the kvfs default)
   plus kvfs_fixture's KVFS_BINARY, KVFS_TEST_KEEP, KVFS_TEST_LOG.
@@ -740,7 +740,7 @@ class MultiNodeTest(unittest.TestCase):
         self.assertGreater(len(seqs), 1, "case 2: B saw only one version: peer updates do not arrive")
 
     def test_case05_replaced_while_other_node_reads(self):
-        # A's capacity makes it drop its oldest segments while B reads (cases.md: "let segments be dropped")
+        # A's capacity makes it drop its oldest segments while B reads (docs/design.md §11 case 5: "segments dropped or evicted meanwhile")
         a, _ = self.mount("A", segment_size="1MiB", capacity="4MiB")
         b, _ = self.mount("B")
         stop = threading.Event()

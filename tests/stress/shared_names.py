@@ -11,7 +11,7 @@ claims to be:
   whole   the complete content of one version some writer wrote;
   prefix  the first k bytes of one version, k a length that version really had while it was written
           (0, a multiple of the writer's 32 KiB writes, or whole): what a reader of a file being written
-          without temp + rename may see (docs/semantics.md §3 read, cases.md case 4);
+          without temp + rename may see (docs/semantics.md §3 read, docs/design.md §11 case 4);
   cut     the first k bytes of one version, k a length that version never had (its bytes cut to another
           version's size: one kernel i_size shared by two versions);
   mixed   bytes that are not a prefix of the version the header names (two writers' bytes, garbage).

@@ -1,4 +1,4 @@
-// Capacity and eviction of the Store (engine/store.h "Capacity and eviction", DESIGN §6): FIFO drops of
+// Capacity and eviction of the Store (engine/store.h "Capacity and eviction", docs/design.md §6): FIFO drops of
 // whole sealed segments under a per-node capacity, hits-based reinsertion (MOVE), ENOENT after a drop,
 // statfs figures, the global watermark over peers' segments, and recovery from a full backing store.
 // Small segments (1 MiB) and short grace periods keep every test well under a few seconds.

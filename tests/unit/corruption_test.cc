@@ -1,4 +1,4 @@
-// DESIGN §7 invariant 2/3 at the Store level: bytes of a STOPPED store's export are flipped (values, record
+// docs/design.md §7 invariant 2/3 at the Store level: bytes of a STOPPED store's export are flipped (values, record
 // headers, record metadata, segment header, footer, trailer, journal blocks), the store is reopened — with
 // its local index kept, and with it deleted so it is rebuilt from the damaged export — and the result of
 // each kind of damage is asserted: a damaged value or record makes exactly that file EIO (Corruption),

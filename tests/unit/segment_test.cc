@@ -773,7 +773,7 @@ TEST_F(SegmentTest, SyncFailureBreaksTheWriter) {
   EXPECT_FALSE(w->Append("/b", 2, {"y"}).ok());
 }
 
-// MayBeLost (DESIGN §7): after a failed fdatasync, records written since the segment's last successful
+// MayBeLost (docs/design.md §7): after a failed fdatasync, records written since the segment's last successful
 // sync are lost, those it covered are not; a segment whose name no SyncDir covered is lost entirely.
 TEST_F(SegmentTest, MayBeLostMarksExactlyTheRecordsPastTheLastSuccessfulSync) {
   FaultInjectionEnv env(Env::Posix());

@@ -202,7 +202,7 @@ TEST_F(StoreFaultTest, EioOnSegmentSyncFailsAndKeepsCommittedFiles) {
   EXPECT_TRUE(st.IsNotFound() || (st.ok() && got == Content("c", 5000, 1))) << st.ToString();
 }
 
-// Issue #6 (DESIGN §7): a failed segment fdatasync loses every record of that segment written since
+// Issue #6 (docs/design.md §7): a failed segment fdatasync loses every record of that segment written since
 // its last successful sync (the kernel may have dropped the dirty pages; on NFS ENOSPC/EIO surface at
 // fsync). The PUTs pointing at those records must never be journaled (a later round, on a new segment
 // writer, used to journal them): fsync reports the error, the entry is dropped and counted, and after a

@@ -345,7 +345,7 @@ TEST_F(StoreTest, XattrsOfStagedFilesAndNewVersionsSurviveRebuild) {
   EXPECT_EQ(rebuilt["/f"].xattrs, (std::map<std::string, std::string>{{"user.t", "tv"}}));
 }
 
-// DESIGN §3: before a new version of a committed file, the FUSE layer moves it to a fresh inode number.
+// docs/design.md §3: before a new version of a committed file, the FUSE layer moves it to a fresh inode number.
 TEST_F(StoreTest, RenumberMovesACommittedFileToAFreshInode) {
   OpenStore();
   auto d = store_->Mkdir(kRootIno, "dir", S_IFDIR | 0755, 0, 0);
@@ -479,7 +479,7 @@ TEST_F(StoreTest, PowerCutLosesOnlyUnacknowledgedFiles) {
   }
 }
 
-// DESIGN §7 invariant 1: a file committed more than one group-commit interval before a power cut
+// docs/design.md §7 invariant 1: a file committed more than one group-commit interval before a power cut
 // survives it even though nobody called Sync.
 TEST_F(StoreTest, GroupCommitMakesFilesDurableWithoutSync) {
   FaultInjectionEnv env(Env::Posix());
@@ -539,7 +539,7 @@ TEST_F(StoreTest, TornJournalTailIsCutOnce) {
   EXPECT_EQ(cuts, 1);
 }
 
-// Two nodes over one backing directory (DESIGN §5): what A commits, B reads after tailing A's journal;
+// Two nodes over one backing directory (docs/design.md §5): what A commits, B reads after tailing A's journal;
 // renames and unlinks travel both ways; B's listener hears which names changed.
 TEST_F(StoreTest, PeersSeeEachOthersCommits) {
   StoreOptions oa = Options();
