@@ -728,8 +728,10 @@ bool ExpandConfig(CLI::App* mount, std::vector<std::string>* args, std::string* 
 // Rewrites that form into `mount MOUNTPOINT --backing SOURCE ...`: an OPTS key that names a long flag of
 // `kvfs mount` (node_id or node-id -> --node-id; flags without a value or =true/false) becomes that flag;
 // mount(8)'s own options (_netdev, nofail, defaults, rw, auto, noauto, user, nouser, users) are dropped;
-// everything else goes to FUSE as -o (none left, or only generic VFS flags such as dev,suid: plus the
-// default allow_other,default_permissions).
+// everything else goes to FUSE as -o (none left, or only generic VFS flags such as suid,noexec: plus the
+// default allow_other,default_permissions). The "dev,suid" mount.fuse3 appends is dropped: such a mount
+// is nosuid,nodev like `kvfs mount`, unless the operator wrote suid / dev (kvfs_suid / kvfs_dev through
+// mount(8), which does not pass suid and dev on to the helper).
 // Leaves `args` alone unless args[0] and args[1] are both not commands and not flags. False (message
 // printed) for a malformed call.
 bool TranslateMountHelperForm(CLI::App* mount, std::vector<std::string>* args) {
@@ -745,55 +747,73 @@ bool TranslateMountHelperForm(CLI::App* mount, std::vector<std::string>* args) {
     std::fprintf(stderr, "kvfs: %s\n", m.c_str());
     return false;
   };
-  auto add_opts = [&](const std::string& list) -> bool {
-    size_t i = 0;
-    while (i <= list.size()) {
-      size_t e = list.find(',', i);
-      if (e == std::string::npos) e = list.size();
-      std::string opt = list.substr(i, e - i);
-      i = e + 1;
-      if (opt.empty()) continue;
-      static const char* kIgnored[] = {"_netdev", "nofail", "defaults", "rw", "auto", "noauto", "user", "nouser",
-                                       "users"};
-      if (std::find_if(std::begin(kIgnored), std::end(kIgnored), [&](const char* x) { return opt == x; }) !=
-          std::end(kIgnored)) {
-        continue;
-      }
-      size_t eq = opt.find('=');
-      std::string key = opt.substr(0, eq), val = eq == std::string::npos ? "" : opt.substr(eq + 1);
-      std::replace(key.begin(), key.end(), '_', '-');
-      CLI::Option* o = key.size() > 1 && key != "backing" ? mount->get_option_no_throw("--" + key) : nullptr;
-      if (o == nullptr) {
-        fuse.push_back(opt);
-        continue;
-      }
-      if (o->get_expected_max() == 0) {  // a flag: `splice` or `splice=true|false`
-        if (eq == std::string::npos || val == "true" || val == "1" || val == "yes" || val == "on") {
-          out.push_back("--" + key);
-        } else if (!(val == "false" || val == "0" || val == "no" || val == "off")) {
-          return bad("mount option '" + opt + "': must be true or false");
-        }
-        continue;
-      }
-      if (eq == std::string::npos || val.empty()) return bad("mount option '" + opt + "' needs a value");
-      out.push_back("--" + key);
-      out.push_back(val);
-    }
-    return true;
-  };
+  // Every -o list, split at commas, in order.
+  std::vector<std::string> raw;
   for (size_t i = 2; i < a.size(); ++i) {
+    std::string list;
     if (a[i] == "-o" && i + 1 < a.size()) {
-      if (!add_opts(a[++i])) return false;
+      list = a[++i];
     } else if (a[i].rfind("-o", 0) == 0 && a[i].size() > 2) {
-      if (!add_opts(a[i].substr(2))) return false;
+      list = a[i].substr(2);
     } else if (a[i] == "-n" || a[i] == "-s" || a[i] == "-v") {
       continue;  // mount(8) helper flags: no mtab, sloppy, verbose
     } else {
       return bad("unexpected argument '" + a[i] + "' (mount helper form: kvfs SOURCE MOUNTPOINT -o OPTS)");
     }
+    size_t p = 0;
+    while (p <= list.size()) {
+      size_t e = list.find(',', p);
+      if (e == std::string::npos) e = list.size();
+      if (e > p) raw.push_back(list.substr(p, e - p));
+      p = e + 1;
+    }
   }
-  // mount.fuse3 adds "dev,suid" (and mount(8) "rw"): generic VFS flags like these do not replace the
-  // default FUSE options; any other FUSE option (allow_other, ...) does, as -o does for `kvfs mount`.
+  // mount.fuse3 (as root) appends "dev" unless the options have "nodev", then "suid" unless they have
+  // "nosuid": its defaults, not the operator's choice. That tail is dropped, so libfuse's defaults
+  // nosuid,nodev apply as they do for `kvfs mount`; a "suid" or "dev" the operator wrote (earlier in
+  // the list) is kept and honoured.
+  {
+    std::vector<std::string> tail;
+    auto has = [&](const char* x) { return std::find(raw.begin(), raw.end(), x) != raw.end(); };
+    if (!has("nodev")) tail.push_back("dev");
+    if (!has("nosuid")) tail.push_back("suid");
+    if (!tail.empty() && raw.size() >= tail.size() &&
+        std::equal(tail.begin(), tail.end(), raw.end() - static_cast<std::ptrdiff_t>(tail.size()))) {
+      raw.resize(raw.size() - tail.size());
+    }
+  }
+  for (std::string opt : raw) {
+    // mount(8) keeps "suid" and "dev" to itself (they never reach the helper): kvfs_suid / kvfs_dev ask
+    // for them through mount(8) and fstab.
+    if (opt == "kvfs_suid" || opt == "kvfs_dev") opt = opt.substr(5);
+    static const char* kIgnored[] = {"_netdev", "nofail", "defaults", "rw", "auto", "noauto", "user", "nouser",
+                                     "users"};
+    if (std::find_if(std::begin(kIgnored), std::end(kIgnored), [&](const char* x) { return opt == x; }) !=
+        std::end(kIgnored)) {
+      continue;
+    }
+    size_t eq = opt.find('=');
+    std::string key = opt.substr(0, eq), val = eq == std::string::npos ? "" : opt.substr(eq + 1);
+    std::replace(key.begin(), key.end(), '_', '-');
+    CLI::Option* o = key.size() > 1 && key != "backing" ? mount->get_option_no_throw("--" + key) : nullptr;
+    if (o == nullptr) {
+      fuse.push_back(opt);
+      continue;
+    }
+    if (o->get_expected_max() == 0) {  // a flag: `splice` or `splice=true|false`
+      if (eq == std::string::npos || val == "true" || val == "1" || val == "yes" || val == "on") {
+        out.push_back("--" + key);
+      } else if (!(val == "false" || val == "0" || val == "no" || val == "off")) {
+        return bad("mount option '" + opt + "': must be true or false");
+      }
+      continue;
+    }
+    if (eq == std::string::npos || val.empty()) return bad("mount option '" + opt + "' needs a value");
+    out.push_back("--" + key);
+    out.push_back(val);
+  }
+  // Generic VFS flags (suid, dev, noexec, ...) do not replace the default FUSE options; any other FUSE
+  // option (allow_other, ...) does, as -o does for `kvfs mount`.
   static const char* kGeneric[] = {"dev",   "nodev",   "suid",   "nosuid",     "exec",       "noexec",
                                    "ro",    "atime",   "noatime", "diratime",  "nodiratime", "relatime",
                                    "norelatime", "strictatime", "sync", "async", "dirsync", "lazytime",

@@ -121,6 +121,7 @@ class MountHelper(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         pid, opts = self.mounted_ok("helper1")
         self.assertIn("allow_other", opts)  # the kernel shows allow_other as a super option
+        self.assertTrue({"nosuid", "nodev"} <= set(opts.split(",")), opts)
         self.assertTrue(os.path.isdir(self.b.index))  # index_dir= was used
         self.kvfs_umount(pid)
 
@@ -130,9 +131,11 @@ class MountHelper(unittest.TestCase):
                        "_netdev,node_id=gpu7,index_dir=%s,cache_size=32MiB" % self.b.index])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         pid, opts = self.mounted_ok("gpu7")
-        # mount.fuse3 added dev,suid: the defaults allow_other,default_permissions still apply.
+        # mount.fuse3 added dev,suid: the defaults allow_other,default_permissions still apply, and so do
+        # nosuid,nodev (a setuid file copied into the mount must not run as its owner; issue #17).
         self.assertIn("allow_other", opts)
         self.assertIn("default_permissions", opts)
+        self.assertTrue({"nosuid", "nodev"} <= set(opts.split(",")), opts)
         self.assertTrue(os.path.exists(os.path.join(self.b.index, "kvfs.log")))  # a daemon: log file
         # umount(8) works as well; the daemon then flushes and exits.
         r = self.run_(["umount", self.b.mnt])
@@ -146,6 +149,30 @@ class MountHelper(unittest.TestCase):
         self.pids.append(pid2)
         self.assertEqual(os.path.getsize(os.path.join(self.b.mnt, "chunk-0.bin")), 300 * 1024)
         self.kvfs_umount(pid2)
+
+    def test_suid_dev_only_when_asked(self):
+        # mount.fuse3 appends dev,suid to every option list; only the operator's own suid / dev count.
+        # mount(8) does not pass suid / dev on to the helper: kvfs_suid / kvfs_dev ask for them.
+        self.install_link()
+        for extra, want in (("", {"nosuid", "nodev"}), (",suid", {"nosuid", "nodev"}),
+                            (",kvfs_suid", {"nodev"}), (",kvfs_dev", {"nosuid"}),
+                            (",nosuid,nodev", {"nosuid", "nodev"})):
+            r = self.run_(["mount", "-t", "fuse.kvfs", self.b.backing, self.b.mnt, "-o",
+                           "node_id=sd,index_dir=%s%s" % (self.b.index, extra)])
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            pid = int(os.getxattr(self.b.mnt, "user.kvfs.pid").decode())
+            self.pids.append(pid)
+            opts = set(mountinfo(self.b.mnt)[2].split(","))
+            self.assertEqual(opts & {"nosuid", "nodev"}, want, (extra, sorted(opts)))
+            self.kvfs_umount(pid)
+        # The helper form as mount.fuse3 runs it, with the operator's own suid before its dev,suid.
+        r = self.run_(["kvfs", self.b.backing, self.b.mnt, "-o",
+                       "node_id=sd,index_dir=%s,suid,dev,suid" % self.b.index])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        pid = int(os.getxattr(self.b.mnt, "user.kvfs.pid").decode())
+        self.pids.append(pid)
+        self.assertEqual(set(mountinfo(self.b.mnt)[2].split(",")) & {"nosuid", "nodev"}, {"nodev"})
+        self.kvfs_umount(pid)
 
     def test_fstab_line(self):
         self.install_link()
