@@ -2,7 +2,7 @@
 // §7 invariant 4). Shared by the Store's rebuild and `kvfs-fsck --rebuild-index`, so both agree on what
 // the export means.
 //
-// Rules (the same as engine/store.cc ReplayNode, from which this was extracted):
+// Rules (the same as engine/store_open.cc StoreImpl::ReplayNode, from which this was extracted):
 //   * Checkpoints first (index/snapshot.h): the newest snapshot-<g>-<n> of the node that verifies is
 //     applied, and then only the journal files sorting at or after journal-<g>-<n> are read (older files
 //     are covered, or retired). A damaged snapshot is never applied (not even in part): the next older

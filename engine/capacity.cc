@@ -1,0 +1,561 @@
+// Capacity and eviction (store.h "Capacity and eviction", docs/design.md §6): accounting of this node's
+// segment bytes (OnSealed, TrackAppendLocked), the writers' hard limit (ReserveSpace), the evictor thread
+// (EvictLoop / EvictOnce: per-node and global watermarks, dead-segment reclamation), drops with hits-based
+// reinsertion (DropSegment, ReinsertRecord), delayed unlinks (UnlinkDue), the RESERVE file, and GoneOr
+// (a read failure of a dropped or vanished segment -> NotFound).
+//
+// Callers: Init (InitEviction), the segment writer's seal callback, the data path (ReserveSpace,
+// NoteNoSpace, TrackAppendLocked, GoneOr), the group commit (NoteNoSpace), Close (StopEvictor,
+// ReleaseReserve); the rest runs on the evictor thread.
+// Thread safety: cap_mu_ guards the accounting, pins and drop queue (lock order ns_mu_ -> cap_mu_; never
+// held across I/O); hits_mu_ guards hits_ and loc_ino_; drops take ns_mu_ for the index change + DROP
+// entry; files_mu_ to close descriptors; listener_mu_ to notify.
+// Invariants: a segment holding a pinned record, or an append in flight at its seal, is never dropped;
+// a dropped segment is unlinked only after the grace period and a durable journal.
+#include "engine/store_impl.h"
+
+namespace kvfs {
+namespace {
+
+// Dead-segment reclamation (store.h): a sealed segment of this node with no live record is dropped once
+// it has been evictable this long (a record written just before its segment sealed may still be
+// waiting for its commit), looked for at most this often (one index read per tracked segment).
+constexpr auto kDeadSegmentAge = std::chrono::seconds(10);
+constexpr auto kDeadSegmentScan = std::chrono::seconds(2);
+constexpr auto kEvictTick = std::chrono::milliseconds(100);
+
+}  // namespace
+
+Status StoreImpl::InitEviction() {
+  const uint64_t cap = opts_.capacity_bytes, seg = opts_.segment_size;
+  global_high_ = opts_.global_high_watermark_bytes;
+  global_low_ = opts_.global_low_watermark_bytes ? opts_.global_low_watermark_bytes : global_high_ / 8 * 7;
+  if (global_high_ && global_low_ >= global_high_) {
+    return Status::InvalidArgument("the low watermark must be below the high watermark");
+  }
+  if (opts_.reinsert_max_fraction < 0 || opts_.reinsert_max_fraction > 0.9) {
+    return Status::InvalidArgument("reinsert_max_fraction must be in [0, 0.9]");
+  }
+  // Always on: without a bound it only reclaims dead segments and keeps RESERVE (store.h).
+  bounded_ = cap > 0 || global_high_ > 0;
+  evict_enabled_ = true;
+  track_hits_ = opts_.reinsert_min_hits > 0 && opts_.reinsert_max_fraction > 0;
+  if (cap) {
+    node_high_ = cap >= 3 * seg ? cap - seg : cap;
+    const uint64_t step = std::max(seg, cap / 8);
+    node_low_ = node_high_ > step ? node_high_ - step : 0;
+    hard_limit_ = cap + seg;
+    if (cap < 2 * seg) {
+      spdlog::warn("kvfs: capacity {} is under two segments ({} each): writes may fail with ENOSPC", cap, seg);
+    }
+  }
+  grace_ = std::chrono::milliseconds(opts_.drop_grace_ms ? opts_.drop_grace_ms
+                                                         : 2 * opts_.peer_poll_ms + 500);
+  // This node's segment files of earlier generations (one listing and one stat each, at mount only).
+  std::vector<std::string> names;
+  Status ls = env_->GetChildren(node_dir_->seg_dir(), &names);
+  if (!ls.ok() && !ls.IsNotFound()) return ls;
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    for (const auto& name : names) {
+      SegmentId id;
+      id.node = opts_.node_id;
+      if (!ParseSegmentFileName(name, &id.generation, &id.seq)) continue;
+      if (id.generation >= node_dir_->generation()) continue;  // ours are tracked as they are written
+      auto info = env_->Stat(node_dir_->seg_dir() + "/" + name);
+      if (!info.ok()) continue;
+      auto st = index_->GetSegment(id);
+      if (st.ok() && st->state == SegmentState::kDropped) {
+        // Dropped before a crash or unmount ended its grace period: unlink after a new one.
+        dropped_own_.insert(id);
+        dropping_.push_back(Dropping{id, info->size, now + grace_});
+        dropping_bytes_ += info->size;
+        continue;
+      }
+      own_segs_[id] = SegTrack{info->size, true, now};
+      node_bytes_ += info->size;
+    }
+  }
+  if (cap == 0 && global_high_ == 0) {
+    spdlog::info("kvfs: no capacity limit (no --capacity): only dead segments are reclaimed; {} bytes in {} "
+                 "segment(s) of earlier generations",
+                 node_bytes_, own_segs_.size());
+  } else {
+    spdlog::info("kvfs: capacity {} (evict above {} down to {}), global watermarks {}/{}, {} bytes in {} segment(s) "
+                 "of earlier generations, reinsertion {}",
+                 cap, node_high_, node_low_, global_high_, global_low_, node_bytes_, own_segs_.size(),
+                 track_hits_ ? "on" : "off");
+  }
+  EnsureReserve();
+  evict_wake_ = true;
+  evict_thread_ = std::thread([this] { EvictLoop(); });
+  return Status::OK();
+}
+
+void StoreImpl::StopEvictor() {
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    evict_stop_ = true;
+  }
+  evict_cv_.notify_all();
+  space_cv_.notify_all();
+  if (evict_thread_.joinable()) evict_thread_.join();
+}
+
+void StoreImpl::OnSealed(const SealedSegment& seg) {
+  if (!evict_enabled_) return;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    if (dropped_own_.count(seg.id)) return;
+    SegTrack& t = own_segs_[seg.id];
+    node_bytes_ += seg.file_size;
+    node_bytes_ -= t.bytes;
+    t.bytes = seg.file_size;
+    t.evictable = true;
+    t.evictable_since = std::chrono::steady_clock::now();
+    t.sealed_after_ticket = next_append_ticket_ - 1;
+    stuck_ = false;
+    evict_wake_ = true;
+  }
+  evict_cv_.notify_one();
+}
+
+void StoreImpl::TrackAppendLocked(const Location& loc) {
+  if (dropped_own_.count(loc.segment)) return;
+  SegTrack& t = own_segs_[loc.segment];
+  const uint64_t end = AlignUp(loc.value_offset + loc.length);
+  if (end > t.bytes && !t.evictable) {
+    node_bytes_ += end - t.bytes;
+    t.bytes = end;
+  }
+}
+
+Status StoreImpl::ReserveSpace(uint64_t need) {
+  if (need > hard_limit_) return Status::NoSpace("record larger than the capacity");
+  std::unique_lock<std::mutex> l(cap_mu_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.writer_wait_ms);
+  bool counted = false;
+  while (node_bytes_ + dropping_bytes_ + inflight_bytes_ + need > hard_limit_) {
+    if (evict_stop_) return Status::NoSpace("capacity reached (store closing)");
+    // Nothing left to evict and nothing about to be unlinked: waiting would not help.
+    if (stuck_ && dropping_.empty() && inflight_bytes_ == 0) return Status::NoSpace("capacity reached");
+    if (!counted) {
+      writer_waits_++;
+      counted = true;
+    }
+    evict_wake_ = true;
+    evict_cv_.notify_one();
+    if (space_cv_.wait_until(l, deadline) == std::cv_status::timeout &&
+        node_bytes_ + dropping_bytes_ + inflight_bytes_ + need > hard_limit_) {
+      return Status::NoSpace("capacity reached: eviction did not free space in time");
+    }
+  }
+  inflight_bytes_ += need;
+  return Status::OK();
+}
+
+void StoreImpl::NoteNoSpace() {
+  nospace_events_++;
+  if (!evict_enabled_) return;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    emergency_ = true;
+    evict_wake_ = true;
+  }
+  evict_cv_.notify_one();
+}
+
+void StoreImpl::EvictLoop() {
+  std::unique_lock<std::mutex> l(cap_mu_);
+  for (;;) {
+    evict_cv_.wait_for(l, kEvictTick, [&] { return evict_stop_ || evict_wake_; });
+    if (evict_stop_) return;
+    evict_wake_ = false;
+    l.unlock();
+    EvictOnce();
+    l.lock();
+  }
+}
+
+uint64_t StoreImpl::PeerSegmentBytes() {
+  uint64_t sum = 0;
+  Status s = index_->ListSegments([&](const SegmentInfo& si) {
+    if (si.id.node == opts_.node_id || si.state == SegmentState::kDropped) return true;
+    sum += si.state == SegmentState::kSealed ? std::max(opts_.segment_size, si.live_bytes) : si.live_bytes;
+    return true;
+  });
+  if (!s.ok()) spdlog::warn("kvfs: listing segments for the global watermark: {}", s.ToString());
+  return sum;
+}
+
+void StoreImpl::ReclaimDeadSegments() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_dead_scan_ < kDeadSegmentScan) return;
+  last_dead_scan_ = now;
+  std::vector<SegmentId> old;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    for (const auto& [id, t] : own_segs_) {
+      if (DropCandidateLocked(id, t) && now - t.evictable_since >= kDeadSegmentAge) {
+        old.push_back(id);
+      }
+    }
+  }
+  for (const auto& id : old) {
+    {
+      std::lock_guard<std::mutex> l(cap_mu_);
+      if (evict_stop_) return;
+    }
+    auto st = index_->GetSegment(id);
+    // NotFound: the index has no entry (no record of it was ever committed); dead too.
+    if (st.ok() ? st->live_records != 0 : !st.status().IsNotFound()) continue;
+    DropSegment(id, /*reinsert=*/false);
+  }
+}
+
+void StoreImpl::EvictOnce() {
+  UnlinkDue(false);
+  ReclaimDeadSegments();
+  bool emergency;
+  uint64_t node_bytes;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    emergency = emergency_;
+    emergency_ = false;
+    node_bytes = node_bytes_;
+  }
+  // Target for this node's bytes.
+  uint64_t target = UINT64_MAX;
+  if (opts_.capacity_bytes && node_bytes > node_high_) target = node_low_;
+  if (global_high_) {
+    const uint64_t global = node_bytes + PeerSegmentBytes();
+    if (global > global_high_ && global > 0) {
+      // This node's proportional share of the excess over the low watermark.
+      const double share = static_cast<double>(global - global_low_) * node_bytes / global;
+      const uint64_t t = node_bytes > share ? node_bytes - static_cast<uint64_t>(share) : 0;
+      target = std::min(target, t);
+    }
+  }
+  if (emergency) {
+    // The backing store itself is full: free the reserve so DROP (and the user's UNLINK) entries can be
+    // journaled; with a capacity or watermark, drop until two segments' worth of space will be free.
+    ReleaseReserve();
+    hold_reserve_ = true;
+    KickCommit();  // journal entries that failed for lack of space go now
+    last_dead_scan_ = {};
+    ReclaimDeadSegments();
+  }
+  if (emergency && bounded_) {
+    target = std::min(target, node_bytes ? node_bytes - 1 : 0);  // at least the oldest segment
+    uint64_t total = 0, avail = 0;
+    if (env_->StatFs(opts_.backing_dir, &total, &avail).ok() && avail < 2 * opts_.segment_size) {
+      uint64_t pending;
+      {
+        std::lock_guard<std::mutex> l(cap_mu_);
+        pending = dropping_bytes_;
+      }
+      const uint64_t want = 2 * opts_.segment_size - avail;
+      if (want > pending) {
+        const uint64_t more = want - pending;
+        target = std::min(target, node_bytes > more ? node_bytes - more : 0);
+      }
+    }
+  }
+  if (target == UINT64_MAX || target >= node_bytes) return;
+  // Free (node bytes at the start - target), net of reinsertion. Bytes written meanwhile are the next
+  // round's business: a fast writer must not make one round evict everything.
+  const uint64_t goal = node_bytes - target;
+  uint64_t freed = 0;
+  while (freed < goal) {
+    SegmentId victim;
+    {
+      std::lock_guard<std::mutex> l(cap_mu_);
+      if (evict_stop_) break;
+      auto it = std::find_if(own_segs_.begin(), own_segs_.end(), [this](const auto& kv) {
+        return DropCandidateLocked(kv.first, kv.second);  // records of unfinished files stay
+      });
+      if (it == own_segs_.end()) {
+        stuck_ = true;
+        space_cv_.notify_all();
+        break;
+      }
+      victim = it->first;
+    }
+    const uint64_t f = DropSegment(victim, /*reinsert=*/!emergency);  // a full store has no room to reinsert
+    if (f == 0) break;
+    freed += f;
+  }
+}
+
+void StoreImpl::NotifyListener(const std::vector<ApplyResult::Changed>& changed) {
+  if (changed.empty()) return;
+  PeerChanges out;
+  for (const auto& c : changed) out.names.push_back(PeerChanges::Name{c.parent, c.name, c.old_ino});
+  std::function<void(const PeerChanges&)> fn;
+  {
+    std::lock_guard<std::mutex> l(listener_mu_);
+    fn = listener_;
+  }
+  if (fn) fn(out);
+}
+
+uint64_t StoreImpl::DropSegment(const SegmentId& seg, bool reinsert) {
+  uint64_t bytes = 0, reinserted = 0;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    auto it = own_segs_.find(seg);
+    if (it == own_segs_.end()) return 0;
+    bytes = it->second.bytes;
+  }
+  // 1. Hits-based reinsertion: live records read since they were (re)written, most hits first.
+  if (track_hits_ && reinsert) {
+    std::vector<std::pair<uint32_t, uint64_t>> hot;  // (hits, record offset)
+    std::unordered_map<uint64_t, uint64_t> inos;
+    {
+      std::lock_guard<std::mutex> l(hits_mu_);
+      auto h = hits_.find(seg);
+      if (h != hits_.end()) {
+        auto li = loc_ino_.find(seg);
+        for (const auto& [off, n] : h->second) {
+          if (n < opts_.reinsert_min_hits) continue;
+          hot.emplace_back(n, off);
+          if (li != loc_ino_.end()) {
+            auto x = li->second.find(off);
+            if (x != li->second.end()) inos[off] = x->second;
+          }
+        }
+      }
+    }
+    std::sort(hot.begin(), hot.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    uint64_t budget = static_cast<uint64_t>(opts_.reinsert_max_fraction * static_cast<double>(bytes));
+    for (const auto& [n, off] : hot) {
+      {
+        // Closing: keep the segment (the records moved so far just left dead copies in it).
+        std::lock_guard<std::mutex> l(cap_mu_);
+        if (evict_stop_) return 0;
+      }
+      auto x = inos.find(off);
+      const uint64_t used = ReinsertRecord(seg, off, x == inos.end() ? 0 : x->second, budget);
+      budget -= std::min(budget, used);
+      reinserted += used;
+      if (budget < kAlignment) break;
+    }
+  }
+  // 2. The drop: index first (its files are ENOENT at once), then the journal entry.
+  Result<ApplyResult> r = Status::OK();
+  {
+    std::lock_guard<std::mutex> l(ns_mu_);
+    {
+      std::lock_guard<std::mutex> c(cap_mu_);
+      // Pinned since it was picked: keep it.
+      auto it = own_segs_.find(seg);
+      if (it != own_segs_.end() && !DropCandidateLocked(seg, it->second)) return 0;
+      if (it != own_segs_.end()) {
+        bytes = it->second.bytes;
+        node_bytes_ -= bytes;
+        own_segs_.erase(it);
+      }
+      dropped_own_.insert(seg);
+      dropping_.push_back(Dropping{seg, bytes, std::chrono::steady_clock::now() + grace_});
+      dropping_bytes_ += bytes;
+    }
+    r = index_->ApplyDrop(seg);
+    EnqueueLocked(JournalEntry::Drop(seg, hlc_.Now()));
+  }
+  {
+    std::lock_guard<std::mutex> l(hits_mu_);
+    hits_.erase(seg);
+    loc_ino_.erase(seg);
+  }
+  segments_dropped_++;
+  segment_bytes_dropped_ += bytes;
+  const uint64_t freed = bytes > reinserted ? bytes - reinserted : 1;
+  if (!r.ok()) {
+    spdlog::error("kvfs: index drop of segment {}-{}: {}", seg.generation, seg.seq, r.status().ToString());
+    return freed;
+  }
+  spdlog::debug("kvfs: dropped segment {}-{} ({} bytes, {} file(s), {} bytes reinserted)", seg.generation,
+                seg.seq, bytes, r->changed.size(), reinserted);
+  NotifyListener(r->changed);
+  return freed;
+}
+
+// Re-appends the record at (seg, record_offset) if it is still the committed content of a file, and
+// journals MOVE. ino = the inode committed there (0: unknown, e.g. committed by an earlier mount; then
+// the record's path tag is resolved). Returns the bytes appended (0 if skipped).
+uint64_t StoreImpl::ReinsertRecord(const SegmentId& seg, uint64_t record_offset, uint64_t ino, uint64_t budget) {
+  auto file = SegmentFile(seg);
+  if (!file.ok()) return 0;
+  auto meta = ReadRecordMeta(file->get(), record_offset);
+  if (!meta.ok()) return 0;
+  if (ino == 0) {
+    auto resolved = index_->ResolvePath(meta->path);
+    if (!resolved.ok()) return 0;
+    ino = *resolved;
+  }
+  auto node = index_->GetInode(ino);
+  if (!node.ok() || !node->committed || !S_ISREG(node->attr.mode) || node->location.segment != seg ||
+      node->location.record_offset != record_offset) {
+    return 0;  // unlinked, replaced, or moved meanwhile: dead bytes
+  }
+  const Location old = node->location;
+  const uint64_t need = AlignUp(old.length) + kAlignment;
+  if (need > budget) return 0;
+  LruCache::Value value = cache_.Lookup(CacheKey(old));
+  if (!value) {
+    auto v = LoadValue(old);
+    if (!v.ok()) {
+      spdlog::warn("kvfs: reinsertion read of {}: {}", meta->path, v.status().ToString());
+      return 0;
+    }
+    value = *v;
+  }
+  auto path = index_->FullPath(ino);
+  if (!path.ok()) return 0;
+  const uint64_t stamp = meta->header.stamp;  // the record's original stamp, kept by MOVE
+  auto nl = Segments()->Append(*path, stamp, {value->view()});
+  if (!nl.ok()) {
+    if (nl.status().IsNoSpace()) NoteNoSpace();
+    return 0;
+  }
+  {
+    std::lock_guard<std::mutex> c(cap_mu_);
+    TrackAppendLocked(*nl);
+  }
+  bool moved = false;
+  {
+    std::lock_guard<std::mutex> l(ns_mu_);
+    auto cur = index_->FullPath(ino);  // a rename meanwhile: the MOVE goes under the current name
+    if (cur.ok()) {
+      auto r = index_->ApplyMove(*cur, old, *nl);
+      if (r.ok() && r->applied > 0) {
+        EnqueueLocked(JournalEntry::Move(*cur, old, *nl, stamp));
+        moved = true;
+      }
+    }
+  }
+  if (moved) {
+    cache_.Insert(CacheKey(*nl), value);
+    std::lock_guard<std::mutex> h(hits_mu_);
+    loc_ino_[nl->segment][nl->record_offset] = ino;
+    records_reinserted_++;
+    bytes_reinserted_ += old.length;
+  }
+  return need;
+}
+
+void StoreImpl::UnlinkDue(bool all) {
+  std::vector<Dropping> due;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    while (!dropping_.empty() && (all || dropping_.front().due <= now)) {
+      due.push_back(dropping_.front());
+      dropping_.pop_front();
+    }
+  }
+  if (due.empty()) {
+    bool idle;
+    {
+      std::lock_guard<std::mutex> l(cap_mu_);
+      idle = dropping_.empty();
+    }
+    if (idle && !reserve_present_) EnsureReserve();
+    return;
+  }
+  // The DROP entries must be durable before the files go (a rebuild must not point into them).
+  Status s = Sync();
+  std::vector<Dropping> retry;
+  for (auto& d : due) {
+    Status r = s;
+    if (r.ok()) {
+      {
+        std::lock_guard<std::mutex> fl(files_mu_);
+        files_.erase(d.id);  // close our fd (an in-flight read keeps its shared_ptr until it returns)
+      }
+      r = env_->Remove(SegmentFilePath(opts_.backing_dir, d.id));
+      if (r.IsNotFound()) r = Status::OK();
+    }
+    if (!r.ok()) {
+      LogLimited(spdlog::level::warn, LogKey("unlink-dropped", r), "kvfs: unlink of dropped segment {}-{}: {} (retrying)",
+                 d.id.generation, d.id.seq, ErrnoText(r));
+      d.due = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      retry.push_back(d);
+      continue;
+    }
+    segments_unlinked_++;
+    {
+      std::lock_guard<std::mutex> h(hits_mu_);
+      hits_.erase(d.id);  // reads during the grace period may have counted hits
+    }
+    std::lock_guard<std::mutex> l(cap_mu_);
+    dropping_bytes_ -= d.bytes;
+  }
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    for (auto& d : retry) dropping_.push_back(d);
+  }
+  space_cv_.notify_all();
+  if (retry.size() < due.size()) KickCommit();  // space was freed: owed journal entries may go now
+}
+
+void StoreImpl::EnsureReserve() {
+  if (reserve_present_) return;
+  {
+    std::lock_guard<std::mutex> l(gc_mu_);
+    if (owed_) return;  // the space is the journal's until the owed entries are in
+  }
+  if (hold_reserve_.load()) {
+    // After a full backing store: recreate RESERVE only when that leaves at least twice its size free.
+    // Taking back the space it just freed would fill the backing again at once and fail the journal
+    // appends it was freed for (RESERVE released and recreated every evictor tick).
+    uint64_t total = 0, avail = 0;
+    if (!env_->StatFs(opts_.backing_dir, &total, &avail).ok() || avail < 3 * ReserveBytes()) return;
+  }
+  const std::string path = node_dir_->dir() + "/" + kReserveName;
+  OpenOptions o;
+  o.write = true;
+  o.create = true;
+  auto f = env_->Open(path, o);
+  if (!f.ok()) return;
+  const std::string zeros(ReserveBytes(), '\0');
+  Status s = (*f)->Write(0, zeros.data(), zeros.size());
+  if (s.ok()) s = (*f)->Sync();
+  if (!s.ok()) {
+    // Retried every evictor round while the backing is full: logged once.
+    if (!(s.IsNoSpace() && hold_reserve_.exchange(true))) {
+      spdlog::warn("kvfs: cannot write the eviction reserve {}: {}", path, ErrnoText(s));
+    }
+    f->reset();
+    env_->Remove(path);
+    return;
+  }
+  reserve_present_ = true;
+  hold_reserve_ = false;
+}
+
+void StoreImpl::ReleaseReserve() {
+  if (!reserve_present_) return;
+  Status s = env_->Remove(node_dir_->dir() + "/" + kReserveName);
+  if (!s.ok() && !s.IsNotFound()) spdlog::warn("kvfs: removing the eviction reserve: {}", s.ToString());
+  reserve_present_ = false;
+}
+
+Status StoreImpl::GoneOr(const Location& loc, Status s) {
+  if (s.ok() || s.IsNotFound() || s.IsCorruption()) return s;
+  // An I/O error (e.g. ESTALE of an NFS handle whose file a peer unlinked): is the segment gone?
+  {
+    std::lock_guard<std::mutex> fl(files_mu_);
+    files_.erase(loc.segment);
+  }
+  auto st = index_->GetSegment(loc.segment);
+  if (st.ok() && st->state == SegmentState::kDropped) return Status::NotFound("segment dropped (evicted)");
+  auto info = env_->Stat(SegmentFilePath(opts_.backing_dir, loc.segment));
+  if (!info.ok() && info.status().IsNotFound()) return Status::NotFound("segment vanished");
+  return s;
+}
+
+}  // namespace kvfs

@@ -1,0 +1,301 @@
+// The data path (store.h "data"): record appends (WriteRecord, WriteProvisionalRecord,
+// WriteRecordStreamed via AppendWith: capacity checks, append, pins), ReleaseRecordPin, CommitFile
+// (journal PUT), and reads (Read, ReadPinned, ReadUncached through ReadImpl: LRU, shared whole-value
+// loads, block-range reads, segment file descriptors).
+//
+// Callers: the FUSE layer (write/flush/commit, read). Thread safety: appends take cap_mu_ briefly
+// (tickets, pins, accounting), never across the append; CommitFile takes ns_mu_ then cap_mu_ /
+// hits_mu_; reads take files_mu_, flights_mu_, hits_mu_ and a Flight's mutex, never across I/O except
+// the Flight a leader is loading.
+// Invariants: a record is pinned from its append until released or committed; a read returns verified
+// bytes or an error (Corruption -> EIO), NotFound for a dropped or vanished segment (GoneOr).
+#include "engine/store_impl.h"
+
+namespace kvfs {
+namespace {
+
+// Values up to this size are loaded whole into the LRU on a miss (one backing read per value, shared by
+// concurrent readers); larger ones are read block-range by block-range.
+constexpr uint64_t kWholeValueLoadMax = 64ull << 20;
+
+}  // namespace
+
+Result<Location> StoreImpl::AppendRecord(uint64_t ino, const std::vector<std::string_view>& parts,
+                                         uint16_t flags) {
+  uint64_t len = 0;
+  for (auto p : parts) len += p.size();
+  return AppendWith(ino, len, flags, [&](const std::string& tag, uint64_t stamp) {
+    return Segments()->Append(tag, stamp, parts, flags);
+  });
+}
+
+Result<Location> StoreImpl::WriteRecordStreamed(uint64_t ino, uint64_t length, const RecordSource& source) {
+  return AppendWith(ino, length, 0, [&](const std::string& tag, uint64_t stamp) {
+    return Segments()->AppendStreamed(tag, stamp, length, source);
+  });
+}
+
+void StoreImpl::ReleaseRecordPinLocked(const Location& loc) {
+  if (loc.empty() || pinned_records_.erase({loc.segment, loc.record_offset}) == 0) return;
+  auto it = pins_.find(loc.segment);
+  if (it != pins_.end() && --it->second == 0) {
+    pins_.erase(it);
+    stuck_ = false;  // a segment may be evictable again
+    evict_wake_ = true;
+  }
+}
+
+void StoreImpl::ReleaseRecordPin(const Location& loc) {
+  if (loc.empty()) return;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    ReleaseRecordPinLocked(loc);
+  }
+  evict_cv_.notify_one();
+}
+
+Result<Location> StoreImpl::AppendWith(uint64_t ino, uint64_t len, uint16_t flags,
+                                       const std::function<Result<Location>(const std::string&, uint64_t)>& fn) {
+  auto path = index_->FullPath(ino);
+  // A staged file that was unlinked (or detached) still writes its record: it may be renamed back or
+  // committed; the record tag is informational.
+  std::string tag = path.ok() ? *path : "/.kvfs-detached/" + std::to_string(ino);
+  uint64_t need = 0;
+  if (evict_enabled_) {
+    need = AlignUp(len) + kAlignment;  // value + its metadata block (path, checksum table)
+    if (hold_reserve_.load()) {
+      // The backing was full: one statvfs per record until RESERVE is back (store.h).
+      uint64_t total = 0, avail = 0;
+      if (env_->StatFs(opts_.backing_dir, &total, &avail).ok() && avail < ReserveBytes() + need) {
+        NoteNoSpace();
+        return Status::NoSpace("backing store full (" + std::to_string(avail) +
+                               " bytes free, kept for the journal until deleted files are reclaimed)");
+      }
+    }
+    if (opts_.capacity_bytes) KVFS_RETURN_IF_ERROR(ReserveSpace(need));
+  }
+  uint64_t ticket;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    ticket = next_append_ticket_++;
+    appends_in_flight_.insert(ticket);
+  }
+  auto loc = fn(tag, hlc_.Now());
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    if (loc.ok() && pinned_records_.emplace(loc->segment, loc->record_offset).second) {
+      pins_[loc->segment]++;  // until ReleaseRecordPin / CommitFile: never dropped (dead or evicted)
+    }
+    appends_in_flight_.erase(ticket);
+  }
+  if (loc.ok()) records_written_++;
+  if (evict_enabled_) {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    if (opts_.capacity_bytes) inflight_bytes_ -= need;
+    if (loc.ok()) TrackAppendLocked(*loc);
+  }
+  if (!loc.ok() && loc.status().IsNoSpace()) NoteNoSpace();
+  return loc;
+}
+
+Status StoreImpl::CommitFile(uint64_t ino, const Location& loc, const Attr& attr) {
+  std::lock_guard<std::mutex> l(ns_mu_);
+  if (evict_enabled_ && !loc.empty() && OwnSegment(loc.segment)) {
+    std::lock_guard<std::mutex> c(cap_mu_);
+    if (dropped_own_.count(loc.segment)) {
+      return Status::NoSpace("the record's segment was evicted before the file was committed");
+    }
+  }
+  const uint64_t stamp = hlc_.Now();
+  auto n = index_->CommitFile(ino, loc, attr, stamp);
+  if (!n.ok()) return n.status();
+  shadowing_.erase(ino);  // its PUT replaces whatever the journal had at its path
+  auto path = index_->FullPath(ino);
+  if (!path.ok()) return path.status();
+  JournalEntry put = JournalEntry::Put(*path, loc, ToEntryAttrs(n->attr), stamp);
+  // The file's xattrs travel with its content (set while it was staged, or kept by a new version).
+  put.xattrs.emplace();
+  auto names = index_->ListXattr(ino);
+  if (!names.ok()) return names.status();
+  std::sort(names->begin(), names->end());
+  for (auto& name : *names) {
+    auto v = index_->GetXattr(ino, name);
+    if (!v.ok()) return v.status();
+    put.xattrs->emplace_back(std::move(name), std::move(*v));
+  }
+  EnqueueLocked(std::move(put));
+  if (track_hits_ && !loc.empty() && OwnSegment(loc.segment)) {
+    std::lock_guard<std::mutex> h(hits_mu_);
+    loc_ino_[loc.segment][loc.record_offset] = n->attr.ino;
+  }
+  if (!loc.empty()) {
+    // Committed: from now on the record is the file's content and ages like any other (store.h).
+    std::lock_guard<std::mutex> c(cap_mu_);
+    ReleaseRecordPinLocked(loc);
+  }
+  return Status::OK();
+}
+
+Result<std::shared_ptr<BackingFile>> StoreImpl::SegmentFile(const SegmentId& id) {
+  std::lock_guard<std::mutex> l(files_mu_);
+  auto it = files_.find(id);
+  if (it != files_.end()) return it->second;
+  OpenOptions o;
+  o.direct = opts_.read_direct_io;
+  auto f = env_->Open(SegmentFilePath(opts_.backing_dir, id), o);
+  if (!f.ok() && o.direct && f.status().ToErrno() == EINVAL) {
+    // The backing file system refuses O_DIRECT (tmpfs): buffered reads work the same.
+    o.direct = false;
+    f = env_->Open(SegmentFilePath(opts_.backing_dir, id), o);
+  }
+  if (!f.ok()) return f.status();
+  std::shared_ptr<BackingFile> file(std::move(*f));
+  files_.emplace(id, file);
+  return file;
+}
+
+Result<LruCache::Value> StoreImpl::LoadValue(const Location& loc) {
+  auto file = SegmentFile(loc.segment);
+  if (!file.ok()) return file.status();
+  // One read of metadata + value straight into an aligned, uninitialised buffer, verified in place.
+  auto v = LoadWholeValue(file->get(), loc);
+  if (!v.ok()) return v.status();
+  return LruCache::Value(std::move(*v));
+}
+
+Status StoreImpl::Read(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) {
+  *got = 0;
+  PinnedBytes p;
+  KVFS_RETURN_IF_ERROR(ReadImpl(loc, offset, len, buf, &p, got));
+  if (p.owner) {
+    if (p.len) memcpy(buf, p.data, p.len);
+    *got = p.len;
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::ReadUncached(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) {
+  *got = 0;
+  if (loc.empty() || offset >= loc.length || len == 0) return Status::OK();
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(len, loc.length - offset));
+  if (auto v = cache_.Lookup(CacheKey(loc))) {
+    cache_hits_++;
+    std::memcpy(buf, v->data() + offset, n);
+    *got = n;
+    return Status::OK();
+  }
+  cache_misses_++;
+  auto file = SegmentFile(loc.segment);
+  if (!file.ok()) return GoneOr(loc, file.status());
+  Status s = ReadValue(file->get(), loc, offset, n, buf, got);
+  if (s.IsCorruption()) {
+    checksum_failures_++;
+    LogLimited(spdlog::level::err, "checksum", "kvfs: checksum mismatch reading segment {}/{}-{} record @{}: {}",
+               loc.segment.node, loc.segment.generation, loc.segment.seq, loc.record_offset, ErrnoText(s));
+  }
+  return GoneOr(loc, s);
+}
+
+Status StoreImpl::ReadPinned(const Location& loc, uint64_t offset, size_t len, PinnedBytes* out) {
+  *out = PinnedBytes{};
+  size_t got = 0;
+  return ReadImpl(loc, offset, len, nullptr, out, &got);
+}
+
+// buf != nullptr: a large uncached range is read straight into buf (*got set); everything else comes
+// back pinned in *pin (the caller copies if it wants the bytes in buf).
+Status StoreImpl::ReadImpl(const Location& loc, uint64_t offset, size_t len, char* buf, PinnedBytes* pin,
+                           size_t* got) {
+  *got = 0;
+  if (loc.empty() || offset >= loc.length || len == 0) return Status::OK();
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(len, loc.length - offset));
+  if (track_hits_ && offset == 0 && OwnSegment(loc.segment)) {
+    std::lock_guard<std::mutex> l(hits_mu_);
+    uint32_t& h = hits_[loc.segment][loc.record_offset];
+    if (h < UINT32_MAX) h++;
+  }
+  const std::string key = CacheKey(loc);
+  if (auto v = cache_.Lookup(key)) {
+    cache_hits_++;
+    pin->data = v->data() + offset;
+    pin->len = n;
+    pin->owner = std::move(v);
+    return Status::OK();
+  }
+  cache_misses_++;
+  // Whole-value loads only for values well below a cache shard's budget: two hot values that each
+  // fill a shard would evict each other between the 1 MiB FUSE reads of one load (and each miss would
+  // re-read and re-verify the whole value).
+  if (loc.length > kWholeValueLoadMax || loc.length > cache_.ShardCapacity() / 4) {
+    // Too large to cache: read and verify just the blocks covering the range.
+    auto file = SegmentFile(loc.segment);
+    if (!file.ok()) return GoneOr(loc, file.status());
+    if (buf) {
+      Status s = ReadValue(file->get(), loc, offset, n, buf, got);
+      if (s.IsCorruption()) checksum_failures_++;
+      return GoneOr(loc, s);
+    }
+    auto r = ReadValueRange(file->get(), loc, offset, n);
+    if (!r.ok()) {
+      if (r.status().IsCorruption()) checksum_failures_++;
+      return GoneOr(loc, r.status());
+    }
+    pin->data = (*r)->data();
+    pin->len = (*r)->size();
+    pin->owner = std::move(*r);
+    return Status::OK();
+  }
+  // One backing load per value, shared by concurrent readers.
+  std::shared_ptr<Flight> flight;
+  bool leader = false;
+  {
+    std::lock_guard<std::mutex> l(flights_mu_);
+    auto& slot = flights_[key];
+    if (!slot) {
+      slot = std::make_shared<Flight>();
+      leader = true;
+    }
+    flight = slot;
+  }
+  if (leader) {
+    auto v = LoadValue(loc);
+    if (!v.ok() && v.status().IsCorruption()) {
+      // Retry once through a fresh descriptor (the damage may be a transient read fault, or a peer's
+      // segment whose growth this descriptor's cache does not show yet), then report EIO.
+      {
+        std::lock_guard<std::mutex> l(files_mu_);
+        files_.erase(loc.segment);
+      }
+      v = LoadValue(loc);
+    }
+    if (!v.ok()) v = GoneOr(loc, v.status());
+    if (v.ok()) cache_.Insert(key, *v);
+    {
+      std::lock_guard<std::mutex> l(flight->mu);
+      flight->done = true;
+      flight->status = v.ok() ? Status::OK() : v.status();
+      if (v.ok()) flight->value = *v;
+    }
+    flight->cv.notify_all();
+    std::lock_guard<std::mutex> l(flights_mu_);
+    flights_.erase(key);
+  } else {
+    std::unique_lock<std::mutex> l(flight->mu);
+    flight->cv.wait(l, [&] { return flight->done; });
+  }
+  if (!flight->status.ok()) {
+    if (flight->status.IsCorruption() && leader) {
+      checksum_failures_++;
+      LogLimited(spdlog::level::err, "checksum", "kvfs: checksum mismatch reading segment {}/{}-{} record @{}: {}",
+                 loc.segment.node, loc.segment.generation, loc.segment.seq, loc.record_offset,
+                 ErrnoText(flight->status));
+    }
+    return flight->status;
+  }
+  pin->data = flight->value->data() + offset;
+  pin->len = n;
+  pin->owner = flight->value;
+  return Status::OK();
+}
+
+}  // namespace kvfs

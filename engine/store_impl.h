@@ -1,0 +1,395 @@
+// StoreImpl: the one implementation of Store (engine/store.h), declared here for the files that define
+// its methods. Private to engine/: nothing outside engine/*.cc includes this header. See store.h for the
+// contract and docs/design.md §2-§4, §7. Store::Open (store_open.cc) is the only way to make one.
+//
+// The methods live in one file per family:
+//   store_open.cc        Open/Init, index rebuild and catch-up, segment recovery wiring, StopThreads, Close
+//   group_commit.cc      the journal queue (EnqueueLocked), commit thread and rounds, retries, Sync
+//   store_namespace.cc   namespace mutations (Mkdir .. Rename, SetAttr, xattrs, Renumber)
+//   store_data.cc        record writes (WriteRecord*, pins), CommitFile, reads (Read, ReadPinned, LRU)
+//   peer_tailer.cc       tailing peers' journals, applying them, change notification, RefreshPeers
+//   store_checkpoint.cc  wiring of the Checkpointer (engine/checkpoint.h): the cut, peer positions
+//   capacity.cc          capacity and eviction: the evictor thread, drops, reinsertion, RESERVE
+//   store_stats.cc       StatFs and GetStats
+//
+// Thread safety: every public method may be called concurrently. Where two mutexes are held together,
+// ns_mu_ is taken first (then cap_mu_, hits_mu_, files_mu_, or gc_mu_ in EnqueueLocked); the others are
+// taken alone. cap_mu_ is never held across I/O; on the read path only a loading Flight waits on I/O.
+//
+// Ordering rules (invariants):
+//  * ns_mu_ serializes every namespace mutation together with the enqueueing of its journal entry, so
+//    the journal order equals the order in which the index applied the changes.
+//  * Commit protocol (docs/design.md §2): a group commit round takes the entries queued so far, syncs the
+//    segments first (every record those entries point to was appended before the entry was queued),
+//    then appends + syncs the journal, then acknowledges Sync() callers. One fdatasync per file per round.
+//  * The index is updated at once (local visibility); the journal follows within one group-commit
+//    interval. After a crash the index may be ahead of the journal, so an index that was not closed
+//    cleanly is rebuilt from the journals (it is a cache: docs/design.md §3).
+#pragma once
+
+#include "engine/store.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <spdlog/spdlog.h>
+#include <xxhash.h>
+
+#include "blockstore/format.h"
+#include "blockstore/log.h"
+#include "blockstore/lru_cache.h"
+#include "blockstore/node_dir.h"
+#include "blockstore/segment_reader.h"
+#include "blockstore/segment_writer.h"
+#include "engine/checkpoint.h"
+#include "index/hlc.h"
+#include "index/index_db.h"
+#include "index/journal.h"
+#include "index/journal_format.h"
+#include "engine/recovery.h"
+#include "index/replay.h"
+#include "index/snapshot.h"
+
+namespace kvfs {
+
+// 4 LRU shards: values are large (144 KiB - 36 MiB) and copies dominate lock hold times, so few, big
+// shards keep a 36 MiB value cacheable (a shard holds capacity / 4) at little contention cost.
+inline constexpr int kCacheShardBits = 2;
+// Capacity and eviction (store.h "Capacity and eviction").
+inline constexpr uint64_t kReserveMaxBytes = 1ull << 20;       // <node dir>/RESERVE: min(1 MiB, segment / 4)
+inline constexpr const char* kReserveName = "RESERVE";
+// Journal entries owed after a failed group commit are retried with a backoff from the group-commit
+// interval up to this (and at once when space is freed).
+inline constexpr auto kRetryMaxBackoff = std::chrono::milliseconds(1000);
+
+// parent directory path + "/" + name ("/" + name under the root).
+inline std::string JoinPath(const std::string& dir, std::string_view name) {
+  std::string p = dir == "/" ? std::string() : dir;
+  p += '/';
+  p.append(name);
+  return p;
+}
+
+
+class StoreImpl final : public Store {
+ public:
+  explicit StoreImpl(const StoreOptions& opts)
+      : opts_(opts), env_(opts.env ? opts.env : Env::Posix()), cache_(opts.cache_size, kCacheShardBits) {}
+  ~StoreImpl() override {
+    if (!closed_) {
+      // A Store destroyed without Close behaves like a crash of the mount (tests use this), except that
+      // threads are stopped.
+      StopThreads();
+    }
+  }
+
+  Status Init();
+  Status Close() override;
+
+  // ---- namespace ----
+  Result<Node> Lookup(uint64_t parent, std::string_view name) override { return index_->Lookup(parent, name); }
+  Result<Node> GetInode(uint64_t ino) override { return index_->GetInode(ino); }
+  Result<Node> Mkdir(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid,
+                     uint32_t gid) override;
+  Status Rmdir(uint64_t parent, std::string_view name) override;
+  Result<Node> CreateFile(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid, uint32_t gid,
+                          bool exclusive) override {
+    std::lock_guard<std::mutex> l(ns_mu_);
+    return index_->CreateFile(parent, name, mode, uid, gid, exclusive);
+  }
+  Result<Node> Symlink(uint64_t parent, std::string_view name, std::string_view target, uint32_t uid,
+                       uint32_t gid) override;
+  Result<std::string> ReadLink(uint64_t ino) override { return index_->ReadLink(ino); }
+  Status Unlink(uint64_t parent, std::string_view name, uint64_t* ino_out) override;
+  Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent, std::string_view new_name,
+                unsigned flags, uint64_t* replaced_ino) override;
+  Result<Attr> SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) override;
+  Status ReadDir(uint64_t dir, uint64_t after, const std::function<bool(const DirEntry&)>& fn) override {
+    return index_->ReadDir(dir, after, fn);
+  }
+  Status SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags) override;
+  Result<std::string> GetXattr(uint64_t ino, std::string_view name) override {
+    return index_->GetXattr(ino, name);
+  }
+  Result<std::vector<std::string>> ListXattr(uint64_t ino) override { return index_->ListXattr(ino); }
+  Status RemoveXattr(uint64_t ino, std::string_view name) override;
+
+  // ---- data ----
+  Result<Location> WriteRecord(uint64_t ino, const std::vector<std::string_view>& parts) override {
+    return AppendRecord(ino, parts, 0);
+  }
+  Result<Location> WriteProvisionalRecord(uint64_t ino, const std::vector<std::string_view>& parts) override {
+    return AppendRecord(ino, parts, format::kRecordFlagProvisional);
+  }
+  Result<Location> AppendRecord(uint64_t ino, const std::vector<std::string_view>& parts, uint16_t flags);
+  Result<Location> WriteRecordStreamed(uint64_t ino, uint64_t length, const RecordSource& source) override;
+  // Capacity checks, the append itself (fn(tag, stamp)), pins and accounting of one record.
+  Result<Location> AppendWith(uint64_t ino, uint64_t len, uint16_t flags,
+                              const std::function<Result<Location>(const std::string&, uint64_t)>& fn);
+  void ReleaseRecordPin(const Location& loc) override;
+  Status ReadUncached(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) override;
+  Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr) override;
+  Result<Node> Renumber(uint64_t ino, uint64_t to = 0) override;
+  Status Read(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) override;
+  Status ReadPinned(const Location& loc, uint64_t offset, size_t len, PinnedBytes* out) override;
+  Status ReadImpl(const Location& loc, uint64_t offset, size_t len, char* buf, PinnedBytes* pin, size_t* got);
+  Status Sync() override;
+
+  Status StatFs(uint64_t* live_bytes, uint64_t* files, uint64_t* backing_total,
+                uint64_t* backing_avail) override;
+  StoreStats GetStats() override;
+
+  void SetChangeListener(std::function<void(const PeerChanges&)> fn) override {
+    std::lock_guard<std::mutex> l(listener_mu_);
+    listener_ = std::move(fn);
+  }
+  Status RefreshPeers() override;
+  void RequestPeerRefresh() override;
+  Status Checkpoint() override {
+    if (!checkpointer_) return Status::InvalidArgument("store is not open");
+    return checkpointer_->CheckpointNow(false);
+  }
+  Status PublishPeerProgress() override {
+    if (!checkpointer_) return Status::InvalidArgument("store is not open");
+    return checkpointer_->PublishPeers(true);
+  }
+
+ private:
+  // Per-peer tailing state (peer thread only, or RefreshPeers under peer_mu_).
+  struct PeerState {
+    bool have_position = false;
+    JournalPosition position;  // end of the last applied entry
+    uint32_t idle_polls = 0;
+    std::chrono::steady_clock::time_point next_poll{};
+    // The journal file at `position` was missing: PURGED was checked for this position (once).
+    bool purge_checked = false;
+    JournalPosition purge_checked_at;
+  };
+  // PollPeer helpers (checkpoint.h): a missing file at our position = retired (-> newest snapshot) or
+  // purged (-> forget the node's old data).
+  Status ApplyPeerSnapshot(const std::string& node, const std::vector<SnapshotFile>& snaps, PeerState* st,
+                           PeerChanges* out, uint64_t* changed);
+  Status ForgetPurgedPeer(const std::string& node, uint64_t purge_generation, PeerChanges* out);
+  void NotifyPeerChanges(const PeerChanges& out);
+  void PeerLoop();
+  // Reads and applies whatever is new in node's journals. *changed = entries applied.
+  Status PollPeer(const std::string& node, PeerState* st, uint64_t* changed);
+
+  // Queues a journal entry for the next group commit. Requires ns_mu_ (journal order = index order).
+  void EnqueueLocked(JournalEntry e);
+  void GroupCommitLoop();
+  // One round: segments durable, then the given entries appended and durable.
+  // Returns the round's error (entries re-queued). *lost: set when the round dropped entries that
+  // publish records a failed segment sync may have lost (DropLostEntries); the round is OK otherwise.
+  Status CommitRound(std::vector<JournalEntry>* batch, Status* lost);
+  // Removes from batch the PUT / MOVE entries whose record lies in a retired segment writer's segment
+  // past what its last successful fdatasync covered (SegmentWriter::MayBeLost). Returns how many.
+  uint64_t DropLostEntries(std::vector<JournalEntry>* batch);
+  void StopThreads();
+  Status Rebuild();
+  Status ReplayNode(const std::string& node, std::vector<JournalEntry>* cuts, const JournalPosition& from = {},
+                    uint64_t* entries = nullptr);
+  Status CatchUpOwnJournal();
+  Status RecoverSegments();
+  Result<std::shared_ptr<BackingFile>> SegmentFile(const SegmentId& id);
+  Result<LruCache::Value> LoadValue(const Location& loc);
+  Result<std::string> PathOf(uint64_t parent, std::string_view name) {
+    auto dir = index_->FullPath(parent);
+    if (!dir.ok()) return dir.status();
+    return JoinPath(*dir, name);
+  }
+
+  StoreOptions opts_;
+  Env* env_;
+  LruCache cache_;
+  HybridClock hlc_;
+  std::unique_ptr<NodeDir> node_dir_;
+  std::unique_ptr<IndexDb> index_;
+  // The active segment writer. Replaced (ReopenSegmentWriter) after a failed fdatasync broke it: the
+  // kernel may have dropped the dirty pages, so later records go to a fresh segment. Guarded by seg_mu_;
+  // users take a reference with Segments().
+  std::shared_ptr<SegmentWriter> segments_;
+  // Writers replaced after a failed sync (guarded by seg_mu_): kept to tell which records are lost.
+  std::vector<std::shared_ptr<SegmentWriter>> retired_writers_;
+  std::mutex seg_mu_;
+  std::shared_ptr<SegmentWriter> Segments() {
+    std::lock_guard<std::mutex> l(seg_mu_);
+    return segments_;
+  }
+  SegmentWriterOptions seg_opts_;
+  void ReopenSegmentWriter();
+  std::unique_ptr<JournalWriter> journal_;
+  // Checkpoints, peers file, journal retirement (engine/checkpoint.h).
+  std::unique_ptr<Checkpointer> checkpointer_;
+  Status StartCheckpointer();
+  Result<Checkpointer::Cut> CutForCheckpoint();
+  bool closing_ = false;
+  bool closed_ = false;
+  std::vector<JournalEntry> startup_cuts_;   // CUTs found by the recovery, journaled first at start
+  std::vector<JournalEntry> startup_seals_;  // SEALs of earlier generations' segments, journaled next
+  uint64_t recovery_entries_ = 0, recovery_cuts_ = 0, recovery_seals_ = 0;  // set by Init
+
+  std::mutex ns_mu_;  // namespace mutations + their journal entries
+  // Staged inodes that took the name of a committed file by a rename (journaled as nothing, so that peers
+  // see no ENOENT window before the staged file's PUT replaces it): the journal still has the replaced
+  // file at the staged inode's path. Removing that name before the commit (unlink, rename away) must
+  // journal its UNLINK, or peers and an index rebuilt from the journals resurrect the replaced content
+  // (breaker-1 item 1). Guarded by ns_mu_; in memory only (staged inodes vanish at a crash, and a clean
+  // close commits them first).
+  std::unordered_set<uint64_t> shadowing_;
+  bool XattrJournaled(uint64_t ino);  // requires ns_mu_
+
+  // Group commit state, guarded by gc_mu_.
+  std::mutex gc_mu_;
+  std::condition_variable gc_cv_;    // wakes the commit thread
+  std::condition_variable done_cv_;  // wakes Sync() waiters
+  std::vector<JournalEntry> pending_;
+  uint64_t rounds_started_ = 0, rounds_done_ = 0, last_ok_round_ = 0;
+  Status last_round_status_;
+  bool sync_requested_ = false;
+  bool stop_ = false;
+  // A round failed: its entries (re-queued in pending_, or kept by the journal writer) are owed to the
+  // journal. The committer retries at retry_at_ (backoff interval .. kRetryMaxBackoff) without waiting
+  // for new entries, or at once when space may have come back (KickCommit) or a Sync() asks.
+  bool owed_ = false, retry_kick_ = false;
+  std::chrono::milliseconds backoff_{0};
+  std::chrono::steady_clock::time_point retry_at_{}, owed_since_{};
+  std::thread gc_thread_;
+  // Entries appended to the journal writer whose Sync has not succeeded yet (committer thread; read by
+  // GetStats). Together with pending_ these are what a crash now would lose.
+  std::atomic<uint64_t> appended_unsynced_{0}, journal_retries_{0};
+  std::atomic<uint64_t> lost_entries_{0};  // StoreStats::lost_entries
+  // Wakes the committer for an immediate retry of owed entries (space was freed).
+  void KickCommit();
+  uint64_t UnjournaledEntries();
+
+  // Read side: open segment files, shared loads.
+  std::mutex files_mu_;
+  std::map<SegmentId, std::shared_ptr<BackingFile>> files_;
+  struct Flight {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status status;
+    LruCache::Value value;
+  };
+  std::mutex flights_mu_;
+  std::map<std::string, std::shared_ptr<Flight>> flights_;
+
+  // Peer tailing.
+  std::mutex peer_mu_;  // serializes polls (peer thread vs RefreshPeers); guards peers_
+  std::map<std::string, PeerState> peers_;
+  std::mutex listener_mu_;
+  std::function<void(const PeerChanges&)> listener_;
+  std::mutex peer_wake_mu_;
+  std::condition_variable peer_cv_;
+  bool peer_wake_ = false, peer_stop_ = false;
+  std::chrono::steady_clock::time_point last_early_poll_{}, followup_at_{};
+  bool followup_pending_ = false;
+  std::thread peer_thread_;
+  std::atomic<uint64_t> peer_entries_applied_{0}, peer_polls_{0};
+  // Per-peer figures for GetStats (own mutex: a scrape must not wait for a slow poll under peer_mu_).
+  struct PeerStatsRec {
+    uint64_t polls = 0, applied = 0;
+    double lag_s = 0;
+    bool polled = false;
+    std::chrono::steady_clock::time_point last_poll{};
+  };
+  std::mutex peer_stats_mu_;
+  std::map<std::string, PeerStatsRec> peer_stats_;
+  void NotePeerPoll(const std::string& node, uint64_t applied, uint64_t newest_stamp);
+
+  std::atomic<uint64_t> records_written_{0}, journal_entries_{0}, group_commits_{0}, checksum_failures_{0};
+  std::atomic<uint64_t> cache_hits_{0}, cache_misses_{0};
+
+  // ---- capacity and eviction (store.h "Capacity and eviction") ----
+  Status InitEviction();
+  void StopEvictor();
+  void OnSealed(const SealedSegment& seg);
+  void TrackAppendLocked(const Location& loc);  // requires cap_mu_
+  Status ReserveSpace(uint64_t need);
+  void NoteNoSpace();
+  void EvictLoop();
+  void EvictOnce();
+  uint64_t PeerSegmentBytes();
+  // Returns the bytes freed net of reinsertion (0 if the store is closing: then nothing is dropped).
+  uint64_t DropSegment(const SegmentId& seg, bool reinsert);
+  uint64_t ReinsertRecord(const SegmentId& seg, uint64_t record_offset, uint64_t ino, uint64_t budget);
+  void UnlinkDue(bool all);
+  void EnsureReserve();
+  void ReleaseReserve();
+  Status GoneOr(const Location& loc, Status s);  // a read failure of a dropped/vanished segment -> NotFound
+  void NotifyListener(const std::vector<ApplyResult::Changed>& changed);
+  bool OwnSegment(const SegmentId& id) const { return id.node == opts_.node_id; }
+
+  bool evict_enabled_ = false;
+  bool track_hits_ = false;
+  uint64_t node_high_ = 0, node_low_ = 0, hard_limit_ = 0, global_high_ = 0, global_low_ = 0;
+  std::chrono::milliseconds grace_{0};
+  struct SegTrack {
+    uint64_t bytes = 0;
+    bool evictable = false;  // sealed, or of an older generation (never appended again)
+    std::chrono::steady_clock::time_point evictable_since{};
+    // Appends with a ticket <= this may have put a record in it before it was sealed (a batch of
+    // appends seals the segment between two of them): not droppable until they have pinned it.
+    uint64_t sealed_after_ticket = 0;
+  };
+  // AppendWith tickets (cap_mu_): a record is pinned only after its append returns, so a segment
+  // sealed meanwhile must wait for every append in flight at its seal (DropCandidateLocked).
+  uint64_t next_append_ticket_ = 1;
+  std::set<uint64_t> appends_in_flight_;
+  bool DropCandidateLocked(const SegmentId& id, const SegTrack& t) const {
+    return t.evictable && !pins_.count(id) &&
+           (appends_in_flight_.empty() || *appends_in_flight_.begin() > t.sealed_after_ticket);
+  }
+  void ReclaimDeadSegments();
+  bool bounded_ = false;  // capacity or global watermark set: live data may be evicted
+  // RESERVE released for a full backing, or not creatable for lack of space: record writes then keep
+  // that much of the backing free for the journal (so deletes work) until RESERVE is back.
+  std::atomic<bool> hold_reserve_{false};
+  // Records written by WriteRecord* / WriteProvisionalRecord and not released yet (ReleaseRecordPin, or
+  // CommitFile of that record), by (segment, record offset); pins_ counts them per segment. A segment
+  // with a pinned record is never dropped, neither as dead nor by eviction.
+  std::set<std::pair<SegmentId, uint64_t>> pinned_records_;
+  std::map<SegmentId, uint64_t> pins_;
+  void ReleaseRecordPinLocked(const Location& loc);
+  uint64_t ReserveBytes() const { return std::min(kReserveMaxBytes, opts_.segment_size / 4); }
+  std::chrono::steady_clock::time_point last_dead_scan_{};
+  struct Dropping {
+    SegmentId id;
+    uint64_t bytes = 0;
+    std::chrono::steady_clock::time_point due;
+  };
+  std::mutex cap_mu_;  // lock order: ns_mu_ -> cap_mu_; never held across I/O
+  std::condition_variable evict_cv_;  // wakes the evictor
+  std::condition_variable space_cv_;  // wakes writers waiting for space
+  std::map<SegmentId, SegTrack> own_segs_;  // this node's segment files, oldest first
+  std::set<SegmentId> dropped_own_;         // this node's segments dropped during this mount
+  std::deque<Dropping> dropping_;           // dropped, waiting for their unlink (due order)
+  uint64_t node_bytes_ = 0, dropping_bytes_ = 0, inflight_bytes_ = 0;
+  bool evict_stop_ = false, evict_wake_ = false, emergency_ = false, stuck_ = false;
+  bool reserve_present_ = false;            // evictor thread (and Init) only
+  std::thread evict_thread_;
+  std::mutex hits_mu_;
+  // Own segments: record offset -> hits (reads at offset 0) / -> inode committed there.
+  std::map<SegmentId, std::unordered_map<uint64_t, uint32_t>> hits_;
+  std::map<SegmentId, std::unordered_map<uint64_t, uint64_t>> loc_ino_;
+  std::atomic<uint64_t> segments_dropped_{0}, segment_bytes_dropped_{0}, segments_unlinked_{0};
+  std::atomic<uint64_t> records_reinserted_{0}, bytes_reinserted_{0}, writer_waits_{0}, nospace_events_{0};
+};
+
+}  // namespace kvfs

@@ -1,0 +1,133 @@
+// Info (store.h "info"): StatFs (docs/design.md §6 statfs figures) and GetStats (the counters behind
+// `kvfs stats` and the Prometheus exposition).
+//
+// Callers: the FUSE layer (statfs), the stats and metrics servers. Thread safety: reads atomics and
+// the index's figures; takes gc_mu_ (UnjournaledEntries), peer_mu_, cap_mu_ and peer_stats_mu_ one at
+// a time, briefly. Invariants: none beyond a consistent-enough snapshot (figures are read separately).
+#include "engine/store_impl.h"
+
+namespace kvfs {
+
+Status StoreImpl::StatFs(uint64_t* live_bytes, uint64_t* files, uint64_t* backing_total,
+                         uint64_t* backing_avail) {
+  auto st = index_->GetStats();
+  *live_bytes = st.live_bytes;
+  *files = st.files + st.directories;
+  uint64_t total = 0, free_bytes = 0;
+  KVFS_RETURN_IF_ERROR(env_->StatFs(opts_.backing_dir, &total, &free_bytes));
+  const uint64_t cap = opts_.global_high_watermark_bytes ? opts_.global_high_watermark_bytes : opts_.capacity_bytes;
+  *backing_total = cap ? std::min(cap, total) : total;
+  uint64_t blocks = st.live_bytes + free_bytes;  // DESIGN §6: min(capacity, global live + backing free)
+  if (cap) blocks = std::max<uint64_t>(st.live_bytes, std::min(cap, blocks));
+  *backing_avail = blocks - st.live_bytes;
+  return Status::OK();
+}
+
+StoreStats StoreImpl::GetStats() {
+  StoreStats s;
+  auto st = index_->GetStats();
+  s.files = st.files;
+  s.directories = st.directories;
+  s.live_bytes = st.live_bytes;
+  auto sw = Segments()->GetStats();
+  s.segments = sw.segments_created;
+  s.segment_bytes = sw.value_bytes;
+  s.records_written = records_written_;
+  s.journal_entries = journal_entries_;
+  s.group_commits = group_commits_;
+  s.unjournaled_entries = UnjournaledEntries();
+  s.journal_retries = journal_retries_;
+  s.lost_entries = lost_entries_;
+  s.cache_hits = cache_hits_;
+  s.cache_misses = cache_misses_;
+  s.cache_bytes = cache_.Usage();
+  s.checksum_failures = checksum_failures_;
+  auto& c = env_->counters();
+  s.backing_metadata_ops = c.MetadataOps();
+  s.backing_syncs = c.sync + c.syncdir;
+  s.backing_bytes_written = c.bytes_written;
+  s.backing_bytes_read = c.bytes_read;
+  s.backing_files_created = c.create.load();
+  {
+    std::lock_guard<std::mutex> l(peer_mu_);
+    s.peers = peers_.size();
+  }
+  s.peer_entries_applied = peer_entries_applied_;
+  s.peer_polls = peer_polls_;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    s.node_segment_bytes = node_bytes_;
+  }
+  s.segments_dropped = segments_dropped_;
+  s.segment_bytes_dropped = segment_bytes_dropped_;
+  s.segments_unlinked = segments_unlinked_;
+  s.records_reinserted = records_reinserted_;
+  s.bytes_reinserted = bytes_reinserted_;
+  s.writer_waits = writer_waits_;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    s.segments_pinned = pins_.size();
+  }
+  s.nospace_events = nospace_events_;
+  auto& b = s.backing_ops;
+  b.open = c.open;
+  b.create = c.create;
+  b.close = c.close;
+  b.read = c.read;
+  b.write = c.write;
+  b.write_batches = c.write_batches;
+  b.sync = c.sync;
+  b.mkdir = c.mkdir;
+  b.rename = c.rename;
+  b.remove = c.remove;
+  b.stat = c.stat;
+  b.list = c.list;
+  b.syncdir = c.syncdir;
+  // Segments per node, from the index (one scan of its segments column family; no backing I/O).
+  std::map<std::string, NodeSegmentStats> nodes;
+  nodes[opts_.node_id].node = opts_.node_id;
+  Status ls = index_->ListSegments([&](const SegmentInfo& si) {
+    if (si.state == SegmentState::kDropped) return true;
+    NodeSegmentStats& n = nodes[si.id.node];
+    n.node = si.id.node;
+    if (si.state == SegmentState::kSealed) {
+      n.sealed_segments++;
+      n.segment_bytes += std::max(opts_.segment_size, si.live_bytes);
+    } else {
+      n.open_segments++;
+      n.segment_bytes += si.live_bytes;
+    }
+    n.live_bytes += si.live_bytes;
+    return true;
+  });
+  if (!ls.ok()) spdlog::warn("kvfs: listing segments for stats: {}", ls.ToString());
+  if (evict_enabled_) {
+    NodeSegmentStats& own = nodes[opts_.node_id];
+    own.segment_bytes = s.node_segment_bytes;
+    own.estimated = false;
+  }
+  s.nodes.push_back(nodes[opts_.node_id]);
+  for (auto& [id, n] : nodes) {
+    if (id != opts_.node_id) s.nodes.push_back(n);
+  }
+  for (auto& n : s.nodes) n.dead_bytes = n.segment_bytes > n.live_bytes ? n.segment_bytes - n.live_bytes : 0;
+  {
+    std::lock_guard<std::mutex> l(peer_stats_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& [id, r] : peer_stats_) {
+      PeerJournalStats p;
+      p.node = id;
+      p.polls = r.polls;
+      p.entries_applied = r.applied;
+      p.lag_seconds = r.lag_s;
+      if (r.polled) p.last_poll_age_seconds = std::chrono::duration<double>(now - r.last_poll).count();
+      s.peer_journals.push_back(p);
+    }
+  }
+  s.recovery_entries = recovery_entries_;
+  s.recovery_cuts = recovery_cuts_;
+  s.recovery_seals = recovery_seals_;
+  return s;
+}
+
+}  // namespace kvfs
