@@ -277,7 +277,6 @@ Result<std::shared_ptr<ValueBuffer>> LoadWholeValue(BackingFile* file, const Loc
   }
   auto vb = ValueBuffer::Allocate(loc.length, delta);
   if (!vb) return Status::IOError("segment reader: out of memory", ENOMEM);
-  vb->Prefault();
   const uint64_t read_len = delta + AlignUp(loc.length);
   size_t r = 0;
   KVFS_RETURN_IF_ERROR(file->Read(loc.record_offset, read_len, vb->base(), &r));
@@ -310,7 +309,6 @@ Result<std::shared_ptr<ValueBuffer>> ReadValueRange(BackingFile* file, const Loc
     // Metadata and blocks in one read, into the buffer (the metadata is the prefix).
     auto vb = ValueBuffer::Allocate(want, delta);
     if (!vb) return Status::IOError("segment reader: out of memory", ENOMEM);
-    vb->Prefault();
     size_t r = 0;
     KVFS_RETURN_IF_ERROR(file->Read(loc.record_offset, delta + AlignUp(want), vb->base(), &r));
     RecordMeta m;
@@ -331,7 +329,6 @@ Result<std::shared_ptr<ValueBuffer>> ReadValueRange(BackingFile* file, const Loc
   KVFS_RETURN_IF_ERROR(CheckLoc(file, loc, *m));
   auto vb = ValueBuffer::Allocate(want);
   if (!vb) return Status::IOError("segment reader: out of memory", ENOMEM);
-  vb->Prefault();
   uint64_t have = 0;
   KVFS_RETURN_IF_ERROR(ReadBlocksInto(file, *m, b0, b1, vb->base(), &have));
   vb->SetWindow(offset - b0 * B, n);

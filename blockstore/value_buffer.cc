@@ -1,20 +1,17 @@
 #include "blockstore/value_buffer.h"
 
-#include <stdlib.h>
-
 #include <cstring>
 
-#include "blockstore/types.h"
+#include "blockstore/buffer_pool.h"
 
 namespace kvfs {
 
 std::shared_ptr<ValueBuffer> ValueBuffer::Allocate(size_t size, size_t prefix) {
-  const size_t cap = AlignUp(prefix + size == 0 ? 1 : prefix + size);
   // No MADV_HUGEPAGE: measured on the dev VM, faulting in transparent huge pages (clear_huge_page) cost
   // 5x the daemon CPU of a cold 2.25 MiB load with 4 KiB pages.
-  void* p = nullptr;
-  if (posix_memalign(&p, kAlignment, cap) != 0) return nullptr;
-  return std::shared_ptr<ValueBuffer>(new ValueBuffer(static_cast<char*>(p), cap, prefix, size));
+  BufferPool::Block b = BufferPool::Default().Get(prefix + size);
+  if (!b.data) return nullptr;
+  return std::shared_ptr<ValueBuffer>(new ValueBuffer(b.data, b.capacity, prefix, size));
 }
 
 std::shared_ptr<ValueBuffer> ValueBuffer::Copy(std::string_view bytes) {
@@ -23,12 +20,6 @@ std::shared_ptr<ValueBuffer> ValueBuffer::Copy(std::string_view bytes) {
   return b;
 }
 
-void ValueBuffer::Prefault() {
-  // volatile: the stores must happen although the bytes are overwritten by the read that follows.
-  volatile char* p = base_;
-  for (size_t off = 0; off < capacity_; off += kAlignment) p[off] = 0;
-}
-
-ValueBuffer::~ValueBuffer() { free(base_); }
+ValueBuffer::~ValueBuffer() { BufferPool::Default().Put({base_, capacity_}); }
 
 }  // namespace kvfs

@@ -6,6 +6,9 @@
 // scratch buffer and copy. A ValueBuffer is one 4 KiB-aligned allocation of `prefix + size` bytes, left
 // uninitialised; the loader reads the record's metadata block(s) and the value straight into it with one
 // pread (O_DIRECT-able), verifies the value in place, and exposes [prefix, prefix + size) as the value.
+// The allocation comes from BufferPool::Default() and goes back to it when the last owner lets go
+// (blockstore/buffer_pool.h): its pages are present (reused, or populated when mapped), so neither the
+// read into it nor the FUSE reply from it takes a page fault per 4 KiB.
 //
 // Thread safety: a ValueBuffer is filled by one thread (the loader) before it is shared; afterwards it is
 // read-only (LruCache::Value is a shared_ptr<const ValueBuffer>) and may be read concurrently.
@@ -20,7 +23,7 @@ namespace kvfs {
 class ValueBuffer {
  public:
   // A buffer with `prefix` bytes of room before the value and `size` value bytes; the allocation (base())
-  // is 4 KiB aligned, its capacity prefix + size rounded up to 4 KiB;
+  // is 4 KiB aligned, its capacity at least prefix + size rounded up to 4 KiB (the pool's size class);
   // contents uninitialised. nullptr when memory is exhausted.
   static std::shared_ptr<ValueBuffer> Allocate(size_t size, size_t prefix = 0);
   // A buffer holding a copy of bytes (tests, small values).
@@ -42,13 +45,6 @@ class ValueBuffer {
   // Requires prefix + size <= capacity().
   void SetWindow(size_t prefix, size_t size) { prefix_ = prefix; size_ = size; }
   size_t capacity() const { return capacity_; }
-  // Faults in every page of the allocation (writes one byte per 4 KiB page), before an O_DIRECT read
-  // into it. Why: the kernel pins the pages of a direct read (get_user_pages); pages not yet present are
-  // faulted in under the process's mmap lock, which every concurrent allocation (mmap/munmap of other
-  // buffers) then waits for: with 4+ cold loads at a time the daemon's threads convoyed on that lock.
-  // Faulted from user space (per-VMA lock), the pin takes the lock-free fast path. Not thread-safe
-  // (the loader's, before sharing).
-  void Prefault();
 
  private:
   ValueBuffer(char* base, size_t capacity, size_t prefix, size_t size)

@@ -20,6 +20,10 @@
 // 1 MiB), unless the write replaces every byte of it. The methods without a Fetch are for all-RAM
 // buffers (they must not touch a referenced chunk).
 //
+// Memory: RAM chunks come from BufferPool::Default() and go back to it when freed (spill, commit,
+// truncate, the version's end), so a store's copy into staging lands in pages that are already present
+// instead of freshly mapped ones (blockstore/buffer_pool.h says why that matters and how it is bounded).
+//
 // Errors: the Fetch's Status (EIO for a checksum mismatch, NotFound for a dropped segment); on an error
 // the buffer is unchanged. Not thread-safe: the owner (a Version) guards it with its own lock.
 #pragma once
@@ -27,6 +31,7 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -34,10 +39,18 @@
 #include <string_view>
 #include <vector>
 
+#include "blockstore/buffer_pool.h"
 #include "blockstore/status.h"
 #include "blockstore/types.h"
 
 namespace kvfs {
+
+// One 1 MiB staging chunk from the buffer pool; returns it to the pool when destroyed.
+struct PooledChunkDeleter {
+  void operator()(char* p) const { BufferPool::Default().Put({p, BufferPool::ClassCapacity(1ull << 20)}); }
+};
+using ChunkPtr = std::unique_ptr<char, PooledChunkDeleter>;
+inline ChunkPtr NewChunk() { return ChunkPtr(BufferPool::Default().Get(1ull << 20).data); }
 
 class ChunkBuffer {
  public:
@@ -98,11 +111,24 @@ class ChunkBuffer {
     // Referenced chunks the write (or the zero-filled gap before it) changes only in part: copy them
     // into RAM first. Chunks it replaces whole just get fresh RAM.
     const uint64_t first = std::min(off, size_) / kChunk, last = (end - 1) / kChunk;
+    // Every fresh chunk this write needs is taken first, so running out of memory changes nothing.
+    // New chunks: from the one holding off (the gap before it stays holes) to the last one written.
+    const uint64_t first_new = std::max<uint64_t>(old_slots, off / kChunk);
+    std::vector<ChunkPtr> fresh;
+    for (uint64_t ci = first; ci <= last; ++ci) {
+      const bool whole_ref = ci < old_slots && !slots_[ci].ram && off <= ci * kChunk &&
+                             end >= std::min(ci * kChunk + kChunk, new_size);
+      if (whole_ref || ci >= first_new) {
+        fresh.push_back(NewChunk());
+        if (!fresh.back()) return Status::IOError("chunk buffer: out of memory", ENOMEM);
+      }
+    }
+    size_t next = 0;
     for (uint64_t ci = first; ci <= last && ci < old_slots; ++ci) {
       if (slots_[ci].ram) continue;
       const uint64_t cs = ci * kChunk, ce = std::min(cs + kChunk, new_size);
       if (off <= cs && end >= ce) {
-        slots_[ci].ram.reset(new char[kChunk]);
+        slots_[ci].ram = std::move(fresh[next++]);
         slots_[ci].loc = Location{};
         slots_[ci].hole = false;
         ram_chunks_++;
@@ -112,9 +138,9 @@ class ChunkBuffer {
       }
     }
     Reserve(end);  // chunks past the old end start as holes; the ones this write touches get RAM
-    for (uint64_t ci = std::max<uint64_t>(old_slots, off / kChunk); ci <= last; ++ci) {
+    for (uint64_t ci = first_new; ci <= last; ++ci) {
       // Not zeroed: Zero() below clears the gap before off; bytes past the new end are never read.
-      slots_[ci].ram.reset(new char[kChunk]);
+      slots_[ci].ram = std::move(fresh[next++]);
       slots_[ci].hole = false;
       ram_chunks_++;
     }
@@ -229,7 +255,7 @@ class ChunkBuffer {
 
  private:
   struct Slot {
-    std::unique_ptr<char[]> ram;  // null: referenced, or a hole
+    ChunkPtr ram;                 // null: referenced, or a hole
     Location loc;                 // referenced chunks: where the bytes are
     uint64_t off = 0;             // value offset of the chunk's first byte in loc
     bool hole = false;            // reads as zeros; no RAM, no Location
@@ -241,13 +267,16 @@ class ChunkBuffer {
     Slot& s = slots_[i];
     if (s.ram) return Status::OK();
     if (s.hole) {  // a zeroed chunk
-      s.ram.reset(new char[kChunk]());
+      s.ram = NewChunk();
+      if (!s.ram) return Status::IOError("chunk buffer: out of memory", ENOMEM);
+      std::memset(s.ram.get(), 0, kChunk);
       s.hole = false;
       ram_chunks_++;
       return Status::OK();
     }
     if (!fetch) return Status::IOError("chunk buffer: referenced chunk without a fetch");
-    std::unique_ptr<char[]> b(new char[kChunk]);  // not zeroed: only [0, ChunkLen) is ever read
+    ChunkPtr b = NewChunk();  // not zeroed: only [0, ChunkLen) is ever read
+    if (!b) return Status::IOError("chunk buffer: out of memory", ENOMEM);
     KVFS_RETURN_IF_ERROR(fetch(s.loc, s.off, ChunkLen(i), b.get()));
     s.ram = std::move(b);
     s.loc = Location{};
