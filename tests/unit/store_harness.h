@@ -1,6 +1,7 @@
-// Shared helpers of fsck_test.cc, corruption_test.cc and store_fault_test.cc: a Store over a temp backing
-// directory (mkdtemp under /var/tmp, removed at the end), files written as the FUSE layer does, byte
-// flipping, and self-describing contents (the name and a checksum inside every value).
+// Shared helpers of the Store tests (store_test.cc, fsck_test.cc, corruption_test.cc, store_fault_test.cc,
+// ...): a Store over a temp backing directory (mkdtemp under /var/tmp, removed at the end; no background
+// peer polls), files written as the FUSE layer does, byte flipping, and self-describing contents (the
+// name and a checksum inside every value).
 #pragma once
 
 #include <fcntl.h>
@@ -66,6 +67,7 @@ class StoreHarness : public ::testing::Test {
     o.group_commit_interval_ms = 5;
     o.force_takeover = true;
     o.peer_poll_ms = 0;
+    o.heartbeat_interval_ms = heartbeat_interval_ms_;
     o.env = env;
     return o;
   }
@@ -161,6 +163,7 @@ class StoreHarness : public ::testing::Test {
   std::string node_ = "node-a";
   uint64_t segment_size_ = 4ull << 20;
   bool checkpoint_on_close_ = true;  // false: a rebuild reads the journals, not a snapshot
+  uint32_t heartbeat_interval_ms_ = StoreOptions().heartbeat_interval_ms;
   std::unique_ptr<Store> store_;
 };
 

@@ -18,46 +18,18 @@
 #include "blockstore/fault_env.h"
 #include "index/index_db.h"
 #include "index/journal.h"
+#include "store_harness.h"
 
 namespace kvfs {
 namespace {
 
 namespace fs = std::filesystem;
 
-class StoreTest : public ::testing::Test {
+// The shared harness (store_harness.h) with no heartbeat I/O in the middle of counted operations; files
+// here live in any directory and carry an mtime.
+class StoreTest : public testing_harness::StoreHarness {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/var/tmp/kvfs-store-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-    backing_ = root_ + "/backing";
-    index_ = root_ + "/index";
-    fs::create_directories(backing_);
-  }
-  void TearDown() override {
-    store_.reset();
-    fs::remove_all(root_);
-  }
-
-  StoreOptions Options(Env* env = nullptr) {
-    StoreOptions o;
-    o.backing_dir = backing_;
-    o.index_dir = index_;
-    o.node_id = "node-a";
-    o.segment_size = 4ull << 20;
-    o.cache_size = 64ull << 20;
-    o.group_commit_interval_ms = 5;
-    o.force_takeover = true;  // the test process is the "previous owner" after a simulated crash
-    o.heartbeat_interval_ms = 3600 * 1000;  // no heartbeat I/O in the middle of counted operations
-    o.env = env;
-    return o;
-  }
-
-  void OpenStore(Env* env = nullptr) {
-    auto s = Store::Open(Options(env));
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    store_ = std::move(*s);
-  }
+  StoreTest() { heartbeat_interval_ms_ = 3600 * 1000; }
 
   static std::string Pattern(size_t n, uint64_t seed) {
     std::string v(n, '\0');
@@ -108,9 +80,6 @@ class StoreTest : public ::testing::Test {
     EXPECT_TRUE(d.ok());
     return *d;
   }
-
-  std::string root_, backing_, index_;
-  std::unique_ptr<Store> store_;
 };
 
 TEST_F(StoreTest, RoundTripsEveryRecordSize) {
