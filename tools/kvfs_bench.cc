@@ -1,9 +1,9 @@
 // kvfs-bench: KV-cache connector workloads, direct on a (simulated) NFS export vs kvfs mounted over it.
 //
 //   kvfs-bench [--profile vllm,sglang-file,...|all] [--chunks N] [--threads T] [--chunk-bytes B]
-//              [--hit-ratio 0.5] [--latency-us 500] [--data-mbps 0] [--modes direct,kvfs,tmpfs]
+//              [--hit-ratio 0.5] [--latency-us 500] [--data-mbps 0] [--modes direct,ceiling,kvfs,tmpfs]
 //              [--work DIR] [--tmpfs DIR] [--build DIR] [--json FILE] [--no-cold-load] [--no-progress]
-//              [--kvfs-arg ARG]... [--nfsim-arg ARG]...
+//              [--repeat R] [--fill-bytes auto|B] [--kvfs-arg ARG]... [--nfsim-arg ARG]... [--ceiling-arg ARG]...
 //
 // For every profile and mode it builds a fresh stack under --work (default /var/tmp/kvfs-bench):
 //   src/   the "NFS server's disk" (a real directory)
@@ -13,6 +13,13 @@
 // nfs/direct (mode direct) or kv/ (mode kvfs): init (excluded from counts), store, lookup, [remount of
 // the client side: kvfs and nfsim, so the load is cold in every client cache and warm only in the
 // "server's" page cache], load, warm load. Every load verifies every byte.
+// Mode ceiling is what a minimal FUSE daemon can do over the same directory: the same workload through a
+// second kvfs-nfsim at 0 latency (a plain passthrough, no cache, no index) mounted at ceil/ over
+// nfs/ceiling-backing, so its bytes take the same two FUSE hops as kvfs's (app -> daemon -> nfsim -> disk).
+// With --fill-bytes, a load_full phase (cold load with a full cache) runs after a second client restart;
+// in kvfs mode the value cache is first filled with that many bytes of other files (auto: 1.25x kvfs's
+// --cache-size), so the measured chunks are loaded while the cache evicts. --repeat R runs every mode R times, interleaved
+// (direct, ceiling, kvfs, direct, ...), and reports the ratios of each run and their median.
 // Mode tmpfs is the memory baseline of the warm-load target: the same profile, chunk set, threads and
 // syscalls on a directory of a tmpfs (--tmpfs, default /dev/shm), no FUSE, no nfsim, no remount.
 //
@@ -414,6 +421,24 @@ void SnxLoad(const Ctx& c, uint64_t id, char* buf) {
   CloseOk(fd);
 }
 
+// ---- creates: 1 KiB files in one directory (open O_CREAT|O_EXCL, one write, close): the file-create rate.
+std::string CrtFinal(const Ctx& c, uint64_t id) { return c.root + "/creates/" + Key(id, c.salt).substr(0, 40); }
+void CrtInit(const Ctx& c) { MkdirE(c.root + "/creates", 0777); }
+void CrtStore(const Ctx& c, uint64_t id, char* buf) {
+  std::string f = CrtFinal(c, id);
+  int fd = Open(f, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) FailErrno("open " + f);
+  WriteAll(fd, buf, c.size);
+  CloseOk(fd);
+}
+void CrtLoad(const Ctx& c, uint64_t id, char* buf) {
+  std::string f = CrtFinal(c, id);
+  int fd = Open(f, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) FailErrno("open " + f);
+  ReadExact(fd, buf, c.size, f);
+  CloseOk(fd);
+}
+
 std::vector<Profile> Profiles() {
   return {
       {"vllm", "vLLM fs tier (C helper): access, stat parents, mkdir fan-out, O_DIRECT|O_EXCL tmp, 1 write, rename",
@@ -434,6 +459,8 @@ std::vector<Profile> Profiles() {
       {"sglang-nixl", "SGLang HiCache nixl POSIX: mkdir bucket, open(final, O_RDWR|O_CREAT|O_DIRECT), 1 pwrite",
        9437184, false, SnxInit, SnxStore, SnxLoad,
        [](const Ctx& c, uint64_t id) { return StatE(SnxFinal(c, id)) == 0; }},
+      {"creates", "creates of 1 KiB files in one directory: open(O_CREAT|O_EXCL), 1 write, close; stat; read",
+       1024, false, CrtInit, CrtStore, CrtLoad, [](const Ctx& c, uint64_t id) { return StatE(CrtFinal(c, id)) == 0; }},
   };
 }
 
@@ -449,8 +476,10 @@ struct Config {
   double data_mbps = 0;
   std::string work = "/var/tmp/kvfs-bench", tmpfs = "/dev/shm", build, json_out;
   bool cold_load = true, progress = true;
-  std::vector<std::string> kvfs_args, nfsim_args;
+  std::vector<std::string> kvfs_args, nfsim_args, ceiling_args;
   unsigned lookup_batch = 128;
+  unsigned repeat = 1;
+  int64_t fill_bytes = 0;  // load_full's cache filler (kvfs mode): -1 = auto (1.25x kvfs's --cache-size), 0 = no load_full
   std::string phase_hook;  // sh -c "HOOK PROFILE MODE PHASE begin|end" around every phase (test bed RPC counts)
 };
 
@@ -502,7 +531,41 @@ uint64_t VmHwmKb(pid_t pid) {
   return 0;
 }
 
-enum class Mode { kDirect, kKvfs, kTmpfs };
+enum class Mode { kDirect, kKvfs, kTmpfs, kCeiling };
+
+// "1GiB", "256MiB", "512M", "4096": kvfs's size syntax (binary multiples), enough for --cache-size.
+uint64_t ParseSizeOr(const std::string& t, uint64_t dflt) {
+  char* end = nullptr;
+  double v = std::strtod(t.c_str(), &end);
+  if (end == t.c_str() || v < 0) return dflt;
+  switch (std::toupper(static_cast<unsigned char>(*end))) {
+    case 0: return static_cast<uint64_t>(v);
+    case 'K': return static_cast<uint64_t>(v * 1024.0);
+    case 'M': return static_cast<uint64_t>(v * 1048576.0);
+    case 'G': return static_cast<uint64_t>(v * 1073741824.0);
+    case 'T': return static_cast<uint64_t>(v * 1099511627776.0);
+    default: return dflt;
+  }
+}
+// kvfs's value cache capacity for this run (--kvfs-arg --cache-size X, else kvfs's default 1 GiB).
+uint64_t KvfsCacheBytes(const Config& c) {
+  uint64_t v = 1ull << 30;
+  for (size_t i = 0; i + 1 < c.kvfs_args.size(); ++i) {
+    if (c.kvfs_args[i] == "--cache-size") v = ParseSizeOr(c.kvfs_args[i + 1], v);
+  }
+  for (auto& a : c.kvfs_args) {
+    if (a.rfind("--cache-size=", 0) == 0) v = ParseSizeOr(a.substr(13), v);
+  }
+  return v;
+}
+
+// /proc/loadavg: 1, 5 and 15 minute load averages.
+json LoadAvg() {
+  std::ifstream f("/proc/loadavg");
+  double a = 0, b = 0, c = 0;
+  f >> a >> b >> c;
+  return {{"1m", a}, {"5m", b}, {"15m", c}};
+}
 
 // CPU seconds (user + system, all threads) a process has used so far; 0 if it is gone.
 double ProcCpuS(pid_t pid) {
@@ -531,20 +594,24 @@ double SelfCpuS() {
 
 struct Stack {
   const Config& cfg;
-  std::string base, src, nfs, kv, idx;
-  bool kvfs_mode, tmpfs_mode;
-  pid_t kvfs_pid = 0;
-  uint64_t hwm_kb = 0;
+  std::string base, src, nfs, kv, idx, ceil;
+  bool kvfs_mode, tmpfs_mode, ceiling_mode;
+  pid_t kvfs_pid = 0, ceiling_pid = 0;
+  uint64_t hwm_kb = 0;  // the daemon's (kvfs or ceiling) VmHWM, max over its lifetimes
 
   Stack(const Config& c, const std::string& name, Mode m)
-      : cfg(c), kvfs_mode(m == Mode::kKvfs), tmpfs_mode(m == Mode::kTmpfs) {
+      : cfg(c), kvfs_mode(m == Mode::kKvfs), tmpfs_mode(m == Mode::kTmpfs), ceiling_mode(m == Mode::kCeiling) {
     // tmpfs: a private directory of the tmpfs (pid in the name: concurrent runs do not collide).
     base = tmpfs_mode ? c.tmpfs + "/kvfs-bench-" + std::to_string(getpid()) + "-" + name : c.work + "/" + name;
     src = base + "/src";
     nfs = base + "/nfs";
     kv = base + "/kv";
     idx = base + "/idx";
+    ceil = base + "/ceil";
   }
+  // The FUSE daemon between the workload and nfsim: kvfs, the ceiling passthrough, or none (0).
+  pid_t DaemonPid() const { return kvfs_mode ? kvfs_pid : ceiling_mode ? ceiling_pid : 0; }
+  const char* DaemonName() const { return kvfs_mode ? "kvfs" : ceiling_mode ? "ceiling" : ""; }
   std::string Tool(const std::string& t) const { return cfg.build + "/tools/" + t; }
   void MountNfs() {
     std::vector<std::string> a = {Tool("kvfs-nfsim"), src, nfs, "--latency-us", std::to_string(cfg.latency_us),
@@ -560,6 +627,18 @@ struct Stack {
     if (Run(a) != 0) Fail("kvfs mount failed");
     kvfs_pid = static_cast<pid_t>(std::atoi(GetXattr(kv, "user.kvfs.pid").c_str()));
   }
+  // The ceiling: kvfs-nfsim at 0 latency over the nfsim mount (same caching flags as nfsim's defaults;
+  // --ceiling-arg adds to them).
+  void MountCeiling() {
+    std::vector<std::string> a = {Tool("kvfs-nfsim"), nfs + "/ceiling-backing", ceil, "--latency-us", "0"};
+    for (auto& x : cfg.ceiling_args) a.push_back(x);
+    if (Run(a) != 0) Fail("ceiling mount (kvfs-nfsim --latency-us 0) failed");
+    for (int i = 0; i < 100 && !IsMounted(ceil); ++i) usleep(20000);
+    std::string s = GetXattr(ceil, "user.nfsim.stats");
+    json j = s.empty() ? json::object() : json::parse(s, nullptr, false);
+    ceiling_pid = j.is_object() ? static_cast<pid_t>(j.value("pid", 0)) : 0;
+    if (ceiling_pid <= 0) Fail("ceiling mount: no pid in user.nfsim.stats");
+  }
   void Up() {
     Down();
     fs::remove_all(base);
@@ -573,8 +652,13 @@ struct Stack {
     fs::create_directories(idx);
     fs::create_directories(src + "/direct");
     fs::create_directories(src + "/kvfs-backing");
+    if (ceiling_mode) {
+      fs::create_directories(ceil);
+      fs::create_directories(src + "/ceiling-backing");
+    }
     MountNfs();
     if (kvfs_mode) MountKvfs();
+    if (ceiling_mode) MountCeiling();
   }
   void Down() {
     if (tmpfs_mode) return;
@@ -582,6 +666,13 @@ struct Stack {
       if (kvfs_pid > 0) hwm_kb = std::max(hwm_kb, VmHwmKb(kvfs_pid));
       if (Run({Tool("kvfs"), "umount", kv}) != 0) Run({"fusermount3", "-u", kv});
       kvfs_pid = 0;
+    }
+    if (ceiling_mode && IsMounted(ceil)) {
+      if (ceiling_pid > 0) hwm_kb = std::max(hwm_kb, VmHwmKb(ceiling_pid));
+      for (int i = 0; i < 50 && Run({"fusermount3", "-u", ceil}) != 0; ++i) usleep(100000);
+      // nfs/ is busy until the ceiling daemon has closed its backing fds: wait for it to exit.
+      for (int i = 0; i < 100 && ceiling_pid > 0 && kill(ceiling_pid, 0) == 0; ++i) usleep(20000);
+      ceiling_pid = 0;
     }
     if (IsMounted(nfs)) {
       for (int i = 0; i < 50 && Run({"fusermount3", "-u", nfs}) != 0; ++i) usleep(100000);
@@ -593,8 +684,11 @@ struct Stack {
     Down();
     MountNfs();
     if (kvfs_mode) MountKvfs();
+    if (ceiling_mode) MountCeiling();
   }
-  std::string Root() const { return kvfs_mode ? kv : tmpfs_mode ? base + "/direct" : nfs + "/direct"; }
+  std::string Root() const {
+    return kvfs_mode ? kv : ceiling_mode ? ceil : tmpfs_mode ? base + "/direct" : nfs + "/direct";
+  }
   json NfsStats() const {
     if (tmpfs_mode) return json::object();
     std::string s = GetXattr(nfs, "user.nfsim.stats");
@@ -620,7 +714,8 @@ struct PhaseResult {
   uint64_t hits = 0;
   json nfs_before, nfs_after;
   json kvfs_before, kvfs_after;
-  double cpu_client = 0, cpu_kvfs = 0, cpu_nfsim = 0;  // CPU seconds used during the phase  // kvfs's own stats (mode kvfs): FUSE requests by type
+  double cpu_client = 0, cpu_daemon = 0, cpu_nfsim = 0;  // CPU seconds used during the phase
+  std::string daemon;                                    // "kvfs", "ceiling" or "" (direct, tmpfs)
 };
 
 std::atomic<uint64_t> g_done{0};
@@ -677,7 +772,9 @@ PhaseResult RunPhase(const std::string& name, const std::string& label, uint64_t
   r.nfs_before = stack.NfsStats();
   r.kvfs_before = stack.KvfsStats();
   pid_t nfsim_pid = static_cast<pid_t>(r.nfs_before.value("pid", 0));
-  double c0 = SelfCpuS(), k0 = ProcCpuS(stack.kvfs_pid), n0 = ProcCpuS(nfsim_pid);
+  pid_t daemon_pid = stack.DaemonPid();
+  r.daemon = stack.DaemonName();
+  double c0 = SelfCpuS(), k0 = ProcCpuS(daemon_pid), n0 = ProcCpuS(nfsim_pid);
   std::vector<Recorder> recs(threads);
   std::vector<std::string> errors(threads);
   std::atomic<uint64_t> bytes{0}, hits{0};
@@ -710,7 +807,7 @@ PhaseResult RunPhase(const std::string& name, const std::string& label, uint64_t
   r.start_ns = t0;
   r.end_ns = NowNs();
   r.cpu_client = SelfCpuS() - c0;
-  r.cpu_kvfs = stack.kvfs_pid > 0 ? ProcCpuS(stack.kvfs_pid) - k0 : 0;
+  r.cpu_daemon = daemon_pid > 0 ? ProcCpuS(daemon_pid) - k0 : 0;
   r.cpu_nfsim = nfsim_pid > 0 ? ProcCpuS(nfsim_pid) - n0 : 0;
   r.seconds = static_cast<double>(r.end_ns - t0) / 1e9;
   r.nfs_after = stack.NfsStats();
@@ -774,9 +871,17 @@ json PhaseJson(PhaseResult& r) {
   // CPU seconds the phase cost (clock ticks: 10 ms resolution), and per GB moved: what a CPU-bound run
   // on a shared machine is limited by, less sensitive to the other load than MB/s.
   double gb = static_cast<double>(r.bytes) / 1e9;
-  j["cpu_s"] = {{"client", r.cpu_client}, {"kvfs", r.cpu_kvfs}, {"nfsim", r.cpu_nfsim},
-                {"total", r.cpu_client + r.cpu_kvfs + r.cpu_nfsim}};
-  if (gb > 0) j["cpu_s_per_gb"] = (r.cpu_client + r.cpu_kvfs + r.cpu_nfsim) / gb;
+  // "daemon": the FUSE daemon between the workload and nfsim (kvfs, or the ceiling's passthrough), from
+  // /proc/PID/stat utime + stime.
+  j["cpu_s"] = {{"client", r.cpu_client}, {"kvfs", r.daemon == "kvfs" ? r.cpu_daemon : 0.0},
+                {"ceiling", r.daemon == "ceiling" ? r.cpu_daemon : 0.0}, {"daemon", r.cpu_daemon},
+                {"nfsim", r.cpu_nfsim}, {"total", r.cpu_client + r.cpu_daemon + r.cpu_nfsim}};
+  if (gb > 0) j["cpu_s_per_gb"] = (r.cpu_client + r.cpu_daemon + r.cpu_nfsim) / gb;
+  if (gb > 0 && !r.daemon.empty()) j["daemon_cpu_s_per_gb"] = r.cpu_daemon / gb;
+  if (r.kvfs_after.is_object() && r.kvfs_after.contains("cache_bytes")) {
+    j["kvfs_cache_bytes"] = {{"before", r.kvfs_before.is_object() ? r.kvfs_before.value("cache_bytes", uint64_t{0}) : 0},
+                             {"after", r.kvfs_after.value("cache_bytes", uint64_t{0})}};
+  }
   // kvfs mode: FUSE requests the kvfs daemon served during the phase, per unit (what the kernel could
   // not answer from its caches: e.g. open + read per chunk on a warm load).
   if (r.kvfs_before.is_object() && r.kvfs_after.is_object() && r.kvfs_after.contains("fuse_ops")) {
@@ -794,11 +899,15 @@ json PhaseJson(PhaseResult& r) {
 }
 
 json RunMode(const Config& cfg, const Profile& p, size_t size, const std::string& mode) {
-  Mode m = mode == "kvfs" ? Mode::kKvfs : mode == "tmpfs" ? Mode::kTmpfs : Mode::kDirect;
+  Mode m = mode == "kvfs"      ? Mode::kKvfs
+           : mode == "tmpfs"   ? Mode::kTmpfs
+           : mode == "ceiling" ? Mode::kCeiling
+                               : Mode::kDirect;
   bool kvfs = m == Mode::kKvfs;
   Stack stack(cfg, p.name + "-" + mode, m);
   std::string label = p.name + "/" + mode;
   json out;
+  out["loadavg"] = {{"start", LoadAvg()}};
   try {
     stack.Up();
     Ctx c{stack.Root(), size, 0x5eed0000ull ^ static_cast<uint64_t>(NowNs())};
@@ -851,14 +960,53 @@ json RunMode(const Config& cfg, const Profile& p, size_t size, const std::string
     phases["load"] = PhaseJson(load);
     auto warm = RunPhase("warm_load", label, n, cfg.threads, loadfn, size, stack);
     phases["warm_load"] = PhaseJson(warm);
+    // Cold load with a full cache: another client restart, then (kvfs mode) other files loaded until
+    // kvfs's value cache is full, then all N chunks again, so every value is loaded while the cache
+    // evicts. direct and ceiling have no bounded cache of their own: theirs is a second cold load.
+    int64_t fill = cfg.fill_bytes < 0 ? static_cast<int64_t>(KvfsCacheBytes(cfg) / 4 * 5) : cfg.fill_bytes;
+    if (cfg.cold_load && fill > 0 && m != Mode::kTmpfs) {
+      const uint64_t cache = KvfsCacheBytes(cfg);
+      const size_t fsz = std::clamp<uint64_t>(cache / 64, 64 << 10, 4 << 20) / 4096 * 4096;
+      const uint64_t nf = (static_cast<uint64_t>(fill) + fsz - 1) / fsz;
+      auto fill_path = [&](uint64_t i) { return c.root + "/.bench-fill/f" + std::to_string(i); };
+      if (kvfs) {
+        if (int e = MkdirE(c.root + "/.bench-fill", 0777); e && e != EEXIST) Fail("mkdir .bench-fill");
+        RunPhase("fill_store", label, nf, cfg.threads, [&](uint64_t i, char* buf) -> uint64_t {
+          Fill(buf, fsz, (1ull << 61) | i, c.salt);
+          int fd = Open(fill_path(i), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+          if (fd < 0) FailErrno("open " + fill_path(i));
+          WriteAll(fd, buf, fsz);
+          CloseOk(fd);
+          return fsz;
+        }, fsz, stack);
+      }
+      stack.Remount();
+      c.root = stack.Root();
+      if (kvfs) {
+        RunPhase("fill_load", label, nf, cfg.threads, [&](uint64_t i, char* buf) -> uint64_t {
+          int fd = Open(fill_path(i), O_RDONLY | O_DIRECT | O_CLOEXEC);
+          if (fd < 0) FailErrno("open " + fill_path(i));
+          ReadExact(fd, buf, fsz, fill_path(i));
+          CloseOk(fd);
+          Verify(buf, fsz, (1ull << 61) | i, c.salt, "fill file " + std::to_string(i));
+          return fsz;
+        }, fsz, stack);
+        json ks = stack.KvfsStats();
+        out["fill"] = {{"files", nf}, {"file_bytes", fsz}, {"cache_size", cache},
+                       {"cache_bytes_after_fill", ks.is_object() ? ks.value("cache_bytes", uint64_t{0}) : 0}};
+      }
+      auto full = RunPhase("load_full", label, n, cfg.threads, loadfn, size, stack);
+      phases["load_full"] = PhaseJson(full);
+    }
     out["phases"] = phases;
     if (kvfs) {
       out["kvfs_stats"] = stack.KvfsStats();
       stack.hwm_kb = std::max(stack.hwm_kb, VmHwmKb(stack.kvfs_pid));
     }
     out["nfsim_total"] = stack.NfsStats();
+    if (m == Mode::kCeiling) stack.hwm_kb = std::max(stack.hwm_kb, VmHwmKb(stack.ceiling_pid));
     stack.Down();
-    if (kvfs) out["daemon_vmhwm_kb"] = stack.hwm_kb;
+    if (kvfs || m == Mode::kCeiling) out["daemon_vmhwm_kb"] = stack.hwm_kb;
     out["ok"] = true;
   } catch (const std::exception& e) {
     out["ok"] = false;
@@ -866,6 +1014,7 @@ json RunMode(const Config& cfg, const Profile& p, size_t size, const std::string
     stack.Down();
   }
   fs::remove_all(stack.base);
+  out["loadavg"]["end"] = LoadAvg();
   return out;
 }
 
@@ -914,7 +1063,8 @@ void PrintProfile(const json& pj) {
   const json& d = m["direct"]["phases"];
   const json& k = m["kvfs"]["phases"];
   std::printf("   %-26s %14s %14s %8s\n", "", "direct", "kvfs", "kvfs/dir");
-  for (const char* ph : {"store", "lookup", "load", "warm_load"}) {
+  for (const char* ph : {"store", "lookup", "load", "load_full", "warm_load"}) {
+    if (!d.contains(ph) || !k.contains(ph)) continue;
     const json& a = d[ph];
     const json& b = k[ph];
     double ua = a["units_per_s"].get<double>(), ub = b["units_per_s"].get<double>();
@@ -955,12 +1105,13 @@ void PrintProfile(const json& pj) {
     }
     return s.empty() ? std::string("-") : s;
   };
-  for (const char* ph : {"store", "lookup", "load", "warm_load"}) {
+  for (const char* ph : {"store", "lookup", "load", "load_full", "warm_load"}) {
+    if (!d.contains(ph) || !k.contains(ph)) continue;
     std::printf("   backing ops/unit %-9s direct: %s\n", ph, types(d[ph]).c_str());
     std::printf("   %-26s   kvfs: %s\n", "", types(k[ph]).c_str());
   }
-  for (const char* ph : {"store", "lookup", "load", "warm_load"}) {
-    if (!k[ph].contains("kvfs_fuse_requests_per_unit")) continue;
+  for (const char* ph : {"store", "lookup", "load", "load_full", "warm_load"}) {
+    if (!k.contains(ph) || !k[ph].contains("kvfs_fuse_requests_per_unit")) continue;
     std::string s;
     for (auto& [t, v] : k[ph]["kvfs_fuse_requests_per_unit"].items()) {
       char b[64];
@@ -973,16 +1124,141 @@ void PrintProfile(const json& pj) {
   PrintVsTmpfs(pj);
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Ratios per run (kvfs vs direct, kvfs vs the ceiling) and their medians over --repeat runs
+
+const char* const kRatioPhases[] = {"store", "lookup", "load", "load_full", "warm_load"};
+
+double PhaseVal(const json& modes, const char* mode, const char* ph, const char* key) {
+  if (!modes.contains(mode) || !modes[mode].value("ok", false)) return -1;
+  const json& p = modes[mode]["phases"];
+  if (!p.contains(ph) || !p[ph].contains(key)) return -1;
+  return p[ph][key].get<double>();
+}
+
+// One run's figures: per phase, units/s per mode, kvfs/direct, kvfs/ceiling, ceiling/direct, daemon CPU
+// s/GB of kvfs and of the ceiling and their ratio; -1 where a figure is missing.
+json RunRatios(const json& modes) {
+  json out = json::object();
+  auto ratio = [](double a, double b) { return a >= 0 && b > 0 ? a / b : -1.0; };
+  for (const char* ph : kRatioPhases) {
+    double d = PhaseVal(modes, "direct", ph, "units_per_s"), c = PhaseVal(modes, "ceiling", ph, "units_per_s"),
+           k = PhaseVal(modes, "kvfs", ph, "units_per_s");
+    if (d < 0 && c < 0 && k < 0) continue;
+    double kc = PhaseVal(modes, "kvfs", ph, "daemon_cpu_s_per_gb"),
+           cc = PhaseVal(modes, "ceiling", ph, "daemon_cpu_s_per_gb");
+    out[ph] = {{"direct_units_per_s", d}, {"ceiling_units_per_s", c}, {"kvfs_units_per_s", k},
+               {"direct_mb_per_s", PhaseVal(modes, "direct", ph, "mb_per_s")},
+               {"ceiling_mb_per_s", PhaseVal(modes, "ceiling", ph, "mb_per_s")},
+               {"kvfs_mb_per_s", PhaseVal(modes, "kvfs", ph, "mb_per_s")},
+               {"kvfs_vs_direct", ratio(k, d)}, {"kvfs_vs_ceiling", ratio(k, c)}, {"ceiling_vs_direct", ratio(c, d)},
+               {"kvfs_daemon_cpu_s_per_gb", kc}, {"ceiling_daemon_cpu_s_per_gb", cc},
+               {"daemon_cpu_kvfs_vs_ceiling", ratio(kc, cc)}};
+  }
+  return out;
+}
+
+// Median of each figure over the runs (missing figures left out).
+json MedianRatios(const json& runs) {
+  json out = json::object();
+  for (const char* ph : kRatioPhases) {
+    std::map<std::string, std::vector<double>> vals;
+    for (auto& r : runs) {
+      if (!r["ratios"].contains(ph)) continue;
+      for (auto& [k, v] : r["ratios"][ph].items()) {
+        if (v.get<double>() >= 0) vals[k].push_back(v.get<double>());
+      }
+    }
+    if (vals.empty()) continue;
+    json o;
+    for (auto& [k, v] : vals) {
+      std::sort(v.begin(), v.end());
+      o[k] = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    }
+    out[ph] = o;
+  }
+  return out;
+}
+
+std::string PhaseLabel(const std::string& ph) {
+  if (ph == "load") return "cold load, empty cache";
+  if (ph == "load_full") return "cold load, full cache";
+  if (ph == "warm_load") return "warm load";
+  return ph;
+}
+
+void PrintRatioTable(const json& r, bool small) {
+  auto num = [](double v) { return v < 0 ? std::string("-") : Fmt(v); };
+  auto x = [](double v) {
+    char b[32];
+    if (v < 0) return std::string("-");
+    std::snprintf(b, sizeof(b), "%.2fx", v);
+    return std::string(b);
+  };
+  std::printf("     %-30s %12s %12s %12s %9s %9s   %s\n", "", "direct", "ceiling", "kvfs", "kvfs/dir", "kvfs/ceil",
+              "daemon CPU s/GB kvfs / ceiling");
+  for (const char* ph : kRatioPhases) {
+    if (!r.contains(ph)) continue;
+    const json& p = r[ph];
+    bool units = small || std::string(ph) == "lookup";
+    const char* pre = units ? "" : "mb_per_s";
+    auto v = [&](const char* mode) {
+      return p.value(units ? std::string(mode) + "_units_per_s" : std::string(mode) + "_" + pre, -1.0);
+    };
+    std::string cpu = "-";
+    double kc = p.value("kvfs_daemon_cpu_s_per_gb", -1.0), cc = p.value("ceiling_daemon_cpu_s_per_gb", -1.0);
+    if (kc >= 0 || cc >= 0) {
+      char b[96];
+      std::snprintf(b, sizeof(b), "%s / %s (%s)", kc >= 0 ? Fmt(kc, 2).c_str() : "-", cc >= 0 ? Fmt(cc, 2).c_str() : "-",
+                    x(p.value("daemon_cpu_kvfs_vs_ceiling", -1.0)).c_str());
+      cpu = b;
+    }
+    std::string label = PhaseLabel(ph) + (std::string(ph) == "lookup" ? " probes/s" : units ? " chunks/s" : " MB/s");
+    std::printf("     %-30s %12s %12s %12s %9s %9s   %s\n", label.c_str(), num(v("direct")).c_str(),
+                num(v("ceiling")).c_str(), num(v("kvfs")).c_str(), x(p.value("kvfs_vs_direct", -1.0)).c_str(),
+                x(p.value("kvfs_vs_ceiling", -1.0)).c_str(), cpu.c_str());
+  }
+}
+
+void PrintRuns(const json& pj) {
+  if (!pj.contains("runs")) return;
+  const json& runs = pj["runs"];
+  bool small = pj["chunk_bytes"].get<uint64_t>() < 65536;
+  std::printf("   kvfs vs direct and vs the ceiling (kvfs-nfsim at 0 latency over the same directory), %zu run%s:\n",
+              runs.size(), runs.size() == 1 ? "" : "s");
+  for (size_t i = 0; i < runs.size(); ++i) {
+    std::string la;
+    for (const char* mode : {"direct", "ceiling", "kvfs", "tmpfs"}) {  // fixed order
+      if (!runs[i]["modes"].contains(mode)) continue;
+      const json& r = runs[i]["modes"][mode];
+      if (!r.contains("loadavg") || !r["loadavg"].contains("end")) continue;
+      char b[96];
+      std::snprintf(b, sizeof(b), "  %s %.2f -> %.2f", mode, r["loadavg"]["start"]["1m"].get<double>(),
+                    r["loadavg"]["end"]["1m"].get<double>());
+      la += b;
+    }
+    std::printf("   run %zu/%zu, load average (1 min) start -> end:%s\n", i + 1, runs.size(), la.c_str());
+    PrintRatioTable(runs[i]["ratios"], small);
+  }
+  if (runs.size() > 1) {
+    std::printf("   median of the %zu runs:\n", runs.size());
+    PrintRatioTable(pj["median"], small);
+  }
+}
+
 [[noreturn]] void Usage(const char* msg) {
   if (msg) std::fprintf(stderr, "kvfs-bench: %s\n", msg);
   std::fprintf(stderr,
                "usage: kvfs-bench [--profile P[,P...]|all] [--chunks N (200)] [--threads T (4)] [--chunk-bytes B]\n"
-               "  [--hit-ratio F (0.5)] [--latency-us US (500)] [--data-mbps MBPS (0)] [--modes direct,kvfs,tmpfs]\n"
+               "  [--hit-ratio F (0.5)] [--latency-us US (500)] [--data-mbps MBPS (0)]\n"
+               "  [--modes direct,kvfs,tmpfs (default) | any of direct,ceiling,kvfs,tmpfs] [--repeat R (1)]\n"
+               "  [--fill-bytes auto|B (0: no cold load with a full cache; auto: 1.25x kvfs --cache-size)]\n"
                "  [--work DIR (/var/tmp/kvfs-bench)] [--tmpfs DIR (/dev/shm)] [--build DIR (this binary's build dir)]\n"
                "  [--json FILE]\n"
                "  [--lookup-batch N (128)] [--no-cold-load] [--no-progress] [--kvfs-arg A]... [--nfsim-arg A]...\n"
+               "  [--ceiling-arg A]... (added to the ceiling's kvfs-nfsim --latency-us 0)\n"
                "  [--phase-hook CMD (run as: sh -c 'CMD PROFILE MODE PHASE begin|end')]\n"
-               "profiles: vllm llmd lmcache-fs lmcache-nixl sglang-file sglang-nixl\n");
+               "profiles: vllm llmd lmcache-fs lmcache-nixl sglang-file sglang-nixl creates\n");
   std::exit(2);
 }
 
@@ -1023,13 +1299,23 @@ int main(int argc, char** argv) {
     else if (a == "--no-progress") cfg.progress = false;
     else if (a == "--kvfs-arg") cfg.kvfs_args.push_back(val());
     else if (a == "--nfsim-arg") cfg.nfsim_args.push_back(val());
+    else if (a == "--ceiling-arg") cfg.ceiling_args.push_back(val());
+    else if (a == "--repeat") cfg.repeat = static_cast<unsigned>(std::stoul(val()));
+    else if (a == "--fill-bytes") {
+      std::string v = val();
+      cfg.fill_bytes = v == "auto" ? -1 : static_cast<int64_t>(ParseSizeOr(v, 0));
+    }
     else if (a == "--phase-hook") cfg.phase_hook = val();
     else if (a == "-h" || a == "--help") Usage(nullptr);
     else Usage(("unknown argument " + a).c_str());
   }
-  if (cfg.threads == 0 || cfg.chunks == 0 || cfg.lookup_batch == 0) Usage("threads, chunks and lookup batch must be > 0");
+  if (cfg.threads == 0 || cfg.chunks == 0 || cfg.lookup_batch == 0 || cfg.repeat == 0) {
+    Usage("threads, chunks, lookup batch and repeat must be > 0");
+  }
   for (auto& m : cfg.modes) {
-    if (m != "direct" && m != "kvfs" && m != "tmpfs") Usage(("unknown mode " + m + " (direct, kvfs, tmpfs)").c_str());
+    if (m != "direct" && m != "kvfs" && m != "tmpfs" && m != "ceiling") {
+      Usage(("unknown mode " + m + " (direct, ceiling, kvfs, tmpfs)").c_str());
+    }
   }
   if (cfg.build.empty()) {
     fs::path self = fs::canonical("/proc/self/exe");
@@ -1054,7 +1340,10 @@ int main(int argc, char** argv) {
   json report;
   report["config"] = {{"chunks", cfg.chunks}, {"threads", cfg.threads}, {"hit_ratio", cfg.hit_ratio},
                       {"latency_us", cfg.latency_us}, {"data_mbps", cfg.data_mbps}, {"cold_load", cfg.cold_load},
-                      {"lookup_batch", cfg.lookup_batch}, {"kvfs_args", cfg.kvfs_args}, {"nfsim_args", cfg.nfsim_args}};
+                      {"lookup_batch", cfg.lookup_batch}, {"kvfs_args", cfg.kvfs_args}, {"nfsim_args", cfg.nfsim_args},
+                      {"ceiling_args", cfg.ceiling_args}, {"repeat", cfg.repeat}, {"fill_bytes", cfg.fill_bytes},
+                      {"modes", cfg.modes}};
+  report["loadavg_start"] = LoadAvg();
   report["profiles"] = json::array();
   bool all_ok = true;
   for (auto& p : chosen) {
@@ -1062,12 +1351,21 @@ int main(int argc, char** argv) {
     if (p.name == "lmcache-fs" && size <= kLmcHeader) Usage("lmcache-fs needs more than 28 bytes");
     json pj = {{"profile", p.name}, {"what", p.what}, {"chunks", cfg.chunks}, {"chunk_bytes", size},
                {"threads", cfg.threads}, {"hit_ratio", cfg.hit_ratio}, {"latency_us", cfg.latency_us}};
-    json modes;
-    for (auto& m : cfg.modes) {
-      modes[m] = RunMode(cfg, p, size, m);
-      all_ok = all_ok && modes[m].value("ok", false);
+    // --repeat: the modes run interleaved (direct, ceiling, kvfs, direct, ...), so slow drifts of the
+    // machine's load hit every mode alike. "modes" is the first run (what bench_plot.py reads).
+    json runs = json::array();
+    for (unsigned rep = 0; rep < cfg.repeat; ++rep) {
+      json rm;
+      for (auto& m : cfg.modes) {
+        rm[m] = RunMode(cfg, p, size, m);
+        all_ok = all_ok && rm[m].value("ok", false);
+      }
+      runs.push_back({{"modes", rm}, {"ratios", RunRatios(rm)}});
     }
+    json modes = runs[0]["modes"];
     pj["modes"] = modes;
+    pj["runs"] = runs;
+    pj["median"] = MedianRatios(runs);
     // Warm-load target: bandwidth relative to the same loads from tmpfs (same chunks, threads, syscalls).
     if (modes.contains("tmpfs") && modes["tmpfs"].value("ok", false)) {
       // Both tmpfs loads read memory; the better one is the baseline (short phases on a shared machine
@@ -1089,10 +1387,14 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "\r\033[K");
     PrintProfile(pj);
+    PrintRuns(pj);
     std::fflush(stdout);
   }
   stop = true;
   prog.join();
+  report["loadavg_end"] = LoadAvg();
+  std::printf("\nload average (1 min) at start %.2f, at end %.2f\n", report["loadavg_start"]["1m"].get<double>(),
+              report["loadavg_end"]["1m"].get<double>());
   if (!cfg.json_out.empty()) {
     std::ofstream f(cfg.json_out);
     f << report.dump(1) << "\n";

@@ -2,7 +2,9 @@
 """Smoke run of every kvfs-bench profile (tiny sizes, no added latency): correctness only.
 
 Every profile replays its connector's syscall sequence against the kvfs-nfsim mount (direct) and against kvfs
-mounted over it, and verifies every byte of every load. Timing is not checked. Needs kvfs-bench and
+mounted over it, and verifies every byte of every load. The ceiling mode (a passthrough kvfs-nfsim at 0 latency
+over the same directory), --repeat and the cold load with a full cache are run once at tiny size.
+Timing is not checked. Needs kvfs-bench and
 kvfs-nfsim next to the kvfs binary (KVFS_BINARY=<build>/tools/kvfs); skips when they were not built.
 """
 import json
@@ -17,7 +19,17 @@ KVFS = os.environ.get("KVFS_BINARY", os.path.join(os.path.dirname(__file__), "..
 TOOLS = os.path.dirname(os.path.abspath(KVFS))
 BENCH = os.path.join(TOOLS, "kvfs-bench")
 NFSIM = os.path.join(TOOLS, "kvfs-nfsim")
-PROFILES = ["vllm", "llmd", "lmcache-fs", "lmcache-nixl", "sglang-file", "sglang-nixl"]
+PROFILES = ["vllm", "llmd", "lmcache-fs", "lmcache-nixl", "sglang-file", "sglang-nixl", "creates"]
+
+
+def unmount_all(work):
+    # kvfs-bench unmounts what it mounted; a crash may leave mounts behind (deepest first: ceil/ sits on nfs/).
+    mounts = []
+    for root, dirs, _ in os.walk(work):
+        mounts += [os.path.join(root, d) for d in dirs if os.path.ismount(os.path.join(root, d))]
+    for path in sorted(mounts, key=len, reverse=True):
+        subprocess.run(["fusermount3", "-u", path], capture_output=True)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 @unittest.skipUnless(os.path.exists(BENCH) and os.path.exists(NFSIM) and os.path.exists("/dev/fuse"),
@@ -61,13 +73,63 @@ class BenchSmokeTest(unittest.TestCase):
                                 prof["modes"]["direct"]["phases"]["store"]["backing"]["metadata_ops_per_unit"])
             self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
         finally:
-            # kvfs-bench unmounts what it mounted; a crash may leave mounts behind.
-            for root, dirs, _ in os.walk(work):
-                for d in dirs:
-                    path = os.path.join(root, d)
-                    if os.path.ismount(path):
-                        subprocess.run(["fusermount3", "-u", path], capture_output=True)
-            shutil.rmtree(work, ignore_errors=True)
+            unmount_all(work)
+
+    def test_ceiling_repeat_and_full_cache_load(self):
+        """direct, ceiling and kvfs, twice each; the cold load with a full cache fills kvfs's 8 MiB cache."""
+        work = tempfile.mkdtemp(prefix="kvfs-bench-smoke-", dir="/var/tmp")
+        try:
+            out = os.path.join(work, "r.json")
+            p = subprocess.run([BENCH, "--profile", "vllm", "--chunks", "6", "--chunk-bytes", "147456",
+                                "--threads", "2", "--lookup-batch", "8", "--latency-us", "0", "--no-progress",
+                                "--modes", "direct,ceiling,kvfs", "--repeat", "2", "--fill-bytes", "auto",
+                                "--kvfs-arg", "--cache-size", "--kvfs-arg", "8MiB",
+                                "--work", os.path.join(work, "w"), "--json", out],
+                               capture_output=True, text=True, timeout=600)
+            self.assertTrue(os.path.exists(out), p.stderr[-2000:])
+            with open(out) as f:
+                j = json.load(f)
+            self.assertEqual(j["config"]["repeat"], 2)
+            self.assertEqual([x["profile"] for x in j["profiles"]], ["vllm"])
+            for prof in j["profiles"]:
+                name, size = prof["profile"], prof["chunk_bytes"]
+                self.assertEqual(size, 147456)
+                self.assertEqual(len(prof["runs"]), 2)
+                for run in prof["runs"]:
+                    for mode in ("direct", "ceiling", "kvfs"):
+                        r = run["modes"][mode]
+                        self.assertTrue(r["ok"], f"{name}/{mode}: {r.get('error')}")
+                        ph = r["phases"]
+                        self.assertEqual(ph["store"]["units"], 6)
+                        # every load verified every byte (a mismatch fails the run)
+                        for load in ("load", "load_full", "warm_load"):
+                            self.assertEqual(ph[load]["bytes"], 6 * size, f"{name}/{mode} {load}")
+                        self.assertEqual(ph["lookup"]["hits"], 4)
+                        self.assertIn("end", r["loadavg"])
+                        self.assertGreaterEqual(r["loadavg"]["start"]["1m"], 0)
+                    # the ceiling is a FUSE daemon stacked on nfsim: its stored bytes reach the backing mount
+                    c = run["modes"]["ceiling"]
+                    self.assertGreaterEqual(c["phases"]["store"]["backing"]["bytes_written"], 6 * size)
+                    self.assertIn("ceiling", c["phases"]["store"]["cpu_s"])
+                    self.assertGreater(c["daemon_vmhwm_kb"], 0)
+                    # kvfs's cache was filled before the full-cache load (80% of 8 MiB at least)
+                    fill = run["modes"]["kvfs"]["fill"]
+                    self.assertEqual(fill["cache_size"], 8 << 20)
+                    self.assertEqual(fill["files"] * fill["file_bytes"], 10 << 20)  # 1.25 x 8 MiB
+                    self.assertGreater(fill["cache_bytes_after_fill"], 0.8 * (8 << 20))
+                    for ph in ("store", "lookup", "load", "load_full", "warm_load"):
+                        row = run["ratios"][ph]
+                        self.assertGreater(row["ceiling_units_per_s"], 0, f"{name} {ph}")
+                        self.assertGreater(row["kvfs_vs_ceiling"], 0, f"{name} {ph}")
+                        self.assertGreater(row["kvfs_vs_direct"], 0, f"{name} {ph}")
+                for ph in ("store", "lookup", "load", "load_full", "warm_load"):
+                    self.assertIn("kvfs_vs_ceiling", prof["median"][ph])
+            self.assertIn("kvfs/ceil", p.stdout)
+            self.assertIn("median of the 2 runs", p.stdout)
+            self.assertIn("cold load, full cache", p.stdout)
+            self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
+        finally:
+            unmount_all(work)
 
 
 if __name__ == "__main__":
