@@ -7,29 +7,18 @@
 //   * journal application by PATH (ApplyBatch / ApplyPut / ApplyUnlink / ...): replaying our own journal
 //     at rebuild and peers' journals later. Last writer wins per path by (stamp, node).
 //
-// ---- On-disk layout (RocksDB 7.8, column families). Bump kIndexFormatVersion if you change it. ----
-// Integers in keys are big-endian (so they sort numerically); in values little-endian fixed-width.
-// Strings in values are <u32 length><bytes>.
-//
-//   CF          key                                   value
-//   ----------  ------------------------------------  ----------------------------------------------------
-//   dentries    parent u64 BE | name                  ino u64, mode u32, cookie u64, stamp u64, node str
-//   dircookies  parent u64 BE | cookie u64 BE         name str, ino u64, mode u32        (readdir order)
-//   inodes      ino u64 BE                            InodeRecord (index_db.cc: EncodeInode; versioned)
-//   xattrs      ino u64 BE | name                     value bytes
-//   staged      ino u64 BE                            (empty)  uncommitted files; dropped at Open
-//   segments    node | 0x00 | gen u64 BE | seq u64 BE  state u8, live_bytes u64, live_records u64
-//   segfiles    <segments key> | ino u64 BE           (empty)  which inodes are located in a segment
-//   tombstones  full path                             stamp u64, node str
-//   meta        "format" "node" "ino_limit" "hlc" "clean" "stats" "applied/<node>"  (see index_db.cc)
+// ---- On-disk layout: RocksDB column families, key and value encodings ----
+// In index/index_keys.h (private to IndexDb), with the part that owns each key. Bump kIndexFormatVersion
+// if you change it. The implementation is cut by what it indexes: index_db.cc (open/close, counters),
+// namespace_index.cc (dentries, inodes, xattrs, tombstones), location_index.cc (segments),
+// progress_index.cc (applied positions, HLC floor), index_apply.cc (journal entries by path),
+// index_export.cc (views, export, dump); their shared state and transactions are in index_txn.h.
 //
 // "applied/<node>" is the journal position ("<gen>-<n>@<offset>", journal.h) up to which the index holds
 // that node's entries: for peers, where tailing resumes; for the index's OWN node, set by a rebuild and
 // at every clean close (Store::Close), so a clean index applies only the own entries that follow it
 // (written while the node was down, e.g. by kvfs-fsck --repair). Format 2 added that own-node meaning
 // (format 1 indexes are rebuilt).
-//
-// Dentries have a whole-key bloom filter (negative lookups of a hash fan-out never touch a data block).
 //
 // ---- readdir cookies ----
 // Every dentry owns a cookie unique within its directory: XXH3-64 of the name with the top bit cleared,
@@ -336,7 +325,7 @@ class IndexDb {
   IndexDb(const IndexDb&) = delete;
   IndexDb& operator=(const IndexDb&) = delete;
 
-  struct Impl;  // index_db.cc
+  struct Impl;  // index_txn.h
 
  private:
   IndexDb();

@@ -1,0 +1,580 @@
+// IndexDb, journal-entry application by PATH: ApplyBatch and the single-op conveniences (ApplyPut,
+// ApplyRename, ApplyUnlink, ApplyMkdir, ApplyRmdir, ApplySetattr, ApplyXattr, ApplyMove, ApplySeal,
+// ApplyDrop). Writes the namespace CFs and the segments CF through Ops (index_txn.h) and records meta
+// "applied/<node>" (layout: index_keys.h).
+// Callers: replay (index/replay.h) at rebuild and catch-up, the Store (engine/peer_tailer.cc: peers'
+// journals; engine/store_open.cc: its own entries at mount), the tests.
+// Thread-safety: one ApplyBatch holds Impl::mu and commits one atomic WriteBatch.
+// Invariants: last writer wins per path by (stamp, node) against the dentry and the path's tombstone
+// (index_db.h); superseded or conflicting ops are skipped and counted, a malformed op is rolled back
+// and skipped, only I/O or corruption is an error.
+#include "index/index_db.h"
+
+#include <spdlog/spdlog.h>
+
+#include <mutex>
+
+#include "index/index_keys.h"
+#include "index/index_txn.h"
+
+namespace kvfs {
+
+using namespace index_internal;
+
+// ---- journal application ----
+namespace {
+
+struct Applier {
+  Ops& o;
+  Txn& t;
+  std::string node;
+  ApplyResult& res;
+
+  // Resolves the parent directory of `path`, creating missing directories when create is true.
+  // Returns 0 (with *skip) on a conflict (a non-directory in the way, missing parent without create).
+  Result<uint64_t> Parent(std::string_view path, bool create, const Attr& attr, std::string* leaf, bool* skip) {
+    std::vector<std::string_view> comps;
+    KVFS_RETURN_IF_ERROR(SplitPath(path, &comps));
+    *skip = comps.empty();
+    if (comps.empty()) return uint64_t(0);
+    uint64_t ino = kRootIno;
+    for (size_t i = 0; i + 1 < comps.size(); i++) {
+      std::optional<DentryVal> d;
+      KVFS_RETURN_IF_ERROR(o.GetDentry(ino, comps[i], &d));
+      if (d) {
+        if (!S_ISDIR(d->mode)) {
+          *skip = true;
+          return uint64_t(0);
+        }
+        ino = d->ino;
+        continue;
+      }
+      if (!create) {
+        *skip = true;
+        return uint64_t(0);
+      }
+      auto nid = MakeDir(ino, comps[i], S_IFDIR | 0755, attr.uid, attr.gid);
+      if (!nid.ok()) return nid.status();
+      ino = *nid;
+    }
+    *leaf = std::string(comps.back());
+    return ino;
+  }
+  Result<uint64_t> MakeDir(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid, uint32_t gid) {
+    auto r = o.NewRec(S_IFDIR | (mode & 07777), parent, name);
+    if (!r.ok()) return r.status();
+    r->attr.uid = uid, r->attr.gid = gid;
+    KVFS_RETURN_IF_ERROR(o.PutRec(nullptr, &*r));
+    KVFS_RETURN_IF_ERROR(o.Link(parent, name, r->attr.ino, r->attr.mode, 0, ""));
+    KVFS_RETURN_IF_ERROR(o.TouchDir(parent, +1));
+    res.changed.push_back({parent, std::string(name), 0, r->attr.ino});
+    return r->attr.ino;
+  }
+
+  // Binds parent/leaf to a committed file described by rec (a new inode is allocated if rec.attr.ino
+  // is 0), replacing a committed or detaching a staged entry `cur`.
+  Status Bind(uint64_t parent, const std::string& leaf, const std::optional<DentryVal>& cur, InodeRec rec,
+              uint64_t stamp) {
+    uint64_t cookie = 0, old_ino = 0;
+    if (cur) {
+      cookie = cur->cookie;
+      old_ino = cur->ino;
+      std::optional<InodeRec> cr;
+      KVFS_RETURN_IF_ERROR(o.GetRec(cur->ino, &cr));
+      if (cr && !cr->committed) {
+        o.UnlinkDentry(parent, leaf, *cur);  // detach: the staged record stays
+      } else {
+        KVFS_RETURN_IF_ERROR(o.RemoveEntryAndInode(parent, leaf, *cur));
+      }
+    }
+    std::optional<InodeRec> old;
+    if (rec.attr.ino == 0) {
+      auto ino = o.im->AllocIno();
+      if (!ino.ok()) return ino.status();
+      rec.attr.ino = *ino;
+    } else {
+      KVFS_RETURN_IF_ERROR(o.GetRec(rec.attr.ino, &old));
+    }
+    rec.parent = parent;
+    rec.name = leaf;
+    rec.committed = true;
+    rec.stamp = stamp;
+    rec.stamp_node = node;
+    KVFS_RETURN_IF_ERROR(o.PutRec(old ? &*old : nullptr, &rec));
+    KVFS_RETURN_IF_ERROR(o.Link(parent, leaf, rec.attr.ino, rec.attr.mode, stamp, node, cookie));
+    KVFS_RETURN_IF_ERROR(o.TouchDir(parent, 0));
+    res.changed.push_back({parent, leaf, old_ino, rec.attr.ino});
+    return Status::OK();
+  }
+
+  // Whether a PUT-like binding of path at (stamp, node) wins over the tombstone and current entry.
+  // *cur receives the current entry. Returns false (skip) when it loses or conflicts with a directory.
+  Result<bool> Wins(const std::string& path, uint64_t parent, const std::string& leaf, uint64_t stamp,
+                    std::optional<DentryVal>* cur) {
+    std::optional<Tombstone> tb;
+    KVFS_RETURN_IF_ERROR(o.GetTomb(path, &tb));
+    if (tb && !Newer(stamp, node, tb->stamp, tb->node)) return false;
+    KVFS_RETURN_IF_ERROR(o.GetDentry(parent, leaf, cur));
+    if (!*cur) return true;
+    if (S_ISDIR((*cur)->mode)) return false;
+    std::optional<InodeRec> cr;
+    KVFS_RETURN_IF_ERROR(o.GetRec((*cur)->ino, &cr));
+    if (cr && !cr->committed) return true;  // staged: gets detached
+    return Newer(stamp, node, (*cur)->stamp, (*cur)->node);
+  }
+
+  Result<bool> Put(const ApplyOp& op) {
+    auto dropped = o.InDroppedSegment(op.location);
+    if (!dropped.ok()) return dropped.status();
+    if (*dropped) return false;
+    std::string leaf;
+    bool skip;
+    auto parent = Parent(op.path, true, op.attr, &leaf, &skip);
+    if (!parent.ok()) return parent.status();
+    if (skip) return false;
+    std::optional<DentryVal> cur;
+    auto w = Wins(op.path, *parent, leaf, op.stamp, &cur);
+    if (!w.ok()) return w.status();
+    if (!*w) return false;
+    InodeRec rec;
+    rec.attr = op.attr;
+    rec.attr.ino = 0;
+    rec.attr.nlink = 1;
+    uint32_t type = op.attr.mode & S_IFMT;
+    if (type != S_IFLNK) type = S_IFREG;
+    rec.attr.mode = type | (op.attr.mode & 07777);
+    if (type == S_IFLNK) {
+      rec.symlink = op.symlink;
+      rec.attr.size = op.symlink.size();
+    } else {
+      rec.loc = op.location;
+    }
+    if (cur) {  // same content re-applied (e.g. replay): keep the inode number
+      std::optional<InodeRec> cr;
+      KVFS_RETURN_IF_ERROR(o.GetRec(cur->ino, &cr));
+      if (cr && cr->committed && (cr->attr.mode & S_IFMT) == type && cr->loc == rec.loc &&
+          cr->symlink == rec.symlink)
+        rec.attr.ino = cr->attr.ino;
+    }
+    if (rec.attr.ino && cur) {
+      // in place: update record and dentry stamp without unlinking
+      std::optional<InodeRec> old;
+      KVFS_RETURN_IF_ERROR(o.GetRec(rec.attr.ino, &old));
+      rec.parent = *parent, rec.name = leaf, rec.committed = true, rec.stamp = op.stamp, rec.stamp_node = node;
+      KVFS_RETURN_IF_ERROR(o.PutRec(&*old, &rec));
+      KVFS_RETURN_IF_ERROR(o.Link(*parent, leaf, rec.attr.ino, rec.attr.mode, op.stamp, node, cur->cookie));
+      res.attr_changed.push_back(rec.attr.ino);
+    } else {
+      KVFS_RETURN_IF_ERROR(Bind(*parent, leaf, cur, rec, op.stamp));
+      rec.attr.ino = res.changed.back().new_ino;
+    }
+    if (op.xattrs) {
+      // The PUT carries the file's whole xattr set: it replaces what the index has.
+      std::vector<std::string> keys;
+      KVFS_RETURN_IF_ERROR(t.ForEachPrefix(kXattrs, InoKey(rec.attr.ino), [&](auto& k, auto&) {
+        keys.push_back(k);
+        return true;
+      }));
+      for (auto& k : keys) t.Del(kXattrs, k);
+      for (const auto& [name, value] : *op.xattrs) t.Put(kXattrs, XattrKey(rec.attr.ino, name), value);
+    }
+    t.Del(kTombstones, op.path);
+    t.RaiseHlc(op.stamp);
+    return true;
+  }
+
+  Result<bool> Unlink(const ApplyOp& op) {
+    KVFS_RETURN_IF_ERROR(o.RaiseTomb(op.path, op.stamp, node));
+    std::string leaf;
+    bool skip;
+    auto parent = Parent(op.path, false, op.attr, &leaf, &skip);
+    if (!parent.ok()) return parent.status();
+    if (skip) return true;  // tombstone recorded
+    std::optional<DentryVal> cur;
+    KVFS_RETURN_IF_ERROR(o.GetDentry(*parent, leaf, &cur));
+    if (!cur || S_ISDIR(cur->mode)) return !cur;
+    std::optional<InodeRec> cr;
+    KVFS_RETURN_IF_ERROR(o.GetRec(cur->ino, &cr));
+    if (cr && !cr->committed) return true;  // a staged local file is newer
+    if (!Newer(op.stamp, node, cur->stamp, cur->node)) return false;
+    KVFS_RETURN_IF_ERROR(o.RemoveEntryAndInode(*parent, leaf, *cur));
+    KVFS_RETURN_IF_ERROR(o.TouchDir(*parent, 0));
+    res.changed.push_back({*parent, leaf, cur->ino, 0});
+    return true;
+  }
+
+  Result<bool> Rename(const ApplyOp& op) {
+    if (op.path == op.to) return false;
+    // Source
+    std::string sleaf;
+    bool sskip;
+    auto sparent = Parent(op.path, false, op.attr, &sleaf, &sskip);
+    if (!sparent.ok()) return sparent.status();
+    std::optional<DentryVal> sd;
+    std::optional<InodeRec> src;
+    if (!sskip) {
+      KVFS_RETURN_IF_ERROR(o.GetDentry(*sparent, sleaf, &sd));
+      if (sd) {
+        KVFS_RETURN_IF_ERROR(o.GetRec(sd->ino, &src));
+        bool movable = src && (src->is_dir() || (src->committed && Newer(op.stamp, node, sd->stamp, sd->node)));
+        if (!movable) src.reset();
+      }
+    }
+    bool src_dir = src && src->is_dir();
+    if (!src_dir) KVFS_RETURN_IF_ERROR(o.RaiseTomb(op.path, op.stamp, node));
+    auto dropped = o.InDroppedSegment(src ? src->loc : op.location);
+    if (!dropped.ok()) return dropped.status();
+    // Destination
+    std::string dleaf;
+    bool dskip;
+    auto dparent = Parent(op.to, true, op.attr, &dleaf, &dskip);
+    if (!dparent.ok()) return dparent.status();
+    bool link = !dskip && !*dropped;
+    std::optional<DentryVal> dd;
+    if (link && src_dir) {
+      KVFS_RETURN_IF_ERROR(o.GetDentry(*dparent, dleaf, &dd));
+      auto under = o.IsUnder(*dparent, src->attr.ino);
+      if (!under.ok()) return under.status();
+      if (dd || *under) return false;  // directory renames never replace; no cycles
+      o.UnlinkDentry(*sparent, sleaf, *sd);
+      KVFS_RETURN_IF_ERROR(o.Link(*dparent, dleaf, src->attr.ino, src->attr.mode, 0, ""));
+      InodeRec moved = *src;
+      moved.parent = *dparent, moved.name = dleaf;
+      KVFS_RETURN_IF_ERROR(o.UpdateRec(*src, moved));
+      int delta = *sparent != *dparent ? 1 : 0;
+      KVFS_RETURN_IF_ERROR(o.TouchDir(*sparent, -delta));
+      if (delta) KVFS_RETURN_IF_ERROR(o.TouchDir(*dparent, delta));
+      res.changed.push_back({*sparent, sleaf, src->attr.ino, 0});
+      res.changed.push_back({*dparent, dleaf, 0, src->attr.ino});
+      return true;
+    }
+    if (src_dir) return false;
+    if (link) {
+      auto w = Wins(op.to, *dparent, dleaf, op.stamp, &dd);
+      if (!w.ok()) return w.status();
+      link = *w;
+      if (dd && sd && dd->ino == sd->ino) link = false;  // from == to
+    }
+    bool changed = false;
+    if (src) {
+      o.UnlinkDentry(*sparent, sleaf, *sd);
+      KVFS_RETURN_IF_ERROR(o.TouchDir(*sparent, 0));
+      res.changed.push_back({*sparent, sleaf, src->attr.ino, 0});
+      changed = true;
+      if (!link) KVFS_RETURN_IF_ERROR(o.PutRec(&*src, nullptr));
+    }
+    if (link) {
+      InodeRec rec;
+      if (src) {
+        rec = *src;  // keeps its inode number and content
+      } else if (!op.location.empty()) {
+        rec.attr.mode = S_IFREG | 0644;
+        rec.attr.size = op.location.length;
+        rec.attr.nlink = 1;
+        rec.attr.atime_ns = rec.attr.mtime_ns = rec.attr.ctime_ns = NowNs();
+        rec.loc = op.location;
+      } else {
+        return changed;  // nothing known to link (a 0-byte file we never saw)
+      }
+      KVFS_RETURN_IF_ERROR(Bind(*dparent, dleaf, dd, rec, op.stamp));
+      t.Del(kTombstones, op.to);
+      changed = true;
+    }
+    t.RaiseHlc(op.stamp);
+    return changed;
+  }
+
+  Result<bool> Mkdir(const ApplyOp& op) {
+    std::string leaf;
+    bool skip;
+    auto parent = Parent(op.path, true, op.attr, &leaf, &skip);
+    if (!parent.ok()) return parent.status();
+    if (skip) return false;
+    std::optional<DentryVal> cur;
+    KVFS_RETURN_IF_ERROR(o.GetDentry(*parent, leaf, &cur));
+    if (cur) return false;
+    auto r = MakeDir(*parent, leaf, (op.attr.mode & 07777) ? op.attr.mode : 0755, op.attr.uid, op.attr.gid);
+    if (!r.ok()) return r.status();
+    return true;
+  }
+
+  Result<bool> Rmdir(const ApplyOp& op) {
+    std::string leaf;
+    bool skip;
+    auto parent = Parent(op.path, false, op.attr, &leaf, &skip);
+    if (!parent.ok()) return parent.status();
+    if (skip) return false;
+    std::optional<DentryVal> cur;
+    KVFS_RETURN_IF_ERROR(o.GetDentry(*parent, leaf, &cur));
+    if (!cur || !S_ISDIR(cur->mode)) return false;
+    auto empty = o.DirEmpty(cur->ino);
+    if (!empty.ok()) return empty.status();
+    if (!*empty) return false;
+    KVFS_RETURN_IF_ERROR(o.RemoveEntryAndInode(*parent, leaf, *cur));
+    KVFS_RETURN_IF_ERROR(o.TouchDir(*parent, -1));
+    res.changed.push_back({*parent, leaf, cur->ino, 0});
+    return true;
+  }
+
+  // The committed node at path that an attribute change of (stamp, node) may modify, or nullopt.
+  Result<std::optional<InodeRec>> AttrTarget(const ApplyOp& op) {
+    auto ino = [&]() -> Result<uint64_t> {
+      if (op.path == "/") return kRootIno;
+      std::string leaf;
+      bool skip;
+      auto parent = Parent(op.path, false, op.attr, &leaf, &skip);
+      if (!parent.ok()) return parent.status();
+      if (skip) return uint64_t(0);
+      std::optional<DentryVal> cur;
+      KVFS_RETURN_IF_ERROR(o.GetDentry(*parent, leaf, &cur));
+      if (!cur) return uint64_t(0);
+      // Equal (stamp, node) = the binding event itself (a snapshot's XATTR entries carry their file's
+      // stamp): applies.
+      if (!S_ISDIR(cur->mode) && !Newer(op.stamp, node, cur->stamp, cur->node) &&
+          !(op.stamp == cur->stamp && node == cur->node))
+        return uint64_t(0);
+      return cur->ino;
+    }();
+    if (!ino.ok()) return ino.status();
+    std::optional<InodeRec> r;
+    if (*ino == 0) return r;
+    KVFS_RETURN_IF_ERROR(o.GetRec(*ino, &r));
+    if (r && !r->committed) r.reset();
+    return r;
+  }
+
+  Result<bool> Setattr(const ApplyOp& op) {
+    auto r = AttrTarget(op);
+    if (!r.ok()) return r.status();
+    if (!*r) return false;
+    InodeRec n = **r;
+    ApplyAttrMask(&n.attr, op.attr, op.mask);
+    if (op.stamp > n.stamp) n.stamp = op.stamp, n.stamp_node = node;
+    KVFS_RETURN_IF_ERROR(o.UpdateRec(**r, n));
+    t.RaiseHlc(op.stamp);
+    res.attr_changed.push_back(n.attr.ino);
+    return true;
+  }
+
+  Result<bool> Xattr(const ApplyOp& op) {
+    auto r = AttrTarget(op);
+    if (!r.ok()) return r.status();
+    if (!*r) return false;
+    std::string k = XattrKey((*r)->attr.ino, op.xattr_name);
+    if (op.xattr_remove) t.Del(kXattrs, k);
+    else t.Put(kXattrs, k, op.xattr_value);
+    t.RaiseHlc(op.stamp);
+    res.attr_changed.push_back((*r)->attr.ino);
+    return true;
+  }
+
+  Result<bool> Move(const ApplyOp& op) {
+    auto dropped = o.InDroppedSegment(op.location);
+    if (!dropped.ok()) return dropped.status();
+    if (*dropped) return false;
+    std::string leaf;
+    bool skip;
+    auto parent = Parent(op.path, false, op.attr, &leaf, &skip);
+    if (!parent.ok()) return parent.status();
+    if (skip) return false;
+    std::optional<DentryVal> cur;
+    KVFS_RETURN_IF_ERROR(o.GetDentry(*parent, leaf, &cur));
+    if (!cur) return false;
+    std::optional<InodeRec> r;
+    KVFS_RETURN_IF_ERROR(o.GetRec(cur->ino, &r));
+    if (!r || !r->committed || !r->is_reg() || !(r->loc == op.old_location)) return false;
+    InodeRec n = *r;
+    n.loc = op.location;
+    KVFS_RETURN_IF_ERROR(o.UpdateRec(*r, n));
+    return true;
+  }
+
+  // The segment's record (default SegmentInfo when absent), with *found.
+  Status GetSeg(const SegmentId& seg, SegmentInfo* si, bool* found) {
+    std::string v;
+    KVFS_RETURN_IF_ERROR(t.Get(kSegments, SegKey(seg), &v, found));
+    if (*found && !DecodeSeg(v, si)) return Status::Corruption("bad segment record");
+    return Status::OK();
+  }
+
+  Result<bool> SetSegState(const SegmentId& seg, SegmentState st) {
+    SegmentInfo si;
+    bool found;
+    KVFS_RETURN_IF_ERROR(GetSeg(seg, &si, &found));
+    if (found && (si.state == SegmentState::kDropped || si.state == st)) return false;
+    si.state = st;
+    t.Put(kSegments, SegKey(seg), EncodeSeg(si));
+    return true;
+  }
+
+  Result<bool> Cut(const SegmentId& seg, uint64_t offset) {
+    SegmentInfo si;
+    bool found;
+    KVFS_RETURN_IF_ERROR(GetSeg(seg, &si, &found));
+    if (found && (si.state == SegmentState::kDropped || si.cut <= offset)) return false;
+    si.cut = offset;
+    t.Put(kSegments, SegKey(seg), EncodeSeg(si));
+    return true;
+  }
+
+  Result<bool> Drop(const ApplyOp& op) {
+    auto ch = SetSegState(op.segment, SegmentState::kDropped);
+    if (!ch.ok()) return ch.status();
+    std::string prefix = SegKey(op.segment);
+    std::vector<uint64_t> inos;
+    KVFS_RETURN_IF_ERROR(t.ForEachPrefix(kSegFiles, prefix, [&](auto& k, auto&) {
+      if (k.size() == prefix.size() + 8) inos.push_back(GetBE64(k.data() + prefix.size()));
+      return true;
+    }));
+    for (uint64_t ino : inos) {
+      std::optional<InodeRec> r;
+      KVFS_RETURN_IF_ERROR(o.GetRec(ino, &r));
+      if (!r) continue;
+      std::optional<DentryVal> d;
+      KVFS_RETURN_IF_ERROR(o.GetDentry(r->parent, r->name, &d));
+      if (d && d->ino == ino) {
+        o.UnlinkDentry(r->parent, r->name, *d);
+        KVFS_RETURN_IF_ERROR(o.TouchDir(r->parent, 0));
+        res.changed.push_back({r->parent, r->name, ino, 0});
+      }
+      KVFS_RETURN_IF_ERROR(o.PutRec(&*r, nullptr));
+    }
+    return *ch || !inos.empty();
+  }
+
+  Result<bool> Apply(const ApplyOp& op) {
+    switch (op.kind) {
+      case ApplyOp::Kind::kPut: return Put(op);
+      case ApplyOp::Kind::kRename: return Rename(op);
+      case ApplyOp::Kind::kUnlink: return Unlink(op);
+      case ApplyOp::Kind::kMkdir: return Mkdir(op);
+      case ApplyOp::Kind::kRmdir: return Rmdir(op);
+      case ApplyOp::Kind::kSetattr: return Setattr(op);
+      case ApplyOp::Kind::kXattr: return Xattr(op);
+      case ApplyOp::Kind::kMove: return Move(op);
+      case ApplyOp::Kind::kSeal: return SetSegState(op.segment, SegmentState::kSealed);
+      case ApplyOp::Kind::kDrop: return Drop(op);
+      // A node cuts only its own segment files (as CollectNodeCuts reads them): a peer's journal never
+      // limits another node's segment.
+      case ApplyOp::Kind::kCut: return op.segment.node == node ? Cut(op.segment, op.cut_offset) : Result<bool>(false);
+    }
+    return Status::InvalidArgument("unknown apply op");
+  }
+};
+
+}  // namespace
+
+Result<ApplyResult> IndexDb::ApplyBatch(std::span<const ApplyOp> ops, std::string_view node,
+                                        std::string_view position) {
+  if (node.empty()) return Status::InvalidArgument("apply without a node");
+  std::lock_guard<std::mutex> l(impl_->mu);
+  Txn t(impl_.get());
+  Ops o{impl_.get(), t};
+  ApplyResult res;
+  Applier a{o, t, std::string(node), res};
+  for (const ApplyOp& op : ops) {
+    auto mark = t.GetMark();
+    size_t nchanged = res.changed.size(), nattr = res.attr_changed.size();
+    auto r = a.Apply(op);
+    if (!r.ok()) {
+      if (r.status().IsInvalidArgument()) {  // a malformed entry: skip it, keep the batch
+        spdlog::warn("index: skipping journal entry of {} on '{}': {}", node, op.path, r.status().ToString());
+        t.Rollback(mark);
+        res.changed.resize(nchanged);
+        res.attr_changed.resize(nattr);
+        res.skipped++;
+        continue;
+      }
+      return r.status();
+    }
+    if (*r) res.applied++;
+    else res.skipped++;
+  }
+  if (!position.empty()) t.Put(kMeta, std::string(kMetaAppliedPrefix) + std::string(node), std::string(position));
+  KVFS_RETURN_IF_ERROR(t.Commit());
+  return res;
+}
+
+Result<ApplyResult> IndexDb::ApplyPut(std::string_view path, const Location& loc, const Attr& attr, uint64_t stamp,
+                                      std::string_view node) {
+  ApplyOp op;
+  op.kind = ApplyOp::Kind::kPut;
+  op.path = std::string(path);
+  op.location = loc;
+  op.attr = attr;
+  op.stamp = stamp;
+  return ApplyBatch({&op, 1}, node);
+}
+Result<ApplyResult> IndexDb::ApplyRename(std::string_view from, std::string_view to, const Location& loc,
+                                         uint64_t stamp, std::string_view node) {
+  ApplyOp op;
+  op.kind = ApplyOp::Kind::kRename;
+  op.path = std::string(from);
+  op.to = std::string(to);
+  op.location = loc;
+  op.stamp = stamp;
+  return ApplyBatch({&op, 1}, node);
+}
+Result<ApplyResult> IndexDb::ApplyUnlink(std::string_view path, uint64_t stamp, std::string_view node) {
+  ApplyOp op;
+  op.kind = ApplyOp::Kind::kUnlink;
+  op.path = std::string(path);
+  op.stamp = stamp;
+  return ApplyBatch({&op, 1}, node);
+}
+Result<ApplyResult> IndexDb::ApplyMkdir(std::string_view path, const Attr& attr) {
+  ApplyOp op;
+  op.kind = ApplyOp::Kind::kMkdir;
+  op.path = std::string(path);
+  op.attr = attr;
+  return ApplyBatch({&op, 1}, node_id_);
+}
+Result<ApplyResult> IndexDb::ApplyRmdir(std::string_view path) {
+  ApplyOp op;
+  op.kind = ApplyOp::Kind::kRmdir;
+  op.path = std::string(path);
+  return ApplyBatch({&op, 1}, node_id_);
+}
+Result<ApplyResult> IndexDb::ApplySetattr(std::string_view path, const Attr& attr, uint32_t mask, uint64_t stamp,
+                                          std::string_view node) {
+  ApplyOp op;
+  op.kind = ApplyOp::Kind::kSetattr;
+  op.path = std::string(path);
+  op.attr = attr;
+  op.mask = mask;
+  op.stamp = stamp;
+  return ApplyBatch({&op, 1}, node);
+}
+Result<ApplyResult> IndexDb::ApplyXattr(std::string_view path, std::string_view name, std::string_view value,
+                                        bool remove, uint64_t stamp, std::string_view node) {
+  ApplyOp op;
+  op.kind = ApplyOp::Kind::kXattr;
+  op.path = std::string(path);
+  op.xattr_name = std::string(name);
+  op.xattr_value = std::string(value);
+  op.xattr_remove = remove;
+  op.stamp = stamp;
+  return ApplyBatch({&op, 1}, node);
+}
+Result<ApplyResult> IndexDb::ApplyMove(std::string_view path, const Location& old_loc, const Location& new_loc) {
+  ApplyOp op;
+  op.kind = ApplyOp::Kind::kMove;
+  op.path = std::string(path);
+  op.old_location = old_loc;
+  op.location = new_loc;
+  return ApplyBatch({&op, 1}, node_id_);
+}
+Result<ApplyResult> IndexDb::ApplySeal(const SegmentId& seg) {
+  ApplyOp op;
+  op.kind = ApplyOp::Kind::kSeal;
+  op.segment = seg;
+  return ApplyBatch({&op, 1}, node_id_);
+}
+Result<ApplyResult> IndexDb::ApplyDrop(const SegmentId& seg) {
+  ApplyOp op;
+  op.kind = ApplyOp::Kind::kDrop;
+  op.segment = seg;
+  return ApplyBatch({&op, 1}, node_id_);
+}
+
+}  // namespace kvfs

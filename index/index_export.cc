@@ -1,0 +1,162 @@
+// IndexDb, snapshots / rebuild support: consistent read views (NewView), ExportLive (the walk a
+// checkpoint writes, index/snapshot.h) and DumpByPath (content by path, to compare two indexes).
+// Reads every CF (layout: index_keys.h); writes nothing.
+// Callers: the Store (engine/store_checkpoint.cc: NewView), its checkpoint writer (engine/checkpoint.cc:
+// ExportLive), fsck and kvfs-fsck (DumpByPath), the tests.
+// Thread-safety: no lock; each walk reads one RocksDB snapshot, so it sees one consistent state.
+// Invariants: staged files are never exported or dumped; a directory comes before anything under it.
+#include "index/index_db.h"
+
+#include <rocksdb/db.h>
+
+#include "index/index_keys.h"
+#include "index/index_txn.h"
+
+namespace kvfs {
+
+using namespace index_internal;
+
+// ---- dump ----
+Result<std::map<std::string, DumpEntry>> IndexDb::DumpByPath() {
+  std::map<std::string, DumpEntry> out;
+  rocksdb::ReadOptions ro;
+  ro.snapshot = impl_->db->GetSnapshot();
+  struct Release {
+    rocksdb::DB* db;
+    const rocksdb::Snapshot* s;
+    ~Release() { db->ReleaseSnapshot(s); }
+  } rel{impl_->db, ro.snapshot};
+  std::vector<std::pair<uint64_t, std::string>> stack{{kRootIno, "/"}};
+  std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(ro, impl_->H(kDirCookies)));
+  std::unique_ptr<rocksdb::Iterator> xit(impl_->db->NewIterator(ro, impl_->H(kXattrs)));
+  while (!stack.empty()) {
+    auto [dir, dpath] = stack.back();
+    stack.pop_back();
+    std::string prefix = InoKey(dir);
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      Reader rd{std::string_view(it->value().data(), it->value().size())};
+      std::string name = rd.Str();
+      uint64_t ino = rd.U64();
+      if (!rd.ok) return Status::Corruption("bad dircookie value");
+      std::string v;
+      auto s = impl_->db->Get(ro, impl_->H(kInodes), InoKey(ino), &v);
+      if (!s.ok()) return ToStatus(s, "dump: inode " + std::to_string(ino));
+      InodeRec r;
+      if (!DecodeInode(v, &r)) return Status::Corruption("bad inode record");
+      if (!r.committed) continue;
+      std::string path = JoinPath(dpath, name);
+      DumpEntry e;
+      e.mode = r.attr.mode;
+      if (r.is_dir()) {
+        e.mode = S_IFDIR;
+        stack.push_back({ino, path});
+      } else {
+        e.uid = r.attr.uid, e.gid = r.attr.gid, e.mtime_ns = r.attr.mtime_ns;
+        if (r.is_reg()) e.location = r.loc, e.size = r.attr.size;
+        e.symlink = r.symlink;
+      }
+      std::string xp = InoKey(ino);
+      for (xit->Seek(xp); xit->Valid() && xit->key().starts_with(xp); xit->Next())
+        e.xattrs[xit->key().ToString().substr(8)] = xit->value().ToString();
+      out.emplace(std::move(path), std::move(e));
+    }
+    KVFS_RETURN_IF_ERROR(ToStatus(it->status(), "dump"));
+  }
+  return out;
+}
+
+// ---- checkpoints ----
+
+class IndexDb::View {
+ public:
+  View(rocksdb::DB* db) : db_(db), snap_(db->GetSnapshot()) {}
+  ~View() { db_->ReleaseSnapshot(snap_); }
+  rocksdb::DB* db_;
+  const rocksdb::Snapshot* snap_;
+};
+
+std::shared_ptr<const IndexDb::View> IndexDb::NewView() { return std::make_shared<const View>(impl_->db); }
+
+Status IndexDb::ExportLive(const View& view, std::string_view node,
+                           const std::function<Status(const ExportItem&)>& fn) {
+  rocksdb::ReadOptions ro;
+  ro.snapshot = view.snap_;
+  auto* db = impl_->db;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro, impl_->H(kDirCookies)));
+  std::unique_ptr<rocksdb::Iterator> xit(db->NewIterator(ro, impl_->H(kXattrs)));
+  auto xattrs = [&](uint64_t ino, ExportItem* item) -> Status {
+    std::string xp = InoKey(ino);
+    for (xit->Seek(xp); xit->Valid() && xit->key().starts_with(xp); xit->Next())
+      item->xattrs.emplace_back(xit->key().ToString().substr(8), xit->value().ToString());
+    return ToStatus(xit->status(), "export xattrs");
+  };
+  std::vector<std::pair<uint64_t, std::string>> stack{{kRootIno, "/"}};
+  while (!stack.empty()) {
+    auto [dir, dpath] = stack.back();
+    stack.pop_back();
+    const std::string prefix = InoKey(dir);
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
+      Reader rd{std::string_view(it->value().data(), it->value().size())};
+      std::string name = rd.Str();
+      uint64_t ino = rd.U64();
+      if (!rd.ok) return Status::Corruption("bad dircookie value");
+      std::string v;
+      auto s = db->Get(ro, impl_->H(kInodes), InoKey(ino), &v);
+      if (!s.ok()) return ToStatus(s, "export: inode " + std::to_string(ino));
+      InodeRec r;
+      if (!DecodeInode(v, &r)) return Status::Corruption("bad inode record");
+      if (!r.committed && !r.is_dir()) continue;  // staged
+      ExportItem item;
+      item.path = JoinPath(dpath, name);
+      item.attr = r.attr;
+      if (r.is_dir()) {
+        item.kind = ExportItem::Kind::kDir;
+        stack.push_back({ino, item.path});
+      } else {
+        std::string dv;
+        s = db->Get(ro, impl_->H(kDentries), DentryKey(dir, name), &dv);
+        if (!s.ok()) return ToStatus(s, "export: dentry " + item.path);
+        DentryVal d;
+        if (!DecodeDentry(dv, &d)) return Status::Corruption("bad dentry");
+        if (d.node != node || d.stamp == 0) continue;
+        item.kind = S_ISLNK(r.attr.mode) ? ExportItem::Kind::kSymlink : ExportItem::Kind::kFile;
+        item.stamp = d.stamp;
+        item.location = r.loc;
+        item.symlink = r.symlink;
+      }
+      KVFS_RETURN_IF_ERROR(xattrs(ino, &item));
+      KVFS_RETURN_IF_ERROR(fn(item));
+    }
+    KVFS_RETURN_IF_ERROR(ToStatus(it->status(), "export"));
+  }
+  std::unique_ptr<rocksdb::Iterator> tit(db->NewIterator(ro, impl_->H(kTombstones)));
+  for (tit->SeekToFirst(); tit->Valid(); tit->Next()) {
+    Tombstone tb;
+    if (!DecodeTomb(std::string_view(tit->value().data(), tit->value().size()), &tb)) {
+      return Status::Corruption("bad tombstone");
+    }
+    if (tb.node != node) continue;
+    ExportItem item;
+    item.kind = ExportItem::Kind::kTombstone;
+    item.path = tit->key().ToString();
+    item.stamp = tb.stamp;
+    KVFS_RETURN_IF_ERROR(fn(item));
+  }
+  KVFS_RETURN_IF_ERROR(ToStatus(tit->status(), "export tombstones"));
+  std::unique_ptr<rocksdb::Iterator> sit(db->NewIterator(ro, impl_->H(kSegments)));
+  std::string sp(node);
+  sp.push_back('\0');
+  for (sit->Seek(sp); sit->Valid() && sit->key().starts_with(sp); sit->Next()) {
+    ExportItem item;
+    item.kind = ExportItem::Kind::kSegment;
+    if (!DecodeSegKey(std::string_view(sit->key().data(), sit->key().size()), &item.segment.id) ||
+        !DecodeSeg(std::string_view(sit->value().data(), sit->value().size()), &item.segment)) {
+      return Status::Corruption("bad segment record");
+    }
+    if (item.segment.state == SegmentState::kOpen && item.segment.cut == UINT64_MAX) continue;
+    KVFS_RETURN_IF_ERROR(fn(item));
+  }
+  return ToStatus(sit->status(), "export segments");
+}
+
+}  // namespace kvfs
