@@ -4,6 +4,31 @@
 
 namespace kvfs {
 
+namespace {
+BackingModes g_backing_modes;
+}  // namespace
+
+BackingModes GetBackingModes() { return g_backing_modes; }
+void SetBackingModes(const BackingModes& modes) { g_backing_modes = modes; }
+
+Result<BackingModes> ParseBackingMode(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("invalid mode '" + text + "': " + why);
+  };
+  if (text.empty() || text.size() > 5) return bad("expected an octal mode such as 0600 or 0640");
+  unsigned v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '7') return bad("expected an octal mode such as 0600 or 0640");
+    v = v * 8 + static_cast<unsigned>(c - '0');
+  }
+  if (v & ~0777u) return bad("only permission bits (at most 0777; no setuid, setgid or sticky bit)");
+  if ((v & 0600u) != 0600u) return bad("the owner must keep read and write (0600)");
+  BackingModes m;
+  m.file = static_cast<mode_t>(v & 0666u);  // never executable
+  m.dir = static_cast<mode_t>(m.file | ((m.file & 0444u) >> 2));
+  return m;
+}
+
 Status Env::CreateDirs(const std::string& path) {
   if (path.empty() || path == "/") return Status::OK();
   auto st = Stat(path);

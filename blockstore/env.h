@@ -36,8 +36,25 @@ struct OpenOptions {
   bool exclusive = false;  // O_EXCL (with create)
   bool truncate = false;   // O_TRUNC (only for private files such as OWNER.tmp; never segments/journals)
   bool direct = false;     // O_DIRECT (bypasses the page cache; on NFS, reads see peers' growth at once)
-  mode_t mode = 0644;
+  mode_t mode = 0;         // permission bits of a created file; 0 = BackingModes().file (see below)
 };
+
+// Permission bits of the files and directories kvfs creates on the export (segments, journals,
+// snapshots, node directories, OWNER, HEARTBEAT, ...) and of its local index directory. Default
+// owner-only, 0600 / 0700: the export holds users' prompt bytes, whatever modes the files have inside
+// the mount. One process-wide setting, made once by a tool's main() before any Env call
+// (`kvfs mount --backing-mode`, `kvfs-fsck --backing-mode`); the process umask can only remove bits.
+// Thread safety: read by every Env create; SetBackingModes is not synchronised against them.
+struct BackingModes {
+  mode_t file = 0600;
+  mode_t dir = 0700;
+};
+BackingModes GetBackingModes();
+void SetBackingModes(const BackingModes& modes);
+// "0640" (octal, leading 0 optional) -> files 0640, directories 0750 (x added wherever r is set).
+// The owner must keep read and write (0600); no bits beyond 0777. InvalidArgument with a one-line
+// reason otherwise.
+Result<BackingModes> ParseBackingMode(const std::string& text);
 
 struct FileInfo {
   uint64_t size = 0;

@@ -250,7 +250,7 @@ class PosixEnv final : public Env {
     if (o.create) counters_.create.fetch_add(1, std::memory_order_relaxed);
     int fd;
     do {
-      fd = ::open(path.c_str(), flags, o.mode);
+      fd = ::open(path.c_str(), flags, o.mode != 0 ? o.mode : GetBackingModes().file);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) return ErrnoStatus(o.direct ? "open(O_DIRECT)" : "open", path, errno);
     return std::unique_ptr<BackingFile>(new PosixFile(fd, path, &counters_));
@@ -258,7 +258,7 @@ class PosixEnv final : public Env {
 
   Status CreateDir(const std::string& path) override {
     counters_.mkdir.fetch_add(1, std::memory_order_relaxed);
-    if (::mkdir(path.c_str(), 0755) == 0) return Status::OK();
+    if (::mkdir(path.c_str(), GetBackingModes().dir) == 0) return Status::OK();
     int e = errno;
     if (e == EEXIST) {
       struct stat st;

@@ -15,14 +15,17 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
+#include "blockstore/env.h"
 #include "index/fsck.h"
 #include "index/index_db.h"
 
@@ -70,6 +73,41 @@ EXIT STATUS
     0 clean, 1 problems found (and repaired with --repair), 2 usage or bad input, 3 repair refused
     (live owner), 2 I/O error.
 )";
+
+// Files and directories under <backing>/.kvfs whose permission bits give group or others more than the
+// site's backing mode (--backing-mode, default 0600 files / 0700 directories): the export holds users'
+// prompt bytes, whatever modes the files have inside the mount. A warning, not a problem (exit code
+// unchanged): kvfs before issue #17 created 0644 / 0755.
+struct LooseMode {
+  std::string path;
+  unsigned mode = 0;
+};
+
+std::vector<LooseMode> FindLooseModes(const std::string& backing, const kvfs::BackingModes& m) {
+  namespace fs = std::filesystem;
+  std::vector<LooseMode> out;
+  std::error_code ec;
+  const fs::path root = fs::path(backing) / ".kvfs";
+  auto check = [&](const fs::path& p, bool is_dir) {
+    struct stat st;
+    if (lstat(p.c_str(), &st) != 0 || S_ISLNK(st.st_mode)) return;
+    const unsigned allowed = is_dir ? m.dir : m.file;
+    if ((st.st_mode & 0077 & ~allowed) != 0) out.push_back({p.string(), static_cast<unsigned>(st.st_mode & 07777)});
+  };
+  if (!fs::is_directory(root, ec)) return out;
+  check(root, true);
+  for (fs::recursive_directory_iterator it(root, fs::directory_options::skip_permission_denied, ec), end;
+       !ec && it != end; it.increment(ec)) {
+    check(it->path(), it->is_directory(ec) && !it->is_symlink(ec));
+  }
+  return out;
+}
+
+std::string Octal(unsigned mode) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%04o", mode);
+  return buf;
+}
 
 std::string Human(uint64_t b) {
   const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -132,7 +170,7 @@ int main(int argc, char** argv) {
   kvfs::FsckOptions o;
   bool json = false, verbose = false;
   double hb_timeout = 30;
-  std::string dump_index;
+  std::string dump_index, backing_mode;
   app.add_option("backing", o.backing_dir, "the backing directory (the export)");
   app.add_option("--node", o.node, "check/repair only this node");
   app.add_flag("--repair", o.repair, "repair (CUT, SEAL, UNLINK dangling, remove temp files)");
@@ -141,6 +179,9 @@ int main(int argc, char** argv) {
   app.add_flag("--verify-data", o.verify_data, "verify every value checksum");
   app.add_flag("--verbose,-v", verbose, "list informational findings too");
   app.add_option("--heartbeat-timeout", hb_timeout, "seconds after which a heartbeat is stale (default 30)");
+  app.add_option("--backing-mode", backing_mode,
+                 "the site's kvfs mount --backing-mode (default 0600): modes looser than it are warned "
+                 "about; files a --repair creates get it");
   app.add_option("--dump-index", dump_index, "print the content of an index directory as JSON (tests)");
   try {
     app.parse(argc, argv);
@@ -163,6 +204,14 @@ int main(int argc, char** argv) {
   if (o.backing_dir.empty()) {
     std::fprintf(stderr, "kvfs-fsck: missing BACKING directory (see kvfs-fsck --help)\n");
     return kExitUsage;
+  }
+  if (!backing_mode.empty()) {
+    auto m = kvfs::ParseBackingMode(backing_mode);
+    if (!m.ok()) {
+      std::fprintf(stderr, "kvfs-fsck: --backing-mode: %s\n", m.status().message().c_str());
+      return kExitUsage;
+    }
+    kvfs::SetBackingModes(*m);
   }
   // Relative paths are taken from the current directory, as `kvfs mount` does.
   o.backing_dir = std::filesystem::absolute(o.backing_dir).lexically_normal().string();
@@ -187,6 +236,7 @@ int main(int argc, char** argv) {
     return s.IsInvalidArgument() || s.IsBusy() ? kExitUsage : kExitIO;
   }
   const auto& rep = *r;
+  const std::vector<LooseMode> loose = FindLooseModes(o.backing_dir, kvfs::GetBackingModes());
   int code = rep.problems == 0 ? kExitClean : kExitProblems;
   if (rep.repair_refused) code = kExitRefused;
   if (json) {
@@ -198,6 +248,8 @@ int main(int argc, char** argv) {
     j["repair_refused"] = rep.repair_refused;
     j["exit_code"] = code;
     if (!o.rebuild_index_dir.empty()) j["index"] = {{"dir", o.rebuild_index_dir}, {"files", rep.index_files}};
+    j["loose_modes"] = nlohmann::json::array();
+    for (const auto& l : loose) j["loose_modes"].push_back({{"path", l.path}, {"mode", Octal(l.mode)}});
     j["findings"] = nlohmann::json::array();
     for (const auto& f : rep.findings) {
       j["findings"].push_back({{"kind", kvfs::FsckKindName(f.kind)},
@@ -263,6 +315,16 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   if (infos) std::printf("%zu informational finding(s) (orphan records etc.; --verbose lists them)\n", infos);
+  if (!loose.empty()) {
+    const size_t shown = verbose ? loose.size() : std::min<size_t>(loose.size(), 3);
+    for (size_t i = 0; i < shown; ++i) {
+      std::printf("WARNING  loose-mode           %s %s\n", Octal(loose[i].mode).c_str(), loose[i].path.c_str());
+    }
+    std::printf("WARNING: %zu file(s) or directories under %s/.kvfs give group/others more than --backing-mode "
+                "%s%s; to restrict: chmod -R go-rwx %s/.kvfs (or the site's mode)\n",
+                loose.size(), o.backing_dir.c_str(), Octal(kvfs::GetBackingModes().file).c_str(),
+                shown < loose.size() ? " (--verbose lists all)" : "", o.backing_dir.c_str());
+  }
   if (!o.rebuild_index_dir.empty()) {
     std::printf("index rebuilt in %s: %llu files\n", o.rebuild_index_dir.c_str(), (unsigned long long)rep.index_files);
   }

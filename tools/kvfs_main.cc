@@ -77,6 +77,9 @@ constexpr int kExitFail = 1;   // runtime failure
   std::exit(code);
 }
 
+// Something merely unusual in the options: one line on the terminal, the mount goes on.
+void Warn(const std::string& msg) { std::fprintf(stderr, "kvfs: warning: %s\n", msg.c_str()); }
+
 std::string RealPath(const std::string& p) {
   char buf[PATH_MAX];
   if (!realpath(p.c_str(), buf)) return p;
@@ -194,6 +197,7 @@ struct MountArgs {
   uint64_t checkpoint_entries = 1000000;                 // engine/checkpoint.h
   uint32_t checkpoint_interval_ms = 600000;
   uint32_t peers_publish_ms = 10000;
+  std::string backing_mode;  // octal file mode of what kvfs creates on the export; empty = 0600 (0700 dirs)
 };
 
 // The -o list as libfuse will parse it at mount time, checked now (before the node directory is taken
@@ -251,8 +255,11 @@ std::string CloseStatusPath(pid_t pid) {
 void WriteCloseStatus(const std::string& text) {
   const std::string path = CloseStatusPath(getpid());
   mkdir(path.substr(0, path.rfind('/')).c_str(), 0700);
+  const mode_t old = umask(077);
   std::ofstream f(path, std::ios::trunc);
   f << text << "\n";
+  f.close();
+  umask(old);
 }
 
 // Child -> parent status over a pipe: "<exit code> <message>\n" (0 = mounted).
@@ -335,6 +342,14 @@ int RunMount(MountArgs a) {
   if (so.global_high_watermark_bytes && so.global_low_watermark_bytes >= so.global_high_watermark_bytes) {
     Die(kExitUsage, "--low-watermark must be below --high-watermark");
   }
+  if (!a.backing_mode.empty()) {
+    auto m = kvfs::ParseBackingMode(a.backing_mode);
+    if (!m.ok()) Die(kExitUsage, "--backing-mode: " + m.status().message());
+    if (m->file & 0004) {
+      Warn("--backing-mode " + a.backing_mode + " lets every local user read the cached bytes on the export");
+    }
+    kvfs::SetBackingModes(*m);  // before anything is created (index dir, node dir, log)
+  }
   kvfs::ListenAddress metrics_addr;
   if (!a.metrics_listen.empty()) {
     std::string err;
@@ -389,9 +404,9 @@ int RunMount(MountArgs a) {
     close_range(static_cast<unsigned>(report_fd) + 1, ~0U, 0);
     // The daemon's log is <index_dir>/kvfs.log from its first line (store open and recovery included);
     // a failure before the mount reaches the terminal through the report pipe, not through stderr.
-    std::error_code ec;
-    std::filesystem::create_directories(so.index_dir, ec);
-    int logfd = open((so.index_dir + "/kvfs.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    (void)kvfs::Env::Posix()->CreateDirs(so.index_dir);  // --backing-mode's directory mode
+    int logfd = open((so.index_dir + "/kvfs.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                     kvfs::GetBackingModes().file);
     if (logfd >= 0) {
       dup2(logfd, 2);
       if (logfd > 2) close(logfd);
@@ -890,6 +905,10 @@ int main(int argc, char** argv) {
   mount->add_option("--peers-publish-ms", ma.peers_publish_ms,
                     "how often this node's read progress (<node dir>/peers) is rewritten when it moved, ms "
                     "(default 10000); also the journal retirement check period");
+  mount->add_option("--backing-mode", ma.backing_mode,
+                    "permission bits of the files kvfs creates on the export and in its index dir, octal "
+                    "(default 0600: owner only; directories get x where r is set, 0700); e.g. 0640 for a "
+                    "group that reads the export");
   mount->add_option("--metrics-listen", ma.metrics_listen,
                     "serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 (default off)");
 

@@ -314,5 +314,93 @@ class DaemonLifecycle(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
 
 
+def fsck_binary():
+    b = os.environ.get("KVFS_FSCK")
+    return b if b else os.path.join(os.path.dirname(kf.kvfs_binary()), "kvfs-fsck")
+
+
+def tree_modes(root):
+    """{path: (is_dir, permission bits)} of root and everything under it."""
+    out = {root: (True, os.stat(root).st_mode & 0o7777)}
+    for d, dirs, files in os.walk(root):
+        for n in dirs:
+            out[os.path.join(d, n)] = (True, os.lstat(os.path.join(d, n)).st_mode & 0o7777)
+        for n in files:
+            out[os.path.join(d, n)] = (False, os.lstat(os.path.join(d, n)).st_mode & 0o7777)
+    return out
+
+
+@kf.skip_unless_fuse
+class BackingModes(unittest.TestCase):
+    """Issue #17: the export holds users' prompt bytes: kvfs's own files there are owner-only by default."""
+
+    def setUp(self):
+        self.b = kf.Backing()
+        self.old_umask = os.umask(0o022)  # the usual umask; the defaults must not depend on it
+
+    def tearDown(self):
+        os.umask(self.old_umask)
+        self.b.cleanup()
+
+    def fill(self, **flags):
+        with kf.mounted(backing=self.b, checkpoint_entries=1, **flags) as (mnt, _, _):
+            os.mkdir(os.path.join(mnt, "d"))
+            kf.write_file(os.path.join(mnt, "d", "f"), os.urandom(100000))
+        return tree_modes(os.path.join(self.b.backing, ".kvfs"))
+
+    def fsck(self, *extra):
+        r = subprocess.run([fsck_binary(), self.b.backing, "--json"] + list(extra), capture_output=True,
+                           text=True, timeout=120)
+        return r, json.loads(r.stdout)
+
+    def test_default_owner_only_and_fsck_warns_about_looser(self):
+        modes = self.fill()
+        self.assertGreater(len(modes), 8)  # v1, nodes, node dir, seg dir, segment, journal, OWNER, ...
+        for p, (is_dir, m) in modes.items():
+            self.assertEqual(m, 0o700 if is_dir else 0o600, "%s: %o" % (p, m))
+        self.assertEqual(os.stat(self.b.index).st_mode & 0o777, 0o700)
+        r, j = self.fsck()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(j["loose_modes"], [])
+        seg = next(p for p, (d, _) in modes.items() if p.endswith(".kseg"))
+        os.chmod(seg, 0o644)
+        r, j = self.fsck()
+        self.assertEqual(r.returncode, 0, r.stderr)  # a warning, not a problem
+        self.assertEqual(j["loose_modes"], [{"path": seg, "mode": "0644"}])
+        r = subprocess.run([fsck_binary(), self.b.backing], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("loose-mode", r.stdout)
+        self.assertIn("chmod -R go-rwx", r.stdout)
+        r, j = self.fsck("--backing-mode", "0644")  # what the site chose: no warning
+        self.assertEqual(j["loose_modes"], [])
+
+    def test_backing_mode_option(self):
+        modes = self.fill(backing_mode="0640")
+        for p, (is_dir, m) in modes.items():
+            self.assertEqual(m, 0o750 if is_dir else 0o640, "%s: %o" % (p, m))
+        r, j = self.fsck("--backing-mode", "0640")
+        self.assertEqual(j["loose_modes"], [])
+        r, j = self.fsck()
+        self.assertEqual(len(j["loose_modes"]), len(modes))
+
+    def test_backing_mode_checked(self):
+        for bad in ("0400", "4600", "rw", "0x1a4"):
+            r = kf.run_kvfs("mount", self.b.mnt, "--backing", self.b.backing, "--index-dir", self.b.index,
+                            "--backing-mode", bad)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+            self.assertIn("--backing-mode", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.b.backing, ".kvfs")))
+        # World-readable works, with a warning on the terminal (a daemon mount prints nothing else).
+        r = kf.run_kvfs("mount", self.b.mnt, "--backing", self.b.backing, "--index-dir", self.b.index,
+                        "--backing-mode", "0644")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        try:
+            self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+            self.assertIn("warning: --backing-mode 0644", r.stderr)
+        finally:
+            self.assertEqual(kf.run_kvfs("umount", self.b.mnt).returncode, 0)
+
+
 if __name__ == "__main__":
     unittest.main()

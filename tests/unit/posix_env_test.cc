@@ -1,6 +1,7 @@
 // Env::Posix(): errno mapping, batched writes through io_uring, O_DIRECT, counters.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -131,6 +132,55 @@ TEST_F(PosixEnvTest, DirsRenameChildrenStatFs) {
   ASSERT_TRUE(env_->StatFs(dir_, &total, &avail).ok());
   EXPECT_GT(total, 0u);
   EXPECT_LE(avail, total);
+}
+
+// Issue #17: what kvfs creates on the export is owner-only unless --backing-mode says otherwise.
+TEST_F(PosixEnvTest, CreatesOwnerOnlyFilesAndDirsByDefault) {
+  const mode_t old_umask = umask(0);  // the modes themselves, not the test runner's umask
+  auto mode_of = [](const std::string& p) {
+    struct stat st {};
+    EXPECT_EQ(stat(p.c_str(), &st), 0) << p;
+    return st.st_mode & 07777;
+  };
+  OpenOptions o;
+  o.write = o.create = true;
+  ASSERT_TRUE(env_->CreateDirs(dir_ + "/a/b").ok());
+  ASSERT_TRUE(env_->Open(dir_ + "/a/b/seg", o).ok());
+  ASSERT_TRUE(env_->WriteFileAtomic(dir_ + "/a/OWNER", "x=1\n").ok());
+  EXPECT_EQ(mode_of(dir_ + "/a"), 0700u);
+  EXPECT_EQ(mode_of(dir_ + "/a/b"), 0700u);
+  EXPECT_EQ(mode_of(dir_ + "/a/b/seg"), 0600u);
+  EXPECT_EQ(mode_of(dir_ + "/a/OWNER"), 0600u);
+
+  auto m = ParseBackingMode("0640");
+  ASSERT_TRUE(m.ok());
+  const BackingModes saved = GetBackingModes();
+  SetBackingModes(*m);
+  ASSERT_TRUE(env_->CreateDirs(dir_ + "/g").ok());
+  ASSERT_TRUE(env_->Open(dir_ + "/g/seg", o).ok());
+  SetBackingModes(saved);
+  umask(old_umask);
+  EXPECT_EQ(mode_of(dir_ + "/g"), 0750u);
+  EXPECT_EQ(mode_of(dir_ + "/g/seg"), 0640u);
+}
+
+TEST(BackingModeTest, Parse) {
+  auto m = ParseBackingMode("640");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->file, 0640u);
+  EXPECT_EQ(m->dir, 0750u);
+  m = ParseBackingMode("0666");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->dir, 0777u);
+  m = ParseBackingMode("0700");  // never executable files; the directory keeps x
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->file, 0600u);
+  EXPECT_EQ(m->dir, 0700u);
+  for (const char* bad : {"", "0400", "0060", "4600", "0x1ff", "rw-r-----", "06000"}) {
+    auto b = ParseBackingMode(bad);
+    EXPECT_FALSE(b.ok()) << bad;
+    if (!b.ok()) EXPECT_TRUE(b.status().IsInvalidArgument()) << bad;
+  }
 }
 
 }  // namespace
