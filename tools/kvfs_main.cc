@@ -41,6 +41,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -53,6 +54,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "blockstore/format.h"
@@ -243,6 +245,78 @@ uint64_t SizeOrDie(const std::string& what, const std::string& text) {
   return v;
 }
 
+std::string HumanSize(uint64_t b) {
+  static const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(b);
+  int i = 0;
+  while (v >= 1024 && i < 5) v /= 1024, ++i;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), i == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[i]);
+  return buf;
+}
+
+// " (a number without a unit is bytes)" when `text` has no unit: `--capacity 500` is 500 bytes.
+std::string BareHint(const std::string& text) {
+  const bool bare = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c)) || c == ' ';
+  });
+  return bare ? " (a number without a unit is bytes: write e.g. " + text + "GiB)" : "";
+}
+
+uint64_t PhysicalMemory() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+// Sizes that cannot work are usage errors (exit 2, one line); merely unusual ones are warned about.
+//   segment size      at most kMaxSegmentSize; over 4 GiB warned (eviction frees whole segments)
+//   cache, staging    at most the machine's memory; over half of it warned (also their sum)
+//   capacity, high    at least kMinSegments segments (eviction keeps one segment of headroom and
+//   watermark         drops whole segments: below that every write empties the cache); under
+//                     kFewSegments segments warned; any size option below 1 MiB without a unit warned
+constexpr uint64_t kMaxSegmentSize = 64ull << 30;
+constexpr uint64_t kMinSegments = 2, kFewSegments = 8;
+
+void CheckSizes(const MountArgs& a, uint64_t segment, uint64_t cache, uint64_t staging, uint64_t capacity,
+                uint64_t high) {
+  if (segment > kMaxSegmentSize) {
+    Die(kExitUsage, "--segment-size " + a.segment_size + " is over the limit of " + HumanSize(kMaxSegmentSize));
+  }
+  if (segment > (4ull << 30)) {
+    Warn("--segment-size " + a.segment_size + ": eviction and reclamation free whole segments of " +
+         HumanSize(segment));
+  }
+  const uint64_t ram = PhysicalMemory();
+  for (const auto& [flag, text, v] : {std::tuple{"--cache-size", a.cache_size, cache},
+                                      std::tuple{"--staging-size", a.staging_size, staging}}) {
+    if (ram && v > ram) {
+      Die(kExitUsage, std::string(flag) + " " + text + " (" + HumanSize(v) + ") is more than this machine's memory (" +
+                          HumanSize(ram) + ")");
+    }
+    if (ram && v > ram / 2) {
+      Warn(std::string(flag) + " " + text + " is more than half of this machine's memory (" + HumanSize(ram) + ")");
+    }
+    if (v < (1u << 20) && !BareHint(text).empty()) Warn(std::string(flag) + " " + text + " is " + HumanSize(v) + BareHint(text));
+  }
+  if (ram && cache <= ram / 2 && staging <= ram / 2 && cache + staging > ram * 3 / 4) {
+    Warn("--cache-size and --staging-size together (" + HumanSize(cache + staging) + ") are more than 3/4 of this "
+         "machine's memory (" + HumanSize(ram) + ")");
+  }
+  for (const auto& [flag, text, v] : {std::tuple{"--capacity", a.capacity, capacity},
+                                      std::tuple{"--high-watermark", a.high_watermark, high}}) {
+    if (v == 0 && text.empty()) continue;
+    if (v < kMinSegments * segment) {
+      Die(kExitUsage, std::string(flag) + " " + text + " (" + HumanSize(v) + ") is less than " +
+                          std::to_string(kMinSegments) + " segments of --segment-size " + HumanSize(segment) +
+                          ": eviction would empty the cache at every write" + BareHint(text));
+    }
+    if (v < kFewSegments * segment) {
+      Warn(std::string(flag) + " " + text + " holds only " + std::to_string(v / segment) + " segments of " +
+           HumanSize(segment) + ": each eviction drops a large part of the cache (a smaller --segment-size helps)");
+    }
+  }
+}
+
 // The daemon's final result for `kvfs umount` (which cannot wait(2) for a process it did not start):
 // <run dir>/close-<pid> = the Store::Close error, written just before the daemon exits if that failed
 // (none when it succeeded; a stale one of an earlier process with the same pid is removed at mount);
@@ -317,8 +391,11 @@ int RunMount(MountArgs a) {
   so.index_dir = a.index_dir;
   so.cache_size = SizeOrDie("--cache-size", a.cache_size);
   so.segment_size = SizeOrDie("--segment-size", a.segment_size);
-  if (so.segment_size < (1u << 20)) Die(kExitUsage, "--segment-size must be at least 1MiB");
-  if (SizeOrDie("--staging-size", a.staging_size) < (4u << 20)) Die(kExitUsage, "--staging-size must be at least 4MiB");
+  if (so.segment_size < (1u << 20)) Die(kExitUsage, "--segment-size must be at least 1MiB" + BareHint(a.segment_size));
+  if (so.segment_size % 4096 != 0) Die(kExitUsage, "--segment-size must be a multiple of 4KiB");
+  if (SizeOrDie("--staging-size", a.staging_size) < (4u << 20)) {
+    Die(kExitUsage, "--staging-size must be at least 4MiB" + BareHint(a.staging_size));
+  }
   {
     uint64_t m = SizeOrDie("--max-file-size", a.max_file_size);
     if (m == 0 || m > kvfs::format::kMaxValueLength) Die(kExitUsage, "--max-file-size must be between 1 and 1TiB");
@@ -342,6 +419,8 @@ int RunMount(MountArgs a) {
   if (so.global_high_watermark_bytes && so.global_low_watermark_bytes >= so.global_high_watermark_bytes) {
     Die(kExitUsage, "--low-watermark must be below --high-watermark");
   }
+  CheckSizes(a, so.segment_size, so.cache_size, SizeOrDie("--staging-size", a.staging_size), so.capacity_bytes,
+             so.global_high_watermark_bytes);
   if (!a.backing_mode.empty()) {
     auto m = kvfs::ParseBackingMode(a.backing_mode);
     if (!m.ok()) Die(kExitUsage, "--backing-mode: " + m.status().message());
@@ -685,8 +764,9 @@ int RunStats(const std::string& mp_in, bool json) {
 }
 
 // CLI11 2.1 reads a config file only for the top-level app, so `kvfs mount ... --config FILE` is
-// expanded here: every key of FILE that is not given on the command line becomes "--key value" (flags:
-// "--key" when true). Unknown keys then fail like unknown flags.
+// expanded here: every key of FILE that is not given on the command line becomes "--key=value" ("-oVALUE"
+// for o; flags: "--key" when true), in one argument each so that no value list can swallow the
+// mountpoint that follows. Unknown keys then fail like unknown flags.
 bool ExpandConfig(CLI::App* mount, std::vector<std::string>* args, std::string* err) {
   if (args->empty() || (*args)[0] != "mount") return true;
   std::string file;
@@ -729,10 +809,10 @@ bool ExpandConfig(CLI::App* mount, std::vector<std::string>* args, std::string* 
       }
       continue;
     }
-    for (const auto& v : it.inputs) {
-      extra.push_back(flag);
-      extra.push_back(v);
-    }
+    // A comma list (o = allow_other,default_permissions) may arrive as several inputs: one argument.
+    std::string joined;
+    for (const auto& v : it.inputs) joined += (joined.empty() ? "" : ",") + v;
+    extra.push_back(flag.size() == 2 ? flag + joined : flag + "=" + joined);
   }
   args->insert(args->begin() + 1, extra.begin(), extra.end());
   return true;
@@ -851,7 +931,7 @@ bool TranslateMountHelperForm(CLI::App* mount, std::vector<std::string>* args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"kvfs: a FUSE file system for LLM KV-cache chunk files over a shared export"};
+  CLI::App app{"kvfs: a FUSE file system for LLM KV-cache chunk files over a shared export", "kvfs"};
   app.require_subcommand(1);
 
   MountArgs ma;
@@ -887,7 +967,8 @@ int main(int argc, char** argv) {
   mount->add_option("-o", ma.fuse_opts,
                     "FUSE mount options, comma separated (default allow_other,default_permissions; "
                     "default_permissions is kept unless no_default_permissions is given)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->allow_extra_args(false);  // `-o LIST MOUNTPOINT`: LIST only
   mount->add_option("--log-level", ma.log_level, "trace|debug|info|warn|error (default info)");
   mount->add_option("--capacity", ma.capacity,
                     "bound on this node's segment bytes on the export, e.g. 500GiB (default unlimited); "

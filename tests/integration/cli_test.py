@@ -144,6 +144,59 @@ class CliErrors(unittest.TestCase):
         self.assertUsageError(kf.run_kvfs("stats", self.b.mnt), "not a kvfs mount")
         self.assertUsageError(kf.run_kvfs("umount", os.path.join(self.b.root, "nope")), "does not exist")
 
+    def test_absurd_sizes_refused(self):
+        # Issue #17: sizes that cannot work fail with exit 2 and one line, before anything is created.
+        for args, needle in ((("--capacity", "1KiB"), "less than 2 segments"),
+                             (("--capacity", "500"), "a number without a unit is bytes"),
+                             (("--high-watermark", "100MiB"), "less than 2 segments"),
+                             (("--segment-size", "100TiB"), "over the limit"),
+                             (("--segment-size", "1000000"), "at least 1MiB"),
+                             (("--segment-size", "1048577"), "multiple of 4KiB"),
+                             (("--cache-size", "100TiB"), "memory"),
+                             (("--staging-size", "100TiB"), "memory")):
+            self.assertUsageError(self.mount(*args), needle)
+        self.assertFalse(os.path.exists(os.path.join(self.b.backing, ".kvfs")))
+
+    def test_unusual_sizes_warned(self):
+        # Merely unusual: the mount goes on, with one warning line each on the terminal.
+        r = kf.run_kvfs("mount", self.b.mnt, "--backing", self.b.backing, "--index-dir", self.b.index,
+                        "--capacity", "64MiB", "--segment-size", "16MiB", "--cache-size", "4096")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        try:
+            lines = r.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 2, r.stderr)
+            self.assertTrue(all(x.startswith("kvfs: warning: ") for x in lines), r.stderr)
+            self.assertIn("--capacity 64MiB holds only 4 segments", r.stderr)
+            self.assertIn("--cache-size 4096 is 4.0 KiB (a number without a unit is bytes", r.stderr)
+        finally:
+            self.assertEqual(kf.run_kvfs("umount", self.b.mnt).returncode, 0)
+
+    def test_config_file_with_fuse_options(self):
+        # Issue #17: `o = a,b` in the config file (the example in the shipped kvfs.conf) swallowed the
+        # mountpoint: `kvfs mount MNT --config FILE` (the systemd unit's form) failed "mountpoint is required".
+        for o in ("allow_other,default_permissions", "allow_other"):
+            cfg = os.path.join(self.b.root, "kvfs.conf")
+            with open(cfg, "w") as f:
+                f.write("backing = %s\nindex-dir = %s\no = %s\n" % (self.b.backing, self.b.index, o))
+            r = kf.run_kvfs("mount", self.b.mnt, "--config", cfg)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            try:
+                self.assertTrue({"allow_other", "default_permissions"} <= self._super_options(self.b.mnt))
+            finally:
+                self.assertEqual(kf.run_kvfs("umount", self.b.mnt).returncode, 0)
+        # -o before the mountpoint on the command line takes its list only.
+        r = kf.run_kvfs("mount", "-o", "allow_other", self.b.mnt, "--backing", self.b.backing, "--index-dir",
+                        self.b.index)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(kf.run_kvfs("umount", self.b.mnt).returncode, 0)
+
+    def test_help_names_the_program(self):
+        r = kf.run_kvfs("--help")
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("Usage: kvfs ", r.stdout)
+        r = kf.run_kvfs("mount", "--help")
+        self.assertIn("kvfs mount", r.stdout)
+
     def test_help(self):
         r = kf.run_kvfs("mount", "--help")
         self.assertEqual(r.returncode, 0)
