@@ -508,7 +508,7 @@ Result<std::unique_ptr<NodeDir>> NodeDir::Acquire(NodeDirOptions opts) {
                                  " generation=" + std::to_string(prev->generation)
                            : "an owner with an unreadable OWNER file";
     return Status::Busy("node directory " + dir + " is owned by " + who + ", " + hb_desc + " (timeout " +
-                        FormatAge(timeout_ns) + "); the owner looks alive; use --force to take over");
+                        FormatAge(timeout_ns) + "); the owner looks alive");
   }
 
   // New generation: above everything this node directory has ever used.

@@ -10,7 +10,9 @@
 //      unrepairable damage — lost journal entries, damaged segment headers or regions — is reported again)
 //   2  usage error or bad input (unknown option, not a kvfs backing directory, unknown node, unusable index dir)
 //   3  --repair refused for a node owned by a live mount (fresh heartbeat); nothing of that node was changed
-//   2  I/O error reading or writing the export or the index (same code as a usage error)
+//   4  I/O error reading or writing the export or the index (the check could not finish)
+// The same table is in the manual below, packaging/man/kvfs-fsck.8 and docs/operations.md; tests/integration/
+// fsck_cli_test.py checks one case per code and that the three texts agree.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,7 +33,7 @@
 
 namespace {
 
-constexpr int kExitClean = 0, kExitProblems = 1, kExitUsage = 2, kExitRefused = 3, kExitIO = 2;  // the issue's contract: 2 = usage or I/O error
+constexpr int kExitClean = 0, kExitProblems = 1, kExitUsage = 2, kExitRefused = 3, kExitIO = 4;
 
 const char* kManual = R"(NAME
     kvfs-fsck - check and repair a kvfs backing directory
@@ -57,21 +59,30 @@ DESCRIPTION
 
 OPTIONS
     --node ID             check (and repair) only this node
-    --repair              take the node directory over like a mount (refused if a live mount owns it),
+    --repair              take the node directory over like a mount (refused while a live mount owns it:
+                          stop that mount, or wait --heartbeat-timeout after it died),
                           append CUT entries for torn tails and bad trailers (nothing is ever truncated),
                           seal unsealed old segments (footer + trailer appended only when the segment ends
                           cleanly and the old owner is provably dead; otherwise a SEAL entry only), journal
-                          UNLINK for dangling files, remove stale temp files, release the directory
+                          UNLINK for dangling files, remove stale temp files, release the directory.
+                          The node's next mount applies what the repair journaled to its index (clean or
+                          not): nothing else to do
     --rebuild-index DIR   build a complete local index (RocksDB) in DIR from the export alone, for node
                           --node (default: the only node); an existing index in DIR is replaced
     --verify-data         also verify every value block checksum (reads every byte)
     --json                print the report as one JSON object
     --verbose             list informational findings (orphans) one by one
     --heartbeat-timeout S a heartbeat older than S seconds (default 30) means the owner is dead
+    --backing-mode MODE   the mode the site's mounts use (kvfs mount --backing-mode; default 0600): files
+                          and directories under .kvfs looser than it are warned about (loose-mode; the
+                          exit status does not change); files a repair creates get it
 
 EXIT STATUS
-    0 clean, 1 problems found (and repaired with --repair), 2 usage or bad input, 3 repair refused
-    (live owner), 2 I/O error.
+    0  clean: no problem found (informational findings may be listed)
+    1  problems found (with --repair: the repairable ones were repaired; unrepairable ones are listed)
+    2  usage error or bad input (unknown option, not a kvfs backing directory, unknown node)
+    3  repair refused: a live mount owns the node; nothing of that node was changed
+    4  I/O error reading or writing the export or the index: the check could not finish
 )";
 
 // Files and directories under <backing>/.kvfs whose permission bits give group or others more than the
@@ -293,10 +304,12 @@ int main(int argc, char** argv) {
                 (unsigned long long)n.live_files, Human(n.dead_bytes).c_str(), (unsigned long long)n.orphan_records,
                 Human(n.orphan_bytes).c_str());
     if (o.verify_data) std::printf("  verified  %s of values\n", Human(n.verified_value_bytes).c_str());
-    if (n.repair_refused) std::printf("  REPAIR REFUSED: %s\n", n.repair_refused_reason.c_str());
+    if (n.repair_refused) {
+      std::printf("  REPAIR REFUSED: %s; stop that mount first, or wait --heartbeat-timeout after it died\n",
+                  n.repair_refused_reason.c_str());
+    }
     if (n.repair_generation) {
-      std::printf("  repair journal: generation %llu (a mount whose local index was closed cleanly does not replay\n"
-                  "  its own node's journal: remove that index or use --rebuild-index so the repairs apply there)\n",
+      std::printf("  repair journal: generation %llu (the node's next mount applies it to its index)\n",
                   (unsigned long long)n.repair_generation);
     }
   }
