@@ -194,6 +194,9 @@ struct StoreStats {
   // Their Sync (fsync) failed, and Close fails, so the next mount rebuilds the index without them.
   uint64_t lost_entries = 0;
   uint64_t cache_hits = 0, cache_misses = 0, cache_bytes = 0;
+  // Reads answered from probation (engine/read_admission.h): the rest of a read whose first request
+  // loaded the value (neither a hit nor a miss); probation_bytes: gauge, values held there now.
+  uint64_t probation_reads = 0, probation_bytes = 0;
   uint64_t checksum_failures = 0;
   uint64_t backing_metadata_ops = 0, backing_syncs = 0, backing_bytes_written = 0, backing_bytes_read = 0;
   uint64_t backing_files_created = 0;

@@ -1,7 +1,7 @@
 // The data path (store.h "data"): record appends (WriteRecord, WriteProvisionalRecord,
 // WriteRecordStreamed via AppendWith: capacity checks, append, pins), ReleaseRecordPin, CommitFile
-// (journal PUT), and reads (Read, ReadPinned, ReadUncached through ReadImpl: LRU, shared whole-value
-// loads, block-range reads, segment file descriptors).
+// (journal PUT), and reads (Read, ReadPinned, ReadUncached through ReadImpl: LRU, probation
+// (engine/read_admission.h), shared whole-value loads, block-range reads, segment file descriptors).
 //
 // Callers: the FUSE layer (write/flush/commit, read). Thread safety: appends take cap_mu_ briefly
 // (tickets, pins, accounting), never across the append; CommitFile takes ns_mu_ then cap_mu_ /
@@ -222,6 +222,21 @@ Status StoreImpl::ReadImpl(const Location& loc, uint64_t offset, size_t len, cha
     pin->owner = std::move(v);
     return Status::OK();
   }
+  // Probation (engine/read_admission.h): the rest of a read that loaded the value, or a second read
+  // from the start, which earns the value its place in the LRU.
+  bool promote = false;
+  if (auto v = admission_.Find(key, offset == 0, &promote)) {
+    if (promote) {
+      cache_.Insert(key, v);
+      cache_hits_++;  // a second use of a loaded value
+    } else {
+      probation_reads_++;
+    }
+    pin->data = v->data() + offset;
+    pin->len = n;
+    pin->owner = std::move(v);
+    return Status::OK();
+  }
   cache_misses_++;
   // Whole-value loads only for values well below a cache shard's budget: two hot values that each
   // fill a shard would evict each other between the 1 MiB FUSE reads of one load (and each miss would
@@ -269,7 +284,8 @@ Status StoreImpl::ReadImpl(const Location& loc, uint64_t offset, size_t len, cha
       v = LoadValue(loc);
     }
     if (!v.ok()) v = GoneOr(loc, v.status());
-    if (v.ok()) cache_.Insert(key, *v);
+    // Into the LRU only if it was loaded (and left probation) recently; else on probation.
+    if (v.ok() && admission_.OnLoaded(key, *v, offset == 0)) cache_.Insert(key, *v);
     {
       std::lock_guard<std::mutex> l(flight->mu);
       flight->done = true;

@@ -56,6 +56,7 @@
 #include "blockstore/segment_reader.h"
 #include "blockstore/segment_writer.h"
 #include "engine/checkpoint.h"
+#include "engine/read_admission.h"
 #include "index/hlc.h"
 #include "index/index_db.h"
 #include "index/journal.h"
@@ -88,7 +89,15 @@ inline std::string JoinPath(const std::string& dir, std::string_view name) {
 class StoreImpl final : public Store {
  public:
   explicit StoreImpl(const StoreOptions& opts)
-      : opts_(opts), env_(opts.env ? opts.env : Env::Posix()), cache_(opts.cache_size, kCacheShardBits) {}
+      : opts_(opts),
+        env_(opts.env ? opts.env : Env::Posix()),
+        cache_(opts.cache_size, kCacheShardBits),
+        admission_(ProbationBytes(opts.cache_size), kGhostKeys) {}
+  // Probation holds 1/8 of the cache, between 16 and 256 MiB; ghosts remember 64 Ki keys (~6 MiB).
+  static uint64_t ProbationBytes(uint64_t cache_size) {
+    return std::clamp<uint64_t>(cache_size / 8, 16ull << 20, 256ull << 20);
+  }
+  static constexpr size_t kGhostKeys = 64 * 1024;
   ~StoreImpl() override {
     if (!closed_) {
       // A Store destroyed without Close behaves like a crash of the mount (tests use this), except that
@@ -289,6 +298,9 @@ class StoreImpl final : public Store {
   };
   std::mutex flights_mu_;
   std::map<std::string, std::shared_ptr<Flight>> flights_;
+  // Which loaded values enter the LRU (probation FIFO + ghost keys); sized in the constructor.
+  ReadAdmission admission_;
+  std::atomic<uint64_t> probation_reads_{0};  // FUSE reads answered from probation (rest of one load)
 
   // Peer tailing.
   std::mutex peer_mu_;  // serializes polls (peer thread vs RefreshPeers); guards peers_

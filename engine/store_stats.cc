@@ -40,6 +40,8 @@ StoreStats StoreImpl::GetStats() {
   s.lost_entries = lost_entries_;
   s.cache_hits = cache_hits_;
   s.cache_misses = cache_misses_;
+  s.probation_reads = probation_reads_;
+  s.probation_bytes = admission_.probation_bytes();
   s.cache_bytes = cache_.Usage();
   s.checksum_failures = checksum_failures_;
   auto& c = env_->counters();

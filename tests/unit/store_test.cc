@@ -110,6 +110,40 @@ TEST_F(StoreTest, RoundTripsEveryRecordSize) {
 // ReadPinned hands out the verified bytes without a copy: the LRU value itself for values the cache
 // loads whole (two reads share one buffer), a buffer of just the covering blocks for values too large
 // for a cache shard; both through aligned reads (O_DIRECT on this disk file system).
+// A value read once stays out of the LRU (probation, engine/read_admission.h); read again from its
+// start, it enters the LRU and later reads are hits.
+TEST_F(StoreTest, OnlyValuesReadTwiceEnterTheLru) {
+  OpenStore();
+  const std::string want = Pattern(2359296, 7);
+  WriteFile(kRootIno, "chunk", want);
+  ASSERT_TRUE(store_->Sync().ok());
+  auto n = store_->Lookup(kRootIno, "chunk");
+  ASSERT_TRUE(n.ok());
+  const StoreStats s0 = store_->GetStats();
+  // One read in three FUSE-sized requests: one miss, two probation reads, nothing cached.
+  for (uint64_t off = 0; off < want.size(); off += 1u << 20) {
+    PinnedBytes p;
+    ASSERT_TRUE(store_->ReadPinned(n->location, off, 1u << 20, &p).ok());
+    ASSERT_TRUE(std::string(p.data, p.len) == want.substr(off, p.len)) << off;
+  }
+  StoreStats s1 = store_->GetStats();
+  EXPECT_EQ(s1.cache_misses - s0.cache_misses, 1u);
+  EXPECT_EQ(s1.cache_hits - s0.cache_hits, 0u);
+  EXPECT_EQ(s1.probation_reads - s0.probation_reads, 2u);
+  EXPECT_EQ(s1.cache_bytes, s0.cache_bytes);
+  EXPECT_GE(s1.probation_bytes, want.size());
+  // A second read from the start: promoted (a hit), now in the LRU.
+  PinnedBytes p;
+  ASSERT_TRUE(store_->ReadPinned(n->location, 0, 1u << 20, &p).ok());
+  StoreStats s2 = store_->GetStats();
+  EXPECT_EQ(s2.cache_hits - s1.cache_hits, 1u);
+  EXPECT_GE(s2.cache_bytes, s1.cache_bytes + want.size());
+  EXPECT_EQ(s2.probation_bytes, 0u);
+  ASSERT_TRUE(store_->ReadPinned(n->location, 2u << 20, 1u << 20, &p).ok());
+  EXPECT_TRUE(std::string(p.data, p.len) == want.substr(2u << 20));
+  EXPECT_EQ(store_->GetStats().cache_hits - s2.cache_hits, 1u);
+}
+
 TEST_F(StoreTest, ReadPinnedServesCachedAndLargeValuesWithoutCopies) {
   StoreOptions o = Options();
   o.cache_size = 4ull << 20;  // 4 shards of 1 MiB: whole-value loads only up to 256 KiB
