@@ -124,7 +124,7 @@ class KvfsFs {
   std::string StatsJson();
   FsStats GetFsStats();
 
-  struct Impl;  // opaque; public only so the FUSE callbacks in kvfs_fs.cc can name it
+  struct Impl;  // fuse/kvfs_fs_impl.h; public only so the FUSE callbacks (fuse/ops_*.cc) can name it
 
  private:
   std::unique_ptr<Impl> impl_;

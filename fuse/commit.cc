@@ -1,0 +1,242 @@
+// KvfsFs::Impl, publishing versions: FLUSH writes a version's bytes as a record, the last RELEASE (or
+// fsync) commits it under the inode's name (Store::CommitFile), and the committer thread runs the
+// commits deferred by FsOptions::commit_delay_ms. Called by flush/release/fsync/fsyncdir, setattr and
+// the loop's shutdown. Thread safety and invariants: fuse/kvfs_fs_impl.h.
+#include "fuse/kvfs_fs_impl.h"
+
+namespace kvfs {
+
+bool KvfsFs::Impl::IsUnlinked(Inode& in) {
+  std::lock_guard<std::mutex> g(in.mu);
+  return in.unlinked;
+}
+
+Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
+  if (IsUnlinked(in)) return Status::OK();  // discarded at release: nothing to publish
+  std::shared_lock<std::shared_mutex> g(v.mu);
+  if (v.has_record && v.record_gen == v.gen) return Status::OK();
+  if (v.data.size() == 0) {
+    v.record = Location{};
+    v.has_record = true;
+    v.record_gen = v.gen;
+    return Status::OK();
+  }
+  Location whole;
+  if (v.data.WholeRecord(&whole)) {
+    // Every byte is one record already (spilled in one piece, or an unchanged copy-on-write base):
+    // journal that Location, no second copy.
+    staging.whole_record_commits++;
+    v.record = whole;
+    v.has_record = true;
+    v.record_gen = v.gen;
+    return Status::OK();
+  }
+  Result<Location> r = Location{};
+  if (!v.data.has_refs()) {
+    r = store->WriteRecord(in.ino, v.data.Parts());
+  } else {
+    // Partly spilled (or a changed copy-on-write version): the value is written again whole, streamed
+    // in 4 MiB pieces: the referenced chunks are copied segment-to-segment (read back verified,
+    // bypassing the LRU) and the RAM chunks copied in, so the commit needs one 4 MiB buffer, not the
+    // file's size.
+    const uint64_t size = v.data.size();
+    r = store->WriteRecordStreamed(in.ino, size, [&](uint64_t off, size_t len, char* out) -> Status {
+      size_t got = 0;
+      KVFS_RETURN_IF_ERROR(v.data.Read(off, len, out, fetch_uncached, &got));
+      if (got != len) return Status::Corruption("short read of a staged version");
+      return Status::OK();
+    });
+    if (r.ok()) staging.streamed_commits++;
+  }
+  if (!r.ok()) {
+    flush_errors++;
+    LogLimited(spdlog::level::warn, LogKey("fuse-write-record", r.status()), "write record of {} (inode {}, {} bytes): {}",
+               PathOf(in.ino), in.ino, v.data.size(), ErrnoText(r.status()));
+    return r.status();
+  }
+  flush_records++;
+  // The record this one replaces is garbage now (unless it is one of the version's own spills, still
+  // referenced by its chunks and released with them): let its segment age.
+  if (v.has_record && std::find(v.spills.begin(), v.spills.end(), v.record) == v.spills.end()) {
+    store->ReleaseRecordPin(v.record);
+  }
+  v.record = *r;
+  v.has_record = true;
+  v.record_gen = v.gen;
+  return Status::OK();
+}
+
+Status KvfsFs::Impl::Flush(Inode& in, Version& v) {
+  std::lock_guard<std::mutex> g(v.io_mu);
+  return FlushLocked(in, v);
+}
+
+Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v) {
+  std::lock_guard<std::mutex> g(v->io_mu);
+  std::lock_guard<std::mutex> cg(in->commit_mu);
+  for (int attempt = 0;; ++attempt) {
+    if (IsUnlinked(*in)) return Status::OK();
+    {
+      std::lock_guard<std::mutex> lg(in->mu);
+      if (v->superseded) return Status::OK();  // a version closed later already committed
+    }
+    KVFS_RETURN_IF_ERROR(FlushLocked(*in, *v));
+    Attr a;
+    uint64_t gen, attr_gen;
+    {
+      std::shared_lock<std::shared_mutex> rg(v->mu);
+      gen = v->gen;
+      attr_gen = v->attr_gen;
+      if (v->record_gen != gen && attempt < 3) continue;  // a write landed after the record: again
+      a = v->attr;
+      a.size = v->data.size();
+    }
+    if (v->committed_gen == gen && v->committed_attr_gen == attr_gen) return Status::OK();
+    a.ino = in->ino;
+    if (a.nlink == 0) a.nlink = 1;
+    Location loc = a.size == 0 ? Location{} : v->record;
+    Status s = store->CommitFile(in->ino, loc, a);
+    if (!s.ok()) {
+      if (s.IsNotFound() || IsUnlinked(*in)) return Status::OK();  // unlinked meanwhile: discarded
+      commit_errors++;
+      LogLimited(spdlog::level::warn, LogKey("fuse-commit", s), "commit of {} (inode {}): {}", PathOf(in->ino),
+                 in->ino, ErrnoText(s));
+      return s;
+    }
+    committed++;
+    v->committed_gen = gen;
+    v->committed_attr_gen = attr_gen;
+    bool inval = false;
+    {
+      std::lock_guard<std::mutex> lg(in->mu);
+      in->committed_seq = std::max(in->committed_seq, v->seq);
+      // Versions whose last writer was released before this commit (their own commit is deferred)
+      // are older content: they must not commit after this one, nor be joined.
+      uint64_t order = v->writers > 0 || v->close_order == 0 ? next_order.fetch_add(1) : v->close_order;
+      for (auto& w : in->writing) {
+        if (w != v && w->writers == 0 && w->close_order != 0 && w->close_order < order) {
+          w->superseded = true;
+          if (in->primary == w) in->primary = nullptr;
+        }
+      }
+      // A newer commit hides an older staged primary (its writers keep writing; it commits later).
+      if (in->primary && in->primary != v && in->primary->seq < v->seq) in->primary = nullptr;
+      inval = in->contended || v->hidden;
+      in->last_attr = a;
+      in->last_loc = loc;
+      in->last_committed = true;
+    }
+    // The content changed under readers that cached the old one (a hidden version committed, or
+    // versions raced): drop the kernel's cached pages and attributes of this inode.
+    if (inval) QueueInval(in->ino);
+    return Status::OK();
+  }
+}
+
+void KvfsFs::Impl::PromoteAtClose(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v) {
+  std::lock_guard<std::mutex> g(in->mu);
+  if (in->unlinked || v->writers != 1 || in->primary == v) return;
+  in->primary = v;
+}
+
+Status KvfsFs::Impl::ReleaseWritable(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v,
+                                     bool defer) {
+  {
+    std::lock_guard<std::mutex> g(in->mu);
+    if (--v->writers > 0) return Status::OK();
+    v->close_order = next_order.fetch_add(1);
+  }
+  if (defer && opts.commit_delay_ms > 0) {
+    std::lock_guard<std::mutex> g(cq_mu);
+    if (!cq_stop) {
+      cq.push_back(Deferred{std::chrono::steady_clock::now() + std::chrono::milliseconds(opts.commit_delay_ms),
+                            in, v});
+      cq_cv.notify_one();
+      return Status::OK();
+    }
+  }
+  return FinishRelease(in, v);
+}
+
+Status KvfsFs::Impl::FinishRelease(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v) {
+  {
+    std::lock_guard<std::mutex> g(in->mu);
+    if (v->writers > 0) return Status::OK();  // a new writer joined: its release commits
+  }
+  bool unl = IsUnlinked(*in);
+  Status s;
+  for (int round = 0;; ++round) {
+    s = Commit(in, v);
+    // A truncate(path) or chmod that landed on this version while it was being committed (its last
+    // writer already gone) must not be lost: commit again.
+    std::lock_guard<std::mutex> g(in->mu);
+    if (!s.ok() || v->writers != 0 || in->unlinked || v->superseded || round >= 8) break;
+    std::shared_lock<std::shared_mutex> vg(v->mu);
+    if (v->committed_gen == v->gen && v->committed_attr_gen == v->attr_gen) break;
+  }
+  std::lock_guard<std::mutex> g(in->mu);
+  if (v->writers == 0) {
+    auto& w = in->writing;
+    w.erase(std::remove(w.begin(), w.end(), v), w.end());
+    // An unlinked inode keeps its last version as what fstat/lseek of its remaining readers show
+    // (it can never be published or opened by name again).
+    if (in->primary == v && !in->unlinked) in->primary = nullptr;
+    if (w.empty()) in->contended = false;
+    if (unl || in->unlinked || v->superseded) discarded++;
+  }
+  return s;
+}
+
+void KvfsFs::Impl::CommitterMain() {
+  std::unique_lock<std::mutex> lk(cq_mu);
+  for (;;) {
+    if (cq.empty()) {
+      if (cq_stop) return;
+      cq_cv.wait(lk);
+      continue;
+    }
+    if (!cq_stop && std::chrono::steady_clock::now() < cq.front().due) {
+      cq_cv.wait_until(lk, cq.front().due);
+      continue;
+    }
+    Deferred d = std::move(cq.front());
+    cq.pop_front();
+    cq_inflight++;
+    lk.unlock();
+    RunDeferred(d);
+    lk.lock();
+    cq_inflight--;
+    cq_cv.notify_all();
+  }
+}
+
+void KvfsFs::Impl::RunDeferred(Deferred& d) {
+  Status s = FinishRelease(d.in, d.v);
+  if (!s.ok()) {
+    LogLimited(spdlog::level::err, LogKey("fuse-deferred-commit", s), "commit of {} (inode {}): {} (version not published)",
+               PathOf(d.in->ino), d.in->ino, ErrnoText(s));
+  }
+  std::lock_guard<std::mutex> g(table_mu);
+  MaybeEraseLocked(d.in);
+}
+
+void KvfsFs::Impl::DrainDeferred() {
+  std::deque<Deferred> todo;
+  {
+    std::unique_lock<std::mutex> lk(cq_mu);
+    todo.swap(cq);
+    cq_cv.wait(lk, [&] { return cq_inflight == 0; });
+  }
+  for (auto& d : todo) RunDeferred(d);
+}
+
+void KvfsFs::Impl::StopCommitter() {
+  {
+    std::lock_guard<std::mutex> g(cq_mu);
+    cq_stop = true;
+    cq_cv.notify_all();
+  }
+  if (committer.joinable()) committer.join();
+}
+
+}  // namespace kvfs

@@ -1,0 +1,312 @@
+// KvfsFs::Impl, the inode side: the inode table and lookup counts (Ref/Forget/handles, as in libfuse's
+// example/passthrough_hp.cc), the renumber/retry bookkeeping of inode numbers (fresh numbers, threads
+// whose open was answered ESTALE), kernel cache invalidations (notifier thread), and the attributes and
+// entry replies of inodes. Called by the FUSE callbacks (fuse/ops_*.cc) and the rest of Impl.
+// Thread safety and invariants: fuse/kvfs_fs_impl.h.
+#include "fuse/kvfs_fs_impl.h"
+
+namespace kvfs {
+
+void KvfsFs::Impl::AddFresh(uint64_t ino, bool virgin) {
+  std::lock_guard<std::mutex> g(fresh_mu);
+  if (fresh.emplace(ino, virgin).second) fresh_order.push_back(ino);
+  while (fresh_order.size() > kMaxFresh) {
+    fresh.erase(fresh_order.front());
+    fresh_order.pop_front();
+  }
+}
+
+bool KvfsFs::Impl::IsFresh(uint64_t ino) {
+  std::lock_guard<std::mutex> g(fresh_mu);
+  return fresh.count(ino) != 0;
+}
+
+bool KvfsFs::Impl::TakeVirgin(uint64_t ino) {
+  std::lock_guard<std::mutex> g(fresh_mu);
+  auto it = fresh.find(ino);
+  if (it == fresh.end() || !it->second) return false;
+  it->second = false;
+  return true;
+}
+
+void KvfsFs::Impl::MarkRetry(const fuse_ctx* ctx, uint64_t parent, const std::string& name) {
+  if (!ctx || ctx->pid <= 0) return;
+  std::lock_guard<std::mutex> g(retry_mu);
+  if (retrying.size() >= kMaxFresh) {
+    retrying.clear();
+    pending.clear();
+  }
+  auto [it, added] = retrying.try_emplace(static_cast<uint32_t>(ctx->pid), NameKey{parent, name});
+  if (!added) {
+    if (parent == 0 || it->second.first != 0) return;  // keep the name a renumber recorded
+    it->second = NameKey{parent, name};
+  }
+  if (parent != 0) pending[it->second]++;
+}
+
+bool KvfsFs::Impl::TakeRetry(const fuse_ctx* ctx) {
+  if (!ctx || ctx->pid <= 0) return false;
+  std::lock_guard<std::mutex> g(retry_mu);
+  auto it = retrying.find(static_cast<uint32_t>(ctx->pid));
+  if (it == retrying.end()) return false;
+  if (it->second.first != 0) {
+    auto p = pending.find(it->second);
+    if (p != pending.end() && --p->second <= 0) pending.erase(p);
+  }
+  retrying.erase(it);
+  return true;
+}
+
+void KvfsFs::Impl::RetryLookup(const fuse_ctx* ctx, uint64_t parent, const std::string& name, uint64_t ino) {
+  if (!ctx || ctx->pid <= 0) return;
+  {
+    std::lock_guard<std::mutex> g(retry_mu);
+    if (retrying.empty()) return;
+    auto it = retrying.find(static_cast<uint32_t>(ctx->pid));
+    if (it == retrying.end()) return;
+    NameKey k{parent, name};
+    if (it->second != k) {
+      if (it->second.first != 0) {
+        auto p = pending.find(it->second);
+        if (p != pending.end() && --p->second <= 0) pending.erase(p);
+      }
+      it->second = k;
+      pending[k]++;
+    }
+  }
+  AddFresh(ino, /*virgin=*/false);
+}
+
+bool KvfsFs::Impl::RetryPending(uint64_t parent, const std::string& name) {
+  std::lock_guard<std::mutex> g(retry_mu);
+  return !pending.empty() && pending.count(NameKey{parent, name}) != 0;
+}
+
+void KvfsFs::Impl::ReplyOpenError(fuse_req_t req, const Status& s) {
+  int e = ToErrno(s, ErrCtx::kInode);
+  if (e == ESTALE) MarkRetry(fuse_req_ctx(req));
+  fuse_reply_err(req, e);
+}
+
+std::shared_ptr<Inode> KvfsFs::Impl::Ref(uint64_t ino, uint32_t type) {
+  std::lock_guard<std::mutex> g(table_mu);
+  auto& p = table[ino];
+  if (!p) p = std::make_shared<Inode>(ino, type & S_IFMT);
+  p->nlookup++;
+  return p;
+}
+
+std::shared_ptr<Inode> KvfsFs::Impl::Get(uint64_t ino) {
+  std::lock_guard<std::mutex> g(table_mu);
+  auto it = table.find(ino);
+  return it == table.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<Inode> KvfsFs::Impl::GetOrMake(uint64_t ino, uint32_t type) {
+  std::lock_guard<std::mutex> g(table_mu);
+  auto& p = table[ino];
+  if (!p) p = std::make_shared<Inode>(ino, type & S_IFMT);
+  return p;
+}
+
+void KvfsFs::Impl::MaybeEraseLocked(const std::shared_ptr<Inode>& in) {
+  if (in->nlookup == 0 && in->open_handles == 0 && in->ino != kRootIno) {
+    {
+      // A version still committing (deferred) keeps its inode: a new Inode object for the same
+      // number would not see it.
+      std::lock_guard<std::mutex> g(in->mu);
+      if (!in->writing.empty()) return;
+    }
+    auto it = table.find(in->ino);
+    if (it != table.end() && it->second == in) table.erase(it);
+  }
+}
+
+void KvfsFs::Impl::Forget(uint64_t ino, uint64_t n) {
+  std::lock_guard<std::mutex> g(table_mu);
+  auto it = table.find(ino);
+  if (it == table.end()) return;
+  auto in = it->second;
+  in->nlookup = n >= in->nlookup ? 0 : in->nlookup - n;
+  MaybeEraseLocked(in);
+}
+
+void KvfsFs::Impl::AddHandle(const std::shared_ptr<Inode>& in) {
+  std::lock_guard<std::mutex> g(table_mu);
+  in->open_handles++;
+  open_handles++;
+}
+
+void KvfsFs::Impl::DropHandle(const std::shared_ptr<Inode>& in) {
+  std::lock_guard<std::mutex> g(table_mu);
+  in->open_handles--;
+  open_handles--;
+  MaybeEraseLocked(in);
+}
+
+void KvfsFs::Impl::MarkUnlinked(uint64_t ino, uint64_t parent, const std::string& name) {
+  if (ino == 0) return;
+  auto in = Get(ino);
+  if (!in) return;
+  std::lock_guard<std::mutex> g(in->mu);
+  in->unlinked = true;
+  in->last_attr.nlink = 0;
+  if (!in->renumbered) {
+    in->lost_parent = parent;
+    in->lost_name = name;
+  }
+}
+
+std::string KvfsFs::Impl::PathOf(uint64_t ino) {
+  std::vector<std::string> parts;
+  for (int depth = 0; ino != kRootIno && depth < 256; ++depth) {
+    auto n = store->GetInode(ino);
+    if (!n.ok()) return "(unlinked)";
+    parts.push_back(n->name);
+    ino = n->parent;
+  }
+  std::string p;
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) p += "/" + *it;
+  return p.empty() ? "/" : p;
+}
+
+void KvfsFs::Impl::QueueInval(uint64_t ino) {
+  std::lock_guard<std::mutex> g(nq_mu);
+  nq.push_back(Notice{ino, 0, {}});
+  nq_cv.notify_one();
+}
+
+void KvfsFs::Impl::OnPeerChanges(const PeerChanges& c) {
+  std::lock_guard<std::mutex> g(nq_mu);
+  for (const auto& n : c.names) nq.push_back(Notice{n.old_ino, n.parent, n.name});
+  for (uint64_t ino : c.inodes) nq.push_back(Notice{ino, 0, {}});
+  nq_cv.notify_one();
+}
+
+void KvfsFs::Impl::NotifierMain() {
+  std::unique_lock<std::mutex> lk(nq_mu);
+  for (;;) {
+    nq_cv.wait(lk, [&] { return nq_stop || !nq.empty(); });
+    if (nq_stop) return;
+    Notice n = std::move(nq.front());
+    nq.pop_front();
+    lk.unlock();
+    if (se && !n.name.empty()) {
+      // The kernel takes the parent directory's lock for this: never call it from a FUSE worker.
+      int r = fuse_lowlevel_notify_inval_entry(se, n.parent, n.name.data(), n.name.size());
+      if (r != 0 && r != -ENOENT) spdlog::debug("inval_entry {}/{}: {}", n.parent, n.name, strerror(-r));
+      if (n.ino != 0 && store->GetInode(n.ino).status().IsNotFound()) MarkUnlinked(n.ino, n.parent, n.name);
+    } else if (se && n.ino != 0) {
+      int r = fuse_lowlevel_notify_inval_inode(se, n.ino, 0, 0);
+      if (r != 0 && r != -ENOENT) spdlog::debug("inval_inode {}: {}", n.ino, strerror(-r));
+    }
+    lk.lock();
+  }
+}
+
+void KvfsFs::Impl::VersionAttr(Version& v, Attr* a) {
+  std::shared_lock<std::shared_mutex> g(v.mu);
+  *a = v.attr;
+  a->size = v.data.size();
+}
+
+bool KvfsFs::Impl::StagedAttr(Inode& in, Attr* out) {
+  std::shared_ptr<Version> v = in.primary;
+  for (auto& w : in.writing) {
+    if (w->superseded) continue;
+    if (!v || w->seq > v->seq) v = w;
+  }
+  if (!v) return false;
+  VersionAttr(*v, out);
+  out->ino = in.ino;
+  if (in.unlinked) out->nlink = 0;
+  return true;
+}
+
+Status KvfsFs::Impl::GetAttr(uint64_t ino, Attr* out, double* timeout) {
+  auto in = Get(ino);
+  if (in) {
+    std::lock_guard<std::mutex> g(in->mu);
+    if (StagedAttr(*in, out)) {
+      in->last_attr = *out;
+      *timeout = 0;
+      return Status::OK();
+    }
+  }
+  auto n = store->GetInode(ino);
+  if (!n.ok()) {
+    if (in && n.status().IsNotFound()) {
+      // Gone from the index but still open here (unlinked, or replaced by a peer): fstat answers
+      // the last attributes, as a local fs does for an open unlinked file.
+      uint64_t handles;
+      {
+        std::lock_guard<std::mutex> tg(table_mu);
+        handles = in->open_handles;
+      }
+      std::lock_guard<std::mutex> g(in->mu);
+      if ((in->unlinked || handles > 0) && in->last_attr.ino == ino) {
+        *out = in->last_attr;
+        out->nlink = 0;
+        *timeout = 0;
+        return Status::OK();
+      }
+    }
+    return n.status();
+  }
+  *out = n->attr;
+  out->ino = ino;
+  bool cacheable = S_ISDIR(out->mode) || S_ISLNK(out->mode) || n->committed;
+  if (in) {
+    std::lock_guard<std::mutex> g(in->mu);
+    in->last_attr = *out;
+    in->last_loc = n->location;
+    in->last_committed = n->committed;
+    // A hidden version is being written: its writer's lseek(SEEK_END)/append must ask again.
+    if (!in->writing.empty()) cacheable = false;
+  }
+  *timeout = cacheable ? opts.attr_timeout_s : 0;
+  return Status::OK();
+}
+
+bool KvfsFs::Impl::ReplyEntry(fuse_req_t req, const Node& n, bool fresh_only) {
+  auto in = Ref(n.attr.ino, n.attr.mode);
+  fuse_entry_param e;
+  std::memset(&e, 0, sizeof(e));
+  e.ino = n.attr.ino;
+  e.generation = 0;
+  Attr a = n.attr;
+  double at = (S_ISDIR(a.mode) || S_ISLNK(a.mode) || n.committed) ? opts.attr_timeout_s : 0;
+  {
+    std::unique_lock<std::mutex> g(in->mu);
+    if (StagedAttr(*in, &a)) {
+      at = 0;
+    } else if (fresh_only && S_ISREG(n.attr.mode) && !n.committed) {
+      g.unlock();
+      Forget(n.attr.ino, 1);
+      return false;
+    }
+    in->last_attr = a;
+    in->last_loc = n.location;
+    in->last_committed = n.committed;
+    if (S_ISREG(n.attr.mode) && !in->unlinked) {
+      in->lost_parent = n.parent;
+      in->lost_name = n.name;
+    }
+  }
+  FillStat(a, &e.attr);
+  e.attr_timeout = at;
+  e.entry_timeout = opts.entry_timeout_s;
+  fuse_reply_entry(req, &e);
+  return true;
+}
+
+void KvfsFs::Impl::ReplyNegative(fuse_req_t req) {
+  // ino 0 = a negative entry the kernel caches for entry_timeout (connectors probe absent keys a lot).
+  fuse_entry_param e;
+  std::memset(&e, 0, sizeof(e));
+  e.ino = 0;
+  e.entry_timeout = opts.negative_timeout_s;
+  fuse_reply_entry(req, &e);
+}
+
+}  // namespace kvfs

@@ -1,0 +1,552 @@
+// Private to fuse/: the internals of KvfsFs (fuse/kvfs_fs.h), shared by the files that implement them.
+//
+// What it holds: the in-memory model of the FUSE layer (the model itself is described in kvfs_fs.h and
+// docs/semantics.md):
+//   - Inode: one inode the kernel knows (lookup counts, FORGET) or that an open handle still uses;
+//   - Version: a staged (copy-on-write) version of a file's content, with its RAM/spill accounting;
+//   - Handle: one open file or directory (fi->fh);
+//   - Staging: the staging memory budget and the registry of live versions spills pick victims from;
+//   - KvfsFs::Impl: the inode table, the renumber/retry bookkeeping, the notifier and committer
+//     threads, counters, and the member functions the FUSE callbacks call;
+//   - the FUSE callbacks (Op*), one file per family, and the helpers they share.
+// Where each part is defined:
+//   fuse/inode_table.cc   inode table and lookup counts, renumber/retry tracking, kernel notifications,
+//                         attributes and entry replies
+//   fuse/versions.cc      starting and joining versions (AcquireWritable), renumbering, truncate
+//   fuse/staging.cc       the staging budget: RAM accounting, spills of versions to provisional records
+//   fuse/commit.cc        flush/commit/release of versions and the deferred-commit thread
+//   fuse/ops_namespace.cc lookup/forget/mkdir/mknod/create/unlink/rmdir/symlink/rename/link/readlink
+//   fuse/ops_attr.cc      getattr/setattr/access/statfs
+//   fuse/ops_file.cc      open/read/write/flush/release/fsync/fallocate/lseek/ioctl
+//   fuse/ops_dir.cc       opendir/readdir(plus)/releasedir/fsyncdir
+//   fuse/ops_xattr.cc     set/get/list/removexattr (and the virtual stats/pid xattrs of the root)
+//   fuse/kvfs_fs.cc       session set-up (init, mount, loop), the op table, KvfsFs's public methods
+// Who calls it: only the files above (libfuse calls the Op* callbacks through the table in kvfs_fs.cc).
+//
+// Thread safety: the callbacks run on many worker threads (fuse_session_loop_mt). Locks, always taken in
+// this order: Version::io_mu (record writes and commits of one version) -> Inode::commit_mu ->
+// Inode::mu (versions of the inode, flags) -> Version::mu (bytes, attr; shared for readers).
+// Impl::table_mu (inode map, Inode::nlookup/open_handles) comes before Inode::mu (MaybeEraseLocked,
+// stats) and is never taken while an inode's or version's lock is held. Leaf locks: Impl::fresh_mu,
+// retry_mu, nq_mu, cq_mu, Staging::mu. The comments on each field name the mutex that guards it.
+//
+// Invariants: an Inode stays in the table while the kernel holds a lookup reference, a handle is open,
+// or a version is still being written or committed (Inode::writing non-empty); the root is never
+// erased. Inode::writing holds exactly the versions with writers > 0 or a commit pending. Staging
+// counts every byte of RAM chunks of live versions (ram_bytes) and of their provisional records
+// (spilled_bytes). A superseded version never commits and is never joined.
+#pragma once
+
+#ifndef FUSE_USE_VERSION
+#define FUSE_USE_VERSION 312
+#endif
+
+#include <fuse_lowlevel.h>
+#include <linux/fs.h>  // RENAME_NOREPLACE, RENAME_EXCHANGE
+#include <spdlog/spdlog.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <shared_mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "blockstore/log.h"
+#include "fuse/chunk_buffer.h"
+#include "fuse/kvfs_fs.h"
+#include "fuse/stats_render.h"
+
+namespace kvfs {
+inline int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+inline int64_t TsNs(const timespec& ts) { return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec; }
+inline timespec NsTs(int64_t ns) {
+  timespec ts;
+  ts.tv_sec = ns / 1000000000;
+  ts.tv_nsec = ns % 1000000000;
+  if (ts.tv_nsec < 0) {
+    ts.tv_nsec += 1000000000;
+    ts.tv_sec -= 1;
+  }
+  return ts;
+}
+
+// Where an error is reported: xattr calls answer ENODATA for a missing attribute, not ENOENT; an
+// inode the kernel holds but the index no longer has (replaced or unlinked, e.g. by a peer) is ESTALE,
+// so the kernel looks the name up again (DESIGN §4 "A dead inode answers ESTALE").
+enum class ErrCtx { kDefault, kXattr, kInode };
+
+// THE one place where a Status becomes an errno for a FUSE reply.
+inline int ToErrno(const Status& s, ErrCtx ctx = ErrCtx::kDefault) {
+  if (s.ok()) return 0;
+  if (ctx == ErrCtx::kXattr && s.IsNotFound()) return ENODATA;
+  if (ctx == ErrCtx::kInode && s.IsNotFound()) return ESTALE;
+  int e = s.ToErrno();
+  return e > 0 ? e : EIO;
+}
+
+inline void FillStat(const Attr& a, struct stat* st) {
+  std::memset(st, 0, sizeof(*st));
+  st->st_ino = a.ino;
+  st->st_mode = a.mode;
+  st->st_nlink = a.nlink;
+  st->st_uid = a.uid;
+  st->st_gid = a.gid;
+  st->st_size = static_cast<off_t>(a.size);
+  st->st_blksize = 4096;
+  st->st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
+  st->st_atim = NsTs(a.atime_ns);
+  st->st_mtim = NsTs(a.mtime_ns);
+  st->st_ctim = NsTs(a.ctime_ns);
+}
+
+struct Version;
+
+// Staging memory: what the budget (FsOptions::staging_bytes) counts, the spill counters, and a registry
+// of the live versions from which spills pick their victims.
+struct Staging {
+  std::atomic<int64_t> ram_bytes{0};      // RAM chunks of all staged versions (ChunkBuffer::capacity)
+  std::atomic<int64_t> spilled_bytes{0};  // provisional records written for versions still staged
+  std::atomic<uint64_t> spills{0}, spilled_total{0}, spill_errors{0}, whole_record_commits{0};
+  std::atomic<uint64_t> streamed_commits{0};  // records written by streaming a partly spilled version
+  Store* store = nullptr;  // ReleaseRecordPin of a version's records when it is gone
+  std::mutex mu;  // guards versions
+  std::unordered_map<const Version*, std::weak_ptr<Version>> versions;
+};
+
+// A staged version of a file's content (DESIGN §4 "Versions").
+struct Version {
+  Version(uint64_t s, uint64_t i, bool hid, bool dio, Staging* st)
+      : seq(s), ino(i), hidden(hid), direct(dio), staging(st) {}
+  ~Version() {
+    staging->ram_bytes.fetch_sub(static_cast<int64_t>(data.capacity()));
+    staging->spilled_bytes.fetch_sub(static_cast<int64_t>(spilled));
+    // Nothing references its spills and its record any more: their segments may be evicted or
+    // reclaimed (a committed record's pin was released by its CommitFile already; idempotent).
+    for (const Location& l : spills) staging->store->ReleaseRecordPin(l);
+    staging->store->ReleaseRecordPin(record);
+    std::lock_guard<std::mutex> g(staging->mu);
+    staging->versions.erase(this);
+  }
+
+  const uint64_t seq;   // creation order among this daemon's versions
+  const uint64_t ino;   // the inode it belongs to (the tag of its spill records)
+  // hidden: not shown to stat/readers/rename until it commits (truncating rewrites of committed files
+  // and concurrent O_TRUNC writers). direct: its handles use direct_io, so its bytes never enter the
+  // inode's page cache, which another version owns (the concurrent O_TRUNC "shadow" case).
+  const bool hidden;
+  const bool direct;
+  Staging* const staging;
+
+  // mu guards data, attr, gen and spilled. Writers and spills take it exclusively, readers and flush
+  // shared.
+  std::shared_mutex mu;
+  ChunkBuffer data;   // RAM chunks + references (copy-on-write base, spilled chunks)
+  uint64_t spilled = 0;             // bytes of the provisional records written for this version
+  // Its provisional records: each pins its segment against eviction (Store::ReleaseRecordPin) until
+  // the version is destroyed, so its close never finds a spill evicted.
+  std::vector<Location> spills;
+  std::atomic<uint64_t> ram{0};     // data.capacity() as of the last change (victim choice, no lock)
+  std::atomic<bool> spilling{false};  // a thread is spilling it (others pick another victim)
+  Attr attr;          // mode, uid, gid, times; attr.size is ignored (data.size() is the size)
+  uint64_t gen = 1;   // bumped on every change of the bytes or the size
+  uint64_t attr_gen = 1;  // bumped on every change of attr (chmod, utimens...) after creation
+
+  // io_mu serializes record writes and commits of this version; guards the fields below.
+  std::mutex io_mu;
+  bool has_record = false;
+  uint64_t record_gen = 0;
+  Location record;
+  uint64_t committed_gen = 0;  // gen of the last successful CommitFile (0 = never)
+  uint64_t committed_attr_gen = 0;
+
+  // Guarded by the owning Inode's mu.
+  int writers = 0;
+  // When its last writer was released (Impl::next_order; 0 = never released). A commit counts from this
+  // moment, not from when the (deferred) commit runs: the order of close(2) decides which version wins.
+  uint64_t close_order = 0;
+  // A version released before another version of the inode committed: it never commits (it would put
+  // older content over newer), no open joins it, stat ignores it. Its deferred commit just drops it.
+  bool superseded = false;
+};
+
+// One inode the kernel knows (or that an open handle still uses).
+struct Inode {
+  Inode(uint64_t i, uint32_t t) : ino(i), type(t) {}
+  const uint64_t ino;
+  const uint32_t type;  // S_IFMT bits
+
+  // Guarded by Impl::table_mu.
+  uint64_t nlookup = 0;
+  uint64_t open_handles = 0;
+
+  // Serializes the commits of this inode's versions (taken after Version::io_mu, before mu), so the
+  // superseded check and CommitFile are one step.
+  std::mutex commit_mu;
+  std::mutex mu;  // guards the fields below
+  bool unlinked = false;             // its name was unlinked or replaced: staged versions are discarded
+  std::shared_ptr<Version> primary;  // the staged version that opens join and stat shows
+  std::vector<std::shared_ptr<Version>> writing;  // versions with writers > 0 (primary + hidden ones)
+  uint64_t committed_seq = 0;        // seq of the newest committed version
+  bool contended = false;            // a hidden version is being written: page cache may mix versions
+  // Open handles of this inode that use the page cache (not direct_io): while any is open, no new
+  // version may start on this number (its O_TRUNC would reset their i_size, its writes their pages).
+  uint64_t pc_handles = 0;
+  bool renumbered = false;           // Store::Renumber moved its name to a new number (unlinked too)
+  uint64_t lost_parent = 0;          // the name the kernel last looked it up by, or that it lost
+  std::string lost_name;             // (renumbered, unlinked, replaced): where an ESTALE'd open retries
+  uint64_t renumbered_to = 0;        // the number Renumber gave its name (0: none)
+  // Bumped when a version starts on this number in place under open page-cache readers (a reopen via
+  // /proc/self/fd: Impl::UndoRenumber): readers opened before then read the current content, as on a
+  // local fs, not the content pinned at their open. Read without in->mu.
+  std::atomic<uint64_t> rewrites{0};
+  bool hidden_ever = false;          // never keep_cache again: cached pages may belong to a hidden version
+  Attr last_attr;                    // last attributes seen (answers fstat of an unlinked file)
+  Location last_loc;                 // last committed location seen (opens of a just-replaced file)
+  bool last_committed = false;
+};
+
+struct Handle {
+  std::shared_ptr<Inode> inode;
+  std::shared_ptr<Version> version;  // writable handles; readers of a staged version
+  bool writable = false;
+  bool append = false;  // O_APPEND
+  Location loc;      // readers of committed content: pinned at open
+  uint64_t size = 0;
+  bool pc = false;   // counted in Inode::pc_handles (opened without direct_io)
+  uint64_t rewrites = 0;  // Inode::rewrites at open (readers of committed content)
+};
+
+inline Handle* H(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
+
+struct KvfsFs::Impl {
+  Impl(Store* s, FsOptions o) : store(s), opts(o) { staging.store = s; }
+
+  Store* store;
+  FsOptions opts;
+  KvfsFs* owner = nullptr;  // for StatsJson
+  fuse_session* se = nullptr;
+  bool mounted = false;
+  bool signals = false;
+
+  std::mutex table_mu;
+  std::unordered_map<uint64_t, std::shared_ptr<Inode>> table;
+  std::atomic<uint64_t> next_seq{1};
+  std::atomic<uint64_t> next_order{1};  // Version::close_order
+  Staging staging;
+  // Reads referenced chunks of staged versions (copy-on-write bases, spills): Store::Read, so every
+  // byte is verified against its block checksum.
+  ChunkBuffer::Fetch fetch = [this](const Location& l, uint64_t off, size_t len, char* out) -> Status {
+    size_t got = 0;
+    Status s = store->Read(l, off, len, out, &got);
+    if (s.ok() && got != len) return Status::Corruption("short read of a staged extent");
+    return s;
+  };
+  // The same without loading values into the LRU: a streamed commit reads each spilled byte once.
+  ChunkBuffer::Fetch fetch_uncached = [this](const Location& l, uint64_t off, size_t len, char* out) -> Status {
+    size_t got = 0;
+    Status s = store->ReadUncached(l, off, len, out, &got);
+    if (s.ok() && got != len) return Status::Corruption("short read of a staged extent");
+    return s;
+  };
+  std::atomic<uint64_t> open_handles{0}, staged_versions{0}, shadows{0}, committed{0}, discarded{0},
+      flush_records{0}, flush_errors{0}, commit_errors{0}, renumbered{0};
+  std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
+  FuseOpStats op_stats;  // requests and handler latency by operation (Timed in MakeOps)
+
+  // Inode numbers that Renumber handed out (the number a retried open finds). Read-only opens of them
+  // use direct_io, so such a number never has page-cache handles: a retried writable open can always
+  // start its version there (never a second ESTALE). `virgin` until the first writable open starts a
+  // version on it without renumbering again. Not tied to the inode table: the kernel's retry itself
+  // may FORGET the new number (fuse_dentry_revalidate) before it looks it up again. Bounded: the oldest
+  // numbers are dropped first (kMaxFresh renumbers later; their readers use the page cache again).
+  // fresh_mu is a leaf lock, also taken under Inode::mu.
+  static constexpr size_t kMaxFresh = 65536;
+  std::mutex fresh_mu;
+  std::unordered_map<uint64_t, bool> fresh;  // ino -> virgin
+  std::deque<uint64_t> fresh_order;
+  void AddFresh(uint64_t ino, bool virgin = true);
+  bool IsFresh(uint64_t ino);
+  bool TakeVirgin(uint64_t ino);
+
+  // Threads whose open (or truncate(path)) we answered ESTALE, by the request's pid (the calling
+  // thread's id), with the name a renumber moved when we know it. The kernel retries such a call once,
+  // after a fresh LOOKUP; the thread's next open is that retry, and it must not get ESTALE again (ext4
+  // never answers ESTALE): it starts its version on the number it finds when no page-cache handle is
+  // open there (docs/semantics.md §1 "Inode numbers"). While a retry on a name is pending, whatever
+  // number the name gets meanwhile (a rename over it) is kept free of page-cache readers (AddFresh),
+  // and other writers do not renumber it (the retry's OPEN may follow its LOOKUP at any time). A stale
+  // entry (the retry's LOOKUP failed) only spares the thread's next open a renumber. Bounded (cleared
+  // when kMaxFresh threads wait). A leaf lock.
+  using NameKey = std::pair<uint64_t, std::string>;
+  struct NameKeyHash {
+    size_t operator()(const NameKey& k) const {
+      return std::hash<std::string>()(k.second) ^ (std::hash<uint64_t>()(k.first) * 0x9e3779b97f4a7c15ull);
+    }
+  };
+  std::mutex retry_mu;
+  std::unordered_map<uint32_t, NameKey> retrying;          // tid -> name (parent 0: unknown)
+  std::unordered_map<NameKey, int, NameKeyHash> pending;   // name -> retrying threads
+  void MarkRetry(const fuse_ctx* ctx, uint64_t parent = 0, const std::string& name = {});
+  bool TakeRetry(const fuse_ctx* ctx);
+  // A LOOKUP by a thread whose open is being retried: the retry's own LOOKUP (LOOKUP_REVAL) of the name
+  // it will open. The regular file found is the retry's target: from now on it gets no page-cache
+  // readers, and other writers do not renumber it.
+  void RetryLookup(const fuse_ctx* ctx, uint64_t parent, const std::string& name, uint64_t ino);
+  bool RetryPending(uint64_t parent, const std::string& name);
+  // The error reply of an open/create/truncate(path): a missing inode is ESTALE, and the thread's
+  // retry is expected (MarkRetry).
+  void ReplyOpenError(fuse_req_t req, const Status& s);
+
+  // Kernel page-cache invalidations run on their own thread: fuse_lowlevel_notify_inval_inode must not
+  // be called from a worker that the kernel may be waiting on.
+  std::mutex nq_mu;
+  std::condition_variable nq_cv;
+  struct Notice {
+    uint64_t ino = 0;       // inval_inode (name empty) or the old inode of a changed name
+    uint64_t parent = 0;    // inval_entry when name is not empty
+    std::string name;
+  };
+  std::deque<Notice> nq;
+  struct ListenerGate {
+    std::mutex mu;
+    Impl* impl = nullptr;
+  };
+  std::shared_ptr<ListenerGate> gate;
+  bool nq_stop = false;
+  std::thread notifier;
+
+  // ---- inode table ----
+  std::shared_ptr<Inode> Ref(uint64_t ino, uint32_t type);
+  std::shared_ptr<Inode> Get(uint64_t ino);
+  // Get, or create an entry without a lookup reference (a handle or an op on an inode we dropped).
+  std::shared_ptr<Inode> GetOrMake(uint64_t ino, uint32_t type);
+  void MaybeEraseLocked(const std::shared_ptr<Inode>& in);
+  void Forget(uint64_t ino, uint64_t n);
+  void AddHandle(const std::shared_ptr<Inode>& in);
+  void DropHandle(const std::shared_ptr<Inode>& in);
+  // parent/name: the name it lost (a writable open that then answers ESTALE expects its retry there).
+  void MarkUnlinked(uint64_t ino, uint64_t parent, const std::string& name);
+
+  // The inode's path in the mount, for log lines ("/a/b"); "(unlinked)" when the index no longer has it.
+  std::string PathOf(uint64_t ino);
+
+  void QueueInval(uint64_t ino);
+  // Peers' journal entries were applied to the index (Store's peer thread): tell the kernel.
+  void OnPeerChanges(const PeerChanges& c);
+  void NotifierMain();
+
+  // ---- attributes ----
+  static void VersionAttr(Version& v, Attr* a);
+
+  // Attributes stat shows for ino: the primary staged version if any, else the Store's. *timeout: how
+  // long the kernel may cache them (0 while staged: st_size must be exact).
+  // The attributes stat shows while versions are staged (in->mu held): the newest version being
+  // written (hidden ones included: the kernel keeps ONE i_size per inode, and the writer's page-cache
+  // reads and appends use it, so it must be the writer's size), else the visible primary. False: none.
+  static bool StagedAttr(Inode& in, Attr* out);
+
+  Status GetAttr(uint64_t ino, Attr* out, double* timeout);
+
+  // Replies with a positive entry for node (one lookup reference). fresh_only: if n is a staged regular
+  // file of which no staged version is left here, reply nothing and return false (the caller looks again).
+  // The index's attributes of a staged file are placeholders (size 0): the sizes are the versions' (and
+  // StagedAttr shows them). A LOOKUP that read n from the index before the file's deferred commit and
+  // replies after it (the commit dropped the version) would give the kernel size 0 with a valid lookup:
+  // the kernel then cuts that inode's i_size and page cache under its readers (a publisher's rename
+  // looks up the target name: LOOKUP_RENAME_TARGET). The index commits before the version is dropped,
+  // so looking again finds the committed node.
+  bool ReplyEntry(fuse_req_t req, const Node& n, bool fresh_only = false);
+  void ReplyNegative(fuse_req_t req);
+
+  // ---- versions ----
+  std::shared_ptr<Version> NewVersion(uint64_t ino, bool hidden, bool direct);
+
+  // After a change of v.data (v.mu held exclusively): the RAM it holds now vs. cap_before.
+  void AccountRam(Version& v, uint64_t cap_before);
+
+  // ---- staging budget (DESIGN §4: "a FUSE worker never waits for memory") ----
+  // Called before a change that allocates up to `need` bytes of staging RAM (no version lock held).
+  // While the staged RAM + need exceeds the budget, spills the version holding the most RAM (its own
+  // version included). Never waits for memory: when every candidate is being spilled by another
+  // thread, or nothing is left to spill, the change goes ahead over the budget. Errors of the spill
+  // (NoSpace: backing store or capacity full; IOError) are the caller's: the write fails cleanly,
+  // nothing staged is lost (the victim keeps its bytes in RAM).
+  Status MakeRoom(uint64_t need);
+
+  // The staged version with the most RAM that no other thread is spilling (marked spilling), or null.
+  std::shared_ptr<Version> PickVictim();
+
+  // Writes v's RAM chunks as ONE provisional record and keeps only their Locations (ChunkBuffer::ToRef).
+  // Full chunks only, so appends to the partial last chunk do not read it back; the last chunk too when
+  // there is nothing else. The record is journaled only if the version is later committed whole from it
+  // (FlushLocked); otherwise it is an orphan (dead bytes).
+  Status Spill(Version& v);
+
+  // A version for a new writable handle of `in` (its writer counted). The rule (docs/semantics.md):
+  //  - without O_TRUNC: join the newest version being written; if none, a copy-on-write *primary*
+  //    version of the committed content (visible: stat and new readers see it, as on a local fs);
+  //  - O_TRUNC while another version of the inode is being written: a *shadow* (hidden + direct_io),
+  //    so two writers of one temp name each produce a whole version and nobody sees a mix;
+  //  - O_TRUNC of a committed file nobody writes: a *replacement* (hidden, page cache): readers and
+  //    stat keep the committed content until the new version commits whole;
+  //  - O_TRUNC of a staged file (created, never committed): a new empty primary version.
+  // need_content=false: the caller truncates to 0 anyway (skip the copy-on-write load).
+  // retry: the kernel's retry of this thread's call that we answered ESTALE (TakeRetry): never renumber
+  // again where that is safe.
+  Result<std::shared_ptr<Version>> AcquireWritable(const std::shared_ptr<Inode>& in, bool trunc,
+                                                   const fuse_ctx* ctx, bool need_content = true,
+                                                   bool retry = false);
+  // The kernel's retry of a writable open we answered ESTALE came back to the very number we renumbered
+  // away from: the open did not go through a name (a /proc/self/fd or /dev/fd magic link, which re-opens
+  // the same inode however often it is retried), so a new number can never reach it. Like a local fs, the
+  // open then writes that inode: the name moves back to it (Store::Renumber(to)), provided the number
+  // the name got is still unused here (no handle, no version). The caller starts its version in place
+  // (readers see the rewrite). Returns whether it did.
+  bool UndoRenumber(const std::shared_ptr<Inode>& in);
+  // inplace: UndoRenumber just gave the name back to this number: start the version here whatever
+  // page-cache handles are open, as a visible version, and invalidate the kernel's cache of the inode.
+  Result<std::shared_ptr<Version>> AcquireWritableOnce(const std::shared_ptr<Inode>& in, bool trunc,
+                                                       const fuse_ctx* ctx, bool need_content, bool retry,
+                                                       bool inplace,
+                                                       std::vector<std::shared_ptr<Version>>* settle);
+
+  // Sets v's size (setattr, truncate by name, fallocate): spills first when growing over the budget,
+  // and after, when a large growth took staging over it (its zeros go to the backing store).
+  // grow_only: leave a larger size alone (fallocate).
+  Status Truncate(Version& v, uint64_t size, int64_t now, bool grow_only = false);
+
+  bool IsUnlinked(Inode& in);
+
+  // Writes v's bytes as a record if they changed since the last record. Requires v.io_mu.
+  Status FlushLocked(Inode& in, Version& v);
+
+  Status Flush(Inode& in, Version& v);
+
+  // Commits v (record + journal PUT under the inode's current name) unless its name is gone.
+  Status Commit(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v);
+
+  // close(2) of the version's last writer handle (FLUSH): the version becomes what stat and new
+  // readers see at once (close-to-open), even though its journal PUT waits for RELEASE, which the
+  // kernel sends asynchronously after close returns.
+  void PromoteAtClose(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v);
+
+  // Drops one writer of v; the last one commits it (DESIGN §4 "Commit"). defer: commit it
+  // opts.commit_delay_ms later on the committer thread, so that the rename that usually follows close
+  // (temp file + rename) happens first and the journal gets one PUT under the final name instead of a
+  // PUT under the temp name + a RENAME. Until then the version stays staged and visible as before.
+  Status ReleaseWritable(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v,
+                         bool defer = false);
+
+  // The last writer is gone: commit v (again if something changed while committing), then drop it.
+  Status FinishRelease(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v);
+
+  // ---- deferred commits ----
+  struct Deferred {
+    std::chrono::steady_clock::time_point due;
+    std::shared_ptr<Inode> in;
+    std::shared_ptr<Version> v;
+  };
+  std::mutex cq_mu;
+  std::condition_variable cq_cv;
+  std::deque<Deferred> cq;  // due times are nondecreasing (one fixed delay)
+  bool cq_stop = false;
+  int cq_inflight = 0;  // commits the committer thread popped and is running (guarded by cq_mu)
+  std::thread committer;
+
+  void CommitterMain();
+  void RunDeferred(Deferred& d);
+  // Runs every deferred commit now, in the calling thread, and waits for the one the committer may be
+  // running: fsync / fsyncdir must also cover files closed just before (their commit is deferred).
+  void DrainDeferred();
+  // Commits everything deferred now and stops the committer thread.
+  void StopCommitter();
+};
+
+// ---- helpers shared by the FUSE callbacks ----
+
+inline KvfsFs::Impl* FS(fuse_req_t req) { return static_cast<KvfsFs::Impl*>(fuse_req_userdata(req)); }
+
+inline bool NameTooLong(const char* name) { return std::strlen(name) > 255; }
+
+inline void Reply(fuse_req_t req, const Status& s, ErrCtx ctx = ErrCtx::kDefault) {
+  fuse_reply_err(req, ToErrno(s, ctx));
+}
+
+// The group of a new entry in `parent` (the setgid-directory rule of Linux file systems such as ext4):
+// in a directory with S_ISGID the entry gets the directory's group and a new subdirectory keeps
+// S_ISGID (*mode); elsewhere the creator's gid. An unreadable parent leaves it to the create's own error.
+gid_t NewEntryGid(KvfsFs::Impl* fs, fuse_ino_t parent, const fuse_ctx* ctx, mode_t* mode);
+
+// Opens a handle of a regular file inode (shared by open and create).
+// retry: this call is the kernel's retry of one we answered ESTALE (Impl::TakeRetry).
+Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>& in, fuse_file_info* fi,
+                  bool force_trunc, bool retry);
+
+// Closes a file or directory handle (release, releasedir, or a failed open reply): its writer releases
+// its version (commit deferred), then the handle is freed and the inode's handle count dropped.
+void ReleaseHandle(KvfsFs::Impl* fs, Handle* h);
+
+// ---- the FUSE callbacks (libfuse calls them through the op table, fuse/kvfs_fs.cc) ----
+
+// names (fuse/ops_namespace.cc)
+void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name);
+void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);
+void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets);
+void OpReadlink(fuse_req_t req, fuse_ino_t ino);
+void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode);
+void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name);
+void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name);
+void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name);
+void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
+              unsigned flags);
+void OpLink(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*);
+void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t);
+void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi);
+
+// attributes (fuse/ops_attr.cc)
+void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info* fi);
+void OpAccess(fuse_req_t req, fuse_ino_t ino, int mask);
+void OpStatfs(fuse_req_t req, fuse_ino_t);
+
+// file I/O (fuse/ops_file.cc)
+void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi);
+void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off, fuse_file_info* fi);
+void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi);
+void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi);
+void OpFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi);
+void OpIoctl(fuse_req_t req, fuse_ino_t, unsigned int, void*, fuse_file_info*, unsigned, const void*, size_t, size_t);
+void OpFallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t length, fuse_file_info* fi);
+void OpLseek(fuse_req_t req, fuse_ino_t, off_t off, int whence, fuse_file_info* fi);
+
+// directories (fuse/ops_dir.cc)
+void OpOpendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+void OpReleasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi);
+void OpFsyncdir(fuse_req_t req, fuse_ino_t, int, fuse_file_info*);
+void OpReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*);
+void OpReaddirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*);
+
+// extended attributes (fuse/ops_xattr.cc)
+void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size, int flags);
+void OpGetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size);
+void OpListxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name);
+
+}  // namespace kvfs

@@ -1,0 +1,296 @@
+// FUSE callbacks of file I/O: open (and the handle set-up create shares), read, write, flush, release,
+// fsync, fallocate, lseek, ioctl. Called by libfuse worker threads through the op table
+// (fuse/kvfs_fs.cc). Thread safety and invariants: fuse/kvfs_fs_impl.h.
+#include "fuse/kvfs_fs_impl.h"
+
+#ifndef FALLOC_FL_KEEP_SIZE
+#define FALLOC_FL_KEEP_SIZE 0x01
+#endif
+
+namespace kvfs {
+
+Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>& in, fuse_file_info* fi,
+                  bool force_trunc, bool retry) {
+  int acc = fi->flags & O_ACCMODE;
+  bool writable = acc == O_WRONLY || acc == O_RDWR;
+  bool trunc = force_trunc || (fi->flags & O_TRUNC);
+  auto h = std::make_unique<Handle>();
+  h->inode = in;
+  h->append = fi->flags & O_APPEND;
+  bool direct = (fi->flags & O_DIRECT) || fs->opts.direct_io_all;
+  fi->keep_cache = 0;
+  if (writable) {
+    auto r = fs->AcquireWritable(in, trunc, fuse_req_ctx(req), true, retry);
+    if (!r.ok()) return r.status();
+    h->version = *r;
+    h->writable = true;
+    // A shadow version does not share the inode's page cache with the version that owns it.
+    if (h->version->direct) direct = true;
+  } else {
+    if (trunc) {  // O_RDONLY|O_TRUNC truncates on Linux
+      auto r = fs->AcquireWritable(in, true, fuse_req_ctx(req), true, retry);
+      if (!r.ok()) return r.status();
+      Status s = fs->ReleaseWritable(in, *r);
+      if (!s.ok()) return s;
+    }
+    h->rewrites = in->rewrites.load();
+    {
+      std::lock_guard<std::mutex> g(in->mu);
+      h->version = in->primary;  // a file being written (visibly): read the staged bytes (POSIX)
+    }
+    if (!h->version) {
+      auto n = fs->store->GetInode(in->ino);
+      if (!n.ok()) {
+        // Replaced or unlinked by this node between the kernel's LOOKUP and this OPEN: like a local
+        // fs, open the doomed inode and read the version it last had (its record is still in its
+        // segment). A peer's replacement answers ESTALE instead: the kernel then finds the new file.
+        std::lock_guard<std::mutex> g(in->mu);
+        if (!n.status().IsNotFound() || !in->unlinked || !in->last_committed || in->last_attr.ino != in->ino) {
+          return n.status();
+        }
+        h->loc = in->last_loc;
+        h->size = in->last_attr.size;
+      } else {
+        h->loc = n->location;
+        h->size = n->attr.size;
+      }
+      // Committed content never changes under this inode except through this daemon, which writes
+      // through the page cache or invalidates it: keep the cache across opens.
+      fi->keep_cache = (n.ok() && n->committed) ? 1 : 0;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> g(in->mu);
+    if (!writable) {
+      // The kernel keeps ONE page cache and ONE i_size per inode. Once an inode has had two versions
+      // at a time (a hidden one next to the visible one), a page-cache reader could get pages or a
+      // size of the other version (zero-filled tails, or a mix): such readers read through direct_io,
+      // which returns exactly the bytes of the version this handle reads. So do readers of a number
+      // Renumber handed out (a retried writer may start a version there: IsFresh), and a reader whose
+      // inode got a new visible version since it looked (this check and the writers' look at
+      // pc_handles are under in->mu).
+      if (in->contended || in->hidden_ever || in->primary != h->version || fs->IsFresh(in->ino)) {
+        direct = true;
+      }
+    }
+    h->pc = !direct;
+    if (h->pc) in->pc_handles++;
+  }
+  fi->direct_io = direct ? 1 : 0;
+  if (direct) fi->keep_cache = 0;
+  // A read-only handle's FLUSH does nothing here (OpFlush): FOPEN_NOFLUSH lets close(2) return without
+  // that round trip to the daemon (one of the ~3 requests of a warm open/read/close). Kernels before 5.16
+  // ignore the flag and keep sending FLUSH, which stays correct.
+  fi->noflush = h->writable ? 0 : 1;
+  fs->AddHandle(in);
+  fi->fh = reinterpret_cast<uint64_t>(h.release());
+  return Status::OK();
+}
+
+void ReleaseHandle(KvfsFs::Impl* fs, Handle* h) {
+  auto in = h->inode;
+  if (h->pc) {
+    // First: the kernel no longer uses this handle, and the commit below makes the inode idle (a
+    // retried writable open may then start a version on it).
+    std::lock_guard<std::mutex> g(in->mu);
+    in->pc_handles--;
+  }
+  if (h->writable && h->version) {
+    Status s = fs->ReleaseWritable(h->inode, h->version, /*defer=*/true);
+    if (!s.ok()) {
+      LogLimited(spdlog::level::err, LogKey("fuse-release", s), "release of {} (inode {}): {} (version not published)",
+                 fs->PathOf(h->inode->ino), h->inode->ino, ErrnoText(s));
+    }
+  }
+  delete h;
+  fs->DropHandle(in);
+}
+
+void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  auto* fs = FS(req);
+  auto in = fs->Get(ino);
+  if (!in) {
+    auto n = fs->store->GetInode(ino);
+    if (!n.ok()) return fs->ReplyOpenError(req, n.status());
+    in = fs->GetOrMake(ino, n->attr.mode);
+  }
+  if (S_ISDIR(in->type)) return (void)fuse_reply_err(req, EISDIR);
+  Status s = OpenHandle(fs, req, in, fi, false, fs->TakeRetry(fuse_req_ctx(req)));
+  if (!s.ok()) return fs->ReplyOpenError(req, s);
+  if (fuse_reply_open(req, fi) != 0) ReleaseHandle(fs, H(fi));  // the kernel never saw the handle
+}
+
+void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
+  auto* fs = FS(req);
+  Handle* h = H(fi);
+  if (off < 0) return (void)fuse_reply_err(req, EINVAL);
+  // Our own reference: the reply completes the request, after which the kernel may send RELEASE for
+  // this handle (an async readahead holds the last reference to the file) and another worker may
+  // free the handle and its version while this thread still unlocks.
+  std::shared_ptr<Version> vp = h->version;
+  Location loc = h->loc;
+  uint64_t hsize = h->size;
+  if (!h->writable && h->inode->rewrites.load() != h->rewrites) {
+    // The file was rewritten in place since this reader opened it (UndoRenumber): read what it has
+    // now, the version being written or the committed content, as on a local fs.
+    {
+      std::lock_guard<std::mutex> g(h->inode->mu);
+      vp = h->inode->primary;
+    }
+    if (!vp) {
+      auto n = fs->store->GetInode(h->inode->ino);
+      if (n.ok()) {
+        loc = n->location;
+        hsize = n->attr.size;
+      }
+    }
+  }
+  if (vp) {
+    std::shared_lock<std::shared_mutex> g(vp->mu);
+    const uint64_t uoff = static_cast<uint64_t>(off);
+    if (vp->data.InRam(uoff, size)) {
+      std::vector<iovec> iov;
+      vp->data.Iov(uoff, size, &iov);
+      uint64_t n = 0;
+      for (const auto& v : iov) n += v.iov_len;
+      fs->bytes_read.fetch_add(n, std::memory_order_relaxed);
+      fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));  // the kernel copies during the call
+      return;
+    }
+    // Some of the range is on the backing store (copy-on-write base, spilled chunks): verified reads.
+    thread_local std::vector<char> vbuf;
+    if (vbuf.size() < size) vbuf.resize(size);
+    size_t got = 0;
+    Status s = vp->data.Read(uoff, size, vbuf.data(), fs->fetch, &got);
+    if (!s.ok()) {
+      LogLimited(spdlog::level::err, LogKey("fuse-read", s), "read of staged {} (inode {}) at {}+{}: {}",
+                 fs->PathOf(h->inode->ino), h->inode->ino, uoff, size, ErrnoText(s));
+      return Reply(req, s);
+    }
+    fs->bytes_read.fetch_add(got, std::memory_order_relaxed);
+    fuse_reply_buf(req, vbuf.data(), got);
+    return;
+  }
+  uint64_t uoff = static_cast<uint64_t>(off);
+  if (uoff >= hsize || loc.empty()) return (void)fuse_reply_buf(req, nullptr, 0);
+  size_t want = std::min<uint64_t>(size, hsize - uoff);
+  // Reply straight from the verified bytes the store pins (the LRU value, or the blocks it just read):
+  // the only copy is the kernel's, into the request's pages. `p` keeps them alive during the call.
+  PinnedBytes p;
+  Status s = fs->store->ReadPinned(loc, uoff, want, &p);
+  if (!s.ok()) {
+    LogLimited(spdlog::level::err, LogKey("fuse-read", s), "read of {} (inode {}) at {}+{}: {}",
+               fs->PathOf(h->inode->ino), h->inode->ino, uoff, want, ErrnoText(s));
+    return Reply(req, s);
+  }
+  fs->bytes_read.fetch_add(p.len, std::memory_order_relaxed);
+  fuse_reply_buf(req, p.data, p.len);
+}
+
+void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off, fuse_file_info* fi) {
+  auto* fs = FS(req);
+  Handle* h = H(fi);
+  if (!h || !h->version) return (void)fuse_reply_err(req, EBADF);
+  if (off < 0) return (void)fuse_reply_err(req, EINVAL);
+  if (static_cast<uint64_t>(off) + size > fs->opts.max_file_size) return (void)fuse_reply_err(req, EFBIG);
+  // Writeback of shared-mmap pages (fi->writepage) may arrive on any writable handle of the inode, also
+  // after its FLUSH: it marks the version dirty, so the next flush or the last release writes a record.
+  Version& v = *h->version;
+  // Over the staging budget: spill first (this write may fail with ENOSPC, and then changes nothing).
+  // A write allocates at most its size + one chunk (a partly written chunk of a copy-on-write base).
+  Status s = fs->MakeRoom(size + ChunkBuffer::kChunk);
+  if (!s.ok()) return Reply(req, s);
+  {
+    std::unique_lock<std::shared_mutex> g(v.mu);
+    uint64_t cap = v.data.capacity();
+    // O_APPEND on a shadow (direct_io) handle: the kernel's append offset is the inode's i_size, which
+    // another version may have set; append to this version's end instead (no page cache to disagree).
+    if (h->append && v.direct && !fi->writepage) off = static_cast<off_t>(v.data.size());
+    s = v.data.Write(static_cast<uint64_t>(off), buf, size, fs->fetch);
+    fs->AccountRam(v, cap);
+    if (s.ok()) {
+      v.gen++;
+      v.attr.mtime_ns = v.attr.ctime_ns = NowNs();
+    }
+  }
+  if (!s.ok()) {
+    LogLimited(spdlog::level::err, LogKey("fuse-write", s), "write of {} (inode {}) at {}+{}: {}",
+               fs->PathOf(h->inode->ino), h->inode->ino, off, size, ErrnoText(s));
+    return Reply(req, s);
+  }
+  fs->bytes_written.fetch_add(size, std::memory_order_relaxed);
+  fuse_reply_write(req, size);
+}
+
+void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  auto* fs = FS(req);
+  Handle* h = H(fi);
+  if (!h->writable || !h->version) return (void)fuse_reply_err(req, 0);
+  Status s = fs->Flush(*h->inode, *h->version);
+  if (s.ok()) fs->PromoteAtClose(h->inode, h->version);
+  Reply(req, s);
+}
+
+void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  ReleaseHandle(FS(req), H(fi));
+  fuse_reply_err(req, 0);
+}
+
+void OpFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
+  auto* fs = FS(req);
+  Handle* h = H(fi);
+  if (h->writable && h->version) {
+    Status s = fs->Commit(h->inode, h->version);
+    if (!s.ok()) return Reply(req, s);
+  }
+  fs->DrainDeferred();  // a version closed just before (commit deferred) is covered too
+  Reply(req, fs->store->Sync());
+}
+
+void OpIoctl(fuse_req_t req, fuse_ino_t, unsigned int, void*, fuse_file_info*, unsigned, const void*, size_t, size_t) {
+  fuse_reply_err(req, ENOTTY);  // Python's isatty() on every open of numpy.tofile: answer at once
+}
+
+void OpFallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t length, fuse_file_info* fi) {
+  auto* fs = FS(req);
+  Handle* h = H(fi);
+  if (mode & ~FALLOC_FL_KEEP_SIZE) return (void)fuse_reply_err(req, EOPNOTSUPP);
+  if (!h->writable || !h->version) return (void)fuse_reply_err(req, EBADF);
+  if (offset < 0 || length <= 0) return (void)fuse_reply_err(req, EINVAL);
+  if (mode & FALLOC_FL_KEEP_SIZE) return (void)fuse_reply_err(req, 0);  // no holes, nothing to reserve
+  Version& v = *h->version;
+  uint64_t end = static_cast<uint64_t>(offset) + static_cast<uint64_t>(length);
+  uint64_t cur;
+  {
+    std::shared_lock<std::shared_mutex> g(v.mu);
+    cur = v.data.size();
+  }
+  Status s = Status::OK();
+  if (end > cur) s = fs->Truncate(v, end, NowNs(), /*grow_only=*/true);
+  fuse_reply_err(req, ToErrno(s));  // never touch the handle after replying (RELEASE may follow at once)
+}
+
+void OpLseek(fuse_req_t req, fuse_ino_t, off_t off, int whence, fuse_file_info* fi) {
+  Handle* h = H(fi);
+  uint64_t size;
+  if (h->version) {
+    std::shared_lock<std::shared_mutex> g(h->version->mu);
+    size = h->version->data.size();
+  } else {
+    size = h->size;
+  }
+  if (off < 0) return (void)fuse_reply_err(req, EINVAL);
+  uint64_t o = static_cast<uint64_t>(off);
+  // Files have no holes: data is exactly [0, size), the only hole is the virtual one at EOF.
+  if (whence == SEEK_DATA) {
+    if (o >= size) return (void)fuse_reply_err(req, ENXIO);
+    return (void)fuse_reply_lseek(req, off);
+  }
+  if (whence == SEEK_HOLE) {
+    if (o >= size) return (void)fuse_reply_err(req, ENXIO);
+    return (void)fuse_reply_lseek(req, static_cast<off_t>(size));
+  }
+  fuse_reply_err(req, EINVAL);
+}
+
+}  // namespace kvfs

@@ -1,0 +1,169 @@
+// FUSE callbacks of the namespace: lookup, forget, readlink, mkdir, rmdir, unlink, symlink, rename, link,
+// mknod, create. Called by libfuse worker threads through the op table (fuse/kvfs_fs.cc).
+// Thread safety and invariants: fuse/kvfs_fs_impl.h.
+#include "fuse/kvfs_fs_impl.h"
+
+namespace kvfs {
+
+gid_t NewEntryGid(KvfsFs::Impl* fs, fuse_ino_t parent, const fuse_ctx* ctx, mode_t* mode) {
+  auto p = fs->store->GetInode(parent);
+  if (!p.ok() || !(p->attr.mode & S_ISGID)) return ctx->gid;
+  if (S_ISDIR(*mode)) *mode |= S_ISGID;
+  return p->attr.gid;
+}
+
+void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  auto* fs = FS(req);
+  if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  // A staged file found here may be committed (its version dropped) before the reply: look again then
+  // (ReplyEntry fresh_only). The last attempt replies whatever it finds: a staged node without a version
+  // is a file being created right now (CreateFile before its open), empty.
+  for (int attempt = 0;; ++attempt) {
+    auto r = fs->store->Lookup(parent, name);
+    if (!r.ok()) {
+      if (r.status().IsNotFound()) {
+        fs->store->RequestPeerRefresh();  // a peer may have just written it (rate-limited, never blocks)
+        return fs->ReplyNegative(req);
+      }
+      return Reply(req, r.status());
+    }
+    if (S_ISREG(r->attr.mode) && !r->committed && fs->opts.test_lookup_delay_ms > 0 && attempt == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(fs->opts.test_lookup_delay_ms));  // TEST ONLY
+    }
+    if (S_ISREG(r->attr.mode)) fs->RetryLookup(fuse_req_ctx(req), parent, name, r->attr.ino);
+    if (fs->ReplyEntry(req, *r, /*fresh_only=*/attempt < 3)) return;
+  }
+}
+
+void OpForget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  FS(req)->Forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void OpForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  auto* fs = FS(req);
+  for (size_t i = 0; i < count; ++i) fs->Forget(forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
+}
+
+void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
+  auto r = FS(req)->store->ReadLink(ino);
+  if (!r.ok()) return Reply(req, r.status(), ErrCtx::kInode);
+  fuse_reply_readlink(req, r->c_str());
+}
+
+void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  auto* fs = FS(req);
+  if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  mode = (mode & 07777) | S_IFDIR;
+  const gid_t gid = NewEntryGid(fs, parent, ctx, &mode);
+  auto r = fs->store->Mkdir(parent, name, mode, ctx->uid, gid);
+  if (!r.ok()) return Reply(req, r.status());
+  fs->ReplyEntry(req, *r);
+}
+
+void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Reply(req, FS(req)->store->Rmdir(parent, name));
+}
+
+void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  auto* fs = FS(req);
+  uint64_t ino = 0;
+  Status s = fs->store->Unlink(parent, name, &ino);
+  if (s.ok()) fs->MarkUnlinked(ino, parent, name);
+  Reply(req, s);
+}
+
+void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  auto* fs = FS(req);
+  if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  if (std::strlen(link) >= 4096) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  mode_t lmode = S_IFLNK;
+  auto r = fs->store->Symlink(parent, name, link, ctx->uid, NewEntryGid(fs, parent, ctx, &lmode));
+  if (!r.ok()) return Reply(req, r.status());
+  fs->ReplyEntry(req, *r);
+}
+
+void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
+              unsigned flags) {
+  auto* fs = FS(req);
+  if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) return (void)fuse_reply_err(req, EINVAL);
+  if (NameTooLong(newname)) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  uint64_t replaced = 0;
+  if (fs->RetryPending(newparent, newname)) {
+    // A writer's open of the destination is being retried (it got ESTALE): the file it will find
+    // there must have no page-cache readers (Impl::retrying).
+    auto src = fs->store->Lookup(parent, name);
+    if (src.ok() && S_ISREG(src->attr.mode)) fs->AddFresh(src->attr.ino, /*virgin=*/false);
+  }
+  Status s = fs->store->Rename(parent, name, newparent, newname, flags, &replaced);
+  // The destination's old inode lost its name: its staged versions are discarded, its readers go on.
+  if (s.ok() && replaced != 0) fs->MarkUnlinked(replaced, newparent, newname);
+  Reply(req, s);
+}
+
+void OpLink(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) {
+  fuse_reply_err(req, EPERM);  // DESIGN §3: hard links are refused
+}
+
+void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t) {
+  auto* fs = FS(req);
+  if (!S_ISREG(mode)) return (void)fuse_reply_err(req, EPERM);
+  if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  mode = (mode & 07777) | S_IFREG;
+  const gid_t gid = NewEntryGid(fs, parent, ctx, &mode);
+  auto r = fs->store->CreateFile(parent, name, mode, ctx->uid, gid, true);
+  if (!r.ok()) return Reply(req, r.status());
+  auto in = fs->GetOrMake(r->attr.ino, S_IFREG);
+  auto v = fs->AcquireWritable(in, true, ctx);  // an empty version, committed at once
+  if (!v.ok()) return Reply(req, v.status());
+  Status s = fs->ReleaseWritable(in, *v);
+  if (!s.ok()) return Reply(req, s);
+  auto n = fs->store->GetInode(r->attr.ino);
+  if (!n.ok()) return Reply(req, n.status());
+  fs->ReplyEntry(req, *n);
+}
+
+void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, fuse_file_info* fi) {
+  auto* fs = FS(req);
+  if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  const bool retry = fs->TakeRetry(ctx);
+  bool excl = fi->flags & O_EXCL;
+  mode = (mode & 07777) | S_IFREG;
+  const gid_t gid = NewEntryGid(fs, parent, ctx, &mode);
+  auto r = fs->store->CreateFile(parent, name, mode, ctx->uid, gid, excl);
+  if (!r.ok()) return Reply(req, r.status());
+  const Node& n = *r;
+  if (S_ISDIR(n.attr.mode)) return (void)fuse_reply_err(req, EISDIR);
+  // A writer's open of this name is being retried: keep page-cache readers off what it will find.
+  if (S_ISREG(n.attr.mode) && fs->RetryPending(parent, name)) fs->AddFresh(n.attr.ino, /*virgin=*/false);
+  if (!S_ISREG(n.attr.mode)) return (void)fuse_reply_err(req, EEXIST);
+  // A new staged file starts an empty version; an existing one (a lost race, or the kernel had no
+  // dentry) is opened like open(2) with these flags.
+  auto in = fs->Ref(n.attr.ino, n.attr.mode);
+  Status s = OpenHandle(fs, req, in, fi, false, retry);
+  if (!s.ok()) {
+    fs->Forget(n.attr.ino, 1);
+    return fs->ReplyOpenError(req, s);
+  }
+  fuse_entry_param e;
+  std::memset(&e, 0, sizeof(e));
+  e.ino = n.attr.ino;
+  Attr a = n.attr;
+  Handle* h = H(fi);
+  if (h->version) KvfsFs::Impl::VersionAttr(*h->version, &a);
+  a.ino = n.attr.ino;
+  FillStat(a, &e.attr);
+  e.attr_timeout = 0;
+  e.entry_timeout = fs->opts.entry_timeout_s;
+  if (fuse_reply_create(req, &e, fi) != 0) {
+    ReleaseHandle(fs, h);
+    fs->Forget(n.attr.ino, 1);
+  }
+}
+
+}  // namespace kvfs
