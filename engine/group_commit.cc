@@ -139,11 +139,11 @@ Status StoreImpl::CommitRound(std::vector<JournalEntry>* batch, Status* lost) {
   if (!s.ok()) {
     // The entries stay queued (the caller re-queues the batch); the writer is broken for good, so
     // records written from now on go to a new segment, and the entries pointing at its records that
-    // were not durable yet are dropped by the next rounds (DESIGN §7: never journal a PUT of lost bytes).
+    // were not durable yet are dropped by the next rounds (docs/design.md §7: never journal a PUT of lost bytes).
     ReopenSegmentWriter();
     return s;
   }
-  // Entries publishing records that a failed sync may have lost: never journaled (DESIGN §7).
+  // Entries publishing records that a failed sync may have lost: never journaled (docs/design.md §7).
   if (const uint64_t n = DropLostEntries(batch)) {
     *lost = Status::IOError(std::to_string(n) + " file(s) not made durable: a segment fdatasync failed after "
                             "their records were written");

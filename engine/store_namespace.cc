@@ -97,7 +97,7 @@ Status StoreImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
   if (shadowing_.erase(src_ino) != 0) EnqueueLocked(JournalEntry::Unlink(*from, stamp));
   // A staged source replacing a committed destination journals nothing now: its PUT under the new name
   // (at commit, a few ms later) replaces the destination for peers in one step. Journaling an UNLINK
-  // here would show peers an ENOENT window on every temp + rename publish (cases.md case 2). If the
+  // here would show peers an ENOENT window on every temp + rename publish (docs/design.md §11 case 2). If the
   // staged file is discarded instead (unlinked or renamed away before its commit), that UNLINK is
   // journaled then (shadowing_).
   if (dst_in_journal) shadowing_.insert(src_ino);

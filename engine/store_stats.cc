@@ -17,7 +17,7 @@ Status StoreImpl::StatFs(uint64_t* live_bytes, uint64_t* files, uint64_t* backin
   KVFS_RETURN_IF_ERROR(env_->StatFs(opts_.backing_dir, &total, &free_bytes));
   const uint64_t cap = opts_.global_high_watermark_bytes ? opts_.global_high_watermark_bytes : opts_.capacity_bytes;
   *backing_total = cap ? std::min(cap, total) : total;
-  uint64_t blocks = st.live_bytes + free_bytes;  // DESIGN §6: min(capacity, global live + backing free)
+  uint64_t blocks = st.live_bytes + free_bytes;  // docs/design.md §6: min(capacity, global live + backing free)
   if (cap) blocks = std::max<uint64_t>(st.live_bytes, std::min(cap, blocks));
   *backing_avail = blocks - st.live_bytes;
   return Status::OK();

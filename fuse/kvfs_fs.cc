@@ -19,7 +19,7 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   auto want = [&](unsigned cap) {
     if (conn->capable & cap) conn->want |= cap;
   };
-  // The daemon must see O_TRUNC at open: a truncating open starts a new version (DESIGN §4).
+  // The daemon must see O_TRUNC at open: a truncating open starts a new version (docs/design.md §4).
   want(FUSE_CAP_ATOMIC_O_TRUNC);
   want(FUSE_CAP_ASYNC_READ);
   want(FUSE_CAP_ASYNC_DIO);        // large O_DIRECT requests are split and sent concurrently

@@ -88,7 +88,7 @@ inline timespec NsTs(int64_t ns) {
 
 // Where an error is reported: xattr calls answer ENODATA for a missing attribute, not ENOENT; an
 // inode the kernel holds but the index no longer has (replaced or unlinked, e.g. by a peer) is ESTALE,
-// so the kernel looks the name up again (DESIGN §4 "A dead inode answers ESTALE").
+// so the kernel looks the name up again (docs/design.md §4 "A dead inode answers ESTALE").
 enum class ErrCtx { kDefault, kXattr, kInode };
 
 // THE one place where a Status becomes an errno for a FUSE reply.
@@ -129,7 +129,7 @@ struct Staging {
   std::unordered_map<const Version*, std::weak_ptr<Version>> versions;
 };
 
-// A staged version of a file's content (DESIGN §4 "Versions").
+// A staged version of a file's content (docs/design.md §4 "Versions").
 struct Version {
   Version(uint64_t s, uint64_t i, bool hid, bool dio, Staging* st)
       : seq(s), ino(i), hidden(hid), direct(dio), staging(st) {}
@@ -380,7 +380,7 @@ struct KvfsFs::Impl {
   // After a change of v.data (v.mu held exclusively): the RAM it holds now vs. cap_before.
   void AccountRam(Version& v, uint64_t cap_before);
 
-  // ---- staging budget (DESIGN §4: "a FUSE worker never waits for memory") ----
+  // ---- staging budget (docs/design.md §4: "a FUSE worker never waits for memory") ----
   // Called before a change that allocates up to `need` bytes of staging RAM (no version lock held).
   // While the staged RAM + need exceeds the budget, spills the version holding the most RAM (its own
   // version included). Never waits for memory: when every candidate is being spilled by another
@@ -446,7 +446,7 @@ struct KvfsFs::Impl {
   // kernel sends asynchronously after close returns.
   void PromoteAtClose(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v);
 
-  // Drops one writer of v; the last one commits it (DESIGN §4 "Commit"). defer: commit it
+  // Drops one writer of v; the last one commits it (docs/design.md §4 "Commit"). defer: commit it
   // opts.commit_delay_ms later on the committer thread, so that the rename that usually follows close
   // (temp file + rename) happens first and the journal gets one PUT under the final name instead of a
   // PUT under the temp name + a RENAME. Until then the version stays staged and visible as before.

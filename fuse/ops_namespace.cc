@@ -105,7 +105,7 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
 }
 
 void OpLink(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) {
-  fuse_reply_err(req, EPERM);  // DESIGN §3: hard links are refused
+  fuse_reply_err(req, EPERM);  // docs/design.md §3: hard links are refused
 }
 
 void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t) {

@@ -1,4 +1,4 @@
-// KvfsFs::Impl, the staging budget (DESIGN §4: "a FUSE worker never waits for memory"): RAM accounting
+// KvfsFs::Impl, the staging budget (docs/design.md §4: "a FUSE worker never waits for memory"): RAM accounting
 // of versions and spills of the version holding the most RAM to provisional records. Called by the
 // write/truncate paths before they allocate (MakeRoom). Thread safety and invariants:
 // fuse/kvfs_fs_impl.h.

@@ -205,7 +205,7 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
   e.One("kvfs_flush_errors_total", "counter", "FLUSH requests that failed to write their record.", f.flush_errors);
   e.One("kvfs_commit_errors_total", "counter", "Version commits that failed.", f.commit_errors);
   e.One("kvfs_inodes_renumbered_total", "counter",
-        "Committed files moved to a new inode number for a new version (DESIGN 3).", f.inodes_renumbered);
+        "Committed files moved to a new inode number for a new version (docs/design.md §3).", f.inodes_renumbered);
 
   // ---- index and data ----
   e.One("kvfs_files", "gauge", "Files in the index (this node's and applied peers').", st.files);

@@ -163,7 +163,7 @@ Result<std::shared_ptr<Version>> KvfsFs::Impl::AcquireWritableOnce(
     QueueInval(in->ino);  // off this thread (nq_mu is a leaf lock)
   }
   if (n->committed && S_ISREG(n->attr.mode) && !keep) {
-    // New content of a committed file gets a new inode number (DESIGN §3). The kernel keeps ONE
+    // New content of a committed file gets a new inode number (docs/design.md §3). The kernel keeps ONE
     // page cache and ONE i_size per inode: were the new version written under this number, a reader
     // that opened the old content (page cache) would read it cut to the new size. So the file moves
     // to a fresh number now, and the open answers ESTALE: the kernel looks the name up again
