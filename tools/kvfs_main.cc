@@ -7,7 +7,8 @@
 //              [--capacity SIZE] [--high-watermark SIZE] [--low-watermark SIZE]
 //              [--metrics-listen HOST:PORT]
 //              [--checkpoint-entries N] [--checkpoint-interval-ms N] [--peers-publish-ms N]
-//   kvfs umount MOUNTPOINT [--timeout SECONDS]
+//              [--backing-mode MODE] [--log-file PATH] [--log-max-size SIZE]
+//   kvfs umount MOUNTPOINT [--timeout SECONDS]      (a dead mount of a killed daemon: lazy unmount)
 //   kvfs stats MOUNTPOINT [--json]
 //
 // mount daemonises by default. Because the Store starts threads (group commit, heartbeat, RocksDB)
@@ -28,8 +29,10 @@
 #include <fuse_lowlevel.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spdlog/sinks/rotating_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -50,6 +53,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -170,6 +174,34 @@ bool IsMountPoint(const std::string& path) {
   return false;
 }
 
+// The file system type of the mount at `path` (a real path) in /proc/self/mountinfo ("" if none):
+// the field after " - ".
+std::string MountFsType(const std::string& path) {
+  std::ifstream f("/proc/self/mountinfo");
+  std::string line, type;
+  while (std::getline(f, line)) {
+    size_t p = 0;
+    for (int i = 0; i < 4 && p != std::string::npos; ++i) p = line.find(' ', p + 1);
+    if (p == std::string::npos) continue;
+    size_t e = line.find(' ', p + 1);
+    std::string mp = line.substr(p + 1, e - p - 1), un;
+    for (size_t i = 0; i < mp.size(); ++i) {
+      if (mp[i] == '\\' && i + 3 < mp.size()) {
+        un.push_back(static_cast<char>(std::stoi(mp.substr(i + 1, 3), nullptr, 8)));
+        i += 3;
+      } else {
+        un.push_back(mp[i]);
+      }
+    }
+    const size_t dash = line.find(" - ");
+    if (un == path && dash != std::string::npos) {
+      const size_t t = dash + 3;
+      type = line.substr(t, line.find(' ', t) - t);  // the last mount on path wins
+    }
+  }
+  return type;
+}
+
 bool DirEmpty(const std::string& p) {
   std::error_code ec;
   return std::filesystem::directory_iterator(p, ec) == std::filesystem::directory_iterator() && !ec;
@@ -200,7 +232,13 @@ struct MountArgs {
   uint32_t checkpoint_interval_ms = 600000;
   uint32_t peers_publish_ms = 10000;
   std::string backing_mode;  // octal file mode of what kvfs creates on the export; empty = 0600 (0700 dirs)
+  std::string log_file;      // empty: <index_dir>.log for a daemon, stderr in the foreground
+  std::string log_max_size = "64MiB";
 };
+
+// The log rotates by size: <log>.log -> <log>.1.log -> ... <log>.<kLogFilesKept>.log (spdlog's rotating
+// file sink), so a crash loop or a failing export cannot fill the local disk.
+constexpr size_t kLogFilesKept = 4;
 
 // The -o list as libfuse will parse it at mount time, checked now (before the node directory is taken
 // over): a throwaway fuse_session_new with no operations parses every option and mounts nothing.
@@ -336,6 +374,119 @@ void WriteCloseStatus(const std::string& text) {
   umask(old);
 }
 
+// Why FUSE cannot be mounted here, checked before the store opens (which takes a new node generation
+// and may create the index): "" when it looks mountable. As root the kernel device must open; a
+// non-root user mounts through the setuid fusermount3, which refuses allow_other unless /etc/fuse.conf
+// says user_allow_other, and a mountpoint the user cannot write.
+std::string FuseMountProblem(const std::vector<std::string>& fopts, const std::string& mountpoint) {
+  int fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+  const int open_errno = errno;
+  if (fd >= 0) close(fd);
+  if (geteuid() == 0) {
+    if (fd < 0) {
+      return std::string("cannot open /dev/fuse: ") + strerror(open_errno) +
+             (open_errno == ENOENT ? " (load the fuse module: modprobe fuse)" : "");
+    }
+    return "";
+  }
+  std::string fusermount;
+  for (const char* p : {"/usr/bin/fusermount3", "/bin/fusermount3", "/usr/local/bin/fusermount3"}) {
+    if (access(p, X_OK) == 0) {
+      fusermount = p;
+      break;
+    }
+  }
+  struct stat st {};
+  const bool setuid_root = !fusermount.empty() && stat(fusermount.c_str(), &st) == 0 && st.st_uid == 0 &&
+                           (st.st_mode & S_ISUID);
+  if (!setuid_root) {
+    if (fusermount.empty()) return "a mount by a non-root user needs fusermount3 (package fuse3); it is not installed";
+    return "a mount by a non-root user needs " + fusermount + " setuid root, and it is not";
+  }
+  if (std::find(fopts.begin(), fopts.end(), "allow_other") != fopts.end()) {
+    bool allowed = false;
+    std::ifstream conf("/etc/fuse.conf");
+    std::string line;
+    while (std::getline(conf, line)) {
+      line.erase(0, line.find_first_not_of(" \t"));
+      if (line.rfind("user_allow_other", 0) == 0) allowed = true;
+    }
+    if (!allowed) {
+      return "-o allow_other (a default) needs 'user_allow_other' in /etc/fuse.conf for a mount by a non-root "
+             "user: add that line, mount as root, or give -o default_permissions (then only this user sees "
+             "the files)";
+    }
+  }
+  if (access(mountpoint.c_str(), W_OK) != 0) {
+    return "a non-root user can mount only on a directory it may write; '" + mountpoint + "': " + strerror(errno);
+  }
+  return "";
+}
+
+// Runs fn() with file descriptor 2 going to a memory file and returns what was written there (libfuse's
+// and fusermount3's complaints go to stderr, which is the log file in a daemon): each line is also
+// logged, so nothing is lost from the log.
+std::string CaptureStderr(const std::function<void()>& fn) {
+  fflush(stderr);
+  const int saved = dup(2);
+  const int mem = memfd_create("kvfs-stderr", MFD_CLOEXEC);
+  if (saved < 0 || mem < 0) {
+    if (saved >= 0) close(saved);
+    if (mem >= 0) close(mem);
+    fn();
+    return "";
+  }
+  dup2(mem, 2);
+  fn();
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  off_t off = 0;
+  while ((n = pread(mem, buf, sizeof(buf), off)) > 0 && out.size() < (1 << 20)) {
+    out.append(buf, static_cast<size_t>(n));
+    off += n;
+  }
+  close(mem);
+  size_t i = 0;
+  while (i < out.size()) {
+    size_t e = out.find('\n', i);
+    if (e == std::string::npos) e = out.size();
+    if (e > i) spdlog::warn("{}", out.substr(i, e - i));
+    i = e + 1;
+  }
+  return out;
+}
+
+// The last non-empty line of text, without libfuse's "fuse: " prefix ("" if none).
+std::string LastLine(const std::string& text) {
+  std::string last;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t e = text.find('\n', i);
+    if (e == std::string::npos) e = text.size();
+    std::string l = text.substr(i, e - i);
+    if (l.find_first_not_of(" \t\r") != std::string::npos) last = l;
+    i = e + 1;
+  }
+  if (last.rfind("fuse: ", 0) == 0) last = last.substr(6);
+  return last;
+}
+
+// The pid holding RocksDB's lock on <index_dir>/LOCK (an fcntl write lock), or 0 if none / unknown.
+pid_t IndexLockHolder(const std::string& index_dir) {
+  const int fd = open((index_dir + "/LOCK").c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  const bool got = fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+  close(fd);
+  return got ? fl.l_pid : 0;
+}
+
 // Child -> parent status over a pipe: "<exit code> <message>\n" (0 = mounted).
 void Report(int fd, int code, const std::string& msg) {
   if (fd < 0) return;
@@ -440,8 +591,25 @@ int RunMount(MountArgs a) {
     std::string err;
     if (!CheckFuseOptions(fopts, &err)) Die(kExitUsage, err);
   }
+  // What would make the FUSE mount fail, found before the store opens (a new node generation, maybe a new
+  // index) and before the daemon forks: such a mount leaves nothing behind.
+  if (std::string why = FuseMountProblem(fopts, a.mountpoint); !why.empty()) Die(kExitUsage, why);
 
-  // Logs go to stderr (spdlog's default is stdout): in daemon mode stderr becomes <index_dir>/kvfs.log.
+  uint64_t log_max = SizeOrDie("--log-max-size", a.log_max_size);
+  if (log_max < (1u << 20)) Die(kExitUsage, "--log-max-size must be at least 1MiB" + BareHint(a.log_max_size));
+  // The log lives next to the index directory, never in it: a rebuild of the index (after a crash)
+  // removes that directory, and the log of the crash must survive it.
+  if (a.log_file.empty() && !a.foreground) a.log_file = so.index_dir + ".log";
+  if (!a.log_file.empty()) {
+    a.log_file = std::filesystem::absolute(a.log_file).lexically_normal().string();
+    const std::string idx = so.index_dir + "/";
+    if (a.log_file.rfind(idx, 0) == 0) Die(kExitUsage, "--log-file must not be inside the index dir (a rebuild removes it)");
+  }
+  // What kvfs creates locally (index, log) gets the directory mode's complement as umask: owner-only by
+  // default, the --backing-mode group bits otherwise (files the Env creates carry their mode explicitly).
+  umask(~kvfs::GetBackingModes().dir & 0777);
+
+  // Logs go to stderr (spdlog's default is stdout), or to the rotating log file (a daemon's, or --log-file).
   spdlog::set_default_logger(spdlog::stderr_logger_mt("kvfs"));
   spdlog::set_level(lvl);
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %L kvfs[%P] %v");
@@ -463,7 +631,7 @@ int RunMount(MountArgs a) {
       if (msg.empty()) {
         int st = 0;
         waitpid(pid, &st, 0);
-        Die(kExitFail, "daemon exited before mounting (see " + so.index_dir + "/kvfs.log)");
+        Die(kExitFail, "daemon exited before mounting (see " + a.log_file + ")");
       }
       int code = std::atoi(msg.c_str());
       std::string text = msg.substr(msg.find(' ') + 1);
@@ -481,14 +649,35 @@ int RunMount(MountArgs a) {
     // pipeline waiting until the unmount: the daemon keeps only stdio and its report pipe.
     for (int fd = 3; fd < report_fd; ++fd) close(fd);
     close_range(static_cast<unsigned>(report_fd) + 1, ~0U, 0);
-    // The daemon's log is <index_dir>/kvfs.log from its first line (store open and recovery included);
-    // a failure before the mount reaches the terminal through the report pipe, not through stderr.
-    (void)kvfs::Env::Posix()->CreateDirs(so.index_dir);  // --backing-mode's directory mode
-    int logfd = open((so.index_dir + "/kvfs.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
-                     kvfs::GetBackingModes().file);
+    // The daemon logs to its log file from its first line (store open and recovery included); stderr
+    // goes there too (libfuse, fusermount3). A failure before the mount reaches the terminal through the
+    // report pipe, not through stderr.
+    int logfd = open(a.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, kvfs::GetBackingModes().file);
+    if (logfd < 0 && errno == ENOENT) {
+      (void)kvfs::Env::Posix()->CreateDirs(std::filesystem::path(a.log_file).parent_path().string());
+      logfd = open(a.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, kvfs::GetBackingModes().file);
+    }
     if (logfd >= 0) {
       dup2(logfd, 2);
       if (logfd > 2) close(logfd);
+    }
+  }
+  if (!a.log_file.empty()) {
+    try {
+      auto sink = std::make_shared<spdlog::sinks::rotating_file_sink_mt>(a.log_file, log_max, kLogFilesKept);
+      auto logger = std::make_shared<spdlog::logger>("kvfs", sink);
+      spdlog::drop("kvfs");
+      spdlog::set_default_logger(logger);
+      spdlog::set_level(lvl);
+      spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %L kvfs[%P] %v");
+      spdlog::flush_on(spdlog::level::trace);  // every line at once, as stderr had it (logs are rare)
+    } catch (const spdlog::spdlog_ex& e) {
+      const std::string m = std::string("cannot open log file: ") + e.what();
+      if (report_fd >= 0) {
+        Report(report_fd, kExitUsage, m);
+        _exit(kExitUsage);
+      }
+      Die(kExitUsage, m);
     }
   }
   auto fail = [&](int code, const std::string& msg) -> int {
@@ -527,14 +716,27 @@ int RunMount(MountArgs a) {
   // that a spill or a commit frees goes back to the system at once (glibc's dynamic threshold would
   // rise above 1 MiB after the first such free and keep freed chunks in the heap instead).
   mallopt(M_MMAP_THRESHOLD, 512 * 1024);
+  const bool index_existed = IsDir(so.index_dir);
   auto opened = kvfs::Store::Open(so);
   if (!opened.ok()) {
     const auto& s = opened.status();
-    if (s.IsBusy()) {
-      return fail(kExitUsage, "index dir '" + so.index_dir + "' or node '" + so.node_id +
-                                  "' is in use by another mount (" + s.message() + "); use --force to take over");
+    if (s.IsBusy() && s.message().rfind("index dir", 0) == 0) {
+      // RocksDB's lock: another mount on this host uses this index dir (--force cannot help).
+      const pid_t holder = IndexLockHolder(so.index_dir);
+      return fail(kExitUsage, "index dir '" + so.index_dir + "' is in use by another kvfs mount on this host" +
+                                  (holder > 0 ? " (pid " + std::to_string(holder) + ")" : std::string()) +
+                                  "; give this mount its own --index-dir");
     }
-    return fail(s.IsInvalidArgument() ? kExitUsage : kExitFail, "cannot open store: " + s.ToString());
+    if (s.IsBusy()) {  // the node directory: NodeDir's message names the owner (host, pid, heartbeat)
+      return fail(kExitUsage, "node '" + so.node_id + "' is in use: " + s.message() +
+                                  (a.force ? std::string() : "; use --force to take over if it is not"));
+    }
+    std::string hint;
+    if (s.ToErrno() == EACCES && so.index_dir.rfind("/var/lib/kvfs/", 0) == 0 && geteuid() != 0) {
+      hint = " (a mount by a non-root user needs --index-dir in a directory it can write)";
+    }
+    return fail(s.IsInvalidArgument() || !hint.empty() ? kExitUsage : kExitFail,
+                "cannot open store: " + s.ToString() + hint);
   }
   std::unique_ptr<kvfs::Store> store = std::move(*opened);
 
@@ -549,16 +751,34 @@ int RunMount(MountArgs a) {
   // TEST ONLY: KVFS_TEST_LOOKUP_DELAY_MS delays LOOKUP replies for staged files (FsOptions).
   if (const char* d = std::getenv("KVFS_TEST_LOOKUP_DELAY_MS")) fo.test_lookup_delay_ms = static_cast<uint32_t>(std::atoi(d));
   auto fs = std::make_unique<kvfs::KvfsFs>(store.get(), fo);
-  kvfs::Status ms = fs->Mount(a.mountpoint, fopts, "kvfs:" + a.backing);
+  kvfs::Status ms;
+  const std::string mount_err = CaptureStderr([&] { ms = fs->Mount(a.mountpoint, fopts, "kvfs:" + a.backing); });
   if (!ms.ok()) {
     fs.reset();
     store->Close();
-    return fail(ms.IsInvalidArgument() ? kExitUsage : kExitFail, ms.message());
+    // A failed first mount leaves no index behind (it would only be rebuilt by the next one).
+    if (!index_existed) {
+      std::error_code ec;
+      std::filesystem::remove_all(so.index_dir, ec);
+    }
+    const std::string why = LastLine(mount_err);
+    return fail(ms.IsInvalidArgument() ? kExitUsage : kExitFail, ms.message() + (why.empty() ? "" : ": " + why));
   }
+  // From now on libfuse's messages go through spdlog (the rotating log file of a daemon), not fd 2.
+  fuse_set_log_func([](enum fuse_log_level level, const char* fmt, va_list ap) {
+    char buf[1024];
+    std::vsnprintf(buf, sizeof(buf), fmt, ap);
+    std::string m(buf);
+    while (!m.empty() && m.back() == '\n') m.pop_back();
+    spdlog::log(level <= FUSE_LOG_ERR ? spdlog::level::err
+                : level <= FUSE_LOG_WARNING ? spdlog::level::warn
+                : level <= FUSE_LOG_INFO ? spdlog::level::info : spdlog::level::debug,
+                "libfuse: {}", m);
+  });
   kvfs::Status ss = fs->InstallSignalHandlers();
   if (!ss.ok()) spdlog::warn("{}", ss.ToString());
   if (report_fd >= 0) {
-    // Daemon: stdin and stdout off the terminal (stderr is already <index_dir>/kvfs.log, see the fork).
+    // Daemon: stdin and stdout off the terminal (stderr is already the log file, see the fork).
     int devnull = open("/dev/null", O_RDWR);
     if (devnull >= 0) {
       dup2(devnull, 0);
@@ -608,13 +828,39 @@ bool ReadXattr(const std::string& path, const char* name, std::string* out) {
 }
 
 int RunUmount(const std::string& mp_in, double timeout_s) {
-  if (!IsDir(mp_in)) Die(kExitUsage, "mountpoint '" + mp_in + "' does not exist");
+  struct stat mst;
+  const bool dead = stat(mp_in.c_str(), &mst) != 0 && errno == ENOTCONN;  // a mount whose daemon is gone
+  if (!dead && !IsDir(mp_in)) Die(kExitUsage, "mountpoint '" + mp_in + "' does not exist");
   std::string mp = RealPath(mp_in);
+  if (dead) {
+    mp = std::filesystem::absolute(mp_in).lexically_normal().string();
+    if (mp.size() > 1 && mp.back() == '/') mp.pop_back();
+  }
   if (!IsMountPoint(mp)) Die(kExitUsage, "'" + mp + "' is not mounted");
   std::string pid_s;
   pid_t pid = 0;
-  if (ReadXattr(mp, "user.kvfs.pid", &pid_s)) pid = static_cast<pid_t>(std::atoi(pid_s.c_str()));
-  else Die(kExitUsage, "'" + mp + "' is not a kvfs mount (no user.kvfs.pid: " + strerror(errno) + ")");
+  if (ReadXattr(mp, "user.kvfs.pid", &pid_s)) {
+    pid = static_cast<pid_t>(std::atoi(pid_s.c_str()));
+  } else if (errno == ENOTCONN && MountFsType(mp) == "fuse.kvfs") {
+    // The daemon is gone (killed, crashed): the kernel keeps a dead mount that every access fails with
+    // "Transport endpoint is not connected". Nothing is left to flush: detach it (lazy unmount).
+    pid_t c = fork();
+    if (c == 0) {
+      execlp("fusermount3", "fusermount3", "-u", "-z", mp.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    int st = 0;
+    if (c < 0 || waitpid(c, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || IsMountPoint(mp)) {
+      Die(kExitFail, "'" + mp + "' is a dead kvfs mount (its daemon is gone) and fusermount3 -u -z failed");
+    }
+    std::fprintf(stderr,
+                 "kvfs: '%s' was a dead kvfs mount (its daemon is gone: Transport endpoint is not connected); "
+                 "cleared it with a lazy unmount; the next mount recovers the node\n",
+                 mp.c_str());
+    return 0;
+  } else {
+    Die(kExitUsage, "'" + mp + "' is not a kvfs mount (no user.kvfs.pid: " + strerror(errno) + ")");
+  }
   // fusermount3 -u: a clean (not lazy) unmount; fails with EBUSY while files are open.
   int errp[2];
   if (pipe(errp) != 0) Die(kExitFail, std::string("pipe: ") + strerror(errno));
@@ -990,6 +1236,11 @@ int main(int argc, char** argv) {
                     "permission bits of the files kvfs creates on the export and in its index dir, octal "
                     "(default 0600: owner only; directories get x where r is set, 0700); e.g. 0640 for a "
                     "group that reads the export");
+  mount->add_option("--log-file", ma.log_file,
+                    "log file (default for a daemon: <index-dir>.log, next to the index dir; in the foreground: "
+                    "stderr); rotated by size");
+  mount->add_option("--log-max-size", ma.log_max_size,
+                    "rotate the log file at this size, keeping 4 old ones (<log>.1.log ...; default 64MiB)");
   mount->add_option("--metrics-listen", ma.metrics_listen,
                     "serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 (default off)");
 

@@ -4,6 +4,7 @@ Run: KVFS_BINARY=build/tools/kvfs python3 tests/integration/cli_test.py [-v]
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,6 +72,25 @@ class CliErrors(unittest.TestCase):
             r = self.mount("--node-id", "intruder", mnt=other)
             self.assertUsageError(r, "in use")
             self.assertFalse(os.path.exists(os.path.join(self.b.backing, ".kvfs", "v1", "nodes", "intruder")))
+            # The message names the index dir and the mount holding it, and --force cannot help there.
+            pid = int(os.getxattr(self.b.mnt, "user.kvfs.pid"))
+            for extra in ((), ("--force",)):
+                r = self.mount(*extra, mnt=other)
+                self.assertUsageError(r, "index dir '%s' is in use by another kvfs mount on this host (pid %d)"
+                                      % (self.b.index, pid))
+                self.assertNotIn("--force", r.stderr)
+
+    def test_node_in_use_message(self):
+        other = os.path.join(self.b.root, "mnt2")
+        os.mkdir(other)
+        with kf.mounted(backing=self.b, node_id="n1"):
+            pid = int(os.getxattr(self.b.mnt, "user.kvfs.pid"))
+            r = kf.run_kvfs("mount", other, "--backing", self.b.backing, "--index-dir",
+                            os.path.join(self.b.root, "index2"), "--node-id", "n1", "--foreground")
+            self.assertUsageError(r, "node 'n1' is in use: node directory %s is owned by host="
+                                  % os.path.join(self.b.backing, ".kvfs", "v1", "nodes", "n1"))
+            self.assertIn("pid=%d" % pid, r.stderr)
+            self.assertIn("use --force to take over if it is not", r.stderr)
 
     def test_backing_inside_mountpoint_is_refused(self):
         r = kf.run_kvfs("mount", self.b.mnt, "--backing", self.b.mnt, "--index-dir", self.b.index)
@@ -217,9 +237,9 @@ class DaemonLifecycle(unittest.TestCase):
         r = kf.run_kvfs("mount", self.b.mnt, "--backing", self.b.backing, "--index-dir", self.b.index,
                         "--threads", "8", "--cache-size", "64MiB", "--segment-size", "16MiB")
         self.assertEqual(r.returncode, 0, r.stderr)
-        # A daemonised mount is silent on the terminal: its start-up lines are in <index-dir>/kvfs.log.
+        # A daemonised mount is silent on the terminal: its start-up lines are in <index-dir>.log.
         self.assertEqual(r.stderr, "")
-        with open(os.path.join(self.b.index, "kvfs.log")) as f:
+        with open(self.b.index + ".log") as f:
             log = f.read()
         self.assertIn("took over node directory", log)
         self.assertIn("mounted " + self.b.mnt, log)
@@ -365,6 +385,48 @@ class DaemonLifecycle(unittest.TestCase):
             f.write("backing=%s\ncache-size=lots\n" % self.b.backing)
         r = kf.run_kvfs("mount", self.b.mnt, "--config", bad, "--foreground")
         self.assertEqual(r.returncode, 2, r.stderr)
+
+
+@unittest.skipUnless(os.geteuid() == 0 and shutil.which("setpriv"), "needs root and setpriv (runs kvfs as nobody)")
+@kf.skip_unless_fuse
+class NonRootMount(unittest.TestCase):
+    """Issue #17: a non-root mount that FUSE would refuse fails with the reason on one line, before the
+    node directory is taken over (no generation used, no index created)."""
+
+    def setUp(self):
+        self.b = kf.Backing()
+        for d in (self.b.root, self.b.backing, self.b.mnt):  # the user's own directories
+            os.chown(d, 65534, 65534)
+
+    def tearDown(self):
+        self.b.cleanup()
+
+    def run_as_nobody(self, *args):
+        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", kf.kvfs_binary()] + list(args)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+    def assertRefusedCleanly(self, r, needle):
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn(needle, r.stderr)
+        self.assertFalse(kf.is_mounted(self.b.mnt))
+        self.assertFalse(os.path.exists(os.path.join(self.b.backing, ".kvfs")))  # no node directory
+        self.assertFalse(os.path.exists(self.b.index))  # no index
+
+    def test_allow_other_without_user_allow_other(self):
+        with open("/etc/fuse.conf") as f:
+            if any(l.strip().startswith("user_allow_other") for l in f):
+                self.skipTest("/etc/fuse.conf allows allow_other to users")
+        for fg in ((), ("--foreground",)):
+            r = self.run_as_nobody("mount", self.b.mnt, "--backing", self.b.backing, "--index-dir", self.b.index,
+                                   *fg)
+            self.assertRefusedCleanly(r, "user_allow_other")
+
+    def test_mountpoint_not_writable(self):
+        os.chown(self.b.mnt, 0, 0)
+        r = self.run_as_nobody("mount", self.b.mnt, "--backing", self.b.backing, "--index-dir", self.b.index,
+                               "-o", "default_permissions")
+        self.assertRefusedCleanly(r, "a non-root user can mount only on a directory it may write")
 
 
 def fsck_binary():

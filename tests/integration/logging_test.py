@@ -1,4 +1,4 @@
-"""Logging: an I/O error line names the file's path in the mount and the errno; repeated identical errors
+"""Logging: the log file (outside the index dir, rotated by size), and: an I/O error line names the file's path in the mount and the errno; repeated identical errors
 are rate-limited (at most 5 lines per kind per 10 s; blockstore/log.h), while the counters count all.
 
 Run: KVFS_BINARY=build/tools/kvfs python3 tests/integration/logging_test.py [-v]
@@ -6,6 +6,7 @@ Run: KVFS_BINARY=build/tools/kvfs python3 tests/integration/logging_test.py [-v]
 import errno
 import glob
 import os
+import signal
 import sys
 import time
 import unittest
@@ -58,6 +59,79 @@ class Logging(unittest.TestCase):
             self.assertIn("[errno 5 EIO]", l)
             self.assertIn(".kseg", l)  # the backing file
         self.assertLessEqual(len([l for l in log.splitlines() if " E kvfs[" in l]), 10, log)
+
+
+@kf.skip_unless_fuse
+class LogFile(unittest.TestCase):
+    """Issue #17: a daemon's log is <index-dir>.log, outside the index directory that a remount after a
+    crash rebuilds, so the crash's lines survive; it rotates by size; `kvfs umount` clears the dead mount
+    a killed daemon leaves."""
+
+    def setUp(self):
+        self.b = kf.Backing()
+        self.log = self.b.index + ".log"
+
+    def tearDown(self):
+        self.b.cleanup()
+
+    def mount(self, *extra):
+        r = kf.run_kvfs("mount", self.b.mnt, "--backing", self.b.backing, "--index-dir", self.b.index, *extra)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "")
+        return int(os.getxattr(self.b.mnt, "user.kvfs.pid"))
+
+    def read_log(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def test_log_survives_crash_and_index_rebuild(self):
+        pid1 = self.mount()
+        kf.write_file(os.path.join(self.b.mnt, "f"), b"x" * 5000)
+        deadline = time.time() + 10  # journaled (durable) before the kill
+        while kf.stats(self.b.mnt)["journal_entries"] < 1 and time.time() < deadline:
+            time.sleep(0.01)
+        self.assertTrue(os.path.exists(self.log))
+        self.assertFalse(os.path.exists(os.path.join(self.b.index, "kvfs.log")))
+        self.assertEqual(os.stat(self.log).st_mode & 0o777, 0o600)
+        ino = os.stat(self.log).st_ino
+        os.kill(pid1, signal.SIGKILL)  # a crash: the index is not closed cleanly
+        self.assertTrue(kf.wait_gone(pid1))
+        self.assertTrue(kf.is_mounted(self.b.mnt))  # a dead mount
+        with self.assertRaises(OSError) as cm:
+            os.listdir(self.b.mnt)
+        self.assertEqual(cm.exception.errno, errno.ENOTCONN)
+        # kvfs umount clears the dead mount (lazy unmount) and says so.
+        u = kf.run_kvfs("umount", self.b.mnt)
+        self.assertEqual(u.returncode, 0, u.stderr)
+        self.assertIn("lazy unmount", u.stderr)
+        self.assertEqual(len(u.stderr.strip().splitlines()), 1, u.stderr)
+        self.assertFalse(kf.is_mounted(self.b.mnt))
+        pid2 = self.mount()  # rebuilds the index (not closed cleanly)
+        try:
+            self.assertEqual(kf.read_file(os.path.join(self.b.mnt, "f")), b"x" * 5000)
+        finally:
+            self.assertEqual(kf.run_kvfs("umount", self.b.mnt).returncode, 0)
+        self.assertEqual(os.stat(self.log).st_ino, ino)  # the same file, never removed
+        log = self.read_log()
+        self.assertIn("kvfs[%d]" % pid1, log)  # the crashed daemon's lines are still there
+        self.assertIn("kvfs[%d]" % pid2, log)
+        self.assertEqual(log.count("] mounted " + self.b.mnt), 2, log)
+
+    def test_log_rotates_by_size(self):
+        with open(self.log, "w") as f:  # an old log already at the limit
+            f.write(("x" * 99 + "\n") * 11000)
+        self.mount("--log-max-size", "1MiB")
+        self.assertEqual(kf.run_kvfs("umount", self.b.mnt).returncode, 0)
+        rotated = self.b.index + ".1.log"
+        self.assertTrue(os.path.exists(rotated), os.listdir(self.b.root))
+        with open(rotated) as f:
+            self.assertIn("x" * 99, f.read())
+        self.assertNotIn("x" * 99, self.read_log())
+        self.assertIn("mounted " + self.b.mnt, self.read_log())
+        r = kf.run_kvfs("mount", self.b.mnt, "--backing", self.b.backing, "--index-dir", self.b.index,
+                        "--log-file", os.path.join(self.b.index, "k.log"))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--log-file must not be inside the index dir", r.stderr)
 
 
 if __name__ == "__main__":

@@ -136,7 +136,7 @@ class MountHelper(unittest.TestCase):
         self.assertIn("allow_other", opts)
         self.assertIn("default_permissions", opts)
         self.assertTrue({"nosuid", "nodev"} <= set(opts.split(",")), opts)
-        self.assertTrue(os.path.exists(os.path.join(self.b.index, "kvfs.log")))  # a daemon: log file
+        self.assertTrue(os.path.exists(self.b.index + ".log"))  # a daemon: log file next to the index
         # umount(8) works as well; the daemon then flushes and exits.
         r = self.run_(["umount", self.b.mnt])
         self.assertEqual(r.returncode, 0, r.stderr)
