@@ -504,10 +504,7 @@ void StoreImpl::UnlinkDue(bool all) {
 
 void StoreImpl::EnsureReserve() {
   if (reserve_present_) return;
-  {
-    std::lock_guard<std::mutex> l(gc_mu_);
-    if (owed_) return;  // the space is the journal's until the owed entries are in
-  }
+  if (committer_.owed()) return;  // the space is the journal's until the owed entries are in
   if (hold_reserve_.load()) {
     // After a full backing store: recreate RESERVE only when that leaves at least twice its size free.
     // Taking back the space it just freed would fill the backing again at once and fail the journal

@@ -2,7 +2,7 @@
 // retirement) into the store: StartCheckpointer hands it the callbacks, CutForCheckpoint is the cut.
 //
 // Callers: Init; the checkpointer thread and Checkpoint() / Close through the callbacks.
-// Thread safety: CutForCheckpoint holds ns_mu_ (no namespace writer) across one Sync (gc_mu_); the
+// Thread safety: CutForCheckpoint holds ns_mu_ (no namespace writer) across one Sync (the committer's mutex); the
 // peer-position callback takes peer_mu_.
 // Invariants: the view taken at the cut holds exactly what the journal files before the new one hold.
 #include "engine/store_impl.h"

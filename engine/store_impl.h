@@ -4,7 +4,7 @@
 //
 // The methods live in one file per family:
 //   store_open.cc        Open/Init, index rebuild and catch-up, segment recovery wiring, StopThreads, Close
-//   group_commit.cc      the journal queue (EnqueueLocked), commit thread and rounds, retries, Sync
+//   store_commit.cc      the group commit's rounds (CommitRound; queue and thread: group_commit.h), Sync
 //   store_namespace.cc   namespace mutations (Mkdir .. Rename, SetAttr, xattrs, Renumber)
 //   store_data.cc        record writes (WriteRecord*, pins), CommitFile, reads (Read, ReadPinned, LRU)
 //   peer_tailer.cc       tailing peers' journals, applying them, change notification, RefreshPeers
@@ -13,7 +13,7 @@
 //   store_stats.cc       StatFs and GetStats
 //
 // Thread safety: every public method may be called concurrently. Where two mutexes are held together,
-// ns_mu_ is taken first (then cap_mu_, hits_mu_, files_mu_, or gc_mu_ in EnqueueLocked); the others are
+// ns_mu_ is taken first (then cap_mu_, hits_mu_, files_mu_, or the committer's in EnqueueLocked); the others are
 // taken alone. cap_mu_ is never held across I/O; on the read path only a loading Flight waits on I/O.
 //
 // Ordering rules (invariants):
@@ -56,6 +56,7 @@
 #include "blockstore/segment_reader.h"
 #include "blockstore/segment_writer.h"
 #include "engine/checkpoint.h"
+#include "engine/group_commit.h"
 #include "engine/read_admission.h"
 #include "index/hlc.h"
 #include "index/index_db.h"
@@ -199,8 +200,7 @@ class StoreImpl final : public Store {
   Status PollPeer(const std::string& node, PeerState* st, uint64_t* changed);
 
   // Queues a journal entry for the next group commit. Requires ns_mu_ (journal order = index order).
-  void EnqueueLocked(JournalEntry e);
-  void GroupCommitLoop();
+  void EnqueueLocked(JournalEntry e) { committer_.Enqueue(std::move(e)); }
   // One round: segments durable, then the given entries appended and durable.
   // Returns the round's error (entries re-queued). *lost: set when the round dropped entries that
   // publish records a failed segment sync may have lost (DropLostEntries); the round is OK otherwise.
@@ -262,29 +262,24 @@ class StoreImpl final : public Store {
   std::unordered_set<uint64_t> shadowing_;
   bool XattrJournaled(uint64_t ino);  // requires ns_mu_
 
-  // Group commit state, guarded by gc_mu_.
-  std::mutex gc_mu_;
-  std::condition_variable gc_cv_;    // wakes the commit thread
-  std::condition_variable done_cv_;  // wakes Sync() waiters
-  std::vector<JournalEntry> pending_;
-  uint64_t rounds_started_ = 0, rounds_done_ = 0, last_ok_round_ = 0;
-  Status last_round_status_;
-  bool sync_requested_ = false;
-  bool stop_ = false;
-  // A round failed: its entries (re-queued in pending_, or kept by the journal writer) are owed to the
-  // journal. The committer retries at retry_at_ (backoff interval .. kRetryMaxBackoff) without waiting
-  // for new entries, or at once when space may have come back (KickCommit) or a Sync() asks.
-  bool owed_ = false, retry_kick_ = false;
-  std::chrono::milliseconds backoff_{0};
-  std::chrono::steady_clock::time_point retry_at_{}, owed_since_{};
-  std::thread gc_thread_;
   // Entries appended to the journal writer whose Sync has not succeeded yet (committer thread; read by
-  // GetStats). Together with pending_ these are what a crash now would lose.
-  std::atomic<uint64_t> appended_unsynced_{0}, journal_retries_{0};
+  // GetStats). Together with the committer's queue these are what a crash now would lose.
+  std::atomic<uint64_t> appended_unsynced_{0};
   std::atomic<uint64_t> lost_entries_{0};  // StoreStats::lost_entries
+  // The journal queue and committer thread (engine/group_commit.h); its rounds are CommitRound.
+  GroupCommitter committer_{
+      GroupCommitterOptions{std::chrono::milliseconds(std::max<uint32_t>(1, opts_.group_commit_interval_ms)),
+                            kRetryMaxBackoff},
+      GroupCommitHooks{[this](std::vector<JournalEntry>* batch, Status* lost) { return CommitRound(batch, lost); },
+                       [this](const Status& s) {
+                         // A full backing store: the evictor frees RESERVE (and reclaims dead segments)
+                         // so the journal can take the owed entries; it kicks the committer when it did.
+                         if (s.IsNoSpace()) NoteNoSpace();
+                       },
+                       [this] { return appended_unsynced_.load(); }}};
   // Wakes the committer for an immediate retry of owed entries (space was freed).
-  void KickCommit();
-  uint64_t UnjournaledEntries();
+  void KickCommit() { committer_.Kick(); }
+  uint64_t UnjournaledEntries() { return committer_.Unjournaled(); }
 
   // Read side: open segment files, shared loads.
   std::mutex files_mu_;

@@ -5,7 +5,7 @@
 //
 // Callers: Store::Open (FUSE daemon, tools, tests); Close at unmount; the destructor calls StopThreads.
 // Thread safety: Init runs before the store is shared (no lock but ns_mu_ for the startup CUT/SEAL
-// entries); Close is called once, when no other call runs. StopThreads takes peer_wake_mu_ and gc_mu_.
+// entries); Close is called once, when no other call runs. StopThreads takes peer_wake_mu_ and stops the committer.
 // Invariants: a refused mount (busy index) writes nothing to the backing store; CUTs are journaled
 // first, then SEALs, at the head of the new generation's journal; the index is marked clean only when
 // every entry was journaled and no entry was lost to a failed segment sync.
@@ -138,7 +138,7 @@ Status StoreImpl::Init() {
     }
     startup_seals_.clear();
   }
-  gc_thread_ = std::thread([this] { GroupCommitLoop(); });
+  committer_.Start();
   node_dir_->StartHeartbeat(std::chrono::milliseconds(opts_.heartbeat_interval_ms));
   // Resume tailing each peer where the index says it stopped (rebuild or previous mount).
   for (const auto& [node, pos] : index_->GetAppliedPositions()) {
@@ -262,12 +262,7 @@ void StoreImpl::StopThreads() {
   }
   peer_cv_.notify_all();
   if (peer_thread_.joinable()) peer_thread_.join();
-  {
-    std::lock_guard<std::mutex> l(gc_mu_);
-    stop_ = true;
-  }
-  gc_cv_.notify_all();
-  if (gc_thread_.joinable()) gc_thread_.join();
+  committer_.Stop();
 }
 
 Status StoreImpl::Close() {

@@ -2,7 +2,7 @@
 // `kvfs stats` and the Prometheus exposition).
 //
 // Callers: the FUSE layer (statfs), the stats and metrics servers. Thread safety: reads atomics and
-// the index's figures; takes gc_mu_ (UnjournaledEntries), peer_mu_, cap_mu_ and peer_stats_mu_ one at
+// the index's figures; takes the committer's mutex (UnjournaledEntries), peer_mu_, cap_mu_ and peer_stats_mu_ one at
 // a time, briefly. Invariants: none beyond a consistent-enough snapshot (figures are read separately).
 #include "engine/store_impl.h"
 
@@ -36,7 +36,7 @@ StoreStats StoreImpl::GetStats() {
   s.journal_entries = journal_entries_;
   s.group_commits = group_commits_;
   s.unjournaled_entries = UnjournaledEntries();
-  s.journal_retries = journal_retries_;
+  s.journal_retries = committer_.retries();
   s.lost_entries = lost_entries_;
   s.cache_hits = cache_hits_;
   s.cache_misses = cache_misses_;

@@ -1,0 +1,100 @@
+// The Store's side of the group commit (docs/design.md §2, store.h "Journal failures" / "Segment
+// fdatasync failures"): CommitRound, the round the GroupCommitter (engine/group_commit.h: queue, thread,
+// ordering, retries) runs: segments durable, entries that publish possibly lost records dropped
+// (DropLostEntries), SEALs, journal append + sync; the segment writer swap after a failed fdatasync
+// (ReopenSegmentWriter); Sync.
+//
+// Callers: the committer thread (CommitRound); Sync from FUSE fsync, Close, checkpoints.
+// Thread safety: CommitRound runs on the committer thread only, with no Store mutex held but seg_mu_
+// (briefly, for the segment writer pointer and the retired writers).
+// Invariants: segments are synced before the journal entries that point into them; an entry appended to
+// the journal writer is the writer's (it rewrites unsynced bytes itself): never re-queued.
+#include "engine/store_impl.h"
+
+namespace kvfs {
+
+uint64_t StoreImpl::DropLostEntries(std::vector<JournalEntry>* batch) {
+  std::vector<std::shared_ptr<SegmentWriter>> retired;
+  {
+    std::lock_guard<std::mutex> l(seg_mu_);
+    retired = retired_writers_;
+  }
+  if (retired.empty()) return 0;
+  uint64_t dropped = 0;
+  size_t kept = 0;
+  for (size_t i = 0; i < batch->size(); i++) {
+    JournalEntry& e = (*batch)[i];
+    bool lost = false;
+    if ((e.op == JournalOp::kPut || e.op == JournalOp::kMove) && !e.location.empty()) {
+      for (const auto& w : retired) lost = lost || w->MayBeLost(e.location);
+    }
+    if (lost) {
+      dropped++;
+      spdlog::error("kvfs: {} {} not journaled: its record (segment {}-{} offset {}) was written before a "
+                    "failed segment sync and may be lost; the file is absent (or its previous version) after "
+                    "the next mount", JournalOpName(e.op), e.path, e.location.segment.generation,
+                    e.location.segment.seq, e.location.record_offset);
+      continue;
+    }
+    if (kept != i) (*batch)[kept] = std::move(e);
+    kept++;
+  }
+  batch->resize(kept);
+  lost_entries_ += dropped;
+  return dropped;
+}
+
+Status StoreImpl::CommitRound(std::vector<JournalEntry>* batch, Status* lost) {
+  // 1. Records first: every entry in the batch points at a record appended before it was queued.
+  auto segments = Segments();
+  Status s = segments->Sync();
+  if (!s.ok()) {
+    // The entries stay queued (the caller re-queues the batch); the writer is broken for good, so
+    // records written from now on go to a new segment, and the entries pointing at its records that
+    // were not durable yet are dropped by the next rounds (docs/design.md §7: never journal a PUT of lost bytes).
+    ReopenSegmentWriter();
+    return s;
+  }
+  // Entries publishing records that a failed sync may have lost: never journaled (docs/design.md §7).
+  if (const uint64_t n = DropLostEntries(batch)) {
+    *lost = Status::IOError(std::to_string(n) + " file(s) not made durable: a segment fdatasync failed after "
+                            "their records were written");
+  }
+  // 2. Segments sealed since the last round are journaled as SEAL.
+  for (const auto& seg : segments->TakeSealed()) {
+    batch->push_back(JournalEntry::Seal(seg.id, hlc_.Now()));
+    index_->SetSegmentState(seg.id, SegmentState::kSealed);
+  }
+  // 3. The journal entries, durable. Once appended, the journal writer owns them: a failed Sync keeps
+  // their bytes and rewrites them at the next one, so they are not re-queued here (no duplicates).
+  journal_entries_ += batch->size();
+  for (const auto& e : *batch) journal_->Append(e);
+  appended_unsynced_ += batch->size();
+  batch->clear();
+  if (journal_->synced_position() == journal_->appended_position()) {
+    appended_unsynced_ = 0;
+    return Status::OK();
+  }
+  KVFS_RETURN_IF_ERROR(journal_->Sync());
+  appended_unsynced_ = 0;
+  group_commits_++;
+  return Status::OK();
+}
+
+void StoreImpl::ReopenSegmentWriter() {
+  std::lock_guard<std::mutex> l(seg_mu_);
+  SegmentWriterOptions so = seg_opts_;
+  so.first_seq = segments_->ActiveSegment().seq + 1;
+  auto sw = SegmentWriter::Open(env_, node_dir_->seg_dir(), opts_.node_id, node_dir_->generation(), so);
+  if (!sw.ok()) {
+    spdlog::error("kvfs: cannot open a new segment writer after a failed sync: {}", sw.status().ToString());
+    return;
+  }
+  spdlog::warn("kvfs: segment sync failed; new records go to segment {}", so.first_seq);
+  retired_writers_.push_back(segments_);
+  segments_ = std::shared_ptr<SegmentWriter>(std::move(*sw));
+}
+
+Status StoreImpl::Sync() { return committer_.Sync(); }
+
+}  // namespace kvfs
