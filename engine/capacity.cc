@@ -1,4 +1,5 @@
-// Capacity and eviction (store.h "Capacity and eviction", docs/design.md §6): accounting of this node's
+// Capacity and eviction (store.h "Capacity and eviction", docs/design.md §6), the mechanism: the decisions
+// (limits, targets, reinsertion choice) are engine/eviction_policy.h's. Here: accounting of this node's
 // segment bytes (OnSealed, TrackAppendLocked), the writers' hard limit (ReserveSpace), the evictor thread
 // (EvictLoop / EvictOnce: per-node and global watermarks, dead-segment reclamation), drops with hits-based
 // reinsertion (DropSegment, ReinsertRecord), delayed unlinks (UnlinkDue), the RESERVE file, and GoneOr
@@ -28,26 +29,18 @@ constexpr auto kEvictTick = std::chrono::milliseconds(100);
 
 Status StoreImpl::InitEviction() {
   const uint64_t cap = opts_.capacity_bytes, seg = opts_.segment_size;
-  global_high_ = opts_.global_high_watermark_bytes;
-  global_low_ = opts_.global_low_watermark_bytes ? opts_.global_low_watermark_bytes : global_high_ / 8 * 7;
-  if (global_high_ && global_low_ >= global_high_) {
-    return Status::InvalidArgument("the low watermark must be below the high watermark");
-  }
+  auto limits = EvictionLimits::Make(cap, seg, opts_.global_high_watermark_bytes,
+                                     opts_.global_low_watermark_bytes);
+  if (!limits.ok()) return limits.status();
+  limits_ = *limits;
   if (opts_.reinsert_max_fraction < 0 || opts_.reinsert_max_fraction > 0.9) {
     return Status::InvalidArgument("reinsert_max_fraction must be in [0, 0.9]");
   }
   // Always on: without a bound it only reclaims dead segments and keeps RESERVE (store.h).
-  bounded_ = cap > 0 || global_high_ > 0;
   evict_enabled_ = true;
   track_hits_ = opts_.reinsert_min_hits > 0 && opts_.reinsert_max_fraction > 0;
-  if (cap) {
-    node_high_ = cap >= 3 * seg ? cap - seg : cap;
-    const uint64_t step = std::max(seg, cap / 8);
-    node_low_ = node_high_ > step ? node_high_ - step : 0;
-    hard_limit_ = cap + seg;
-    if (cap < 2 * seg) {
-      spdlog::warn("kvfs: capacity {} is under two segments ({} each): writes may fail with ENOSPC", cap, seg);
-    }
+  if (cap && cap < 2 * seg) {
+    spdlog::warn("kvfs: capacity {} is under two segments ({} each): writes may fail with ENOSPC", cap, seg);
   }
   grace_ = std::chrono::milliseconds(opts_.drop_grace_ms ? opts_.drop_grace_ms
                                                          : 2 * opts_.peer_poll_ms + 500);
@@ -77,15 +70,15 @@ Status StoreImpl::InitEviction() {
       node_bytes_ += info->size;
     }
   }
-  if (cap == 0 && global_high_ == 0) {
+  if (!limits_.bounded()) {
     spdlog::info("kvfs: no capacity limit (no --capacity): only dead segments are reclaimed; {} bytes in {} "
                  "segment(s) of earlier generations",
                  node_bytes_, own_segs_.size());
   } else {
     spdlog::info("kvfs: capacity {} (evict above {} down to {}), global watermarks {}/{}, {} bytes in {} segment(s) "
                  "of earlier generations, reinsertion {}",
-                 cap, node_high_, node_low_, global_high_, global_low_, node_bytes_, own_segs_.size(),
-                 track_hits_ ? "on" : "off");
+                 cap, limits_.node_high, limits_.node_low, limits_.global_high, limits_.global_low, node_bytes_,
+                 own_segs_.size(), track_hits_ ? "on" : "off");
   }
   EnsureReserve();
   evict_wake_ = true;
@@ -132,11 +125,11 @@ void StoreImpl::TrackAppendLocked(const Location& loc) {
 }
 
 Status StoreImpl::ReserveSpace(uint64_t need) {
-  if (need > hard_limit_) return Status::NoSpace("record larger than the capacity");
+  if (need > limits_.hard_limit) return Status::NoSpace("record larger than the capacity");
   std::unique_lock<std::mutex> l(cap_mu_);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.writer_wait_ms);
   bool counted = false;
-  while (node_bytes_ + dropping_bytes_ + inflight_bytes_ + need > hard_limit_) {
+  while (node_bytes_ + dropping_bytes_ + inflight_bytes_ + need > limits_.hard_limit) {
     if (evict_stop_) return Status::NoSpace("capacity reached (store closing)");
     // Nothing left to evict and nothing about to be unlinked: waiting would not help.
     if (stuck_ && dropping_.empty() && inflight_bytes_ == 0) return Status::NoSpace("capacity reached");
@@ -147,7 +140,7 @@ Status StoreImpl::ReserveSpace(uint64_t need) {
     evict_wake_ = true;
     evict_cv_.notify_one();
     if (space_cv_.wait_until(l, deadline) == std::cv_status::timeout &&
-        node_bytes_ + dropping_bytes_ + inflight_bytes_ + need > hard_limit_) {
+        node_bytes_ + dropping_bytes_ + inflight_bytes_ + need > limits_.hard_limit) {
       return Status::NoSpace("capacity reached: eviction did not free space in time");
     }
   }
@@ -182,7 +175,7 @@ uint64_t StoreImpl::PeerSegmentBytes() {
   uint64_t sum = 0;
   Status s = index_->ListSegments([&](const SegmentInfo& si) {
     if (si.id.node == opts_.node_id || si.state == SegmentState::kDropped) return true;
-    sum += si.state == SegmentState::kSealed ? std::max(opts_.segment_size, si.live_bytes) : si.live_bytes;
+    sum += PeerSegmentEstimate(si.state == SegmentState::kSealed, si.live_bytes, opts_.segment_size);
     return true;
   });
   if (!s.ok()) spdlog::warn("kvfs: listing segments for the global watermark: {}", s.ToString());
@@ -225,18 +218,8 @@ void StoreImpl::EvictOnce() {
     emergency_ = false;
     node_bytes = node_bytes_;
   }
-  // Target for this node's bytes.
-  uint64_t target = UINT64_MAX;
-  if (opts_.capacity_bytes && node_bytes > node_high_) target = node_low_;
-  if (global_high_) {
-    const uint64_t global = node_bytes + PeerSegmentBytes();
-    if (global > global_high_ && global > 0) {
-      // This node's proportional share of the excess over the low watermark.
-      const double share = static_cast<double>(global - global_low_) * node_bytes / global;
-      const uint64_t t = node_bytes > share ? node_bytes - static_cast<uint64_t>(share) : 0;
-      target = std::min(target, t);
-    }
-  }
+  // Target for this node's bytes (eviction_policy.h).
+  uint64_t target = EvictionTarget(limits_, node_bytes, limits_.global_high ? PeerSegmentBytes() : 0);
   if (emergency) {
     // The backing store itself is full: free the reserve so DROP (and the user's UNLINK) entries can be
     // journaled; with a capacity or watermark, drop until two segments' worth of space will be free.
@@ -246,23 +229,17 @@ void StoreImpl::EvictOnce() {
     last_dead_scan_ = {};
     ReclaimDeadSegments();
   }
-  if (emergency && bounded_) {
-    target = std::min(target, node_bytes ? node_bytes - 1 : 0);  // at least the oldest segment
+  if (emergency && limits_.bounded()) {
     uint64_t total = 0, avail = 0;
-    if (env_->StatFs(opts_.backing_dir, &total, &avail).ok() && avail < 2 * opts_.segment_size) {
-      uint64_t pending;
-      {
-        std::lock_guard<std::mutex> l(cap_mu_);
-        pending = dropping_bytes_;
-      }
-      const uint64_t want = 2 * opts_.segment_size - avail;
-      if (want > pending) {
-        const uint64_t more = want - pending;
-        target = std::min(target, node_bytes > more ? node_bytes - more : 0);
-      }
+    const bool have_avail = env_->StatFs(opts_.backing_dir, &total, &avail).ok();
+    uint64_t pending;
+    {
+      std::lock_guard<std::mutex> l(cap_mu_);
+      pending = dropping_bytes_;
     }
+    target = EmergencyTarget(limits_, target, node_bytes, have_avail ? &avail : nullptr, pending);
   }
-  if (target == UINT64_MAX || target >= node_bytes) return;
+  if (target == kNoEvictionTarget || target >= node_bytes) return;
   // Free (node bytes at the start - target), net of reinsertion. Bytes written meanwhile are the next
   // round's business: a fast writer must not make one round evict everything.
   const uint64_t goal = node_bytes - target;
@@ -310,28 +287,23 @@ uint64_t StoreImpl::DropSegment(const SegmentId& seg, bool reinsert) {
   }
   // 1. Hits-based reinsertion: live records read since they were (re)written, most hits first.
   if (track_hits_ && reinsert) {
-    std::vector<std::pair<uint32_t, uint64_t>> hot;  // (hits, record offset)
+    ReinsertPlan plan;  // (hits, record offset), most hits first; budget (eviction_policy.h)
     std::unordered_map<uint64_t, uint64_t> inos;
     {
       std::lock_guard<std::mutex> l(hits_mu_);
       auto h = hits_.find(seg);
-      if (h != hits_.end()) {
-        auto li = loc_ino_.find(seg);
-        for (const auto& [off, n] : h->second) {
-          if (n < opts_.reinsert_min_hits) continue;
-          hot.emplace_back(n, off);
-          if (li != loc_ino_.end()) {
-            auto x = li->second.find(off);
-            if (x != li->second.end()) inos[off] = x->second;
-          }
+      plan = ChooseReinsertions(h != hits_.end() ? h->second : std::unordered_map<uint64_t, uint32_t>{},
+                                opts_.reinsert_min_hits, opts_.reinsert_max_fraction, bytes);
+      auto li = loc_ino_.find(seg);
+      if (li != loc_ino_.end()) {
+        for (const auto& [n, off] : plan.records) {
+          auto x = li->second.find(off);
+          if (x != li->second.end()) inos[off] = x->second;
         }
       }
     }
-    std::sort(hot.begin(), hot.end(), [](const auto& a, const auto& b) {
-      return a.first != b.first ? a.first > b.first : a.second < b.second;
-    });
-    uint64_t budget = static_cast<uint64_t>(opts_.reinsert_max_fraction * static_cast<double>(bytes));
-    for (const auto& [n, off] : hot) {
+    uint64_t budget = plan.budget;
+    for (const auto& [n, off] : plan.records) {
       {
         // Closing: keep the segment (the records moved so far just left dead copies in it).
         std::lock_guard<std::mutex> l(cap_mu_);

@@ -9,7 +9,8 @@
 //   store_data.cc        record writes (WriteRecord*, pins), CommitFile, reads (Read, ReadPinned, LRU)
 //   peer_tailer.cc       tailing peers' journals, applying them, change notification, RefreshPeers
 //   store_checkpoint.cc  wiring of the Checkpointer (engine/checkpoint.h): the cut, peer positions
-//   capacity.cc          capacity and eviction: the evictor thread, drops, reinsertion, RESERVE
+//   capacity.cc          capacity and eviction: the evictor thread, drops, reinsertion, RESERVE (its
+//                        decisions: eviction_policy.h)
 //   store_stats.cc       StatFs and GetStats
 //
 // Thread safety: every public method may be called concurrently. Where two mutexes are held together,
@@ -56,6 +57,7 @@
 #include "blockstore/segment_reader.h"
 #include "blockstore/segment_writer.h"
 #include "engine/checkpoint.h"
+#include "engine/eviction_policy.h"
 #include "engine/group_commit.h"
 #include "engine/read_admission.h"
 #include "index/hlc.h"
@@ -345,7 +347,7 @@ class StoreImpl final : public Store {
 
   bool evict_enabled_ = false;
   bool track_hits_ = false;
-  uint64_t node_high_ = 0, node_low_ = 0, hard_limit_ = 0, global_high_ = 0, global_low_ = 0;
+  EvictionLimits limits_;  // set by InitEviction (eviction_policy.h)
   std::chrono::milliseconds grace_{0};
   struct SegTrack {
     uint64_t bytes = 0;
@@ -364,7 +366,6 @@ class StoreImpl final : public Store {
            (appends_in_flight_.empty() || *appends_in_flight_.begin() > t.sealed_after_ticket);
   }
   void ReclaimDeadSegments();
-  bool bounded_ = false;  // capacity or global watermark set: live data may be evicted
   // RESERVE released for a full backing, or not creatable for lack of space: record writes then keep
   // that much of the backing free for the journal (so deletes work) until RESERVE is back.
   std::atomic<bool> hold_reserve_{false};
