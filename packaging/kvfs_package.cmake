@@ -2,6 +2,7 @@
 #
 #   cmake -S . -B build-pkg -DKVFS_BUILD_TESTS=OFF && cmake --build build-pkg -j2
 #   (cd build-pkg && cpack -G DEB)        # -> build-pkg/kvfs_0.1.0_amd64.deb
+#                                         #    + kvfs-dbgsym_0.1.0_amd64.ddeb (debug symbols)
 #
 # Layout of the package:
 #   /usr/bin/kvfs, /usr/bin/kvfs-fsck             the daemon/CLI and the checker
@@ -64,5 +65,9 @@ set(CPACK_DEBIAN_PACKAGE_DEPENDS "fuse3")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${KVFS_PKG_DIR}/debian/conffiles ${KVFS_PKG_DIR}/debian/postinst
     ${KVFS_PKG_DIR}/debian/postrm)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION TRUE)
+# Stripped binaries in the package (RelWithDebInfo binaries are ~150 MB with their DWARF); the debug
+# symbols go to kvfs-dbgsym_<version>_<arch>.ddeb (/usr/lib/debug/.build-id/xx/yyyy.debug, found by gdb
+# through the build id). Install it next to the package to debug a core file.
+set(CPACK_DEBIAN_DEBUGINFO_PACKAGE ON)
 set(CPACK_SOURCE_GENERATOR "")
 include(CPack)

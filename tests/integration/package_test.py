@@ -103,6 +103,26 @@ class DebianPackage(unittest.TestCase):
         conffiles = run(["dpkg-deb", "-I", self.deb, "conffiles"]).stdout
         self.assertIn("/etc/kvfs/kvfs.conf", conffiles)
 
+    def test_stripped_binaries_and_dbgsym(self):
+        # Issue #17: the installed binaries were unstripped (152 MB); the debug symbols now ship apart.
+        d = tempfile.mkdtemp(prefix="kvfs-pkgx-")
+        try:
+            r = run(["dpkg-deb", "-x", self.deb, d])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            for b in ("usr/bin/kvfs", "usr/bin/kvfs-fsck", "usr/lib/kvfs/tools/kvfs-bench",
+                      "usr/lib/kvfs/tools/kvfs-nfsim"):
+                r = run(["readelf", "-S", "-W", os.path.join(d, b)])
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertNotIn(".debug_info", r.stdout, b)
+                self.assertNotIn(".symtab", r.stdout, b)
+        finally:
+            shutil.rmtree(d)
+        ddebs = glob.glob(os.path.join(self.out, "kvfs-dbgsym_*_amd64.ddeb"))
+        self.assertEqual(len(ddebs), 1, os.listdir(self.out))
+        files = run(["dpkg-deb", "-c", ddebs[0]]).stdout
+        self.assertEqual(files.count(".debug\n"), 4, files)  # one per binary, by build id
+        self.assertIn("./usr/lib/debug/.build-id/", files)
+
     def test_install_run_mount_remove(self):
         r = run(["dpkg", "-i", self.deb])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
