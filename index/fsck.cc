@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <chrono>
 #include <filesystem>
 #include <set>
 #include <tuple>
@@ -516,6 +518,34 @@ Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) 
     f.repair = "UNLINK";
     a->findings.push_back(std::move(f));
   }
+  // Live files under connector temp names, older than stale_temp_age_s (kvfs-fsck --remove-stale-temp).
+  if (opts_.stale_temp_age_s >= 0) {
+    const int64_t now = opts_.now_ns != 0 ? opts_.now_ns
+                                          : std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::system_clock::now().time_since_epoch())
+                                                .count();
+    const int64_t min_age = opts_.stale_temp_age_s * 1000000000LL;
+    for (const auto& [path, d] : dump) {
+      if (!S_ISREG(d.mode) || !IsConnectorTempName(path) || now - d.mtime_ns < min_age) continue;
+      // The UNLINK goes to the journal of the node that holds the record (any node's would do: the
+      // stamp decides), or of the first node checked for an empty file.
+      std::string node = d.location.empty() ? std::string() : d.location.segment.node;
+      if (node.empty() || std::find(selected_.begin(), selected_.end(), node) == selected_.end()) {
+        if (selected_.empty()) continue;
+        node = selected_.front();
+      }
+      FsckFinding f;
+      f.kind = FsckKind::kStaleTempName;
+      f.node = node;
+      f.path = path;
+      f.bytes = d.size;
+      f.detail = "temp name " + path + " (" + std::to_string(d.size) + " bytes), last written " +
+                 std::to_string((now - d.mtime_ns) / 1000000000LL) + " s ago";
+      f.repairable = true;
+      f.repair = "UNLINK";
+      a->findings.push_back(std::move(f));
+    }
+  }
   // Damaged values of records no live file uses: informational.
   for (const auto& [node, segs] : a->scans) {
     for (const auto& [gs, s] : segs) {
@@ -624,7 +654,8 @@ Status Fsck::Repair(const std::string& node, NodeDir* nd, Analysis* a) {
         done.push_back(&f);
         break;
       }
-      case FsckKind::kDanglingEntry: {
+      case FsckKind::kDanglingEntry:
+      case FsckKind::kStaleTempName: {
         const uint64_t st = a->path_stamp[f.path];
         unlinks.push_back(JournalEntry::Unlink(f.path, st + 1));
         done.push_back(&f);
@@ -795,6 +826,7 @@ const char* FsckKindName(FsckKind k) {
     case FsckKind::kUnsealedSegment: return "unsealed-segment";
     case FsckKind::kSealNotJournaled: return "seal-not-journaled";
     case FsckKind::kDanglingEntry: return "dangling-entry";
+    case FsckKind::kStaleTempName: return "stale-temp-name";
     case FsckKind::kOrphanRecord: return "orphan-record";
     case FsckKind::kSnapshotDamaged: return "snapshot-damaged";
     case FsckKind::kJournalGap: return "journal-gap";
@@ -808,6 +840,18 @@ size_t FsckReport::Count(FsckKind k, bool problems_only) const {
     if (f.kind == k && (!problems_only || f.severity == FsckSeverity::kProblem)) n++;
   }
   return n;
+}
+
+bool IsConnectorTempName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  const size_t t = base.rfind(".tmp");
+  if (t == std::string::npos || t == 0) return false;
+  const std::string rest = base.substr(t + 4);
+  if (rest.empty()) return true;
+  if (std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; })) return true;
+  return rest.size() > 1 && rest[0] == '.' &&
+         std::all_of(rest.begin() + 1, rest.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; });
 }
 
 Result<FsckReport> RunFsck(const FsckOptions& opts) { return Fsck(opts).Run(); }

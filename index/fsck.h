@@ -84,7 +84,11 @@ enum class FsckKind : uint8_t {
   kOrphanRecord,       // a valid record no journal entry references (informational: dead bytes)
   kSnapshotDamaged,    // a snapshot that does not verify (never applied; an older one or journals are used)
   kJournalGap,         // journal files were retired but no usable snapshot covers them: entries lost
+  kStaleTempName,      // stale_temp_age_s: a live file with a connector temp name (*.tmp) older than that
 };
+// A connector's temp name (docs/design.md §10): the basename ends with ".tmp", ".tmp<digits>" (a pid) or
+// ".tmp.<word>" (LMCache `<key>.tmp`, vLLM `<final>_<tag>.tmp`, llm-d `<final>.tmp.<n>`).
+bool IsConnectorTempName(const std::string& path);
 const char* FsckKindName(FsckKind k);
 
 enum class FsckSeverity : uint8_t { kInfo, kProblem };
@@ -134,6 +138,11 @@ struct FsckOptions {
   std::string rebuild_index_dir;
   std::string index_node;
   std::chrono::milliseconds heartbeat_timeout{30000};
+  // >= 0 (kvfs-fsck --remove-stale-temp AGE): report every live file with a connector temp name
+  // (IsConnectorTempName) whose mtime is at least this many seconds old (stale-temp-name, a problem);
+  // repair journals an UNLINK for each, as for a dangling file (a peer or the next mount applies it).
+  int64_t stale_temp_age_s = -1;
+  int64_t now_ns = 0;  // the clock those ages are measured against (0 = now)
   // Progress (phase text, done, total), e.g. for a terminal status line. May be empty.
   std::function<void(const std::string&, uint64_t, uint64_t)> progress;
   // Test hooks passed to NodeDir::Acquire / the liveness check.

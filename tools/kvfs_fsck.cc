@@ -40,6 +40,7 @@ const char* kManual = R"(NAME
 
 SYNOPSIS
     kvfs-fsck BACKING [--node ID] [--repair] [--rebuild-index DIR] [--json] [--verify-data] [--verbose]
+              [--remove-stale-temp AGE]
 
 DESCRIPTION
     Reads <BACKING>/.kvfs/v1 and checks every node directory (or only --node ID): every journal fragment
@@ -53,6 +54,7 @@ DESCRIPTION
       seal-not-journaled                                         sealed on disk without a SEAL entry
       dangling-entry                                             a live file whose record is missing/damaged
       stale-temp-file                                            *.tmp left by an interrupted atomic write
+      stale-temp-name                                            --remove-stale-temp: a connector's old temp file
       orphan-record, segment-bad-value (info)                    dead bytes; damage no live file uses
     and per node: live files, live / dead / orphan bytes, segments, journal entries.
     Torn tails of a node that a live mount owns (fresh heartbeat) are "in progress", not problems.
@@ -69,6 +71,12 @@ OPTIONS
                           not): nothing else to do
     --rebuild-index DIR   build a complete local index (RocksDB) in DIR from the export alone, for node
                           --node (default: the only node); an existing index in DIR is replaced
+    --remove-stale-temp AGE
+                          also list live files with a connector temp name (*.tmp, *.tmp<pid>, *.tmp.<word>:
+                          what LMCache, vLLM, llm-d write before their rename) last written at least AGE ago
+                          (seconds, or with a suffix s, m, h, d) as stale-temp-name problems; dry run unless
+                          --repair, which journals an UNLINK for each (as an unlink through a mount would;
+                          peers and the next mount apply it)
     --verify-data         also verify every value block checksum (reads every byte)
     --json                print the report as one JSON object
     --verbose             list informational findings (orphans) one by one
@@ -193,6 +201,9 @@ int main(int argc, char** argv) {
   app.add_option("--backing-mode", backing_mode,
                  "the site's kvfs mount --backing-mode (default 0600): modes looser than it are warned "
                  "about; files a --repair creates get it");
+  std::string stale_temp;
+  app.add_option("--remove-stale-temp", stale_temp,
+                 "list (with --repair: unlink) connector temp files (*.tmp) older than AGE (s, m, h, d)");
   app.add_option("--dump-index", dump_index, "print the content of an index directory as JSON (tests)");
   try {
     app.parse(argc, argv);
@@ -223,6 +234,23 @@ int main(int argc, char** argv) {
       return kExitUsage;
     }
     kvfs::SetBackingModes(*m);
+  }
+  if (!stale_temp.empty()) {
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(stale_temp, &used);
+    } catch (...) {
+      used = 0;
+    }
+    const std::string unit = stale_temp.substr(used);
+    const long long mult = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : unit == "d" ? 86400 : 0;
+    if (used == 0 || v < 0 || mult == 0) {
+      std::fprintf(stderr, "kvfs-fsck: --remove-stale-temp: '%s' is not an age (e.g. 3600, 90m, 2h, 7d)\n",
+                   stale_temp.c_str());
+      return kExitUsage;
+    }
+    o.stale_temp_age_s = v * mult;
   }
   // Relative paths are taken from the current directory, as `kvfs mount` does.
   o.backing_dir = std::filesystem::absolute(o.backing_dir).lexically_normal().string();
