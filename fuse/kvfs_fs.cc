@@ -252,6 +252,7 @@ FsStats KvfsFs::GetFsStats() {
   s.inodes_renumbered = impl_->renumbered.load();
   s.bytes_read = impl_->bytes_read.load();
   s.bytes_written = impl_->bytes_written.load();
+  s.reads_in_flight_max = impl_->reads_in_flight_max.load();
   return s;
 }
 

@@ -61,6 +61,9 @@ struct FsOptions {
   // regular file waits this long (ms) between the index lookup and its reply, so a test can make the
   // file's deferred commit land inside that window (tests/integration/shared_names_test.py).
   uint32_t test_lookup_delay_ms = 0;
+  // TEST ONLY (KVFS_TEST_READ_DELAY_MS): every READ handler waits this long (ms) before it answers, so a
+  // test sees whether the requests of one read(2) are in the daemon at once (FsStats::reads_in_flight_max).
+  uint32_t test_read_delay_ms = 0;
   // Staging memory budget, bytes: RAM held by the bytes of files being written (docs/design.md §4). A write
   // that would take it over the budget first spills the staged chunks of the version holding the most
   // RAM to a provisional record in the active segment (Store::WriteProvisionalRecord) and keeps only
@@ -85,6 +88,7 @@ struct FsStats {
   uint64_t shadow_versions_created = 0, versions_committed = 0, versions_discarded = 0;
   uint64_t flush_records = 0, flush_errors = 0, commit_errors = 0;
   uint64_t bytes_read = 0, bytes_written = 0;  // READ reply bytes, WRITE request bytes
+  uint64_t reads_in_flight_max = 0;  // most READ requests handled at once since mount
   uint64_t inodes_renumbered = 0;  // committed files moved to a new inode number for a new version
 };
 

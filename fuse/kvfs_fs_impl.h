@@ -267,6 +267,9 @@ struct KvfsFs::Impl {
   std::atomic<uint64_t> open_handles{0}, staged_versions{0}, shadows{0}, committed{0}, discarded{0},
       flush_records{0}, flush_errors{0}, commit_errors{0}, renumbered{0};
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
+  // READ handlers running now, and the most there ever were at once (ReadInFlight): shows whether the
+  // requests of one O_DIRECT read(2) overlap (tests/integration/fs_ops_test.py).
+  std::atomic<uint32_t> reads_in_flight{0}, reads_in_flight_max{0};
   FuseOpStats op_stats;  // requests and handler latency by operation (Timed in MakeOps)
 
   // Inode numbers that Renumber handed out (the number a retried open finds). Read-only opens of them
@@ -481,6 +484,25 @@ struct KvfsFs::Impl {
 // ---- helpers shared by the FUSE callbacks ----
 
 inline KvfsFs::Impl* FS(fuse_req_t req) { return static_cast<KvfsFs::Impl*>(fuse_req_userdata(req)); }
+
+// Counts one READ handler in Impl::reads_in_flight for its lifetime (and raises reads_in_flight_max).
+// TEST ONLY: waits FsOptions::test_read_delay_ms first, so the requests of one read(2) that the kernel
+// sends together are all in the daemon at once.
+struct ReadInFlight {
+  explicit ReadInFlight(KvfsFs::Impl* f) : fs(f) {
+    uint32_t now = fs->reads_in_flight.fetch_add(1, std::memory_order_relaxed) + 1;
+    uint32_t max = fs->reads_in_flight_max.load(std::memory_order_relaxed);
+    while (now > max && !fs->reads_in_flight_max.compare_exchange_weak(max, now, std::memory_order_relaxed)) {
+    }
+    if (fs->opts.test_read_delay_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(fs->opts.test_read_delay_ms));  // TEST ONLY
+    }
+  }
+  ~ReadInFlight() { fs->reads_in_flight.fetch_sub(1, std::memory_order_relaxed); }
+  ReadInFlight(const ReadInFlight&) = delete;
+  ReadInFlight& operator=(const ReadInFlight&) = delete;
+  KvfsFs::Impl* fs;
+};
 
 inline bool NameTooLong(const char* name) { return std::strlen(name) > 255; }
 

@@ -17,7 +17,16 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
   auto h = std::make_unique<Handle>();
   h->inode = in;
   h->append = fi->flags & O_APPEND;
-  bool direct = (fi->flags & O_DIRECT) || fs->opts.direct_io_all;
+  // O_DIRECT asks for FOPEN_DIRECT_IO only on writable handles (and in the forced cases below). A plain
+  // O_DIRECT reader gets a page-cache handle: the kernel's O_DIRECT path (generic_file_read_iter ->
+  // fuse_direct_IO) still bypasses the page cache, every byte comes from OpRead, and with
+  // FUSE_CAP_ASYNC_DIO the requests of one read(2) go out concurrently (FOPEN_DIRECT_IO sends them one
+  // after the other). It stays coherent because such a handle is an ordinary page-cache handle here:
+  // h->pc counts it in in->pc_handles (a writer then takes a shadow version, as for a buffered reader),
+  // keep_cache follows the buffered rule (committed content only), and fuse_direct_IO trims the read at
+  // the kernel's i_size, which is this version's size exactly when none of the forced-direct conditions
+  // below holds; a short reply below i_size falls back to buffered reads of the same version.
+  bool direct = ((fi->flags & O_DIRECT) && writable) || fs->opts.direct_io_all;
   fi->keep_cache = 0;
   if (writable) {
     auto r = fs->AcquireWritable(in, trunc, fuse_req_ctx(req), true, retry);
@@ -123,6 +132,7 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   auto* fs = FS(req);
   Handle* h = H(fi);
+  ReadInFlight in_flight(fs);
   if (off < 0) return (void)fuse_reply_err(req, EINVAL);
   // Our own reference: the reply completes the request, after which the kernel may send RELEASE for
   // this handle (an async readahead holds the last reference to the file) and another worker may

@@ -150,7 +150,8 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                {"commit_errors", f.commit_errors},
                {"inodes_renumbered", f.inodes_renumbered},
                {"bytes_read", f.bytes_read},
-               {"bytes_written", f.bytes_written}};
+               {"bytes_written", f.bytes_written},
+               {"reads_in_flight_max", f.reads_in_flight_max}};
   nlohmann::json ops = nlohmann::json::object();
   for (const auto& o : snap.fuse_ops) {
     if (o.count == 0) continue;

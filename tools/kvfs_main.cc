@@ -750,6 +750,8 @@ int RunMount(MountArgs a) {
   if (const char* d = std::getenv("KVFS_TEST_COMMIT_DELAY_MS")) fo.commit_delay_ms = static_cast<uint32_t>(std::atoi(d));
   // TEST ONLY: KVFS_TEST_LOOKUP_DELAY_MS delays LOOKUP replies for staged files (FsOptions).
   if (const char* d = std::getenv("KVFS_TEST_LOOKUP_DELAY_MS")) fo.test_lookup_delay_ms = static_cast<uint32_t>(std::atoi(d));
+  // TEST ONLY: KVFS_TEST_READ_DELAY_MS delays every READ reply (FsOptions).
+  if (const char* d = std::getenv("KVFS_TEST_READ_DELAY_MS")) fo.test_read_delay_ms = static_cast<uint32_t>(std::atoi(d));
   auto fs = std::make_unique<kvfs::KvfsFs>(store.get(), fo);
   kvfs::Status ms;
   const std::string mount_err = CaptureStderr([&] { ms = fs->Mount(a.mountpoint, fopts, "kvfs:" + a.backing); });

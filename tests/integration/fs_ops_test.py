@@ -800,6 +800,90 @@ def _proc_writer(path, final, tag, size, rounds, q):
         q.put(repr(e))
 
 
+class DirectReads(MountedTestCase):
+    """O_DIRECT readers of a committed file get a page-cache handle (no FOPEN_DIRECT_IO): the kernel's
+    O_DIRECT path still sends every byte to the daemon, and sends the 1 MiB READs of one read(2) at once
+    (FUSE_CAP_ASYNC_DIO). TEST ONLY env (tools/kvfs_main.cc): KVFS_TEST_READ_DELAY_MS makes each READ wait,
+    so requests sent together are in the daemon together (fuse.reads_in_flight_max)."""
+
+    @classmethod
+    def setUpClass(cls):
+        saved = os.environ.get("KVFS_TEST_READ_DELAY_MS")
+        os.environ["KVFS_TEST_READ_DELAY_MS"] = "30"
+        try:
+            super().setUpClass()
+        finally:
+            if saved is None:
+                del os.environ["KVFS_TEST_READ_DELAY_MS"]
+            else:
+                os.environ["KVFS_TEST_READ_DELAY_MS"] = saved
+
+    def dread(self, path, n, off):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        try:
+            return os.pread(fd, n, off)
+        finally:
+            os.close(fd)
+
+    def test_o_direct_reads(self):
+        size = 2359296  # a vLLM 16-token chunk: READs of 1 MiB, 1 MiB, 256 KiB
+        data = pattern("par", size)
+        final = self.p("blk.bin")
+        kf.write_file(final, data)
+        self.assertEqual(kf.stats(self.mnt)["fuse"]["reads_in_flight_max"], 0)
+        fd = os.open(final, os.O_RDONLY | os.O_DIRECT)
+        rbuf = kf.aligned_buffer(size)
+        try:
+            self.assertEqual(os.readv(fd, [rbuf]), size)
+        finally:
+            os.close(fd)
+        self.assertEqual(bytes(rbuf), data)
+        # Only this read(2) ran: its three READs overlapped (FOPEN_DIRECT_IO would send them one by one).
+        self.assertGreaterEqual(kf.stats(self.mnt)["fuse"]["reads_in_flight_max"], 2)
+
+        # Odd sizes and offsets, inside, across and past the end of file; every byte exact.
+        for n in (1, 4095, 4097, (1 << 20) + 1, size + 123):
+            path = self.p("odd%d" % n)
+            d = pattern("odd%d" % n, n)
+            kf.write_file(path, d)
+            for off, ln in ((0, n), (0, n + 5000), (1, n), (n - 1, 3), (n // 2, 1 << 20), (4093, 2 << 20),
+                            (n, 10), (n + 4096, 4096)):
+                if off < 0:
+                    continue
+                self.assertEqual(self.dread(path, ln, off), d[off:off + ln], (n, off, ln))
+
+        # Rewrites: in place (O_TRUNC, shorter then longer) and by rename over it, after buffered and
+        # O_DIRECT readers of the old bytes: no stale byte and no stale size.
+        path = self.p("rw")
+        old = pattern("old", size)
+        kf.write_file(path, old)
+        self.assertEqual(kf.read_file(path), old)  # the old bytes in the page cache
+        self.assertEqual(self.dread(path, size, 0), old)
+        for tag, n in (("short", 300000), ("long", size + 5000), ("odd", 12345)):
+            d = pattern(tag, n)
+            kf.write_file(path, d)
+            self.assertEqual(self.dread(path, size + 10000, 0), d, tag)
+            self.assertEqual(self.dread(path, 5000, n - 100), d[n - 100:], tag)
+            self.assertEqual(kf.read_file(path), d, tag)
+            self.assertEqual(os.stat(path).st_size, n, tag)
+        tmp = self.p("rw.tmp")
+        d = pattern("renamed", size - 1)
+        kf.write_file(tmp, d)
+        os.rename(tmp, path)
+        self.assertEqual(self.dread(path, size + 10000, 0), d)
+        self.assertEqual(kf.read_file(path), d)
+
+        # An O_DIRECT reader open while a writer rewrites in place, then a fresh O_DIRECT open: new bytes.
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        try:
+            self.assertEqual(os.pread(fd, 100, 0), d[:100])
+            d2 = pattern("while-open", 70000)
+            kf.write_file(path, d2)
+            self.assertEqual(self.dread(path, size, 0), d2)
+        finally:
+            os.close(fd)
+
+
 class SameTempWriters(MountedTestCase):
     """LMCache's deterministic <key>.tmp: concurrent O_TRUNC writers must never publish a mix.
 
