@@ -207,6 +207,9 @@ struct Inode {
   // Open handles of this inode that use the page cache (not direct_io): while any is open, no new
   // version may start on this number (its O_TRUNC would reset their i_size, its writes their pages).
   uint64_t pc_handles = 0;
+  // Writable direct_io handles of the visible version (primary): while any is open, readers of this
+  // inode use direct_io too (the writer's bytes bypass the page cache they would read).
+  uint64_t direct_writers = 0;
   bool renumbered = false;           // Store::Renumber moved its name to a new number (unlinked too)
   uint64_t lost_parent = 0;          // the name the kernel last looked it up by, or that it lost
   std::string lost_name;             // (renumbered, unlinked, replaced): where an ESTALE'd open retries
@@ -229,6 +232,7 @@ struct Handle {
   Location loc;      // readers of committed content: pinned at open
   uint64_t size = 0;
   bool pc = false;   // counted in Inode::pc_handles (opened without direct_io)
+  bool dw = false;   // counted in Inode::direct_writers
   uint64_t rewrites = 0;  // Inode::rewrites at open (readers of committed content)
 };
 

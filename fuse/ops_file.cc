@@ -78,9 +78,22 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
       // Renumber handed out (a retried writer may start a version there: IsFresh), and a reader whose
       // inode got a new visible version since it looked (this check and the writers' look at
       // pc_handles are under in->mu).
-      if (in->contended || in->hidden_ever || in->primary != h->version || fs->IsFresh(in->ino)) {
+      if (in->contended || in->hidden_ever || in->primary != h->version || fs->IsFresh(in->ino) ||
+          in->direct_writers != 0) {
         direct = true;
       }
+    } else if (acc == O_WRONLY && trunc && !direct && in->pc_handles == 0 && in->primary == h->version) {
+      // A write-only handle never maps the file (mmap needs read access), so direct_io costs it nothing
+      // and saves a round trip per write(2): the kernel's buffered write path asks GETXATTR
+      // security.capability before every write (file_remove_privs; FUSE never sets S_NOSEC), its
+      // direct_io path does not. Only for O_TRUNC opens (the kernel drops the inode's page cache at
+      // such an open) with no page-cache handle open here; readers that open while it is open use
+      // direct_io (direct_writers), so no page cache holds bytes it wrote around it.
+      direct = true;
+    }
+    if (writable && direct && in->primary == h->version) {
+      h->dw = true;
+      in->direct_writers++;
     }
     h->pc = !direct;
     if (h->pc) in->pc_handles++;
@@ -98,11 +111,12 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
 
 void ReleaseHandle(KvfsFs::Impl* fs, Handle* h) {
   auto in = h->inode;
-  if (h->pc) {
+  if (h->pc || h->dw) {
     // First: the kernel no longer uses this handle, and the commit below makes the inode idle (a
     // retried writable open may then start a version on it).
     std::lock_guard<std::mutex> g(in->mu);
-    in->pc_handles--;
+    if (h->pc) in->pc_handles--;
+    if (h->dw) in->direct_writers--;
   }
   if (h->writable && h->version) {
     Status s = fs->ReleaseWritable(h->inode, h->version, /*defer=*/true);

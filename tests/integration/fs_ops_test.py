@@ -701,6 +701,44 @@ class DirectAndMmap(MountedTestCase):
         finally:
             os.close(fd)
 
+    def test_write_only_truncating_writer_costs_no_getxattr(self):
+        """A write-only O_TRUNC handle gets direct_io: the kernel's buffered write path asks GETXATTR
+        security.capability before every write(2) (file_remove_privs), the direct_io path does not. Readers
+        that open while it writes read through direct_io and see every write."""
+        def getxattrs():
+            return kf.stats(self.mnt)["fuse_ops"].get("getxattr", {"count": 0})["count"]
+        path = self.p("w")
+        data = pattern("wo", 64 * 4096)
+        g0 = getxattrs()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            for i in range(64):
+                self.assertEqual(os.write(fd, data[i * 4096:(i + 1) * 4096]), 4096)
+        finally:
+            os.close(fd)
+        # Two stats reads and one GETXATTR of the open; a page-cache writer costs 64 more (one per write).
+        self.assertLessEqual(getxattrs() - g0, 4)
+        self.assertEqual(kf.read_file(path), data)
+        # A new file written while a reader has it open (the reader opened after the writer): exact bytes.
+        path = self.p("w2")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b"A" * 8192)
+            r = os.open(path, os.O_RDONLY)
+            try:
+                self.assertEqual(os.pread(r, 8192, 0), b"A" * 8192)
+                os.pwrite(fd, b"B" * 100, 4000)
+                self.assertEqual(os.pread(r, 8192, 0), b"A" * 4000 + b"B" * 100 + b"A" * 4092)
+                os.write(fd, b"C" * 10)
+                self.assertEqual(os.pread(r, 9000, 0), b"A" * 4000 + b"B" * 100 + b"A" * 4092 + b"C" * 10)
+            finally:
+                os.close(r)
+        finally:
+            os.close(fd)
+        want = b"A" * 4000 + b"B" * 100 + b"A" * 4092 + b"C" * 10
+        self.assertEqual(kf.read_file(path), want)
+        self.assertEqual(os.stat(path).st_size, len(want))
+
     def test_o_direct_unaligned_accepted(self):
         path = self.p("una")
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
