@@ -250,6 +250,11 @@ class Store {
   // Removes a non-directory name (EISDIR for directories). *ino_out = the inode it named. Journals an
   // UNLINK if the entry was committed; a staged entry is just dropped.
   virtual Status Unlink(uint64_t parent, std::string_view name, uint64_t* ino_out) = 0;
+  // Removes the name of the *staged* regular file `ino` (the FUSE layer: its version failed to publish,
+  // docs/semantics.md "a failed close publishes nothing"), as Unlink would, but only while that name
+  // still names `ino`: never another file that took the name meanwhile. InvalidArgument if ino is
+  // committed (its content stays), NotFound if it has no name any more.
+  virtual Status DropStaged(uint64_t ino) = 0;
   // flags: 0 or RENAME_NOREPLACE (RENAME_EXCHANGE -> InvalidArgument). Replaces an existing non-directory
   // destination atomically; *replaced_ino = the inode the destination named before (0 if none).
   // Renaming a directory to another parent may answer EXDEV.

@@ -127,6 +127,7 @@ class StoreImpl final : public Store {
                        uint32_t gid) override;
   Result<std::string> ReadLink(uint64_t ino) override { return index_->ReadLink(ino); }
   Status Unlink(uint64_t parent, std::string_view name, uint64_t* ino_out) override;
+  Status DropStaged(uint64_t ino) override;
   Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent, std::string_view new_name,
                 unsigned flags, uint64_t* replaced_ino) override;
   Result<Attr> SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) override;

@@ -59,6 +59,25 @@ Status StoreImpl::Unlink(uint64_t parent, std::string_view name, uint64_t* ino_o
   return Status::OK();
 }
 
+Status StoreImpl::DropStaged(uint64_t ino) {
+  std::lock_guard<std::mutex> l(ns_mu_);
+  auto n = index_->GetInode(ino);
+  if (!n.ok()) return n.status();
+  if (n->committed || !S_ISREG(n->attr.mode)) return Status::InvalidArgument("not a staged file");
+  auto existing = index_->Lookup(n->parent, n->name);
+  if (!existing.ok()) return existing.status();
+  if (existing->attr.ino != ino) return Status::NotFound("staged file has no name");
+  auto path = PathOf(n->parent, n->name);
+  if (!path.ok()) return path.status();
+  const bool journaled = shadowing_.count(ino) != 0;
+  const uint64_t stamp = journaled ? hlc_.Now() : 0;
+  auto removed = index_->Unlink(n->parent, n->name, stamp);
+  if (!removed.ok()) return removed.status();
+  shadowing_.erase(ino);
+  if (journaled) EnqueueLocked(JournalEntry::Unlink(*path, stamp));
+  return Status::OK();
+}
+
 Status StoreImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                          std::string_view new_name, unsigned flags, uint64_t* replaced_ino) {
   std::lock_guard<std::mutex> l(ns_mu_);

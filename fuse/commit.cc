@@ -13,6 +13,7 @@ bool KvfsFs::Impl::IsUnlinked(Inode& in) {
 
 Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
   if (IsUnlinked(in)) return Status::OK();  // discarded at release: nothing to publish
+  if (!v.failed.ok()) return v.failed;      // a close or fsync of it failed: never published
   std::shared_lock<std::shared_mutex> g(v.mu);
   if (v.has_record && v.record_gen == v.gen) return Status::OK();
   if (v.data.size() == 0) {
@@ -133,6 +134,42 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
   }
 }
 
+void KvfsFs::Impl::MarkFailed(Version& v, const Status& s) {
+  std::lock_guard<std::mutex> g(v.io_mu);
+  if (v.failed.ok()) v.failed = s;
+}
+
+void KvfsFs::Impl::Unpublish(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v,
+                             const Status& why) {
+  {
+    std::lock_guard<std::mutex> g(in->mu);
+    if (v->unpublished || in->unlinked || v->superseded) return;
+    v->unpublished = true;
+    if (in->primary == v) in->primary = nullptr;  // stat shows the committed content again (if any)
+  }
+  failed_publishes++;
+  auto n = store->GetInode(in->ino);
+  if (n.ok() && !n->committed) {
+    // A new file: its staged name disappears (it was never journaled, so peers never saw it).
+    Status s = store->DropStaged(in->ino);
+    if (s.ok()) {
+      {
+        std::lock_guard<std::mutex> g(in->mu);
+        in->unlinked = true;
+      }
+      std::lock_guard<std::mutex> qg(nq_mu);
+      nq.push_back(Notice{in->ino, n->parent, n->name});
+      nq_cv.notify_one();
+    } else if (!s.IsNotFound()) {
+      spdlog::warn("removing the staged name of inode {}: {}", in->ino, s.ToString());
+    }
+  }
+  LogLimited(spdlog::level::err, LogKey("fuse-unpublish", why), "{} (inode {}): not published ({}); the name keeps "
+             "what it had before the open", n.ok() ? PathOf(in->ino) : std::string("?"), in->ino, ErrnoText(why));
+  // The kernel may cache the failed version's size and pages under this number: drop them.
+  QueueInval(in->ino);
+}
+
 void KvfsFs::Impl::PromoteAtClose(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v) {
   std::lock_guard<std::mutex> g(in->mu);
   if (in->unlinked || v->writers != 1 || in->primary == v) return;
@@ -174,6 +211,8 @@ Status KvfsFs::Impl::FinishRelease(const std::shared_ptr<Inode>& in, const std::
     std::shared_lock<std::shared_mutex> vg(v->mu);
     if (v->committed_gen == v->gen && v->committed_attr_gen == v->attr_gen) break;
   }
+  // Removed before the version leaves `writing` (the name would show a staged 0-byte file meanwhile).
+  if (!s.ok() && !unl) Unpublish(in, v, s);
   std::lock_guard<std::mutex> g(in->mu);
   if (v->writers == 0) {
     auto& w = in->writing;

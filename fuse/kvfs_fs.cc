@@ -249,6 +249,7 @@ FsStats KvfsFs::GetFsStats() {
   s.flush_records = impl_->flush_records.load();
   s.flush_errors = impl_->flush_errors.load();
   s.commit_errors = impl_->commit_errors.load();
+  s.failed_publishes = impl_->failed_publishes.load();
   s.inodes_renumbered = impl_->renumbered.load();
   s.bytes_read = impl_->bytes_read.load();
   s.bytes_written = impl_->bytes_written.load();

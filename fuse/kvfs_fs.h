@@ -87,6 +87,7 @@ struct FsStats {
   uint64_t streamed_commits = 0;  // flushes of partly spilled versions, written in 4 MiB pieces
   uint64_t shadow_versions_created = 0, versions_committed = 0, versions_discarded = 0;
   uint64_t flush_records = 0, flush_errors = 0, commit_errors = 0;
+  uint64_t failed_publishes = 0;  // versions whose close/fsync/commit failed: their names were restored
   uint64_t bytes_read = 0, bytes_written = 0;  // READ reply bytes, WRITE request bytes
   uint64_t reads_in_flight_max = 0;  // most READ requests handled at once since mount
   uint64_t inodes_renumbered = 0;  // committed files moved to a new inode number for a new version

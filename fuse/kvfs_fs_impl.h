@@ -174,6 +174,10 @@ struct Version {
   Location record;
   uint64_t committed_gen = 0;  // gen of the last successful CommitFile (0 = never)
   uint64_t committed_attr_gen = 0;
+  // A FLUSH (close) or fsync of it failed: it is never published, every later flush/commit of it fails
+  // with this status, and its last release removes what it made visible (Impl::Unpublish).
+  Status failed = Status::OK();
+  bool unpublished = false;  // Impl::Unpublish ran for it (guarded by the owning Inode's mu)
 
   // Guarded by the owning Inode's mu.
   int writers = 0;
@@ -269,7 +273,8 @@ struct KvfsFs::Impl {
     return s;
   };
   std::atomic<uint64_t> open_handles{0}, staged_versions{0}, shadows{0}, committed{0}, discarded{0},
-      flush_records{0}, flush_errors{0}, commit_errors{0}, renumbered{0};
+      flush_records{0}, flush_errors{0}, commit_errors{0}, renumbered{0},
+      failed_publishes{0};
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
   // READ handlers running now, and the most there ever were at once (ReadInFlight): shows whether the
   // requests of one O_DIRECT read(2) overlap (tests/integration/fs_ops_test.py).
@@ -447,6 +452,16 @@ struct KvfsFs::Impl {
 
   // Commits v (record + journal PUT under the inode's current name) unless its name is gone.
   Status Commit(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v);
+
+  // A close (FLUSH) or fsync of v failed with s: v is never published (Version::failed).
+  void MarkFailed(Version& v, const Status& s);
+
+  // The last release of a version that could not be published (failed close/fsync or commit): the
+  // name goes back to what it was before the open (docs/semantics.md): a staged file's name is removed
+  // (Store::DropStaged), a committed file keeps its committed content; the kernel's cached entry and
+  // attributes are invalidated. Counts failed_publishes.
+  // Runs once per version: at the failed FLUSH of its only writer, else at its last release.
+  void Unpublish(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v, const Status& why);
 
   // close(2) of the version's last writer handle (FLUSH): the version becomes what stat and new
   // readers see at once (close-to-open), even though its journal PUT waits for RELEASE, which the

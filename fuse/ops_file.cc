@@ -252,6 +252,17 @@ void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   if (!h->writable || !h->version) return (void)fuse_reply_err(req, 0);
   Status s = fs->Flush(*h->inode, *h->version);
   if (s.ok()) fs->PromoteAtClose(h->inode, h->version);
+  if (!s.ok()) {
+    // A failed close publishes nothing: the name goes back to what it was before the open, now if
+    // this handle is the version's only writer (its RELEASE comes after close(2) returned).
+    fs->MarkFailed(*h->version, s);
+    bool last;
+    {
+      std::lock_guard<std::mutex> g(h->inode->mu);
+      last = h->version->writers == 1;
+    }
+    if (last) fs->Unpublish(h->inode, h->version, s);
+  }
   Reply(req, s);
 }
 
@@ -265,7 +276,10 @@ void OpFsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info* fi) {
   Handle* h = H(fi);
   if (h->writable && h->version) {
     Status s = fs->Commit(h->inode, h->version);
-    if (!s.ok()) return Reply(req, s);
+    if (!s.ok()) {
+      fs->MarkFailed(*h->version, s);  // as a failed close: never published (at its last release)
+      return Reply(req, s);
+    }
   }
   fs->DrainDeferred();  // a version closed just before (commit deferred) is covered too
   Reply(req, fs->store->Sync());

@@ -148,6 +148,7 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                {"flush_records", f.flush_records},
                {"flush_errors", f.flush_errors},
                {"commit_errors", f.commit_errors},
+               {"failed_publishes", f.failed_publishes},
                {"inodes_renumbered", f.inodes_renumbered},
                {"bytes_read", f.bytes_read},
                {"bytes_written", f.bytes_written},
@@ -205,6 +206,9 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
   e.One("kvfs_flush_records_total", "counter", "Records written by FLUSH.", f.flush_records);
   e.One("kvfs_flush_errors_total", "counter", "FLUSH requests that failed to write their record.", f.flush_errors);
   e.One("kvfs_commit_errors_total", "counter", "Version commits that failed.", f.commit_errors);
+  e.One("kvfs_failed_publishes_total", "counter",
+        "Versions not published because their close, fsync or commit failed (the name was restored).",
+        f.failed_publishes);
   e.One("kvfs_inodes_renumbered_total", "counter",
         "Committed files moved to a new inode number for a new version (docs/design.md §3).", f.inodes_renumbered);
 
