@@ -21,8 +21,7 @@ namespace {
 // Dead-segment reclamation (store.h): a sealed segment of this node with no live record is dropped once
 // it has been evictable this long (a record written just before its segment sealed may still be
 // waiting for its commit), looked for at most this often (one index read per tracked segment).
-constexpr auto kDeadSegmentAge = std::chrono::seconds(10);
-constexpr auto kDeadSegmentScan = std::chrono::seconds(2);
+// The age is StoreOptions::dead_segment_age_ms (10 s); the scan interval is a fifth of it, at most 2 s.
 constexpr auto kEvictTick = std::chrono::milliseconds(100);
 
 }  // namespace
@@ -184,13 +183,16 @@ uint64_t StoreImpl::PeerSegmentBytes() {
 
 void StoreImpl::ReclaimDeadSegments() {
   const auto now = std::chrono::steady_clock::now();
-  if (now - last_dead_scan_ < kDeadSegmentScan) return;
+  const auto age = std::chrono::milliseconds(opts_.dead_segment_age_ms);
+  const auto scan = std::clamp<std::chrono::milliseconds>(age / 5, std::chrono::milliseconds(50),
+                                                          std::chrono::milliseconds(2000));
+  if (now - last_dead_scan_ < scan) return;
   last_dead_scan_ = now;
   std::vector<SegmentId> old;
   {
     std::lock_guard<std::mutex> l(cap_mu_);
     for (const auto& [id, t] : own_segs_) {
-      if (DropCandidateLocked(id, t) && now - t.evictable_since >= kDeadSegmentAge) {
+      if (DropCandidateLocked(id, t) && now - t.evictable_since >= age) {
         old.push_back(id);
       }
     }

@@ -72,6 +72,9 @@ struct StoreOptions {
   double reinsert_max_fraction = 0.5;       // reinserted bytes per dropped segment <= this * its bytes
   uint32_t drop_grace_ms = 0;               // DROP -> unlink delay; 0 = 2 * peer_poll_ms + 500
   uint32_t writer_wait_ms = 10000;          // how long a writer over the hard limit waits for eviction
+  // How long a sealed segment with no live record waits before it is dropped (dead-segment
+  // reclamation); tests shorten it (kvfs mount: KVFS_TEST_DEAD_SEGMENT_AGE_MS, not in --help).
+  uint32_t dead_segment_age_ms = 10000;
 };
 
 // What applying peers' journal entries changed, for kernel cache invalidation
@@ -92,8 +95,9 @@ struct PeerChanges {
 //  * Dead segments: a sealed segment of this node (or one of an older generation) with no live record
 //    (every file in it deleted or rewritten), evictable for 10 s, is dropped like an evicted one (DROP,
 //    grace, unlink), so deleted and rewritten bytes are reclaimed without a capacity. A handle opened
-//    before its file was deleted or replaced (here or on a peer) reads ENOENT once that happened.
-//    Segments holding pinned records (ReleaseRecordPin) are never "dead" here.
+//    before its file was deleted or replaced here holds its segment (PinRecord) until it is closed;
+//    one opened on a peer reads ENOENT once this node dropped the segment.
+//    Segments holding pinned records (ReleaseRecordPin, PinRecord) are never "dead" here.
 //  * Node bytes = sizes of this node's segment files (sealed: file size; active: end of its last
 //    record), excluding dropped segments that wait for their unlink.
 //  * Per node: when node bytes > high = capacity - segment_size (capacity when it is under three
@@ -206,7 +210,9 @@ struct StoreStats {
   uint64_t segments_dropped = 0, segment_bytes_dropped = 0, segments_unlinked = 0;
   uint64_t records_reinserted = 0, bytes_reinserted = 0;
   uint64_t writer_waits = 0, nospace_events = 0;
-  uint64_t segments_pinned = 0;  // gauge: segments holding pinned provisional records (never evicted)
+  // Gauges: segments holding a pinned record (written, not committed yet; or held by an open handle /
+  // copy-on-write base, PinRecord), never dropped; this node's bytes in them; records held by handles.
+  uint64_t segments_pinned = 0, segment_bytes_pinned = 0, records_held_open = 0;
   BackingOpCounts backing_ops;
   std::vector<NodeSegmentStats> nodes;      // this node first, then peers by id
   std::vector<PeerJournalStats> peer_journals;  // by peer id
@@ -314,6 +320,16 @@ class Store {
   // segments are left to evict, writers get NoSpace (as for a full store). Idempotent: releasing a
   // record that is not pinned (or twice) does nothing. Thread-safe.
   virtual void ReleaseRecordPin(const Location& loc) = 0;
+  // Pins the segment of an existing record (committed or not) for a reader that needs it after its
+  // name is gone: an open read-only handle (its record) or a copy-on-write version (its base). Like a
+  // write pin, the segment is then never dropped here (dead space, capacity, watermark) until every
+  // PinRecord of that record is matched by an UnpinRecord (counted: several handles of one record).
+  // NotFound if the segment was already dropped (the caller answers ENOENT: a cache miss). A peer's
+  // segment is counted too but only this node's drops honour it: the peer may still drop it (reads
+  // then fail NotFound, never wrong bytes). Separate from the write pins: ReleaseRecordPin never
+  // releases a PinRecord. Empty loc: OK, nothing pinned. Thread-safe.
+  virtual Status PinRecord(const Location& loc) = 0;
+  virtual void UnpinRecord(const Location& loc) = 0;
   // Makes `loc` (may be empty for a 0-byte file) the committed content of ino with attrs `attr`
   // (size, mode, times): journals PUT under the inode's current path. A staged inode becomes committed;
   // on success the record's pin (ReleaseRecordPin) is released.

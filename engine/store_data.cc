@@ -54,6 +54,39 @@ void StoreImpl::ReleaseRecordPin(const Location& loc) {
   evict_cv_.notify_one();
 }
 
+Status StoreImpl::PinRecord(const Location& loc) {
+  if (loc.empty()) return Status::OK();
+  if (!OwnSegment(loc.segment)) {
+    // A peer's segment: only its owner drops it; refuse one the index already knows dropped.
+    auto st = index_->GetSegment(loc.segment);
+    if (st.ok() && st->state == SegmentState::kDropped) return Status::NotFound("segment dropped (evicted)");
+  }
+  std::lock_guard<std::mutex> l(cap_mu_);
+  // Same critical section as DropSegment's check and mark: either the drop saw this pin, or this
+  // sees the drop.
+  if (dropped_own_.count(loc.segment)) return Status::NotFound("segment dropped (evicted)");
+  held_records_[{loc.segment, loc.record_offset}]++;
+  pins_[loc.segment]++;
+  return Status::OK();
+}
+
+void StoreImpl::UnpinRecord(const Location& loc) {
+  if (loc.empty()) return;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    auto h = held_records_.find({loc.segment, loc.record_offset});
+    if (h == held_records_.end()) return;
+    if (--h->second == 0) held_records_.erase(h);
+    auto it = pins_.find(loc.segment);
+    if (it != pins_.end() && --it->second == 0) {
+      pins_.erase(it);
+      stuck_ = false;
+      evict_wake_ = true;
+    }
+  }
+  evict_cv_.notify_one();
+}
+
 Result<Location> StoreImpl::AppendWith(uint64_t ino, uint64_t len, uint16_t flags,
                                        const std::function<Result<Location>(const std::string&, uint64_t)>& fn) {
   auto path = index_->FullPath(ino);

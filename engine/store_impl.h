@@ -154,6 +154,8 @@ class StoreImpl final : public Store {
   Result<Location> AppendWith(uint64_t ino, uint64_t len, uint16_t flags,
                               const std::function<Result<Location>(const std::string&, uint64_t)>& fn);
   void ReleaseRecordPin(const Location& loc) override;
+  Status PinRecord(const Location& loc) override;
+  void UnpinRecord(const Location& loc) override;
   Status ReadUncached(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) override;
   Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr) override;
   Result<Node> Renumber(uint64_t ino, uint64_t to = 0) override;
@@ -375,6 +377,9 @@ class StoreImpl final : public Store {
   // with a pinned record is never dropped, neither as dead nor by eviction.
   std::set<std::pair<SegmentId, uint64_t>> pinned_records_;
   std::map<SegmentId, uint64_t> pins_;
+  // Records held by readers (PinRecord), counted, by (segment, record offset); each count is one more
+  // in pins_ for its segment.
+  std::map<std::pair<SegmentId, uint64_t>, uint64_t> held_records_;
   void ReleaseRecordPinLocked(const Location& loc);
   uint64_t ReserveBytes() const { return std::min(kReserveMaxBytes, opts_.segment_size / 4); }
   std::chrono::steady_clock::time_point last_dead_scan_{};

@@ -69,6 +69,11 @@ StoreStats StoreImpl::GetStats() {
   {
     std::lock_guard<std::mutex> l(cap_mu_);
     s.segments_pinned = pins_.size();
+    for (const auto& [id, n] : pins_) {
+      auto t = own_segs_.find(id);
+      if (t != own_segs_.end()) s.segment_bytes_pinned += t->second.bytes;
+    }
+    for (const auto& [k, n] : held_records_) s.records_held_open += n;
   }
   s.nospace_events = nospace_events_;
   auto& b = s.backing_ops;

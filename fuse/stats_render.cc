@@ -108,7 +108,9 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                    {"bytes_reinserted", st.bytes_reinserted},
                    {"writer_waits", st.writer_waits},
                    {"nospace_events", st.nospace_events},
-                   {"segments_pinned", st.segments_pinned}};
+                   {"segments_pinned", st.segments_pinned},
+                   {"segment_bytes_pinned", st.segment_bytes_pinned},
+                   {"records_held_open", st.records_held_open}};
   j["recovery"] = {{"own_entries_applied", st.recovery_entries},
                    {"cuts", st.recovery_cuts},
                    {"seals", st.recovery_seals}};

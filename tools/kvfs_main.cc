@@ -553,6 +553,10 @@ int RunMount(MountArgs a) {
   }
   so.group_commit_interval_ms = a.group_commit_ms;
   so.peer_poll_ms = a.peer_poll_ms;
+  // TEST ONLY (not in --help): KVFS_TEST_DEAD_SEGMENT_AGE_MS and KVFS_TEST_DROP_GRACE_MS shorten the
+  // wait before a dead segment is dropped (10 s) and before a dropped segment is unlinked.
+  if (const char* d = std::getenv("KVFS_TEST_DEAD_SEGMENT_AGE_MS")) so.dead_segment_age_ms = static_cast<uint32_t>(std::atoi(d));
+  if (const char* d = std::getenv("KVFS_TEST_DROP_GRACE_MS")) so.drop_grace_ms = static_cast<uint32_t>(std::atoi(d));
   so.peer_direct_io = a.peer_direct_io;
   so.checkpoint_entries = a.checkpoint_entries;
   so.checkpoint_interval_ms = a.checkpoint_interval_ms;

@@ -348,5 +348,75 @@ TEST_F(CapacityBench, DISABLED_ZipfHitRatio) {
   }
 }
 
+// #16: a record held by an open handle (PinRecord) keeps its segment through dead-segment reclamation
+// after its name is gone; counted (two holders, two releases); after the last release it is dropped.
+TEST_F(CapacityTest, HeldRecordSurvivesDeadSegmentReclamationUntilReleased) {
+  StoreOptions o = CapOptions(0, /*min_hits=*/0);
+  o.dead_segment_age_ms = 100;
+  Open(o);
+  const std::string content = Content(Name(0), kChunk, 7);
+  const Location held = WriteFile(Name(0), content);
+  ASSERT_FALSE(held.empty());
+  ASSERT_TRUE(store_->PinRecord(held).ok());
+  ASSERT_TRUE(store_->PinRecord(held).ok());  // a second handle of the same record
+  ASSERT_TRUE(store_->Unlink(kRootIno, Name(0), nullptr).ok());
+  // Fill and seal a few segments of files deleted at once: every segment but the active one is dead.
+  for (int i = 1; i < 60; ++i) {
+    WriteFile(Name(i), Content(Name(i), kChunk, 7));
+    ASSERT_TRUE(store_->Unlink(kRootIno, Name(i), nullptr).ok());
+  }
+  ASSERT_TRUE(store_->Sync().ok());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (store_->GetStats().segments_unlinked < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  Settle();
+  auto st = store_->GetStats();
+  EXPECT_GE(st.segments_unlinked, 3u);
+  EXPECT_EQ(st.segments_pinned, 1u);
+  EXPECT_EQ(st.records_held_open, 2u);
+  EXPECT_GT(st.segment_bytes_pinned, 0u);
+  ASSERT_TRUE(fs::exists(SegPath(held)));
+  store_->UnpinRecord(held);  // one holder left
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  Settle();
+  ASSERT_TRUE(fs::exists(SegPath(held)));
+  std::string got(content.size(), '\0');
+  size_t n = 0;
+  ASSERT_TRUE(store_->ReadUncached(held, 0, got.size(), got.data(), &n).ok());
+  ASSERT_EQ(n, content.size());
+  EXPECT_EQ(got, content);
+  store_->UnpinRecord(held);  // the last holder: now it is dead like the others
+  store_->UnpinRecord(held);  // unmatched: nothing
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (fs::exists(SegPath(held)) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_FALSE(fs::exists(SegPath(held)));
+  EXPECT_EQ(store_->GetStats().segments_pinned, 0u);
+  EXPECT_TRUE(store_->PinRecord(held).IsNotFound());  // dropped: a new holder is refused
+}
+
+// #16: the same under capacity eviction: a held record's segment is skipped by FIFO eviction.
+TEST_F(CapacityTest, HeldRecordSurvivesCapacityEvictionUntilReleased) {
+  const uint64_t cap = 8 * kSeg;
+  Open(CapOptions(cap, /*min_hits=*/0));
+  const Location held = WriteFile(Name(0), Content(Name(0), kChunk, 7));
+  ASSERT_TRUE(store_->PinRecord(held).ok());
+  for (int i = 1; i < 300; ++i) WriteFile(Name(i), Content(Name(i), kChunk, 7));
+  ASSERT_TRUE(store_->Sync().ok());
+  Settle();
+  EXPECT_GT(store_->GetStats().segments_dropped, 5u);
+  ASSERT_TRUE(fs::exists(SegPath(held)));
+  ReadOk(0);  // still live by name too: its segment was never dropped
+  EXPECT_FALSE(store_->Lookup(kRootIno, Name(20)).ok());  // its neighbours' segments were evicted
+  store_->UnpinRecord(held);
+  for (int i = 300; i < 400; ++i) WriteFile(Name(i), Content(Name(i), kChunk, 7));
+  ASSERT_TRUE(store_->Sync().ok());
+  Settle();
+  EXPECT_FALSE(fs::exists(SegPath(held)));
+  EXPECT_FALSE(store_->Lookup(kRootIno, Name(0)).ok());
+}
+
 }  // namespace
 }  // namespace kvfs
