@@ -140,6 +140,7 @@ struct Version {
     // reclaimed (a committed record's pin was released by its CommitFile already; idempotent).
     for (const Location& l : spills) staging->store->ReleaseRecordPin(l);
     staging->store->ReleaseRecordPin(record);
+    staging->store->UnpinRecord(base);
     std::lock_guard<std::mutex> g(staging->mu);
     staging->versions.erase(this);
   }
@@ -161,6 +162,14 @@ struct Version {
   // Its provisional records: each pins its segment against eviction (Store::ReleaseRecordPin) until
   // the version is destroyed, so its close never finds a spill evicted.
   std::vector<Location> spills;
+  // The copy-on-write base (ChunkBuffer::SetBacking of a committed record), held (Store::PinRecord)
+  // until the version is destroyed, so its not-yet-copied chunks stay readable after the file is
+  // unlinked or replaced. Empty when not held (no base, or its segment was already dropped: reads of
+  // its chunks then answer ENOENT).
+  Location base;
+  void HoldBase(const Location& l) {
+    if (staging->store->PinRecord(l).ok()) base = l;
+  }
   std::atomic<uint64_t> ram{0};     // data.capacity() as of the last change (victim choice, no lock)
   std::atomic<bool> spilling{false};  // a thread is spilling it (others pick another victim)
   Attr attr;          // mode, uid, gid, times; attr.size is ignored (data.size() is the size)
@@ -233,7 +242,8 @@ struct Handle {
   std::shared_ptr<Version> version;  // writable handles; readers of a staged version
   bool writable = false;
   bool append = false;  // O_APPEND
-  Location loc;      // readers of committed content: pinned at open
+  Location loc;      // readers of committed content: held (Store::PinRecord) from open to RELEASE
+  bool held = false; // loc is pinned by this handle
   uint64_t size = 0;
   bool pc = false;   // counted in Inode::pc_handles (opened without direct_io)
   bool dw = false;   // counted in Inode::direct_writers

@@ -63,6 +63,12 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
         h->loc = n->location;
         h->size = n->attr.size;
       }
+      // Held until RELEASE: unlinking or replacing the file, or its segment's reclamation, does not
+      // take the bytes from this handle (or a mapping of it), as on a local fs. Already dropped (a
+      // cache miss, or a peer dropped it): ENOENT at open, never a failed read later.
+      Status p = fs->store->PinRecord(h->loc);
+      if (!p.ok()) return p;
+      h->held = !h->loc.empty();
       // Committed content never changes under this inode except through this daemon, which writes
       // through the page cache or invalidates it: keep the cache across opens.
       fi->keep_cache = (n.ok() && n->committed) ? 1 : 0;
@@ -125,6 +131,7 @@ void ReleaseHandle(KvfsFs::Impl* fs, Handle* h) {
                  fs->PathOf(h->inode->ino), h->inode->ino, ErrnoText(s));
     }
   }
+  if (h->held) fs->store->UnpinRecord(h->loc);
   delete h;
   fs->DropHandle(in);
 }

@@ -139,6 +139,7 @@ Result<std::shared_ptr<Version>> KvfsFs::Impl::AcquireWritableOnce(
     } else {
       a.size = std::min<uint64_t>(a.size, in->last_loc.length);
       v->data.SetBacking(in->last_loc, a.size);
+      v->HoldBase(in->last_loc);
     }
     v->attr = a;
     if (trunc) {
@@ -221,6 +222,7 @@ Result<std::shared_ptr<Version>> KvfsFs::Impl::AcquireWritableOnce(
       if (n->location.empty()) return Status::Corruption("committed file without a location");
       a.size = std::min<uint64_t>(a.size, n->location.length);
       v->data.SetBacking(n->location, a.size);
+      v->HoldBase(n->location);
     }
     v->has_record = true;
     v->record = a.size == 0 ? Location{} : n->location;

@@ -1,0 +1,175 @@
+"""A file that is open keeps its bytes until the last close, whatever happens to its segment (#16 part 1).
+
+Run: KVFS_BINARY=build/tools/kvfs python3 tests/integration/open_hold_test.py [-v] [Class.test]
+
+One mount, `--segment-size 2MiB --cache-size 1MiB`, with the test-only knobs KVFS_TEST_DEAD_SEGMENT_AGE_MS
+(dead-segment reclamation after 200 ms instead of 10 s) and KVFS_TEST_DROP_GRACE_MS (unlink 100 ms after
+the drop). For each reader -- read(2), O_DIRECT read, mmap, and an O_RDWR open (copy-on-write base) --
+and each way of losing the name -- unlink, rename over: a 4 MiB file is written, committed and opened
+(the mapping has one page touched); its name goes; other files are written and deleted until dead
+segments written after it have been dropped and unlinked (so its own segment, older and just as dead,
+would have been too); the page cache of the file is dropped (POSIX_FADV_DONTNEED); then every byte is
+read through the still-open handle and compared. Before #16 the reads got ENOENT and the mapping SIGBUS.
+After the close, the hold is released (stats: records_held_open 0) and the segment is reclaimed.
+"""
+import mmap
+import os
+import signal
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kvfs_fixture as kf  # noqa: E402
+
+MiB = 1 << 20
+SIZE = 4 * MiB
+PAGE = mmap.PAGESIZE
+
+
+def write_synced(path, data):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def wait_for(pred, timeout=30.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+def read_all(fd, direct):
+    """Every byte of fd by pread, in 1 MiB steps (page-aligned buffers for O_DIRECT)."""
+    out = bytearray()
+    if direct:
+        buf = kf.aligned_buffer(MiB)
+        try:
+            while True:
+                n = os.preadv(fd, [buf], len(out))
+                if n == 0:
+                    break
+                out += buf[:n]
+        finally:
+            buf.close()
+    else:
+        while True:
+            c = os.pread(fd, MiB, len(out))
+            if not c:
+                break
+            out += c
+    return bytes(out)
+
+
+def check_mapping(m, data):
+    """Compares the mapping in a child process: a SIGBUS kills the child, not the test."""
+    pid = os.fork()
+    if pid == 0:
+        ok = m[:] == data
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return "killed by %s" % signal.Signals(os.WTERMSIG(status)).name
+    return None if os.WEXITSTATUS(status) == 0 else "wrong bytes"
+
+
+@kf.skip_unless_fuse
+class OpenHoldTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.env = {"KVFS_TEST_DEAD_SEGMENT_AGE_MS": "200", "KVFS_TEST_DROP_GRACE_MS": "100"}
+        cls.saved = {k: os.environ.get(k) for k in cls.env}
+        os.environ.update(cls.env)
+
+    @classmethod
+    def tearDownClass(cls):
+        for k, v in cls.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    def churn(self, mnt, tag):
+        """Writes and deletes files until two more dead segments were dropped and unlinked."""
+        base = kf.stats(mnt)["eviction"]["segments_unlinked"]
+        filler = os.urandom(512 * 1024)
+        i = 0
+
+        def done():
+            return kf.stats(mnt)["eviction"]["segments_unlinked"] >= base + 2
+
+        deadline = time.time() + 60
+        while not done() and time.time() < deadline:
+            for _ in range(6):  # 3 MiB: seals at least one 2 MiB segment
+                p = os.path.join(mnt, "churn-%s-%d" % (tag, i))
+                write_synced(p, filler)
+                os.unlink(p)
+                i += 1
+            wait_for(done, 1.0)
+        self.assertTrue(done(), kf.stats(mnt)["eviction"])
+
+    def run_case(self, reader, lose):
+        with kf.mounted(segment_size="2MiB", cache_size="1MiB") as (mnt, _, _):
+            data = os.urandom(SIZE)
+            path = os.path.join(mnt, "victim")
+            write_synced(path, data)
+            time.sleep(0.2)  # the deferred commit of the close (nothing changed after the fsync)
+            flags = {"read": os.O_RDONLY, "direct": os.O_RDONLY | os.O_DIRECT, "mmap": os.O_RDONLY,
+                     "rdwr": os.O_RDWR}[reader]
+            fd = os.open(path, flags)
+            m = None
+            try:
+                if reader == "mmap":
+                    m = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+                    self.assertEqual(m[:PAGE], data[:PAGE])  # one page touched
+                elif reader == "direct":
+                    self.assertEqual(read_all(fd, True)[:PAGE], data[:PAGE])
+                else:
+                    self.assertEqual(os.pread(fd, PAGE, 0), data[:PAGE])
+                held = kf.stats(mnt)["eviction"]
+                self.assertGreaterEqual(held.get("records_held_open", 1), 1, held)  # (absent before #16)
+                if lose == "unlink":
+                    os.unlink(path)
+                else:
+                    other = os.path.join(mnt, "other")
+                    write_synced(other, os.urandom(64 * 1024))
+                    os.rename(other, path)
+                self.churn(mnt, reader + lose)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # reads must reach the daemon
+                if m is not None:
+                    self.assertIsNone(check_mapping(m, data))
+                else:
+                    got = read_all(fd, reader == "direct")
+                    self.assertEqual(len(got), SIZE)
+                    self.assertTrue(got == data, "wrong bytes")
+                st = kf.stats(mnt)["eviction"]
+                self.assertGreaterEqual(st["segments_pinned"], 1, st)
+                self.assertGreater(st.get("segment_bytes_pinned", 1), 0, st)
+            finally:
+                if m is not None:
+                    m.close()
+                os.close(fd)
+            # The last close releases the hold: the segment is dead now and reclaimed.
+            self.assertTrue(wait_for(lambda: kf.stats(mnt)["eviction"].get("records_held_open", 0) == 0),
+                            kf.stats(mnt)["eviction"])
+            self.assertTrue(wait_for(lambda: kf.stats(mnt)["eviction"]["segments_pinned"] == 0),
+                            kf.stats(mnt)["eviction"])
+
+
+for _reader in ("read", "direct", "mmap", "rdwr"):
+    for _lose in ("unlink", "rename"):
+        def _test(self, reader=_reader, lose=_lose):
+            self.run_case(reader, lose)
+        setattr(OpenHoldTest, "test_%s_%s" % (_reader, _lose), _test)
+
+
+if __name__ == "__main__":
+    unittest.main()
