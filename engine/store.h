@@ -201,6 +201,9 @@ struct StoreStats {
   // Reads answered from probation (engine/read_admission.h): the rest of a read whose first request
   // loaded the value (neither a hit nor a miss); probation_bytes: gauge, values held there now.
   uint64_t probation_reads = 0, probation_bytes = 0;
+  // The data path's buffer pool (blockstore/buffer_pool.h): blocks handed out again vs freshly mapped,
+  // bytes mapped fresh, and (gauge) free bytes it holds for reuse (at most its limit, 256 MiB).
+  uint64_t pool_reused = 0, pool_fresh = 0, pool_fresh_bytes = 0, pool_free_bytes = 0;
   uint64_t checksum_failures = 0;
   uint64_t backing_metadata_ops = 0, backing_syncs = 0, backing_bytes_written = 0, backing_bytes_read = 0;
   uint64_t backing_files_created = 0;

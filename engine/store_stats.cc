@@ -6,6 +6,8 @@
 // a time, briefly. Invariants: none beyond a consistent-enough snapshot (figures are read separately).
 #include "engine/store_impl.h"
 
+#include "blockstore/buffer_pool.h"
+
 namespace kvfs {
 
 Status StoreImpl::StatFs(uint64_t* live_bytes, uint64_t* files, uint64_t* backing_total,
@@ -42,6 +44,11 @@ StoreStats StoreImpl::GetStats() {
   s.cache_misses = cache_misses_;
   s.probation_reads = probation_reads_;
   s.probation_bytes = admission_.probation_bytes();
+  const BufferPool::Stats pool = BufferPool::Default().GetStats();
+  s.pool_reused = pool.reused;
+  s.pool_fresh = pool.fresh;
+  s.pool_fresh_bytes = pool.fresh_bytes;
+  s.pool_free_bytes = pool.free_bytes;
   s.cache_bytes = cache_.Usage();
   s.checksum_failures = checksum_failures_;
   auto& c = env_->counters();

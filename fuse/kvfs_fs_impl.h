@@ -261,12 +261,14 @@ struct KvfsFs::Impl {
   fuse_session* se = nullptr;
   bool mounted = false;
   bool signals = false;
+  // Declared before every member that holds Versions (table, deferred commits, ...): members are
+  // destroyed in reverse order, and ~Version unregisters from staging.
+  Staging staging;
 
   std::mutex table_mu;
   std::unordered_map<uint64_t, std::shared_ptr<Inode>> table;
   std::atomic<uint64_t> next_seq{1};
   std::atomic<uint64_t> next_order{1};  // Version::close_order
-  Staging staging;
   // Reads referenced chunks of staged versions (copy-on-write bases, spills): Store::Read, so every
   // byte is verified against its block checksum.
   ChunkBuffer::Fetch fetch = [this](const Location& l, uint64_t off, size_t len, char* out) -> Status {

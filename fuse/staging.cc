@@ -30,12 +30,16 @@ std::shared_ptr<Version> KvfsFs::Impl::PickVictim() {
   for (int attempt = 0; attempt < 4; ++attempt) {
     std::shared_ptr<Version> best;
     uint64_t best_ram = 0;
+    // Candidates a better one displaced: released after staging.mu (the last reference to a version
+    // runs ~Version, which takes staging.mu).
+    std::vector<std::shared_ptr<Version>> displaced;
     {
       std::lock_guard<std::mutex> g(staging.mu);
       for (auto& [p, w] : staging.versions) {
         uint64_t r = p->ram.load();
         if (r <= best_ram || p->spilling.load()) continue;
         if (auto v = w.lock()) {
+          if (best) displaced.push_back(std::move(best));
           best = std::move(v);
           best_ram = r;
         }

@@ -88,6 +88,12 @@ std::string StatsToJson(const StatsSnapshot& snap) {
   j["cache_bytes"] = st.cache_bytes;
   const uint64_t lookups = st.cache_hits + st.cache_misses;
   j["cache_hit_rate"] = lookups ? double(st.cache_hits) / double(lookups) : 0.0;
+  j["probation_reads"] = st.probation_reads;
+  j["probation_bytes"] = st.probation_bytes;
+  j["buffer_pool"] = {{"reused", st.pool_reused},
+                      {"fresh", st.pool_fresh},
+                      {"fresh_bytes", st.pool_fresh_bytes},
+                      {"free_bytes", st.pool_free_bytes}};
   j["checksum_failures"] = st.checksum_failures;
   j["backing_metadata_ops"] = st.backing_metadata_ops;
   j["backing_syncs"] = st.backing_syncs;
@@ -229,9 +235,24 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
   e.One("kvfs_lost_entries_total", "counter",
         "Entries not journaled because their record was written before a failed segment fdatasync.",
         st.lost_entries);
-  e.One("kvfs_cache_hits_total", "counter", "Reads served from the value cache.", st.cache_hits);
-  e.One("kvfs_cache_misses_total", "counter", "Reads that loaded a value from the backing store.", st.cache_misses);
+  e.One("kvfs_cache_hits_total", "counter",
+        "Value reads served from the LRU (or promoted from probation by a second read from the start).",
+        st.cache_hits);
+  e.One("kvfs_cache_misses_total", "counter", "Value reads that loaded the value from the backing store.",
+        st.cache_misses);
   e.One("kvfs_cache_bytes", "gauge", "Bytes held by the value cache.", st.cache_bytes);
+  e.One("kvfs_probation_reads_total", "counter",
+        "Reads answered from probation: the rest of a read whose first request loaded the value.",
+        st.probation_reads);
+  e.One("kvfs_probation_bytes", "gauge", "Bytes of loaded values on probation (not in the LRU yet).",
+        st.probation_bytes);
+  e.One("kvfs_buffer_pool_reused_total", "counter", "Data-path buffers handed out again from the pool.",
+        st.pool_reused);
+  e.One("kvfs_buffer_pool_fresh_total", "counter", "Data-path buffers that had to be mapped fresh.", st.pool_fresh);
+  e.One("kvfs_buffer_pool_fresh_bytes_total", "counter", "Bytes of freshly mapped data-path buffers.",
+        st.pool_fresh_bytes);
+  e.One("kvfs_buffer_pool_free_bytes", "gauge", "Free bytes the buffer pool holds for reuse (at most 256 MiB).",
+        st.pool_free_bytes);
   e.One("kvfs_checksum_failures_total", "counter", "Reads that failed their checksum (answered EIO).",
         st.checksum_failures);
 

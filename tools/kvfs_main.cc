@@ -953,9 +953,20 @@ int RunStats(const std::string& mp_in, bool json) {
     std::printf("lost entries           %llu (records written before a failed segment sync; remount)\n",
                 (unsigned long long)u("lost_entries"));
   }
-  std::printf("cache hit rate         %.1f%% (%llu hits, %llu misses, %llu bytes cached)\n",
+  // Per value read (a load, or a re-read from the start), not per FUSE request: the 2nd and 3rd 1 MiB
+  // requests of one cold read are probation reads, neither hits nor misses.
+  std::printf("cache hit rate         %.1f%% of value reads (%llu hits, %llu misses, %llu bytes cached)\n",
               100.0 * j.value("cache_hit_rate", 0.0), (unsigned long long)u("cache_hits"),
               (unsigned long long)u("cache_misses"), (unsigned long long)u("cache_bytes"));
+  std::printf("probation              %llu reads, %llu bytes (loaded values read once so far)\n",
+              (unsigned long long)u("probation_reads"), (unsigned long long)u("probation_bytes"));
+  if (j.contains("buffer_pool")) {
+    const auto& bp = j["buffer_pool"];
+    std::printf("buffer pool            %llu reused, %llu fresh (%llu bytes), %llu bytes free\n",
+                (unsigned long long)bp.value("reused", uint64_t{0}), (unsigned long long)bp.value("fresh", uint64_t{0}),
+                (unsigned long long)bp.value("fresh_bytes", uint64_t{0}),
+                (unsigned long long)bp.value("free_bytes", uint64_t{0}));
+  }
   std::printf("checksum failures      %llu\n", (unsigned long long)u("checksum_failures"));
   std::printf("backing metadata ops   %llu\n", (unsigned long long)u("backing_metadata_ops"));
   std::printf("backing syncs          %llu\n", (unsigned long long)u("backing_syncs"));
