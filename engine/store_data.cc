@@ -317,8 +317,13 @@ Status StoreImpl::ReadImpl(const Location& loc, uint64_t offset, size_t len, cha
       v = LoadValue(loc);
     }
     if (!v.ok()) v = GoneOr(loc, v.status());
-    // Into the LRU only if it was loaded (and left probation) recently; else on probation.
-    if (v.ok() && admission_.OnLoaded(key, *v, offset == 0)) cache_.Insert(key, *v);
+    // Into the LRU while it has room (caching then pushes nothing out, and the memory, once used, is
+    // reused through the buffer pool), or if it was loaded (and left probation) recently; else on
+    // probation, so a scan of once-read values cannot flush a full LRU.
+    if (v.ok()) {
+      const bool room = cache_.Usage() + (*v)->size() <= cache_.Capacity() / 8 * 7;
+      if (room || admission_.OnLoaded(key, *v, offset == 0)) cache_.Insert(key, *v);
+    }
     {
       std::lock_guard<std::mutex> l(flight->mu);
       flight->done = true;

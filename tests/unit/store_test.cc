@@ -110,37 +110,45 @@ TEST_F(StoreTest, RoundTripsEveryRecordSize) {
 // ReadPinned hands out the verified bytes without a copy: the LRU value itself for values the cache
 // loads whole (two reads share one buffer), a buffer of just the covering blocks for values too large
 // for a cache shard; both through aligned reads (O_DIRECT on this disk file system).
-// A value read once stays out of the LRU (probation, engine/read_admission.h); read again from its
-// start, it enters the LRU and later reads are hits.
-TEST_F(StoreTest, OnlyValuesReadTwiceEnterTheLru) {
-  OpenStore();
-  const std::string want = Pattern(2359296, 7);
-  WriteFile(kRootIno, "chunk", want);
+// While the LRU has room, a loaded value enters it at once; once it is (7/8) full, a value read once
+// stays out (probation, engine/read_admission.h) and enters only when read again from its start.
+TEST_F(StoreTest, OnlyValuesReadTwiceEnterAFullLru) {
+  OpenStore();  // 64 MiB cache: room for 24 values of 2.25 MiB below 7/8
+  constexpr size_t kLen = 2359296;
+  constexpr int kFiles = 27;
+  std::vector<Node> nodes;
+  for (int i = 0; i < kFiles; ++i) WriteFile(kRootIno, "c" + std::to_string(i), Pattern(kLen, 100 + i));
   ASSERT_TRUE(store_->Sync().ok());
-  auto n = store_->Lookup(kRootIno, "chunk");
-  ASSERT_TRUE(n.ok());
-  const StoreStats s0 = store_->GetStats();
-  // One read in three FUSE-sized requests: one miss, two probation reads, nothing cached.
-  for (uint64_t off = 0; off < want.size(); off += 1u << 20) {
-    PinnedBytes p;
-    ASSERT_TRUE(store_->ReadPinned(n->location, off, 1u << 20, &p).ok());
-    ASSERT_TRUE(std::string(p.data, p.len) == want.substr(off, p.len)) << off;
+  for (int i = 0; i < kFiles; ++i) {
+    auto n = store_->Lookup(kRootIno, "c" + std::to_string(i));
+    ASSERT_TRUE(n.ok());
+    nodes.push_back(*n);
   }
-  StoreStats s1 = store_->GetStats();
-  EXPECT_EQ(s1.cache_misses - s0.cache_misses, 1u);
-  EXPECT_EQ(s1.cache_hits - s0.cache_hits, 0u);
-  EXPECT_EQ(s1.probation_reads - s0.probation_reads, 2u);
-  EXPECT_EQ(s1.cache_bytes, s0.cache_bytes);
-  EXPECT_GE(s1.probation_bytes, want.size());
-  // A second read from the start: promoted (a hit), now in the LRU.
+  const StoreStats s0 = store_->GetStats();
+  // One read of each, in three FUSE-sized requests.
+  for (int i = 0; i < kFiles; ++i) {
+    const std::string want = Pattern(kLen, 100 + i);
+    for (uint64_t off = 0; off < kLen; off += 1u << 20) {
+      PinnedBytes p;
+      ASSERT_TRUE(store_->ReadPinned(nodes[i].location, off, 1u << 20, &p).ok());
+      ASSERT_TRUE(std::string(p.data, p.len) == want.substr(off, p.len)) << i << " " << off;
+    }
+  }
+  const StoreStats s1 = store_->GetStats();
+  EXPECT_EQ(s1.cache_misses - s0.cache_misses, uint64_t(kFiles));
+  EXPECT_EQ(s1.cache_hits - s0.cache_hits, 2u * 24);                 // the cached ones' 2nd and 3rd requests
+  EXPECT_EQ(s1.probation_reads - s0.probation_reads, 2u * (kFiles - 24));
+  EXPECT_GE(s1.cache_bytes, 24u * kLen);
+  EXPECT_LT(s1.cache_bytes, 25u * kLen);
+  EXPECT_EQ(s1.probation_bytes, uint64_t(kFiles - 24) * kLen);
+  // A second read from the start of a value on probation: promoted (a hit), now in the LRU.
   PinnedBytes p;
-  ASSERT_TRUE(store_->ReadPinned(n->location, 0, 1u << 20, &p).ok());
-  StoreStats s2 = store_->GetStats();
+  ASSERT_TRUE(store_->ReadPinned(nodes[kFiles - 1].location, 0, 1u << 20, &p).ok());
+  const StoreStats s2 = store_->GetStats();
   EXPECT_EQ(s2.cache_hits - s1.cache_hits, 1u);
-  EXPECT_GE(s2.cache_bytes, s1.cache_bytes + want.size());
-  EXPECT_EQ(s2.probation_bytes, 0u);
-  ASSERT_TRUE(store_->ReadPinned(n->location, 2u << 20, 1u << 20, &p).ok());
-  EXPECT_TRUE(std::string(p.data, p.len) == want.substr(2u << 20));
+  EXPECT_EQ(s2.probation_bytes, s1.probation_bytes - kLen);
+  ASSERT_TRUE(store_->ReadPinned(nodes[kFiles - 1].location, 2u << 20, 1u << 20, &p).ok());
+  EXPECT_TRUE(std::string(p.data, p.len) == Pattern(kLen, 100 + kFiles - 1).substr(2u << 20));
   EXPECT_EQ(store_->GetStats().cache_hits - s2.cache_hits, 1u);
 }
 
