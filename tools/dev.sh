@@ -31,9 +31,10 @@ case "${1:-}" in
       (tests/nfs/testbed.sh build > build-nfs-image.log 2>&1) &
       nfs_pid=$!
     fi
-    # -O1 keeps the sanitizer build quick to compile and still fast enough to run.
+    # -O1 keeps the sanitizer build quick to compile and still fast enough to run; -g1 (line tables) is
+    # all a sanitizer report needs.
     build build-asan kvfs_unit_tests -DKVFS_SANITIZE=ON -DKVFS_BUILD_BENCHMARKS=OFF -DKVFS_PACKAGING=OFF \
-      -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1"
+      -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g1 -O1"
     echo "== unit tests (ASan/UBSan) =="
     (cd build-asan && ctest -L unit --output-on-failure -j"$jobs" --timeout 600)
     echo "== all tests =="
