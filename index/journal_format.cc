@@ -44,7 +44,7 @@ void PutVarint64(std::string* out, uint64_t v) {
 void PutSvarint64(std::string* out, int64_t v) {
   PutVarint64(out, (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63));
 }
-void PutStr(std::string* out, std::string_view s) {
+void PutVarStr(std::string* out, std::string_view s) {
   PutVarint64(out, s.size());
   out->append(s.data(), s.size());
 }
@@ -54,7 +54,7 @@ void PutLocation(std::string* out, const Location& l) {
     return;
   }
   out->push_back(1);
-  PutStr(out, l.segment.node);
+  PutVarStr(out, l.segment.node);
   PutVarint64(out, l.segment.generation);
   PutVarint64(out, l.segment.seq);
   PutVarint64(out, l.record_offset);
@@ -62,7 +62,7 @@ void PutLocation(std::string* out, const Location& l) {
   PutVarint64(out, l.length);
 }
 void PutSegment(std::string* out, const SegmentId& s) {
-  PutStr(out, s.node);
+  PutVarStr(out, s.node);
   PutVarint64(out, s.generation);
   PutVarint64(out, s.seq);
 }
@@ -338,40 +338,40 @@ void EncodeJournalEntry(const JournalEntry& e, std::string* out) {
   PutVarint64(out, e.stamp);
   switch (e.op) {
     case JournalOp::kPut:
-      PutStr(out, e.path);
+      PutVarStr(out, e.path);
       PutLocation(out, e.location);
       PutAttrs(out, e.attrs);
-      PutStr(out, e.inline_value);
+      PutVarStr(out, e.inline_value);
       if (v2) {
         PutVarint64(out, e.xattrs->size());
         for (const auto& [name, value] : *e.xattrs) {
-          PutStr(out, name);
-          PutStr(out, value);
+          PutVarStr(out, name);
+          PutVarStr(out, value);
         }
       }
       break;
     case JournalOp::kRename:
-      PutStr(out, e.path);
-      PutStr(out, e.path2);
+      PutVarStr(out, e.path);
+      PutVarStr(out, e.path2);
       PutLocation(out, e.location);
       break;
     case JournalOp::kUnlink:
     case JournalOp::kRmdir:
-      PutStr(out, e.path);
+      PutVarStr(out, e.path);
       break;
     case JournalOp::kMkdir:
-      PutStr(out, e.path);
+      PutVarStr(out, e.path);
       PutAttrs(out, e.attrs);
       break;
     case JournalOp::kSetattr:
-      PutStr(out, e.path);
+      PutVarStr(out, e.path);
       PutAttrs(out, e.attrs);
       PutVarint64(out, e.mask);
       break;
     case JournalOp::kXattr:
-      PutStr(out, e.path);
-      PutStr(out, e.xattr_name);
-      PutStr(out, e.xattr_value);
+      PutVarStr(out, e.path);
+      PutVarStr(out, e.xattr_name);
+      PutVarStr(out, e.xattr_value);
       out->push_back(e.xattr_remove ? 1 : 0);
       break;
     case JournalOp::kSeal:
@@ -379,20 +379,20 @@ void EncodeJournalEntry(const JournalEntry& e, std::string* out) {
       PutSegment(out, e.segment);
       break;
     case JournalOp::kMove:
-      PutStr(out, e.path);
+      PutVarStr(out, e.path);
       PutLocation(out, e.old_location);
       PutLocation(out, e.location);
       break;
     case JournalOp::kCut:
       out->push_back(static_cast<char>(e.cut_file.kind));
-      PutStr(out, e.cut_file.node);
+      PutVarStr(out, e.cut_file.node);
       PutVarint64(out, e.cut_file.generation);
       PutVarint64(out, e.cut_file.number);
       PutVarint64(out, e.cut_offset);
       break;
     case JournalOp::kSymlink:
-      PutStr(out, e.path);
-      PutStr(out, e.path2);
+      PutVarStr(out, e.path);
+      PutVarStr(out, e.path2);
       PutAttrs(out, e.attrs);
       break;
   }

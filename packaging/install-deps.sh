@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs kvfs's build and test dependencies from Debian 12 packages. Safe to re-run.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config git
+pkgs=(build-essential cmake ninja-build pkg-config git
       libfuse3-dev fuse3 librocksdb-dev liburing-dev libxxhash-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev libspdlog-dev nlohmann-json3-dev libcpp-httplib-dev
       libsystemd-dev
