@@ -50,6 +50,7 @@ case "${1:-}" in
     exec tools/demo.sh build
     ;;
   test)
+    echo "== $(date +%T) dependencies, then the optimised build =="
     packaging/install-deps.sh
     # The optimised build: the programs, the package and the integration tests. The unit tests run in
     # the sanitizer build below (one compile of them instead of two).
@@ -63,17 +64,19 @@ case "${1:-}" in
     fi
     # -O0 compiles in half the time of -O1 and the tests still run in about two minutes; -g1 (line
     # tables) is all a sanitizer report needs.
+    echo "== $(date +%T) the sanitizer build =="
     build build-asan kvfs_unit_tests -DKVFS_SANITIZE=ON -DKVFS_BUILD_BENCHMARKS=OFF -DKVFS_PACKAGING=OFF \
       -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g1 -O0"
-    echo "== unit tests (ASan/UBSan) =="
+    echo "== $(date +%T) unit tests (ASan/UBSan) =="
     unit_shards build-asan/tests/kvfs_unit_tests "$jobs"
-    echo "== integration tests =="
+    echo "== $(date +%T) integration tests =="
     (cd build && ctest --output-on-failure --timeout 900 -j2)
     if [ "${KVFS_SKIP_NFS:-0}" != 1 ]; then
-      echo "== NFS test bed smoke test (qemu guest: knfsd + two NFS client nodes) =="
+      echo "== $(date +%T) NFS test bed smoke test (qemu guest: knfsd + two NFS client nodes) =="
       wait "$nfs_pid" || { echo "NFS guest image build failed:"; tail -20 build-nfs-image.log; }
       KVFS_BIN="$top/build/tools/kvfs" KVFS_NFS_SKIP_UNSUPPORTED=1 bash tests/nfs/smoke_test.sh
     fi
+    echo "== $(date +%T) all passed =="
     ;;
   *)
     echo "usage: tools/dev.sh demo|test" >&2

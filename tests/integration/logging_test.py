@@ -99,7 +99,8 @@ class LogFile(unittest.TestCase):
         self.assertTrue(kf.is_mounted(self.b.mnt))  # a dead mount
         with self.assertRaises(OSError) as cm:
             os.listdir(self.b.mnt)
-        self.assertEqual(cm.exception.errno, errno.ENOTCONN)
+        # ENOTCONN once the kernel has seen the daemon die; ECONNABORTED for a request that raced the death.
+        self.assertIn(cm.exception.errno, (errno.ENOTCONN, errno.ECONNABORTED))
         # kvfs umount clears the dead mount (lazy unmount) and says so.
         u = kf.run_kvfs("umount", self.b.mnt)
         self.assertEqual(u.returncode, 0, u.stderr)
