@@ -159,18 +159,33 @@ struct BackingOpCounts {
            rename = 0, remove = 0, stat = 0, list = 0, syncdir = 0;
 };
 
-// The segments one node (this one or a peer) has on the backing store, as this node's index knows them
-// (dropped segments excluded). live_bytes: sizes of the committed files located in them. segment_bytes:
-// this node's own segments with capacity tracking on (--capacity / --high-watermark): the exact file
-// sizes; otherwise the estimate the global watermark uses (sealed: max(segment_size, live bytes), open:
-// live bytes), with estimated = true. dead_bytes = segment_bytes - live_bytes (0 if negative): space
-// only eviction reclaims.
+// The segments one node (this one or a peer) has on the export now, as this node knows them.
+//   This node: exact, from its evictor's accounting (with or without --capacity): every segment file of
+//     this node on the export (open = the active one, sealed = sealed or of an earlier generation,
+//     unlinking = dropped and waiting for their unlink after the peers' grace period) and the sum of
+//     their sizes (sealed: file size; active: end of its last record); estimated = false.
+//   A peer: from this index (no backing I/O), dropped segments excluded, sized as the global watermark
+//     does (sealed: max(segment_size, live bytes), open: live bytes); estimated = true.
+// live_bytes / files: sizes and number of the committed files whose content is in them (the payload).
+// dead_bytes = segment_bytes - live_bytes (0 if negative): bytes on the export no file uses (record
+// metadata and 4 KiB padding, deleted and rewritten files, provisional spills, unlinking segments).
 struct NodeSegmentStats {
   std::string node;
-  uint64_t open_segments = 0, sealed_segments = 0;
+  uint64_t open_segments = 0, sealed_segments = 0, unlinking_segments = 0;
   uint64_t segment_bytes = 0, live_bytes = 0, dead_bytes = 0;
+  uint64_t files = 0;
   bool estimated = true;
+
+  uint64_t segments() const { return open_segments + sealed_segments + unlinking_segments; }
+  // What a file costs on the export beyond its own bytes: (segment_bytes - live_bytes) / files, 0
+  // without files. Includes the space of deleted files not reclaimed yet.
+  double OverheadPerFile() const {
+    return files ? static_cast<double>(dead_bytes) / static_cast<double>(files) : 0.0;
+  }
 };
+
+// The sum over nodes (node = "", estimated if any part is).
+NodeSegmentStats SumSegmentStats(const std::vector<NodeSegmentStats>& nodes);
 
 // Tailing of one peer's journal (docs/design.md §5). lag_seconds: for the newest entry applied, the time from
 // the peer stamping it (the physical part of its HLC stamp) to this node applying it: the peer's group
@@ -186,7 +201,7 @@ struct PeerJournalStats {
 // says "gauge". The one source of these figures for `kvfs stats` and the Prometheus exposition.
 struct StoreStats {
   uint64_t files = 0, directories = 0, live_bytes = 0;  // gauges (index)
-  uint64_t segments = 0, segment_bytes = 0;
+  uint64_t segments_created = 0;  // segment files this node created since the mount
   uint64_t records_written = 0, journal_entries = 0, group_commits = 0;
   // Gauge: journal entries not durable yet (queued for the next group commit, or kept after a failed
   // one and being retried). Normally 0 between rounds; while the backing store is full or failing it is
@@ -217,7 +232,9 @@ struct StoreStats {
   // copy-on-write base, PinRecord), never dropped; this node's bytes in them; records held by handles.
   uint64_t segments_pinned = 0, segment_bytes_pinned = 0, records_held_open = 0;
   BackingOpCounts backing_ops;
-  std::vector<NodeSegmentStats> nodes;      // this node first, then peers by id
+  // Segments on the export now: this node first (exact), then peers by id (estimated); never empty.
+  // The totals over all nodes: SumSegmentStats(nodes).
+  std::vector<NodeSegmentStats> nodes;
   std::vector<PeerJournalStats> peer_journals;  // by peer id
   // Mount-time recovery (Open): own journal entries applied to a clean index (written while the node
   // was down, e.g. by kvfs-fsck --repair), CUT and SEAL entries journaled for earlier generations'

@@ -10,6 +10,22 @@
 
 namespace kvfs {
 
+NodeSegmentStats SumSegmentStats(const std::vector<NodeSegmentStats>& nodes) {
+  NodeSegmentStats sum;
+  sum.estimated = false;
+  for (const auto& n : nodes) {
+    sum.open_segments += n.open_segments;
+    sum.sealed_segments += n.sealed_segments;
+    sum.unlinking_segments += n.unlinking_segments;
+    sum.segment_bytes += n.segment_bytes;
+    sum.live_bytes += n.live_bytes;
+    sum.dead_bytes += n.dead_bytes;
+    sum.files += n.files;
+    sum.estimated = sum.estimated || n.estimated;
+  }
+  return sum;
+}
+
 Status StoreImpl::StatFs(uint64_t* live_bytes, uint64_t* files, uint64_t* backing_total,
                          uint64_t* backing_avail) {
   auto st = index_->GetStats();
@@ -31,9 +47,7 @@ StoreStats StoreImpl::GetStats() {
   s.files = st.files;
   s.directories = st.directories;
   s.live_bytes = st.live_bytes;
-  auto sw = Segments()->GetStats();
-  s.segments = sw.segments_created;
-  s.segment_bytes = sw.value_bytes;
+  s.segments_created = Segments()->GetStats().segments_created;
   s.records_written = records_written_;
   s.journal_entries = journal_entries_;
   s.group_commits = group_commits_;
@@ -97,28 +111,39 @@ StoreStats StoreImpl::GetStats() {
   b.stat = c.stat;
   b.list = c.list;
   b.syncdir = c.syncdir;
-  // Segments per node, from the index (one scan of its segments column family; no backing I/O).
+  // Segments per node: live bytes and files from the index (one scan of its segments column family; no
+  // backing I/O); this node's segment files from the evictor's accounting, peers' sizes estimated.
   std::map<std::string, NodeSegmentStats> nodes;
   nodes[opts_.node_id].node = opts_.node_id;
   Status ls = index_->ListSegments([&](const SegmentInfo& si) {
     if (si.state == SegmentState::kDropped) return true;
     NodeSegmentStats& n = nodes[si.id.node];
     n.node = si.id.node;
+    n.live_bytes += si.live_bytes;
+    n.files += si.live_records;
+    if (si.id.node == opts_.node_id) return true;
     if (si.state == SegmentState::kSealed) {
       n.sealed_segments++;
-      n.segment_bytes += std::max(opts_.segment_size, si.live_bytes);
     } else {
       n.open_segments++;
-      n.segment_bytes += si.live_bytes;
     }
-    n.live_bytes += si.live_bytes;
+    n.segment_bytes += PeerSegmentEstimate(si.state == SegmentState::kSealed, si.live_bytes, opts_.segment_size);
     return true;
   });
   if (!ls.ok()) spdlog::warn("kvfs: listing segments for stats: {}", ls.ToString());
-  if (evict_enabled_) {
+  {
     NodeSegmentStats& own = nodes[opts_.node_id];
-    own.segment_bytes = s.node_segment_bytes;
     own.estimated = false;
+    std::lock_guard<std::mutex> l(cap_mu_);
+    for (const auto& [id, t] : own_segs_) {
+      if (t.evictable) {
+        own.sealed_segments++;
+      } else {
+        own.open_segments++;
+      }
+    }
+    own.unlinking_segments = dropping_.size();
+    own.segment_bytes = node_bytes_ + dropping_bytes_;
   }
   s.nodes.push_back(nodes[opts_.node_id]);
   for (auto& [id, n] : nodes) {

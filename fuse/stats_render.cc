@@ -53,6 +53,20 @@ class Expo {
 
 std::string Label(const char* k, std::string_view v) { return std::string(k) + "=\"" + PrometheusEscape(v) + "\""; }
 
+// One node's (or all nodes') segments on the export now, as JSON.
+nlohmann::json SegmentsJson(const NodeSegmentStats& n) {
+  return {{"segments", n.segments()},
+          {"open_segments", n.open_segments},
+          {"sealed_segments", n.sealed_segments},
+          {"unlinking_segments", n.unlinking_segments},
+          {"segment_bytes", n.segment_bytes},
+          {"live_bytes", n.live_bytes},
+          {"dead_bytes", n.dead_bytes},
+          {"files", n.files},
+          {"overhead_bytes_per_file", n.OverheadPerFile()},
+          {"estimated", n.estimated}};
+}
+
 }  // namespace
 
 std::string PrometheusEscape(std::string_view v) {
@@ -75,8 +89,12 @@ std::string StatsToJson(const StatsSnapshot& snap) {
   j["files"] = st.files;
   j["directories"] = st.directories;
   j["live_bytes"] = st.live_bytes;
-  j["segments"] = st.segments;
-  j["segment_bytes"] = st.segment_bytes;
+  // On the export now: this node's segments (exact) and all nodes' (peers estimated).
+  const NodeSegmentStats own = st.nodes.empty() ? NodeSegmentStats{} : st.nodes.front();
+  j["segments"] = own.segments();
+  j["segment_bytes"] = own.segment_bytes;
+  j["export"] = {{"node", SegmentsJson(own)}, {"all_nodes", SegmentsJson(SumSegmentStats(st.nodes))}};
+  j["segments_created"] = st.segments_created;
   j["records_written"] = st.records_written;
   j["journal_entries"] = st.journal_entries;
   j["group_commits"] = st.group_commits;
@@ -122,13 +140,9 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                    {"seals", st.recovery_seals}};
   j["nodes"] = nlohmann::json::array();
   for (const auto& n : st.nodes) {
-    j["nodes"].push_back({{"node", n.node},
-                          {"open_segments", n.open_segments},
-                          {"sealed_segments", n.sealed_segments},
-                          {"segment_bytes", n.segment_bytes},
-                          {"live_bytes", n.live_bytes},
-                          {"dead_bytes", n.dead_bytes},
-                          {"estimated", n.estimated}});
+    nlohmann::json o = SegmentsJson(n);
+    o["node"] = n.node;
+    j["nodes"].push_back(std::move(o));
   }
   j["peers"] = st.peers;
   j["peer_journals"] = nlohmann::json::array();
@@ -269,19 +283,49 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
   e.One("kvfs_backing_written_bytes_total", "counter", "Bytes written to the backing store.",
         st.backing_bytes_written);
 
-  // ---- segments per node ----
-  e.Family("kvfs_node_segments", "gauge", "Segments of a node known to this index, by state.");
+  // ---- segments on the export now: this node (exact), then per node (peers estimated) ----
+  const NodeSegmentStats own = st.nodes.empty() ? NodeSegmentStats{} : st.nodes.front();
+  e.Family("kvfs_export_segments", "gauge",
+           "This node's segment files on the export now, by state (open, sealed; unlinking: dropped, waiting "
+           "for the unlink).");
+  e.Sample("kvfs_export_segments", "state=\"open\"", own.open_segments);
+  e.Sample("kvfs_export_segments", "state=\"sealed\"", own.sealed_segments);
+  e.Sample("kvfs_export_segments", "state=\"unlinking\"", own.unlinking_segments);
+  e.One("kvfs_export_segment_bytes", "gauge", "Bytes of this node's segment files on the export now.",
+        own.segment_bytes);
+  e.One("kvfs_export_live_bytes", "gauge", "Bytes of the committed files whose content is in this node's segments.",
+        own.live_bytes);
+  e.One("kvfs_export_dead_bytes", "gauge",
+        "Bytes of this node's segments no file uses (record metadata, padding, deleted and rewritten files).",
+        own.dead_bytes);
+  e.One("kvfs_export_files", "gauge", "Committed files whose content is in this node's segments.", own.files);
+  e.One("kvfs_export_overhead_per_file_bytes", "gauge",
+        "(segment bytes - live bytes) / files of this node: what a file costs on the export beyond its bytes.",
+        own.OverheadPerFile());
+  e.One("kvfs_segments_created_total", "counter", "Segment files this node created.", st.segments_created);
+  e.Family("kvfs_node_segments", "gauge",
+           "A node's segment files on the export now, by state (open, sealed; unlinking: dropped, waiting for "
+           "the unlink, this node only).");
   for (const auto& n : st.nodes) {
     e.Sample("kvfs_node_segments", Label("node", n.node) + ",state=\"open\"", n.open_segments);
     e.Sample("kvfs_node_segments", Label("node", n.node) + ",state=\"sealed\"", n.sealed_segments);
+    e.Sample("kvfs_node_segments", Label("node", n.node) + ",state=\"unlinking\"", n.unlinking_segments);
   }
   e.Family("kvfs_node_segment_bytes", "gauge",
-           "Bytes of a node's segments (exact for this node with capacity tracking, else estimated).");
+           "Bytes of a node's segment files on the export now (exact for this node, estimated for peers).");
   for (const auto& n : st.nodes) e.Sample("kvfs_node_segment_bytes", Label("node", n.node), n.segment_bytes);
-  e.Family("kvfs_node_live_bytes", "gauge", "Bytes of committed files located in a node's segments.");
+  e.Family("kvfs_node_live_bytes", "gauge", "Bytes of the committed files whose content is in a node's segments.");
   for (const auto& n : st.nodes) e.Sample("kvfs_node_live_bytes", Label("node", n.node), n.live_bytes);
-  e.Family("kvfs_node_dead_bytes", "gauge", "Segment bytes of a node no file uses (reclaimed by eviction).");
+  e.Family("kvfs_node_dead_bytes", "gauge",
+           "Segment bytes of a node no file uses: record metadata, padding, deleted and rewritten files.");
   for (const auto& n : st.nodes) e.Sample("kvfs_node_dead_bytes", Label("node", n.node), n.dead_bytes);
+  e.Family("kvfs_node_files", "gauge", "Committed files whose content is in a node's segments.");
+  for (const auto& n : st.nodes) e.Sample("kvfs_node_files", Label("node", n.node), n.files);
+  e.Family("kvfs_node_overhead_per_file_bytes", "gauge",
+           "(segment bytes - live bytes) / files of a node: what a file costs on the export beyond its bytes.");
+  for (const auto& n : st.nodes) {
+    e.Sample("kvfs_node_overhead_per_file_bytes", Label("node", n.node), n.OverheadPerFile());
+  }
 
   // ---- peers ----
   e.One("kvfs_peers", "gauge", "Peer nodes whose journals this node tails.", st.peers);

@@ -940,9 +940,23 @@ int RunStats(const std::string& mp_in, bool json) {
   std::printf("files                  %llu\n", (unsigned long long)u("files"));
   std::printf("directories            %llu\n", (unsigned long long)u("directories"));
   std::printf("live bytes             %llu\n", (unsigned long long)u("live_bytes"));
-  std::printf("segments               %llu (%llu bytes)\n", (unsigned long long)u("segments"),
-              (unsigned long long)u("segment_bytes"));
-  std::printf("records written        %llu\n", (unsigned long long)u("records_written"));
+  // Segment files on the export now (not since the mount): this node's exact, all nodes' with the peers'
+  // sizes estimated from this index. Overhead per file = (segment bytes - live bytes) / files.
+  if (j.contains("export")) {
+    auto n = [](const nlohmann::json& o, const char* k) { return (unsigned long long)o.value(k, uint64_t{0}); };
+    const auto& own = j["export"]["node"];
+    const auto& all = j["export"]["all_nodes"];
+    std::printf("segments               %llu on the export (%llu open, %llu sealed, %llu being unlinked), %llu bytes\n",
+                n(own, "segments"), n(own, "open_segments"), n(own, "sealed_segments"), n(own, "unlinking_segments"),
+                n(own, "segment_bytes"));
+    std::printf("segment bytes          %llu live (%llu files), %llu dead; overhead %.0f bytes per file\n",
+                n(own, "live_bytes"), n(own, "files"), n(own, "dead_bytes"), own.value("overhead_bytes_per_file", 0.0));
+    std::printf("all nodes              %llu segments, %llu bytes%s: %llu live (%llu files), %llu dead; overhead %.0f bytes per file\n",
+                n(all, "segments"), n(all, "segment_bytes"), all.value("estimated", false) ? " (peers estimated)" : "",
+                n(all, "live_bytes"), n(all, "files"), n(all, "dead_bytes"), all.value("overhead_bytes_per_file", 0.0));
+  }
+  std::printf("records written        %llu (%llu segments created since the mount)\n",
+              (unsigned long long)u("records_written"), (unsigned long long)u("segments_created"));
   std::printf("journal entries        %llu (%llu group commits)\n", (unsigned long long)u("journal_entries"),
               (unsigned long long)u("group_commits"));
   if (u("unjournaled_entries") || u("journal_retries")) {
@@ -1001,11 +1015,11 @@ int RunStats(const std::string& mp_in, bool json) {
   }
   if (j.contains("nodes")) {
     for (const auto& n : j["nodes"]) {
-      std::printf("node %-17s %llu open + %llu sealed segments, %llu live / %llu dead bytes%s\n",
-                  n.value("node", std::string()).c_str(), (unsigned long long)n.value("open_segments", uint64_t{0}),
-                  (unsigned long long)n.value("sealed_segments", uint64_t{0}),
-                  (unsigned long long)n.value("live_bytes", uint64_t{0}),
-                  (unsigned long long)n.value("dead_bytes", uint64_t{0}), n.value("estimated", true) ? " (est.)" : "");
+      std::printf("node %-17s %llu segments, %llu bytes%s: %llu live (%llu files), %llu dead\n",
+                  n.value("node", std::string()).c_str(), (unsigned long long)n.value("segments", uint64_t{0}),
+                  (unsigned long long)n.value("segment_bytes", uint64_t{0}), n.value("estimated", true) ? " (est.)" : "",
+                  (unsigned long long)n.value("live_bytes", uint64_t{0}), (unsigned long long)n.value("files", uint64_t{0}),
+                  (unsigned long long)n.value("dead_bytes", uint64_t{0}));
     }
   }
   if (j.contains("peer_journals")) {

@@ -156,6 +156,98 @@ class Metrics(unittest.TestCase):
             urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5)
 
 
+def align4k(n):
+    return (n + 4095) // 4096 * 4096
+
+
+def segment_files_bytes(backing):
+    """Sum of the sizes of every node's segment files on the export, and their number."""
+    total, count = 0, 0
+    nodes = os.path.join(backing, ".kvfs", "v1", "nodes")
+    for node in os.listdir(nodes):
+        seg = os.path.join(nodes, node, "seg")
+        for name in os.listdir(seg) if os.path.isdir(seg) else []:
+            if name.endswith(".kseg"):
+                total += os.stat(os.path.join(seg, name)).st_size
+                count += 1
+    return total, count
+
+
+@kf.skip_unless_fuse
+class ExportFigures(unittest.TestCase):
+    """Issue #17: `kvfs stats` / --json / /metrics show the segments on the export now (not a counter since
+    the mount): segment bytes = the segment files' sizes, live bytes = the files' sizes, dead = the rest,
+    overhead per file = dead / files; deletes turn live bytes into dead ones."""
+
+    def wait_files(self, mnt, n):
+        deadline = time.time() + 20
+        while kf.stats(mnt)["files"] != n and time.time() < deadline:
+            time.sleep(0.02)
+        return kf.stats(mnt)
+
+    def check(self, js, samples, node, backing, files, live):
+        own = js["export"]["node"]
+        on_disk, nsegs = segment_files_bytes(backing)
+        self.assertEqual(own["segment_bytes"], on_disk)
+        self.assertEqual(own["segments"], nsegs)
+        self.assertEqual(js["segments"], nsegs)
+        self.assertEqual(js["segment_bytes"], on_disk)
+        self.assertEqual(own["files"], files)
+        self.assertEqual(own["live_bytes"], live)
+        self.assertEqual(own["dead_bytes"], on_disk - live)
+        self.assertAlmostEqual(own["overhead_bytes_per_file"], (on_disk - live) / files)
+        self.assertFalse(own["estimated"])
+        self.assertEqual(js["export"]["all_nodes"]["segment_bytes"], on_disk)  # one node: the same
+        self.assertEqual(js["export"]["all_nodes"]["files"], files)
+        self.assertEqual(val(samples, "kvfs_node_segment_bytes", node=node), on_disk)
+        self.assertEqual(val(samples, "kvfs_node_live_bytes", node=node), live)
+        self.assertEqual(val(samples, "kvfs_node_dead_bytes", node=node), on_disk - live)
+        self.assertEqual(val(samples, "kvfs_node_files", node=node), files)
+        self.assertAlmostEqual(val(samples, "kvfs_node_overhead_per_file_bytes", node=node), (on_disk - live) / files)
+        self.assertEqual(sum(val(samples, "kvfs_node_segments", node=node, state=s)
+                             for s in ("open", "sealed", "unlinking")), nsegs)
+        # This node's figures without a label.
+        self.assertEqual(val(samples, "kvfs_export_segment_bytes"), on_disk)
+        self.assertEqual(val(samples, "kvfs_export_live_bytes"), live)
+        self.assertEqual(val(samples, "kvfs_export_dead_bytes"), on_disk - live)
+        self.assertEqual(val(samples, "kvfs_export_files"), files)
+        self.assertAlmostEqual(val(samples, "kvfs_export_overhead_per_file_bytes"), (on_disk - live) / files)
+        self.assertEqual(sum(val(samples, "kvfs_export_segments", state=s) for s in ("open", "sealed", "unlinking")),
+                         nsegs)
+        return on_disk
+
+    def test_segments_on_the_export_after_writes_and_deletes(self):
+        port = free_port()
+        n, size = 20, 100000
+        with kf.mounted(metrics_listen="127.0.0.1:%d" % port, node_id="n1") as (mnt, backing, _):
+            for i in range(n):
+                kf.write_file(os.path.join(mnt, "f%02d" % i), os.urandom(size))
+            js = self.wait_files(mnt, n)
+            samples, _ = fetch(port)
+            seg = self.check(js, samples, "n1", backing, n, n * size)
+            # The layout of docs/format.md: a 4 KiB segment header, then per file one 4 KiB metadata block
+            # (header, path, checksums) and the value padded to 4 KiB.
+            self.assertEqual(seg, 4096 + n * (4096 + align4k(size)))
+            # The human form says the same.
+            r = kf.run_kvfs("stats", mnt)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("segments               1 on the export (1 open, 0 sealed, 0 being unlinked), %d bytes"
+                          % seg, r.stdout)
+            self.assertIn("segment bytes          %d live (%d files), %d dead; overhead %.0f bytes per file"
+                          % (n * size, n, seg - n * size, (seg - n * size) / n), r.stdout)
+
+            # Delete half: their bytes stay in the (open) segment as dead bytes.
+            for i in range(0, n, 2):
+                os.unlink(os.path.join(mnt, "f%02d" % i))
+            js = self.wait_files(mnt, n // 2)
+            samples, _ = fetch(port)
+            seg2 = self.check(js, samples, "n1", backing, n // 2, (n // 2) * size)
+            self.assertEqual(seg2, seg)
+            self.assertEqual(js["export"]["node"]["dead_bytes"], seg - n * size + (n // 2) * size)
+            # The cumulative figure is apart, and named so.
+            self.assertEqual(js["segments_created"], 1)
+
+
 @kf.skip_unless_fuse
 class MetricsErrors(unittest.TestCase):
     def setUp(self):

@@ -67,10 +67,22 @@ StatsSnapshot Sample() {
   n.node = "gpu\"7\\x";
   n.sealed_segments = 2;
   n.open_segments = 1;
+  n.unlinking_segments = 1;
   n.segment_bytes = 1000;
   n.live_bytes = 600;
   n.dead_bytes = 400;
+  n.files = 4;
+  n.estimated = false;
   s.store.nodes.push_back(n);
+  NodeSegmentStats peer;
+  peer.node = "gpu8";
+  peer.sealed_segments = 1;
+  peer.segment_bytes = 5000;
+  peer.live_bytes = 4000;
+  peer.dead_bytes = 1000;
+  peer.files = 1;
+  s.store.nodes.push_back(peer);
+  s.store.segments_created = 9;
   PeerJournalStats p;
   p.node = "gpu8";
   p.entries_applied = 11;
@@ -100,6 +112,19 @@ TEST(StatsRender, PrometheusNamesValuesAndEscaping) {
   EXPECT_EQ(m["kvfs_node_live_bytes{node=\"gpu\\\"7\\\\x\"}"], 600);
   EXPECT_EQ(m["kvfs_node_dead_bytes{node=\"gpu\\\"7\\\\x\"}"], 400);
   EXPECT_EQ(m["kvfs_node_segments{node=\"gpu\\\"7\\\\x\",state=\"sealed\"}"], 2);
+  EXPECT_EQ(m["kvfs_node_segments{node=\"gpu\\\"7\\\\x\",state=\"unlinking\"}"], 1);
+  EXPECT_EQ(m["kvfs_node_files{node=\"gpu8\"}"], 1);
+  EXPECT_EQ(m["kvfs_node_overhead_per_file_bytes{node=\"gpu8\"}"], 1000);
+  // This node (the first of nodes) without a label: segments on the export now.
+  EXPECT_EQ(m["kvfs_export_segments{state=\"open\"}"], 1);
+  EXPECT_EQ(m["kvfs_export_segments{state=\"sealed\"}"], 2);
+  EXPECT_EQ(m["kvfs_export_segments{state=\"unlinking\"}"], 1);
+  EXPECT_EQ(m["kvfs_export_segment_bytes"], 1000);
+  EXPECT_EQ(m["kvfs_export_live_bytes"], 600);
+  EXPECT_EQ(m["kvfs_export_dead_bytes"], 400);
+  EXPECT_EQ(m["kvfs_export_files"], 4);
+  EXPECT_EQ(m["kvfs_export_overhead_per_file_bytes"], 100);
+  EXPECT_EQ(m["kvfs_segments_created_total"], 9);
   EXPECT_EQ(m["kvfs_peer_journal_entries_applied_total{peer=\"gpu8\"}"], 11);
   EXPECT_DOUBLE_EQ(m["kvfs_peer_journal_lag_seconds{peer=\"gpu8\"}"], 0.25);
   EXPECT_EQ(m["kvfs_fuse_operation_duration_seconds_count{op=\"write\"}"], 1);
@@ -134,6 +159,21 @@ TEST(StatsRender, JsonKeepsTheStatsKeys) {
   EXPECT_EQ(j["backing_ops"]["rename"], 5);
   EXPECT_EQ(j["fuse"]["bytes_written"], 4096);
   EXPECT_EQ(j["nodes"][0]["dead_bytes"], 400);
+  EXPECT_EQ(j["nodes"][0]["segments"], 4);
+  EXPECT_EQ(j["nodes"][1]["node"], "gpu8");
+  // On the export now: this node, and all nodes (a peer's figures are estimated).
+  EXPECT_EQ(j["segments"], 4);
+  EXPECT_EQ(j["segment_bytes"], 1000);
+  EXPECT_EQ(j["segments_created"], 9);
+  EXPECT_EQ(j["export"]["node"]["files"], 4);
+  EXPECT_DOUBLE_EQ(j["export"]["node"]["overhead_bytes_per_file"].get<double>(), 100.0);
+  EXPECT_FALSE(j["export"]["node"]["estimated"].get<bool>());
+  EXPECT_EQ(j["export"]["all_nodes"]["segments"], 5);
+  EXPECT_EQ(j["export"]["all_nodes"]["segment_bytes"], 6000);
+  EXPECT_EQ(j["export"]["all_nodes"]["live_bytes"], 4600);
+  EXPECT_EQ(j["export"]["all_nodes"]["files"], 5);
+  EXPECT_DOUBLE_EQ(j["export"]["all_nodes"]["overhead_bytes_per_file"].get<double>(), 280.0);
+  EXPECT_TRUE(j["export"]["all_nodes"]["estimated"].get<bool>());
   EXPECT_EQ(j["peer_journals"][0]["node"], "gpu8");
   EXPECT_EQ(j["fuse_ops"]["write"]["count"], 1);
   EXPECT_FALSE(j["fuse_ops"].contains("lookup"));  // only operations that ran
