@@ -191,6 +191,7 @@ void KvfsFs::Impl::NotifierMain() {
     Notice n = std::move(nq.front());
     nq.pop_front();
     lk.unlock();
+    fuse_session* se = session.get();
     if (se && !n.name.empty()) {
       // The kernel takes the parent directory's lock for this: never call it from a FUSE worker.
       int r = fuse_lowlevel_notify_inval_entry(se, n.parent, n.name.data(), n.name.size());

@@ -138,11 +138,7 @@ KvfsFs::~KvfsFs() {
     impl_->nq_cv.notify_all();
   }
   if (impl_->notifier.joinable()) impl_->notifier.join();
-  if (impl_->se) {
-    if (impl_->signals) fuse_remove_signal_handlers(impl_->se);
-    if (impl_->mounted) fuse_session_unmount(impl_->se);
-    fuse_session_destroy(impl_->se);
-  }
+  impl_->session.Unmount();  // signal handlers, mount; the session is destroyed with impl_
 }
 
 Status KvfsFs::Mount(const std::string& mountpoint, const std::vector<std::string>& fuse_opts,
@@ -152,46 +148,26 @@ Status KvfsFs::Mount(const std::string& mountpoint, const std::vector<std::strin
   for (const auto& x : fuse_opts) {
     if (!x.empty()) o += "," + x;
   }
-  std::vector<std::string> argv_s = {"kvfs", "-o", o};
-  std::vector<char*> argv;
-  for (auto& s : argv_s) argv.push_back(s.data());
-  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
-  impl_->se = fuse_session_new(&args, &ops, sizeof(ops), impl_.get());
-  fuse_opt_free_args(&args);
-  if (!impl_->se) return Status::InvalidArgument("fuse_session_new failed (bad -o option?): " + o);
-  if (fuse_session_mount(impl_->se, mountpoint.c_str()) != 0) {
-    return Status::IOError("cannot mount FUSE at " + mountpoint);
+  if (!impl_->session.Create("kvfs", o, ops, impl_.get())) {
+    return Status::InvalidArgument("fuse_session_new failed (bad -o option?): " + o);
   }
-  impl_->mounted = true;
+  if (!impl_->session.Mount(mountpoint)) return Status::IOError("cannot mount FUSE at " + mountpoint);
   return Status::OK();
 }
 
 Status KvfsFs::InstallSignalHandlers() {
-  if (!impl_->se) return Status::InvalidArgument("not mounted");
-  if (fuse_set_signal_handlers(impl_->se) != 0) return Status::IOError("fuse_set_signal_handlers");
-  impl_->signals = true;
+  if (!impl_->session.get()) return Status::InvalidArgument("not mounted");
+  if (!impl_->session.InstallSignalHandlers()) return Status::IOError("fuse_set_signal_handlers");
   return Status::OK();
 }
 
 int KvfsFs::Loop() {
-  if (!impl_->se) return 1;
-  fuse_loop_config* cfg = fuse_loop_cfg_create();
-  fuse_loop_cfg_set_clone_fd(cfg, impl_->opts.clone_fd ? 1 : 0);
-  fuse_loop_cfg_set_max_threads(cfg, impl_->opts.max_threads);
+  if (!impl_->session.get()) return 1;
   // Every worker stays (no idle limit below max_threads): a worker that exits frees its 1 MiB receive
   // buffer, and the one started for the next burst takes a page fault per 4 KiB of every payload it
   // receives until its new buffer is warm (a VM exit each, on the dev VM 20-190 us). 32 x 1 MiB stays.
-  fuse_loop_cfg_set_idle_threads(cfg, impl_->opts.max_threads);
-  int r = fuse_session_loop_mt(impl_->se, cfg);
-  fuse_loop_cfg_destroy(cfg);
-  if (impl_->signals) {
-    fuse_remove_signal_handlers(impl_->se);
-    impl_->signals = false;
-  }
-  if (impl_->mounted) {
-    fuse_session_unmount(impl_->se);
-    impl_->mounted = false;
-  }
+  // Ends with the signal handlers removed and the file system unmounted.
+  int r = impl_->session.Loop(impl_->opts.clone_fd, impl_->opts.max_threads, impl_->opts.max_threads);
   // Deferred commits first, then versions still open here: they belong to handles the kernel never
   // released (lazy unmount / abort): publish what they have, as a release would.
   impl_->StopCommitter();
@@ -213,7 +189,7 @@ int KvfsFs::Loop() {
 }
 
 void KvfsFs::Exit() {
-  if (impl_->se) fuse_session_exit(impl_->se);
+  impl_->session.Exit();
 }
 
 StatsSnapshot KvfsFs::Snapshot() {

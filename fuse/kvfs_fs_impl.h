@@ -66,6 +66,7 @@
 #include "blockstore/log.h"
 #include "fuse/chunk_buffer.h"
 #include "fuse/kvfs_fs.h"
+#include "fuse/session.h"
 #include "fuse/stats_render.h"
 
 namespace kvfs {
@@ -258,9 +259,7 @@ struct KvfsFs::Impl {
   Store* store;
   FsOptions opts;
   KvfsFs* owner = nullptr;  // for StatsJson
-  fuse_session* se = nullptr;
-  bool mounted = false;
-  bool signals = false;
+  FuseSession session;  // created and mounted by KvfsFs::Mount; the notifier reads session.get()
   // Declared before every member that holds Versions (table, deferred commits, ...): members are
   // destroyed in reverse order, and ~Version unregisters from staging.
   Staging staging;

@@ -58,6 +58,8 @@
 #include <thread>
 #include <vector>
 
+#include "fuse/session.h"
+
 #include <sys/sysmacros.h>
 
 namespace {
@@ -115,7 +117,6 @@ struct Fs {
   std::atomic<uint64_t> ops[kNumOps];
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0}, delay_ns{0}, data_delay_ns{0};
   timespec start{};
-  fuse_session* se = nullptr;
   Fs() {
     for (auto& a : ops) a = 0;
   }
@@ -747,27 +748,15 @@ int main(int argc, char** argv) {
 
   std::string opts = "fsname=nfsim:" + o.source + ",subtype=nfsim";
   for (auto& x : fuse_opts) opts += "," + x;
-  std::vector<std::string> argv_s = {"kvfs-nfsim", "-o", opts};
-  std::vector<char*> av;
-  for (auto& s : argv_s) av.push_back(s.data());
-  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(av.size()), av.data());
   static const fuse_lowlevel_ops ops = MakeOps();
-  fs.se = fuse_session_new(&args, &ops, sizeof(ops), nullptr);
-  if (!fs.se) Usage(("fuse_session_new failed: -o " + opts).c_str());
-  if (fuse_set_signal_handlers(fs.se) != 0) return 1;
-  if (fuse_session_mount(fs.se, o.mountpoint.c_str()) != 0) {
+  kvfs::FuseSession session;  // the set-up kvfs uses too (fuse/session.h)
+  if (!session.Create("kvfs-nfsim", opts, ops, nullptr)) Usage(("fuse_session_new failed: -o " + opts).c_str());
+  if (!session.InstallSignalHandlers()) return 1;
+  if (!session.Mount(o.mountpoint)) {
     std::fprintf(stderr, "kvfs-nfsim: cannot mount at %s\n", o.mountpoint.c_str());
     return 1;
   }
   fuse_daemonize(o.foreground ? 1 : 0);
-  fuse_loop_config* cfg = fuse_loop_cfg_create();
-  fuse_loop_cfg_set_clone_fd(cfg, 1);
-  fuse_loop_cfg_set_max_threads(cfg, o.threads);
-  fuse_loop_cfg_set_idle_threads(cfg, o.threads);
-  int r = fuse_session_loop_mt(fs.se, cfg);
-  fuse_loop_cfg_destroy(cfg);
-  fuse_remove_signal_handlers(fs.se);
-  fuse_session_unmount(fs.se);
-  fuse_session_destroy(fs.se);
+  int r = session.Loop(/*clone_fd=*/true, o.threads, o.threads);  // then unmounts
   return r < 0 ? 1 : 0;
 }

@@ -1,0 +1,52 @@
+// FuseSession: the libfuse3 low-level session set-up that kvfs (fuse/kvfs_fs.cc) and kvfs-nfsim
+// (tools/nfsim.cc) share: fuse_session_new from one "-o" option string, mount, the SIGINT/SIGTERM/SIGHUP
+// handlers that end the loop, the multi-threaded loop and its config (clone_fd, thread counts), unmount
+// and destroy. The callers keep their own op tables, INIT capabilities and options.
+//
+// Built as its own small library (kvfs_fuse_session: libfuse only, no Store), so nfsim stays a plain
+// passthrough daemon.
+//
+// Thread safety: Create/Mount/InstallSignalHandlers/Loop/Unmount and the destructor from one thread;
+// Exit and get() from any thread (get() is set once by Create, before the loop starts).
+// Invariants: after the destructor nothing of the session is left: signal handlers removed, the mount
+// unmounted, the session destroyed (in that order); each step is done at most once.
+#pragma once
+
+#include <string>
+
+struct fuse_session;
+struct fuse_lowlevel_ops;
+
+namespace kvfs {
+
+class FuseSession {
+ public:
+  FuseSession() = default;
+  ~FuseSession();
+  FuseSession(const FuseSession&) = delete;
+  FuseSession& operator=(const FuseSession&) = delete;
+
+  // fuse_session_new with argv {progname, "-o", opts} (opts may be empty: no -o). `ops` must outlive the
+  // session; `userdata` is what fuse_req_userdata answers. False when libfuse refuses the options.
+  bool Create(const char* progname, const std::string& opts, const fuse_lowlevel_ops& ops, void* userdata);
+  // fuse_session_mount. False when the mount fails (or there is no session).
+  bool Mount(const std::string& mountpoint);
+  // fuse_set_signal_handlers: SIGINT/SIGTERM/SIGHUP end the loop. False on failure (or no session).
+  bool InstallSignalHandlers();
+  // fuse_session_loop_mt until the file system is unmounted or a signal arrives; then removes the signal
+  // handlers and unmounts. Returns fuse_session_loop_mt's result (< 0 on error); -1 without a session.
+  int Loop(bool clone_fd, unsigned max_threads, unsigned max_idle_threads);
+  // Removes the signal handlers and unmounts, if still installed / mounted.
+  void Unmount();
+  // Ends the loop (fuse_session_exit).
+  void Exit();
+
+  fuse_session* get() const { return se_; }
+
+ private:
+  fuse_session* se_ = nullptr;
+  bool mounted_ = false;
+  bool signals_ = false;
+};
+
+}  // namespace kvfs
