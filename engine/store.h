@@ -236,6 +236,17 @@ struct StoreStats {
   // The totals over all nodes: SumSegmentStats(nodes).
   std::vector<NodeSegmentStats> nodes;
   std::vector<PeerJournalStats> peer_journals;  // by peer id
+  // Configuration (constant while mounted): --capacity (0 = unlimited) and this node's eviction
+  // thresholds from it (evict above evict_high down to evict_low; 0 without a capacity;
+  // engine/eviction_policy.h), the global watermarks (0 = none; low = 7/8 of high unless given), the
+  // segment size and the value cache's size.
+  uint64_t capacity_bytes = 0, evict_high_bytes = 0, evict_low_bytes = 0;
+  uint64_t global_high_watermark_bytes = 0, global_low_watermark_bytes = 0;
+  uint64_t segment_size = 0, cache_capacity_bytes = 0;
+  // Gauges: the backing directory's file system (statvfs, one backing stat per GetStats): its size and
+  // the bytes available to kvfs (f_bavail). backing_fs_ok = false (both 0) when statvfs failed.
+  uint64_t backing_fs_size = 0, backing_fs_avail = 0;
+  bool backing_fs_ok = false;
   // Mount-time recovery (Open): own journal entries applied to a clean index (written while the node
   // was down, e.g. by kvfs-fsck --repair), CUT and SEAL entries journaled for earlier generations'
   // segments. A second Open after a clean Close finds 0, 0, 0.

@@ -1,7 +1,8 @@
 // Info (store.h "info"): StatFs (docs/design.md §6 statfs figures) and GetStats (the counters behind
 // `kvfs stats` and the Prometheus exposition).
 //
-// Callers: the FUSE layer (statfs), the stats and metrics servers. Thread safety: reads atomics and
+// Callers: the FUSE layer (statfs), the stats and metrics servers. Backing I/O: one statvfs of the
+// backing directory each (through the Env: a deadline applies). Thread safety: reads atomics and
 // the index's figures; takes the committer's mutex (UnjournaledEntries), peer_mu_, cap_mu_ and peer_stats_mu_ one at
 // a time, briefly. Invariants: none beyond a consistent-enough snapshot (figures are read separately).
 #include "engine/store_impl.h"
@@ -163,6 +164,15 @@ StoreStats StoreImpl::GetStats() {
       s.peer_journals.push_back(p);
     }
   }
+  s.capacity_bytes = limits_.capacity;
+  s.evict_high_bytes = limits_.node_high;
+  s.evict_low_bytes = limits_.node_low;
+  s.global_high_watermark_bytes = limits_.global_high;
+  s.global_low_watermark_bytes = limits_.global_low;
+  s.segment_size = opts_.segment_size;
+  s.cache_capacity_bytes = opts_.cache_size;
+  s.backing_fs_ok = env_->StatFs(opts_.backing_dir, &s.backing_fs_size, &s.backing_fs_avail).ok();
+  if (!s.backing_fs_ok) s.backing_fs_size = s.backing_fs_avail = 0;
   s.recovery_entries = recovery_entries_;
   s.recovery_cuts = recovery_cuts_;
   s.recovery_seals = recovery_seals_;

@@ -195,6 +195,8 @@ void KvfsFs::Exit() {
 StatsSnapshot KvfsFs::Snapshot() {
   StatsSnapshot s;
   s.pid = getpid();
+  s.version = impl_->opts.version;
+  s.git_commit = impl_->opts.git_commit;
   s.store = impl_->store->GetStats();
   s.fs = GetFsStats();
   s.fuse_ops = impl_->op_stats.Snapshot();

@@ -74,6 +74,9 @@ struct FsOptions {
   // a truncate/fallocate to more is EFBIG. Files on kvfs are not sparse: growth is held as holes while
   // staged (no RAM), but the committed value has every byte, so this bounds what one file can cost.
   uint64_t max_file_size = 16ull << 30;
+  // What this binary is (tools/build_info.h; kvfs mount sets them), shown by the stats: the version and
+  // the git commit it was built from ("" when unknown).
+  std::string version, git_commit;
 };
 
 // Counters of the FUSE layer (exported through the user.kvfs.stats virtual xattr with Store stats).
@@ -97,6 +100,7 @@ struct FsStats {
 // rendered by fuse/stats_render.h. Counters are totals since the mount, gauges are current values.
 struct StatsSnapshot {
   int64_t pid = 0;  // the daemon's
+  std::string version, git_commit;  // FsOptions::version, git_commit
   StoreStats store;
   FsStats fs;
   std::vector<FuseOpSnapshot> fuse_ops;  // every operation kind, in FuseOp order

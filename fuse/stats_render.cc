@@ -86,6 +86,8 @@ std::string StatsToJson(const StatsSnapshot& snap) {
   const FsStats& f = snap.fs;
   nlohmann::json j;
   j["pid"] = snap.pid;
+  j["version"] = snap.version;
+  j["commit"] = snap.git_commit;
   j["files"] = st.files;
   j["directories"] = st.directories;
   j["live_bytes"] = st.live_bytes;
@@ -135,6 +137,15 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                    {"segments_pinned", st.segments_pinned},
                    {"segment_bytes_pinned", st.segment_bytes_pinned},
                    {"records_held_open", st.records_held_open}};
+  j["config"] = {{"capacity_bytes", st.capacity_bytes},
+                 {"evict_high_bytes", st.evict_high_bytes},
+                 {"evict_low_bytes", st.evict_low_bytes},
+                 {"global_high_watermark_bytes", st.global_high_watermark_bytes},
+                 {"global_low_watermark_bytes", st.global_low_watermark_bytes},
+                 {"segment_size_bytes", st.segment_size},
+                 {"cache_size_bytes", st.cache_capacity_bytes},
+                 {"staging_budget_bytes", f.staging_budget}};
+  j["backing_fs"] = {{"ok", st.backing_fs_ok}, {"size_bytes", st.backing_fs_size}, {"avail_bytes", st.backing_fs_avail}};
   j["recovery"] = {{"own_entries_applied", st.recovery_entries},
                    {"cuts", st.recovery_cuts},
                    {"seals", st.recovery_seals}};
@@ -193,6 +204,33 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
   const StoreStats& st = snap.store;
   const FsStats& f = snap.fs;
   Expo e;
+
+  // ---- what is running, and how it is configured ----
+  e.Family("kvfs_build_info", "gauge", "Always 1: the kvfs version and the git commit it was built from (labels).");
+  e.Sample("kvfs_build_info", Label("version", snap.version) + "," + Label("commit", snap.git_commit), uint64_t{1});
+  e.One("kvfs_capacity_bytes", "gauge", "This node's --capacity (0 = unlimited).", st.capacity_bytes);
+  e.One("kvfs_eviction_high_bytes", "gauge",
+        "This node evicts when its segment bytes exceed this (from --capacity; 0 = no capacity).", st.evict_high_bytes);
+  e.One("kvfs_eviction_low_bytes", "gauge", "... down to this (from --capacity; 0 = no capacity).",
+        st.evict_low_bytes);
+  e.One("kvfs_global_high_watermark_bytes", "gauge", "--high-watermark over all nodes' segments (0 = none).",
+        st.global_high_watermark_bytes);
+  e.One("kvfs_global_low_watermark_bytes", "gauge",
+        "--low-watermark (7/8 of the high one unless given; 0 = no watermark).", st.global_low_watermark_bytes);
+  e.One("kvfs_segment_size_bytes", "gauge", "--segment-size.", st.segment_size);
+  e.One("kvfs_cache_capacity_bytes", "gauge", "--cache-size: the value cache's bound.", st.cache_capacity_bytes);
+
+  // ---- the export's file system (statvfs of the backing directory) ----
+  if (st.backing_fs_ok) {
+    e.One("kvfs_backing_fs_size_bytes", "gauge", "Size of the backing directory's file system (the export).",
+          st.backing_fs_size);
+    e.One("kvfs_backing_fs_avail_bytes", "gauge",
+          "Bytes of the backing directory's file system available to kvfs (statvfs f_bavail).", st.backing_fs_avail);
+  } else {
+    e.Family("kvfs_backing_fs_size_bytes", "gauge", "Size of the backing directory's file system (the export).");
+    e.Family("kvfs_backing_fs_avail_bytes", "gauge",
+             "Bytes of the backing directory's file system available to kvfs (statvfs f_bavail).");
+  }
 
   // ---- FUSE layer ----
   e.Family("kvfs_fuse_operation_duration_seconds", "histogram",

@@ -68,6 +68,7 @@
 #include "fuse/kvfs_fs.h"
 #include "engine/store.h"
 #include "fuse/stats_render.h"
+#include "tools/build_info.h"
 #include "tools/fuse_options.h"
 #include "tools/metrics_server.h"
 #include "tools/node_cmd.h"
@@ -749,6 +750,8 @@ int RunMount(MountArgs a) {
   fo.staging_bytes = SizeOrDie("--staging-size", a.staging_size);
   fo.max_file_size = SizeOrDie("--max-file-size", a.max_file_size);
   fo.splice = a.splice;
+  fo.version = kvfs::BuildVersion();
+  fo.git_commit = kvfs::BuildCommit();
   // TEST ONLY (not in --help): KVFS_TEST_COMMIT_DELAY_MS widens the deferred-commit window (default 5 ms)
   // so that tests act inside it deterministically (multinode_test, fs_ops_test).
   if (const char* d = std::getenv("KVFS_TEST_COMMIT_DELAY_MS")) fo.commit_delay_ms = static_cast<uint32_t>(std::atoi(d));
@@ -937,6 +940,11 @@ int RunStats(const std::string& mp_in, bool json) {
     return 0;
   }
   auto u = [&](const char* k) { return j.value(k, uint64_t{0}); };
+  const std::string version = j.value("version", std::string()), commit = j.value("commit", std::string());
+  if (!version.empty()) {
+    std::printf("version                kvfs %s%s\n", version.c_str(),
+                commit.empty() ? "" : (" (git " + commit + ")").c_str());
+  }
   std::printf("files                  %llu\n", (unsigned long long)u("files"));
   std::printf("directories            %llu\n", (unsigned long long)u("directories"));
   std::printf("live bytes             %llu\n", (unsigned long long)u("live_bytes"));
@@ -954,6 +962,26 @@ int RunStats(const std::string& mp_in, bool json) {
     std::printf("all nodes              %llu segments, %llu bytes%s: %llu live (%llu files), %llu dead; overhead %.0f bytes per file\n",
                 n(all, "segments"), n(all, "segment_bytes"), all.value("estimated", false) ? " (peers estimated)" : "",
                 n(all, "live_bytes"), n(all, "files"), n(all, "dead_bytes"), all.value("overhead_bytes_per_file", 0.0));
+  }
+  if (j.contains("backing_fs") && j["backing_fs"].value("ok", false)) {
+    const auto& b = j["backing_fs"];
+    const uint64_t size = b.value("size_bytes", uint64_t{0}), avail = b.value("avail_bytes", uint64_t{0});
+    std::printf("export file system     %llu bytes, %llu available (%.1f%% used)\n", (unsigned long long)size,
+                (unsigned long long)avail, size ? 100.0 * double(size - std::min(size, avail)) / double(size) : 0.0);
+  }
+  if (j.contains("config")) {
+    const auto& c = j["config"];
+    auto n = [&](const char* k) { return (unsigned long long)c.value(k, uint64_t{0}); };
+    if (n("capacity_bytes")) {
+      std::printf("capacity               %llu bytes (evict above %llu down to %llu)\n", n("capacity_bytes"),
+                  n("evict_high_bytes"), n("evict_low_bytes"));
+    } else {
+      std::printf("capacity               unlimited (dead segments reclaimed only)\n");
+    }
+    if (n("global_high_watermark_bytes")) {
+      std::printf("global watermarks      high %llu, low %llu bytes (all nodes)\n", n("global_high_watermark_bytes"),
+                  n("global_low_watermark_bytes"));
+    }
   }
   std::printf("records written        %llu (%llu segments created since the mount)\n",
               (unsigned long long)u("records_written"), (unsigned long long)u("segments_created"));
@@ -1210,6 +1238,8 @@ bool TranslateMountHelperForm(CLI::App* mount, std::vector<std::string>* args) {
 int main(int argc, char** argv) {
   CLI::App app{"kvfs: a FUSE file system for LLM KV-cache chunk files over a shared export", "kvfs"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("kvfs ") + kvfs::BuildVersion() +
+                                        (*kvfs::BuildCommit() ? std::string(" (git ") + kvfs::BuildCommit() + ")" : ""));
 
   MountArgs ma;
   auto* mount = app.add_subcommand("mount", "mount kvfs at MOUNTPOINT over a backing directory");
@@ -1319,6 +1349,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();

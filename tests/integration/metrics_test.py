@@ -148,6 +148,40 @@ class Metrics(unittest.TestCase):
             if counts[-1] > 0:
                 self.assertGreater(val(after, "kvfs_fuse_operation_duration_seconds_sum", op=op), 0, op)
 
+    def test_build_info_configuration_and_export_usage(self):
+        port = free_port()
+        with kf.mounted(metrics_listen="127.0.0.1:%d" % port, capacity="64MiB", segment_size="4MiB",
+                        cache_size="32MiB", high_watermark="1GiB") as (mnt, backing, _):
+            m, types = fetch(port)
+            js = kf.stats(mnt)
+            sv = os.statvfs(backing)
+        info = [dict(k[1]) for k in m if k[0] == "kvfs_build_info"]
+        self.assertEqual(len(info), 1)
+        r = kf.run_kvfs("--version")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split()[:2], ["kvfs", info[0]["version"]])
+        self.assertRegex(info[0]["version"], r"^\d+\.\d+\.\d+$")
+        self.assertEqual(info[0]["version"], js["version"])
+        self.assertEqual(info[0]["commit"], js["commit"])
+        if info[0]["commit"]:
+            self.assertRegex(info[0]["commit"], r"^[0-9a-f]{12}(-dirty)?$")
+            self.assertIn("(git %s)" % info[0]["commit"], r.stdout)
+        self.assertEqual(types["kvfs_build_info"], "gauge")
+        self.assertEqual(val(m, "kvfs_capacity_bytes"), 64 << 20)
+        self.assertEqual(val(m, "kvfs_eviction_high_bytes"), 60 << 20)  # capacity - segment
+        self.assertEqual(val(m, "kvfs_eviction_low_bytes"), 52 << 20)   # high - capacity / 8
+        self.assertEqual(val(m, "kvfs_global_high_watermark_bytes"), 1 << 30)
+        self.assertEqual(val(m, "kvfs_global_low_watermark_bytes"), (1 << 30) // 8 * 7)
+        self.assertEqual(val(m, "kvfs_segment_size_bytes"), 4 << 20)
+        self.assertEqual(val(m, "kvfs_cache_capacity_bytes"), 32 << 20)
+        self.assertEqual(js["config"]["capacity_bytes"], 64 << 20)
+        # The export's file system, as statvfs(2) of the backing directory says (free space moves a little).
+        self.assertEqual(val(m, "kvfs_backing_fs_size_bytes"), sv.f_blocks * sv.f_frsize)
+        self.assertEqual(js["backing_fs"]["size_bytes"], sv.f_blocks * sv.f_frsize)
+        self.assertAlmostEqual(val(m, "kvfs_backing_fs_avail_bytes"), sv.f_bavail * sv.f_frsize,
+                               delta=0.05 * sv.f_blocks * sv.f_frsize)
+        self.assertLessEqual(val(m, "kvfs_backing_fs_avail_bytes"), val(m, "kvfs_backing_fs_size_bytes"))
+
     def test_listener_is_gone_after_unmount(self):
         port = free_port()
         with kf.mounted(metrics_listen="127.0.0.1:%d" % port):

@@ -83,6 +83,16 @@ StatsSnapshot Sample() {
   peer.files = 1;
   s.store.nodes.push_back(peer);
   s.store.segments_created = 9;
+  s.version = "0.1.0";
+  s.git_commit = "0123456789ab";
+  s.store.capacity_bytes = 10 << 20;
+  s.store.evict_high_bytes = 8 << 20;
+  s.store.evict_low_bytes = 6 << 20;
+  s.store.segment_size = 2 << 20;
+  s.store.cache_capacity_bytes = 64 << 20;
+  s.store.backing_fs_ok = true;
+  s.store.backing_fs_size = 1000000;
+  s.store.backing_fs_avail = 250000;
   PeerJournalStats p;
   p.node = "gpu8";
   p.entries_applied = 11;
@@ -125,6 +135,16 @@ TEST(StatsRender, PrometheusNamesValuesAndEscaping) {
   EXPECT_EQ(m["kvfs_export_files"], 4);
   EXPECT_EQ(m["kvfs_export_overhead_per_file_bytes"], 100);
   EXPECT_EQ(m["kvfs_segments_created_total"], 9);
+  // Build info, configuration and the export's file system.
+  EXPECT_EQ(m["kvfs_build_info{version=\"0.1.0\",commit=\"0123456789ab\"}"], 1);
+  EXPECT_EQ(m["kvfs_capacity_bytes"], 10 << 20);
+  EXPECT_EQ(m["kvfs_eviction_high_bytes"], 8 << 20);
+  EXPECT_EQ(m["kvfs_eviction_low_bytes"], 6 << 20);
+  EXPECT_EQ(m["kvfs_global_high_watermark_bytes"], 0);
+  EXPECT_EQ(m["kvfs_segment_size_bytes"], 2 << 20);
+  EXPECT_EQ(m["kvfs_cache_capacity_bytes"], 64 << 20);
+  EXPECT_EQ(m["kvfs_backing_fs_size_bytes"], 1000000);
+  EXPECT_EQ(m["kvfs_backing_fs_avail_bytes"], 250000);
   EXPECT_EQ(m["kvfs_peer_journal_entries_applied_total{peer=\"gpu8\"}"], 11);
   EXPECT_DOUBLE_EQ(m["kvfs_peer_journal_lag_seconds{peer=\"gpu8\"}"], 0.25);
   EXPECT_EQ(m["kvfs_fuse_operation_duration_seconds_count{op=\"write\"}"], 1);
@@ -151,6 +171,14 @@ TEST(StatsRender, PrometheusNamesValuesAndEscaping) {
   EXPECT_EQ(PrometheusEscape("a\nb"), "a\\nb");
 }
 
+TEST(StatsRender, NoBackingFsGaugesWhenStatvfsFailed) {
+  StatsSnapshot s = Sample();
+  s.store.backing_fs_ok = false;
+  const std::string text = StatsToPrometheus(s);
+  EXPECT_NE(text.find("# TYPE kvfs_backing_fs_size_bytes gauge"), std::string::npos);
+  EXPECT_EQ(ParseSamples(text).count("kvfs_backing_fs_size_bytes"), 0u);  // no sample, not a false 0
+}
+
 TEST(StatsRender, JsonKeepsTheStatsKeys) {
   auto j = nlohmann::json::parse(StatsToJson(Sample()));
   EXPECT_EQ(j["pid"], 42);
@@ -174,6 +202,12 @@ TEST(StatsRender, JsonKeepsTheStatsKeys) {
   EXPECT_EQ(j["export"]["all_nodes"]["files"], 5);
   EXPECT_DOUBLE_EQ(j["export"]["all_nodes"]["overhead_bytes_per_file"].get<double>(), 280.0);
   EXPECT_TRUE(j["export"]["all_nodes"]["estimated"].get<bool>());
+  EXPECT_EQ(j["version"], "0.1.0");
+  EXPECT_EQ(j["commit"], "0123456789ab");
+  EXPECT_EQ(j["config"]["capacity_bytes"], 10 << 20);
+  EXPECT_EQ(j["config"]["evict_low_bytes"], 6 << 20);
+  EXPECT_EQ(j["backing_fs"]["size_bytes"], 1000000);
+  EXPECT_EQ(j["backing_fs"]["avail_bytes"], 250000);
   EXPECT_EQ(j["peer_journals"][0]["node"], "gpu8");
   EXPECT_EQ(j["fuse_ops"]["write"]["count"], 1);
   EXPECT_FALSE(j["fuse_ops"].contains("lookup"));  // only operations that ran
