@@ -92,13 +92,17 @@ class Metrics(unittest.TestCase):
             self.assertEqual(bytes(buf[:size]), blobs[0])
             # The kernel sends RELEASE after close(2) returns (and a read-only handle has no FLUSH,
             # FOPEN_NOFLUSH): wait until the daemon has seen the reader's.
+            # A handler counts its request after replying, so a busy machine can show a reply before
+            # its count: wait for the writes' counts too.
             rel0 = val(before, "kvfs_fuse_operation_duration_seconds_count", op="release")
+            wr0 = val(before, "kvfs_fuse_operation_duration_seconds_count", op="write")
             deadline = time.time() + 10
             while True:
                 after, _ = fetch(port)
                 js = kf.stats(mnt)  # the same snapshot source as /metrics: no I/O in between
                 rel = val(after, "kvfs_fuse_operation_duration_seconds_count", op="release")
-                if rel - rel0 >= n_files + 1 or time.time() > deadline:
+                wr = val(after, "kvfs_fuse_operation_duration_seconds_count", op="write")
+                if (rel - rel0 >= n_files + 1 and wr - wr0 >= 2 * n_files) or time.time() > deadline:
                     break
                 time.sleep(0.01)
 
