@@ -86,7 +86,7 @@ struct PeerChanges {
     uint64_t old_ino = 0;  // what the name resolved to before (0 = absent)
   };
   std::vector<Name> names;
-  std::vector<uint64_t> inodes;  // attributes / xattrs changed in place (never the bytes: same record)
+  std::vector<uint64_t> inodes;  // attributes / xattrs changed in place
 };
 
 // ---- Capacity and eviction (docs/design.md §6) ----

@@ -179,7 +179,7 @@ void KvfsFs::Impl::QueueInval(uint64_t ino) {
 void KvfsFs::Impl::OnPeerChanges(const PeerChanges& c) {
   std::lock_guard<std::mutex> g(nq_mu);
   for (const auto& n : c.names) nq.push_back(Notice{n.old_ino, n.parent, n.name});
-  for (uint64_t ino : c.inodes) nq.push_back(Notice{ino, 0, {}, /*attrs_only=*/true});
+  for (uint64_t ino : c.inodes) nq.push_back(Notice{ino, 0, {}});
   nq_cv.notify_one();
 }
 
@@ -198,7 +198,7 @@ void KvfsFs::Impl::NotifierMain() {
       if (r != 0 && r != -ENOENT) spdlog::debug("inval_entry {}/{}: {}", n.parent, n.name, strerror(-r));
       if (n.ino != 0 && store->GetInode(n.ino).status().IsNotFound()) MarkUnlinked(n.ino, n.parent, n.name);
     } else if (se && n.ino != 0) {
-      int r = fuse_lowlevel_notify_inval_inode(se, n.ino, n.attrs_only ? -1 : 0, 0);
+      int r = fuse_lowlevel_notify_inval_inode(se, n.ino, 0, 0);
       if (r != 0 && r != -ENOENT) spdlog::debug("inval_inode {}: {}", n.ino, strerror(-r));
     }
     lk.lock();
@@ -267,38 +267,6 @@ Status KvfsFs::Impl::GetAttr(uint64_t ino, Attr* out, double* timeout) {
   }
   *timeout = cacheable ? opts.attr_timeout_s : 0;
   return Status::OK();
-}
-
-void KvfsFs::Impl::TouchAtime(const std::shared_ptr<Inode>& in) {
-  const int64_t now = NowNs();
-  // Under commit_mu: a commit of a version of this inode (which takes its attributes, then journals
-  // them) runs wholly before or after this, so it never puts back the atime this read replaced.
-  std::lock_guard<std::mutex> cg(in->commit_mu);
-  {
-    // Versions being written (a file read while written, an O_RDWR load): in memory, carried by their
-    // commit; attr_gen is not bumped, so an unchanged copy-on-write version still commits nothing.
-    std::lock_guard<std::mutex> g(in->mu);
-    for (auto& v : in->writing) {
-      std::unique_lock<std::shared_mutex> vg(v->mu);
-      if (RelatimeDue(v->attr, now)) v->attr.atime_ns = now;
-    }
-  }
-  auto n = store->GetInode(in->ino);
-  if (!n.ok() || !n->committed || !S_ISREG(n->attr.mode)) return;  // gone, or staged: nothing journaled
-  if (!RelatimeDue(n->attr, now)) return;
-  Attr a;
-  a.atime_ns = now;
-  auto r = store->SetAttr(in->ino, a, kSetAtime);
-  if (!r.ok()) {
-    if (!r.status().IsNotFound()) {
-      LogLimited(spdlog::level::warn, LogKey("fuse-atime", r.status()), "atime of {} (inode {}): {}",
-                 PathOf(in->ino), in->ino, ErrnoText(r.status()));
-    }
-    return;
-  }
-  atime_updates++;
-  std::lock_guard<std::mutex> g(in->mu);
-  in->last_attr.atime_ns = now;
 }
 
 bool KvfsFs::Impl::ReplyEntry(fuse_req_t req, const Node& n, bool fresh_only) {

@@ -232,7 +232,6 @@ FsStats KvfsFs::GetFsStats() {
   s.commit_errors = impl_->commit_errors.load();
   s.failed_publishes = impl_->failed_publishes.load();
   s.inodes_renumbered = impl_->renumbered.load();
-  s.atime_updates = impl_->atime_updates.load();
   s.bytes_read = impl_->bytes_read.load();
   s.bytes_written = impl_->bytes_written.load();
   s.reads_in_flight_max = impl_->reads_in_flight_max.load();

@@ -77,9 +77,6 @@ struct FsOptions {
   // What this binary is (tools/build_info.h; kvfs mount sets them), shown by the stats: the version and
   // the git commit it was built from ("" when unknown).
   std::string version, git_commit;
-  // Reads update st_atime by the relatime rule (docs/semantics.md §4: when atime <= mtime or <= ctime,
-  // or is 24 h old; one journaled SETATTR then, never one per read). false: never (`-o noatime`).
-  bool relatime = true;
 };
 
 // Counters of the FUSE layer (exported through the user.kvfs.stats virtual xattr with Store stats).
@@ -97,7 +94,6 @@ struct FsStats {
   uint64_t bytes_read = 0, bytes_written = 0;  // READ reply bytes, WRITE request bytes
   uint64_t reads_in_flight_max = 0;  // most READ requests handled at once since mount
   uint64_t inodes_renumbered = 0;  // committed files moved to a new inode number for a new version
-  uint64_t atime_updates = 0;      // committed files' st_atime updated by a read (relatime; one SETATTR each)
 };
 
 // Everything `kvfs stats` and the Prometheus exposition show, taken at one moment (KvfsFs::Snapshot);

@@ -116,13 +116,6 @@ inline void FillStat(const Attr& a, struct stat* st) {
   st->st_ctim = NsTs(a.ctime_ns);
 }
 
-// The relatime rule (Linux's relatime_need_update): a read updates atime when it is not newer than mtime
-// or ctime, or is at least 24 h old.
-inline constexpr int64_t kRelatimeMaxAgeNs = int64_t(24) * 3600 * 1000000000;
-inline bool RelatimeDue(const Attr& a, int64_t now_ns) {
-  return a.atime_ns <= a.mtime_ns || a.atime_ns <= a.ctime_ns || now_ns - a.atime_ns >= kRelatimeMaxAgeNs;
-}
-
 struct Version;
 
 // Staging memory: what the budget (FsOptions::staging_bytes) counts, the spill counters, and a registry
@@ -256,9 +249,6 @@ struct Handle {
   bool pc = false;   // counted in Inode::pc_handles (opened without direct_io)
   bool dw = false;   // counted in Inode::direct_writers
   uint64_t rewrites = 0;  // Inode::rewrites at open (readers of committed content)
-  // The first READ that reaches the daemon checks the relatime rule and may update atime (TouchAtime);
-  // cleared by that READ (one check per handle).
-  std::atomic<bool> atime_check{false};
 };
 
 inline Handle* H(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
@@ -295,7 +285,7 @@ struct KvfsFs::Impl {
   };
   std::atomic<uint64_t> open_handles{0}, staged_versions{0}, shadows{0}, committed{0}, discarded{0},
       flush_records{0}, flush_errors{0}, commit_errors{0}, renumbered{0},
-      failed_publishes{0}, atime_updates{0};
+      failed_publishes{0};
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
   // READ handlers running now, and the most there ever were at once (ReadInFlight): shows whether the
   // requests of one O_DIRECT read(2) overlap (tests/integration/fs_ops_test.py).
@@ -354,9 +344,6 @@ struct KvfsFs::Impl {
     uint64_t ino = 0;       // inval_inode (name empty) or the old inode of a changed name
     uint64_t parent = 0;    // inval_entry when name is not empty
     std::string name;
-    // inval_inode of the attributes only, the cached pages stay: a peer's SETATTR/XATTR (an atime a
-    // read updated, a chmod) or a PUT of the same record never changes the bytes under that number.
-    bool attrs_only = false;
   };
   std::deque<Notice> nq;
   struct ListenerGate {
@@ -398,14 +385,6 @@ struct KvfsFs::Impl {
   static bool StagedAttr(Inode& in, Attr* out);
 
   Status GetAttr(uint64_t ino, Attr* out, double* timeout);
-
-  // A read of `in` reached the daemon (docs/semantics.md §4 "atime"): where the relatime rule says so,
-  // sets atime to now in the versions being written (in memory; their commit carries it, no attr_gen
-  // bump, so an unchanged copy-on-write version still commits nothing) and in the Store's committed
-  // inode (a journaled SETATTR, atime only: ctime stays; counted in atime_updates). Errors are logged,
-  // never the read's (a read does not fail for its atime). Takes Inode::commit_mu, then Inode::mu and
-  // Version::mu: call it with no lock held.
-  void TouchAtime(const std::shared_ptr<Inode>& in);
 
   // Replies with a positive entry for node (one lookup reference). fresh_only: if n is a staged regular
   // file of which no staged version is left here, reply nothing and return false (the caller looks again).

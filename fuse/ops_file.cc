@@ -33,9 +33,6 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
     if (!r.ok()) return r.status();
     h->version = *r;
     h->writable = true;
-    // A read through a writable handle (nixl-style O_RDWR loads) updates a committed file's atime too;
-    // checked at its first READ (a writer that never reads costs nothing).
-    h->atime_check.store(fs->opts.relatime, std::memory_order_relaxed);
     // A shadow version does not share the inode's page cache with the version that owns it.
     if (h->version->direct) direct = true;
   } else {
@@ -50,8 +47,6 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
       std::lock_guard<std::mutex> g(in->mu);
       h->version = in->primary;  // a file being written (visibly): read the staged bytes (POSIX)
     }
-    // A reader of a version being written (never keep_cache): its first READ checks atime.
-    if (h->version) h->atime_check.store(fs->opts.relatime, std::memory_order_relaxed);
     if (!h->version) {
       auto n = fs->store->GetInode(in->ino);
       if (!n.ok()) {
@@ -74,14 +69,9 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
       Status p = fs->store->PinRecord(h->loc);
       if (!p.ok()) return p;
       h->held = !h->loc.empty();
-      // atime (docs/semantics.md §4): a read the page cache answers never reaches the daemon. When this
-      // open's first read is due to update atime (the relatime rule), the kernel drops the cached pages
-      // (no keep_cache), so that read comes here (OpRead -> TouchAtime); otherwise no read needs us.
-      const bool atime_due = fs->opts.relatime && n.ok() && n->committed && RelatimeDue(n->attr, NowNs());
-      h->atime_check.store(atime_due, std::memory_order_relaxed);
       // Committed content never changes under this inode except through this daemon, which writes
       // through the page cache or invalidates it: keep the cache across opens.
-      fi->keep_cache = (n.ok() && n->committed && !atime_due) ? 1 : 0;
+      fi->keep_cache = (n.ok() && n->committed) ? 1 : 0;
     }
   }
   {
@@ -165,8 +155,6 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
   Handle* h = H(fi);
   ReadInFlight in_flight(fs);
   if (off < 0) return (void)fuse_reply_err(req, EINVAL);
-  // Before the reply: the kernel asks for the attributes again after a read (its atime is invalid then).
-  if (h->atime_check.load(std::memory_order_relaxed) && h->atime_check.exchange(false)) fs->TouchAtime(h->inode);
   // Our own reference: the reply completes the request, after which the kernel may send RELEASE for
   // this handle (an async readahead holds the last reference to the file) and another worker may
   // free the handle and its version while this thread still unlocks.

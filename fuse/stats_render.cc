@@ -183,7 +183,6 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                {"commit_errors", f.commit_errors},
                {"failed_publishes", f.failed_publishes},
                {"inodes_renumbered", f.inodes_renumbered},
-               {"atime_updates", f.atime_updates},
                {"bytes_read", f.bytes_read},
                {"bytes_written", f.bytes_written},
                {"reads_in_flight_max", f.reads_in_flight_max}};
@@ -272,9 +271,6 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
         f.failed_publishes);
   e.One("kvfs_inodes_renumbered_total", "counter",
         "Committed files moved to a new inode number for a new version (docs/design.md §3).", f.inodes_renumbered);
-  e.One("kvfs_atime_updates_total", "counter",
-        "st_atime updates by reads (relatime rule, docs/semantics.md §4; one journaled SETATTR each).",
-        f.atime_updates);
 
   // ---- index and data ----
   e.One("kvfs_files", "gauge", "Files in the index (this node's and applied peers').", st.files);

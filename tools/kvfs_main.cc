@@ -752,8 +752,6 @@ int RunMount(MountArgs a) {
   fo.splice = a.splice;
   fo.version = kvfs::BuildVersion();
   fo.git_commit = kvfs::BuildCommit();
-  // -o noatime: reads never update st_atime (default: relatime, docs/semantics.md §4).
-  fo.relatime = std::find(fopts.begin(), fopts.end(), "noatime") == fopts.end();
   // TEST ONLY (not in --help): KVFS_TEST_COMMIT_DELAY_MS widens the deferred-commit window (default 5 ms)
   // so that tests act inside it deterministically (multinode_test, fs_ops_test).
   if (const char* d = std::getenv("KVFS_TEST_COMMIT_DELAY_MS")) fo.commit_delay_ms = static_cast<uint32_t>(std::atoi(d));

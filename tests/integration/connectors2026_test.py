@@ -14,16 +14,11 @@
   Statvfs          f_bsize == f_frsize == 4096; f_blocks >= f_bfree >= f_bavail; used
                    (f_blocks - f_bfree) grows by 64 MiB after writing 64 MiB and falls back after the
                    unlink, within one segment.
-  Atime            relatime (docs/semantics.md §4): a read updates st_atime when atime <= mtime or
-                   <= ctime or is older than 24 h; otherwise not. Also through O_DIRECT and mmap, and
-                   through an O_RDWR descriptor; the updated atime survives a clean remount; 20 reads of a file
-                   cost one update (`atime_updates` in kvfs stats); -o noatime: no update. AtimePeer: a read's
-                   atime reaches a second node.
   XattrAfterRename vLLM's checksum variant: write tmp, rename to final, setxattr(final,
                    "user.vllm_kv_crc32"): survives a remount of the node, and a second node (own --node-id
                    and --index-dir, same backing) sees it within a few seconds.
-  FsyncDir         fsync of a directory descriptor returns 0; renames made before it (and a read's atime)
-                   survive SIGKILL of the daemon + remount.
+  FsyncDir         fsync of a directory descriptor returns 0; renames made before it survive SIGKILL of
+                   the daemon + remount.
 
 Environment: kvfs_fixture's KVFS_BINARY, KVFS_TEST_KEEP, KVFS_TEST_LOG.
 """
@@ -391,133 +386,8 @@ class Statvfs(MountedCase):
 
 
 @kf.skip_unless_fuse
-class Atime(unittest.TestCase):
-    def setUp(self):
-        self.b = kf.Backing()
-
-    def tearDown(self):
-        self.b.cleanup()
-
-    def atime(self, path):
-        return os.stat(path).st_atime_ns
-
-    def read_all(self, path, flags=0):
-        return kf.read_file(path, os.O_RDONLY | flags)
-
-    def test_relatime(self):
-        with kf.mounted(backing=self.b) as (mnt, _, _):
-            path = os.path.join(mnt, "f")
-            kf.write_file(path, pattern("f", 300 * KIB))
-            fsync_dir(mnt)
-            s0 = os.stat(path)
-            time.sleep(0.05)  # the clock moves past mtime/ctime
-            # 1. atime <= mtime (a new file): the first read updates it.
-            self.read_all(path)
-            a1 = self.atime(path)
-            self.assertGreater(a1, s0.st_atime_ns, "the first read after the write did not update atime")
-            self.assertGreater(a1, s0.st_mtime_ns)
-            self.assertEqual(os.stat(path).st_mtime_ns, s0.st_mtime_ns, "a read changed mtime")
-            # 2. atime newer than mtime and ctime, under 24 h: further reads leave it (buffered, O_DIRECT).
-            time.sleep(0.05)
-            self.read_all(path)
-            self.read_all(path, os.O_DIRECT)
-            self.assertEqual(self.atime(path), a1, "relatime: a read moved a recent atime")
-            # 3. atime older than 24 h (and older than mtime): a read updates it.
-            now = time.time_ns()
-            os.utime(path, ns=(now - DAY_NS - 3600 * 10**9, now - DAY_NS - 7200 * 10**9))
-            old = self.atime(path)
-            self.read_all(path)
-            a3 = self.atime(path)
-            self.assertGreater(a3, old)
-            self.assertGreaterEqual(a3, now - 10**9)
-            # 4. atime in the future of mtime and ctime (set explicitly): reads leave it.
-            fut = time.time_ns() + 3600 * 10**9
-            os.utime(path, ns=(fut, s0.st_mtime_ns))
-            self.read_all(path)
-            self.read_all(path, os.O_DIRECT)
-            self.assertEqual(self.atime(path), fut)
-            # 5. open without reading, stat, access: no update.
-            os.utime(path, ns=(s0.st_mtime_ns - 10**9, s0.st_mtime_ns))
-            a5 = self.atime(path)
-            fd = os.open(path, os.O_RDONLY)
-            os.close(fd)
-            os.stat(path)
-            os.access(path, os.R_OK)
-            self.assertEqual(self.atime(path), a5, "an open without a read updated atime")
-            # ... then through mmap (page faults are reads)
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as m:
-                    self.assertEqual(m[:4], pattern("f", 4))
-            finally:
-                os.close(fd)
-            a6 = self.atime(path)
-            self.assertGreater(a6, a5, "a read through mmap did not update an old atime")
-            # 6. a read through an O_RDWR descriptor (nixl-style loads) updates an old atime too,
-            #    without changing the content or mtime.
-            os.utime(path, ns=(s0.st_mtime_ns - 10**9, s0.st_mtime_ns))
-            fd = os.open(path, os.O_RDWR)
-            try:
-                self.assertEqual(os.pread(fd, 4, 0), pattern("f", 4))
-            finally:
-                os.close(fd)
-            s7 = os.stat(path)
-            self.assertGreater(s7.st_atime_ns, s0.st_mtime_ns, "a read through O_RDWR did not update atime")
-            self.assertEqual(s7.st_mtime_ns, s0.st_mtime_ns)
-            a_final = s7.st_atime_ns
-            fsync_dir(mnt)
-        # 7. the updated atime survives a clean remount.
-        with kf.mounted(backing=self.b) as (mnt, _, _):
-            self.assertEqual(self.atime(os.path.join(mnt, "f")), a_final)
-
-    def test_directory_listing_and_writes_leave_atime_rule_alone(self):
-        with kf.mounted(backing=self.b) as (mnt, _, _):
-            path = os.path.join(mnt, "g")
-            kf.write_file(path, b"abc")
-            os.utime(path, ns=(10**9, 10**9))  # old atime == old mtime: a read would update it
-            os.listdir(mnt)
-            self.assertEqual(self.atime(path), 10**9, "listing the directory touched a file's atime")
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-            try:
-                os.write(fd, b"def")
-            finally:
-                os.close(fd)
-            self.assertEqual(kf.read_file(path), b"abcdef")
-            self.assertGreater(self.atime(path), 10**9)
-
-    def test_one_update_for_many_reads_and_noatime(self):
-        with kf.mounted(backing=self.b) as (mnt, _, _):
-            names = [os.path.join(mnt, "m%d" % i) for i in range(5)]
-            for n in names:
-                kf.write_file(n, pattern(n, 200 * KIB))
-            fsync_dir(mnt)
-            time.sleep(0.02)
-            u0 = kf.stats(mnt)["fuse"]["atime_updates"]
-            for _ in range(20):
-                for n in names:
-                    self.read_all(n)
-                    self.read_all(n, os.O_DIRECT)
-            self.assertEqual(kf.stats(mnt)["fuse"]["atime_updates"] - u0, len(names))
-            for n in names:
-                s = os.stat(n)
-                self.assertGreater(s.st_atime_ns, s.st_mtime_ns)
-        b2 = kf.Backing()
-        try:
-            with kf.mounted(backing=b2, o="noatime") as (mnt, _, _):
-                path = os.path.join(mnt, "n")
-                kf.write_file(path, b"n" * 5000)
-                a0 = self.atime(path)
-                time.sleep(0.02)
-                self.read_all(path)
-                self.read_all(path, os.O_DIRECT)
-                self.assertEqual(self.atime(path), a0)
-                self.assertEqual(kf.stats(mnt)["fuse"]["atime_updates"], 0)
-        finally:
-            b2.cleanup()
-
-
-class TwoNodes(unittest.TestCase):
-    """Nodes with their own --node-id, --index-dir and mountpoint over one backing dir (multinode_test)."""
+class XattrAfterRename(unittest.TestCase):
+    NAME = "user.vllm_kv_crc32"
 
     def setUp(self):
         self.root = tempfile.mkdtemp(prefix="kvfs-c26-")
@@ -546,37 +416,6 @@ class TwoNodes(unittest.TestCase):
         mnt, _, _ = (stack or self.stack).enter_context(
             kf.mounted(backing=self.node(name), node_id=name, peer_poll_ms=200, group_commit_ms=20))
         return mnt
-
-
-@kf.skip_unless_fuse
-class AtimePeer(TwoNodes):
-    def test_peer_sees_atime_of_a_read(self):
-        a = self.mount("a")
-        path_a = os.path.join(a, "f")
-        kf.write_file(path_a, pattern("peer", 100 * KIB))
-        fsync_dir(a)
-        b = self.mount("b")
-        path_b = os.path.join(b, "f")
-        self.assertTrue(wait_for(lambda: os.path.exists(path_b), 10.0))
-        self.assertEqual(kf.read_file(path_b), pattern("peer", 100 * KIB))  # b's read: relatime update
-        fsync_dir(b)
-        a_b = os.stat(path_b).st_atime_ns
-        self.assertGreater(a_b, os.stat(path_b).st_mtime_ns)
-        self.assertTrue(wait_for(lambda: os.stat(path_a).st_atime_ns == a_b, 10.0),
-                        "node a: atime %d, node b read at %d" % (os.stat(path_a).st_atime_ns, a_b))
-        # an old atime set on a, then a read on a: b sees the read's atime
-        os.utime(path_a, ns=(10**9, os.stat(path_a).st_mtime_ns))
-        self.assertTrue(wait_for(lambda: os.stat(path_b).st_atime_ns == 10**9, 10.0))
-        kf.read_file(path_a)
-        a_a = os.stat(path_a).st_atime_ns
-        self.assertGreater(a_a, 10**9)
-        self.assertTrue(wait_for(lambda: os.stat(path_b).st_atime_ns == a_a, 10.0))
-        self.assertEqual(kf.read_file(path_b), pattern("peer", 100 * KIB))
-
-
-@kf.skip_unless_fuse
-class XattrAfterRename(TwoNodes):
-    NAME = "user.vllm_kv_crc32"
 
     def store(self, mnt, key, data):
         """vLLM's variant: tmp, rename to the final name, then the checksum xattr on the final name."""
@@ -710,10 +549,6 @@ class FsyncDir(unittest.TestCase):
                 want["sub/m%d" % i] = want.pop("k%d" % i)
             os.rename(os.path.join(d, "k29"), os.path.join(d, "k28"))  # rename over
             want["k28"] = want.pop("k29")
-            # a read's atime (relatime, docs/semantics.md §4) is journaled like the renames
-            self.assertEqual(kf.read_file(os.path.join(d, "k10")), want["k10"])
-            atime_k10 = os.stat(os.path.join(d, "k10")).st_atime_ns
-            self.assertGreater(atime_k10, os.stat(os.path.join(d, "k10")).st_mtime_ns)
             fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
             try:
                 self.assertIsNone(os.fsync(fd))
@@ -731,7 +566,6 @@ class FsyncDir(unittest.TestCase):
             self.assertEqual(sorted(got), sorted(want))
             for k in want:
                 self.assertTrue(got[k] == want[k], "content of %s" % k)
-            self.assertEqual(os.stat(os.path.join(d, "k10")).st_atime_ns, atime_k10)
         finally:
             self.stop(proc)
 
