@@ -12,6 +12,7 @@
 #   /etc/kvfs/kvfs.conf                           default config (conffile), `kvfs mount --config`
 #   /lib/systemd/system/kvfs@.service             one mount per instance (escaped mount point)
 #   /usr/share/man/man1/kvfs.1.gz, man8/kvfs-fsck.8.gz
+#   /usr/share/kvfs/grafana/kvfs-dashboard.json   Grafana dashboard over `kvfs mount --metrics-listen`
 # mount(8) needs nothing more: mount.fuse3 (package fuse3) runs `kvfs SOURCE MOUNTPOINT -o OPTS` for
 # the type fuse.kvfs.
 include(GNUInstallDirs)
@@ -29,6 +30,9 @@ install(CODE "
 
 install(FILES ${KVFS_PKG_DIR}/kvfs.conf DESTINATION /etc/kvfs PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)
 install(FILES ${KVFS_PKG_DIR}/kvfs@.service DESTINATION /lib/systemd/system
+        PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)
+
+install(FILES ${KVFS_PKG_DIR}/grafana/kvfs-dashboard.json DESTINATION share/kvfs/grafana
         PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)
 
 # Man pages: compressed at build time (Debian policy 12.1).

@@ -98,7 +98,7 @@ class DebianPackage(unittest.TestCase):
         for f in ("./usr/bin/kvfs", "./usr/bin/kvfs-fsck", "./usr/bin/kvfs-bench -> ",
                   "./usr/lib/kvfs/tools/kvfs-bench", "./usr/lib/kvfs/tools/kvfs-nfsim", "./etc/kvfs/kvfs.conf",
                   "./lib/systemd/system/kvfs@.service", "./usr/share/man/man1/kvfs.1.gz",
-                  "./usr/share/man/man8/kvfs-fsck.8.gz"):
+                  "./usr/share/man/man8/kvfs-fsck.8.gz", "./usr/share/kvfs/grafana/kvfs-dashboard.json"):
             self.assertIn(f, files)
         conffiles = run(["dpkg-deb", "-I", self.deb, "conffiles"]).stdout
         self.assertIn("/etc/kvfs/kvfs.conf", conffiles)
@@ -127,6 +127,9 @@ class DebianPackage(unittest.TestCase):
         r = run(["dpkg", "-i", self.deb])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertEqual(pkg_status(), "install ok installed")
+        # The Grafana dashboard (tests/integration/dashboard_test.py checks its metric names).
+        with open("/usr/share/kvfs/grafana/kvfs-dashboard.json") as f:
+            self.assertEqual(json.load(f)["uid"], "kvfs-overview")
 
         r = run(["/usr/bin/kvfs", "--help"])
         self.assertEqual(r.returncode, 0, r.stderr)
