@@ -5,7 +5,7 @@
 // Structure follows libfuse's example/passthrough_hp.cc: an inode table holding only the inodes the
 // kernel knows (lookup counts, FORGET), a Handle per open file in fi->fh, and replies that set entry/attr
 // timeouts and open flags (keep_cache, direct_io) deliberately; the comments say why. The parts are
-// listed in fuse/kvfs_fs_impl.h. Called by tools/kvfs_main.cc (mount) and the unit tests.
+// listed in fuse/kvfs_fs_impl.h. Called by tools/mount_cmd.cc (kvfs mount) and the unit tests.
 // Thread safety: Mount/InstallSignalHandlers/Loop from one thread; Exit and the stats from any.
 #include "fuse/kvfs_fs.h"
 

@@ -313,7 +313,7 @@ class DaemonLifecycle(unittest.TestCase):
 
     def test_umount_reports_failed_final_flush(self):
         # breaker-1 item 5: the daemon's Store::Close failing must make `kvfs umount` fail and say why.
-        # The TEST-ONLY EIO switch (SIGUSR1, kvfs_main.cc) makes every backing write fail.
+        # The TEST-ONLY EIO switch (SIGUSR1, tools/power_cut.h) makes every backing write fail.
         env = dict(os.environ, KVFS_TEST_POWER_CUT_SIGNAL="1")
         r = subprocess.run([kf.kvfs_binary(), "mount", self.b.mnt, "--backing", self.b.backing, "--index-dir",
                             self.b.index], capture_output=True, text=True, env=env, timeout=60)

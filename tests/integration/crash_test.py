@@ -22,7 +22,7 @@
                           The long run:  KVFS_CRASH_CYCLES=1000 python3 tests/integration/crash_test.py \
                                              CrashTest.test_sigkill_cycles
   test_power_cut_cycles   the same workload and checks, but the daemon runs with the TEST-ONLY
-                          KVFS_TEST_POWER_CUT_SIGNAL=1 (tools/kvfs_main.cc): its backing I/O goes through a
+                          KVFS_TEST_POWER_CUT_SIGNAL=1 (tools/power_cut.h): its backing I/O goes through a
                           FaultInjectionEnv and the "kill" is SIGUSR2, on which the daemon freezes its backing
                           requests, drops every write not yet fdatasync'ed (files cut back to their synced
                           length, unsynced new files and renames undone) and _exit()s: a power cut or an NFS
@@ -78,7 +78,7 @@ import kvfs_fixture as kf  # noqa: E402
 PY = sys.executable
 NODE = "crashnode"
 GC_MS = 20
-POWER_CUT_EXIT = 86  # tools/kvfs_main.cc kPowerCutExitCode
+POWER_CUT_EXIT = 86  # tools/power_cut.h kPowerCutExitCode
 KIB = 1024
 MIB = 1 << 20
 
@@ -194,7 +194,7 @@ class Daemon:
                segment_size] + list(extra)
         env = dict(os.environ)
         if power_cut:
-            env["KVFS_TEST_POWER_CUT_SIGNAL"] = "1"  # TEST ONLY: SIGUSR2 = power cut (kvfs_main.cc)
+            env["KVFS_TEST_POWER_CUT_SIGNAL"] = "1"  # TEST ONLY: SIGUSR2 = power cut (tools/power_cut.h)
         if commit_delay_ms is not None:
             env["KVFS_TEST_COMMIT_DELAY_MS"] = str(commit_delay_ms)  # TEST ONLY: deferred-commit window
         self.errlog = open(os.path.join(b.root, "daemon.log"), "ab")

@@ -841,7 +841,7 @@ def _proc_writer(path, final, tag, size, rounds, q):
 class DirectReads(MountedTestCase):
     """O_DIRECT readers of a committed file get a page-cache handle (no FOPEN_DIRECT_IO): the kernel's
     O_DIRECT path still sends every byte to the daemon, and sends the 1 MiB READs of one read(2) at once
-    (FUSE_CAP_ASYNC_DIO). TEST ONLY env (tools/kvfs_main.cc): KVFS_TEST_READ_DELAY_MS makes each READ wait,
+    (FUSE_CAP_ASYNC_DIO). TEST ONLY env (tools/mount_cmd.cc): KVFS_TEST_READ_DELAY_MS makes each READ wait,
     so requests sent together are in the daemon together (fuse.reads_in_flight_max)."""
 
     @classmethod

@@ -92,7 +92,7 @@ class LookupAcrossDeferredCommit(unittest.TestCase):
     of a staged file (0); the kernel then cut that inode's i_size and page cache under its readers (read
     returned 0 bytes; a mapping could fault SIGBUS past it). A publisher's rename looks up its target name
     (LOOKUP_RENAME_TARGET): the file the previous publisher renamed there, within its commit delay.
-    TEST ONLY env (tools/kvfs_main.cc): KVFS_TEST_LOOKUP_DELAY_MS makes a LOOKUP that finds a staged file
+    TEST ONLY env (tools/mount_cmd.cc): KVFS_TEST_LOOKUP_DELAY_MS makes a LOOKUP that finds a staged file
     wait before its reply, so the commit lands inside the LOOKUP."""
 
     def mount(self, commit_delay_ms, lookup_delay_ms):

@@ -1,0 +1,469 @@
+// `kvfs mount` (tools/mount_cmd.h).
+#define FUSE_USE_VERSION 312
+#include "tools/mount_cmd.h"
+
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <malloc.h>
+#include <spdlog/sinks/rotating_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "blockstore/deadline_env.h"
+#include "blockstore/format.h"
+#include "blockstore/node_dir.h"
+#include "engine/store.h"
+#include "fuse/kvfs_fs.h"
+#include "fuse/stats_render.h"
+#include "tools/build_info.h"
+#include "tools/cli_util.h"
+#include "tools/fuse_options.h"
+#include "tools/metrics_server.h"
+#include "tools/mount_checks.h"
+#include "tools/power_cut.h"
+
+namespace kvfs::cli {
+namespace {
+
+std::string HostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == 0) return "node";
+  return buf;
+}
+
+// The log rotates by size: <log>.log -> <log>.1.log -> ... <log>.<kLogFilesKept>.log (spdlog's rotating
+// file sink), so a crash loop or a failing export cannot fill the local disk.
+constexpr size_t kLogFilesKept = 4;
+
+void WriteCloseStatus(const std::string& text) {
+  const std::string path = CloseStatusPath(getpid());
+  mkdir(path.substr(0, path.rfind('/')).c_str(), 0700);
+  const mode_t old = umask(077);
+  std::ofstream f(path, std::ios::trunc);
+  f << text << "\n";
+  f.close();
+  umask(old);
+}
+
+// Runs fn() with file descriptor 2 going to a memory file and returns what was written there (libfuse's
+// and fusermount3's complaints go to stderr, which is the log file in a daemon): each line is also
+// logged, so nothing is lost from the log.
+std::string CaptureStderr(const std::function<void()>& fn) {
+  fflush(stderr);
+  const int saved = dup(2);
+  const int mem = memfd_create("kvfs-stderr", MFD_CLOEXEC);
+  if (saved < 0 || mem < 0) {
+    if (saved >= 0) close(saved);
+    if (mem >= 0) close(mem);
+    fn();
+    return "";
+  }
+  dup2(mem, 2);
+  fn();
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  off_t off = 0;
+  while ((n = pread(mem, buf, sizeof(buf), off)) > 0 && out.size() < (1 << 20)) {
+    out.append(buf, static_cast<size_t>(n));
+    off += n;
+  }
+  close(mem);
+  size_t i = 0;
+  while (i < out.size()) {
+    size_t e = out.find('\n', i);
+    if (e == std::string::npos) e = out.size();
+    if (e > i) spdlog::warn("{}", out.substr(i, e - i));
+    i = e + 1;
+  }
+  return out;
+}
+
+// The last non-empty line of text, without libfuse's "fuse: " prefix ("" if none).
+std::string LastLine(const std::string& text) {
+  std::string last;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t e = text.find('\n', i);
+    if (e == std::string::npos) e = text.size();
+    std::string l = text.substr(i, e - i);
+    if (l.find_first_not_of(" \t\r") != std::string::npos) last = l;
+    i = e + 1;
+  }
+  if (last.rfind("fuse: ", 0) == 0) last = last.substr(6);
+  return last;
+}
+
+// The pid holding RocksDB's lock on <index_dir>/LOCK (an fcntl write lock), or 0 if none / unknown.
+pid_t IndexLockHolder(const std::string& index_dir) {
+  const int fd = open((index_dir + "/LOCK").c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  const bool got = fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+  close(fd);
+  return got ? fl.l_pid : 0;
+}
+
+// Child -> parent status over a pipe: "<exit code> <message>\n" (0 = mounted).
+void Report(int fd, int code, const std::string& msg) {
+  if (fd < 0) return;
+  std::string s = std::to_string(code) + " " + msg + "\n";
+  ssize_t n = write(fd, s.data(), s.size());
+  (void)n;
+  close(fd);
+}
+
+}  // namespace
+
+int RunMount(MountArgs a) {
+  // ---- checks the user can fix: exit 2 with one line ----
+  if (!IsDir(a.backing)) Die(kExitUsage, "backing directory '" + a.backing + "' does not exist or is not a directory");
+  if (!IsDir(a.mountpoint)) Die(kExitUsage, "mountpoint '" + a.mountpoint + "' does not exist or is not a directory");
+  a.backing = RealPath(a.backing);
+  a.mountpoint = RealPath(a.mountpoint);
+  {
+    // The daemon reads and writes its segments under the backing directory: it must not be (inside)
+    // the mountpoint, and the mountpoint must not be inside kvfs's own metadata.
+    auto inside = [](const std::string& p, const std::string& dir) {
+      return p == dir || (p.size() > dir.size() && p.compare(0, dir.size(), dir) == 0 &&
+                          (dir == "/" || p[dir.size()] == '/'));
+    };
+    if (inside(a.backing, a.mountpoint)) {
+      Die(kExitUsage, "backing directory '" + a.backing + "' is the mountpoint or inside it");
+    }
+    if (a.backing.find("/.kvfs") != std::string::npos || inside(a.mountpoint, a.backing + "/.kvfs")) {
+      Die(kExitUsage, "backing directory '" + a.backing + "' is inside kvfs metadata (.kvfs)");
+    }
+  }
+  if (IsMountPoint(a.mountpoint)) Die(kExitUsage, "mountpoint '" + a.mountpoint + "' is busy (already mounted)");
+  if (!DirEmpty(a.mountpoint)) Die(kExitUsage, "mountpoint '" + a.mountpoint + "' is not empty");
+  if (a.threads == 0) Die(kExitUsage, "--threads must be at least 1");
+  // Every option is checked before anything touches the backing or node directory.
+  auto lvl = spdlog::level::from_str(a.log_level);
+  if (lvl == spdlog::level::off && a.log_level != "off") {
+    Die(kExitUsage, "--log-level '" + a.log_level + "': must be one of trace, debug, info, warn, error, critical, off");
+  }
+  kvfs::StoreOptions so;
+  so.backing_dir = a.backing;
+  so.node_id = a.node_id_given ? a.node_id : HostName();
+  if (kvfs::Status ns = kvfs::ValidateNodeId(so.node_id); !ns.ok()) {
+    Die(kExitUsage, (a.node_id_given ? "--node-id: " : "host name as node id (use --node-id): ") + ns.message());
+  }
+  if (a.index_dir.empty()) {
+    char h[17];
+    std::snprintf(h, sizeof(h), "%016llx",
+                  static_cast<unsigned long long>(XXH64(a.backing.data(), a.backing.size(), 0)));
+    a.index_dir = std::string("/var/lib/kvfs/") + h + "-" + so.node_id;
+  } else {
+    std::filesystem::path ip(a.index_dir);
+    a.index_dir = std::filesystem::absolute(ip).lexically_normal().string();
+  }
+  so.index_dir = a.index_dir;
+  so.cache_size = SizeOrDie("--cache-size", a.cache_size);
+  so.segment_size = SizeOrDie("--segment-size", a.segment_size);
+  if (so.segment_size < (1u << 20)) Die(kExitUsage, "--segment-size must be at least 1MiB" + BareHint(a.segment_size));
+  if (so.segment_size % 4096 != 0) Die(kExitUsage, "--segment-size must be a multiple of 4KiB");
+  if (SizeOrDie("--staging-size", a.staging_size) < (4u << 20)) {
+    Die(kExitUsage, "--staging-size must be at least 4MiB" + BareHint(a.staging_size));
+  }
+  {
+    uint64_t m = SizeOrDie("--max-file-size", a.max_file_size);
+    if (m == 0 || m > kvfs::format::kMaxValueLength) Die(kExitUsage, "--max-file-size must be between 1 and 1TiB");
+  }
+  so.group_commit_interval_ms = a.group_commit_ms;
+  so.peer_poll_ms = a.peer_poll_ms;
+  // TEST ONLY (not in --help): KVFS_TEST_DEAD_SEGMENT_AGE_MS and KVFS_TEST_DROP_GRACE_MS shorten the
+  // wait before a dead segment is dropped (10 s) and before a dropped segment is unlinked.
+  if (const char* d = std::getenv("KVFS_TEST_DEAD_SEGMENT_AGE_MS")) so.dead_segment_age_ms = static_cast<uint32_t>(std::atoi(d));
+  if (const char* d = std::getenv("KVFS_TEST_DROP_GRACE_MS")) so.drop_grace_ms = static_cast<uint32_t>(std::atoi(d));
+  so.peer_direct_io = a.peer_direct_io;
+  so.checkpoint_entries = a.checkpoint_entries;
+  so.checkpoint_interval_ms = a.checkpoint_interval_ms;
+  if (a.peers_publish_ms == 0) Die(kExitUsage, "--peers-publish-ms must be at least 1");
+  so.peers_publish_ms = a.peers_publish_ms;
+  so.retire_check_ms = std::max<uint32_t>(a.peers_publish_ms, 1000);
+  so.direct_io = a.direct_io;
+  so.force_takeover = a.force;
+  if (!a.capacity.empty()) so.capacity_bytes = SizeOrDie("--capacity", a.capacity);
+  if (!a.high_watermark.empty()) so.global_high_watermark_bytes = SizeOrDie("--high-watermark", a.high_watermark);
+  if (!a.low_watermark.empty()) so.global_low_watermark_bytes = SizeOrDie("--low-watermark", a.low_watermark);
+  if (so.global_low_watermark_bytes && !so.global_high_watermark_bytes) {
+    Die(kExitUsage, "--low-watermark needs --high-watermark");
+  }
+  if (so.global_high_watermark_bytes && so.global_low_watermark_bytes >= so.global_high_watermark_bytes) {
+    Die(kExitUsage, "--low-watermark must be below --high-watermark");
+  }
+  CheckSizes(a, so.segment_size, so.cache_size, SizeOrDie("--staging-size", a.staging_size), so.capacity_bytes,
+             so.global_high_watermark_bytes);
+  if (!a.backing_mode.empty()) {
+    auto m = kvfs::ParseBackingMode(a.backing_mode);
+    if (!m.ok()) Die(kExitUsage, "--backing-mode: " + m.status().message());
+    if (m->file & 0004) {
+      Warn("--backing-mode " + a.backing_mode + " lets every local user read the cached bytes on the export");
+    }
+    kvfs::SetBackingModes(*m);  // before anything is created (index dir, node dir, log)
+  }
+  kvfs::ListenAddress metrics_addr;
+  if (!a.metrics_listen.empty()) {
+    std::string err;
+    if (!kvfs::ParseListenAddress(a.metrics_listen, &metrics_addr, &err)) Die(kExitUsage, "--metrics-listen " + err);
+  }
+  // docs/design.md §8 defaults; default_permissions stays on unless -o no_default_permissions (tools/fuse_options.h).
+  const std::vector<std::string> fopts = kvfs::MountFuseOptions(a.fuse_opts);
+  {
+    std::string err;
+    if (!CheckFuseOptions(fopts, &err)) Die(kExitUsage, err);
+  }
+  // What would make the FUSE mount fail, found before the store opens (a new node generation, maybe a new
+  // index) and before the daemon forks: such a mount leaves nothing behind.
+  if (std::string why = FuseMountProblem(fopts, a.mountpoint); !why.empty()) Die(kExitUsage, why);
+
+  uint64_t log_max = SizeOrDie("--log-max-size", a.log_max_size);
+  if (log_max < (1u << 20)) Die(kExitUsage, "--log-max-size must be at least 1MiB" + BareHint(a.log_max_size));
+  // The log lives next to the index directory, never in it: a rebuild of the index (after a crash)
+  // removes that directory, and the log of the crash must survive it.
+  if (a.log_file.empty() && !a.foreground) a.log_file = so.index_dir + ".log";
+  if (!a.log_file.empty()) {
+    a.log_file = std::filesystem::absolute(a.log_file).lexically_normal().string();
+    const std::string idx = so.index_dir + "/";
+    if (a.log_file.rfind(idx, 0) == 0) Die(kExitUsage, "--log-file must not be inside the index dir (a rebuild removes it)");
+  }
+  // What kvfs creates locally (index, log) gets the directory mode's complement as umask: owner-only by
+  // default, the --backing-mode group bits otherwise (files the Env creates carry their mode explicitly).
+  umask(~kvfs::GetBackingModes().dir & 0777);
+
+  // Logs go to stderr (spdlog's default is stdout), or to the rotating log file (a daemon's, or --log-file).
+  spdlog::set_default_logger(spdlog::stderr_logger_mt("kvfs"));
+  spdlog::set_level(lvl);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %L kvfs[%P] %v");
+
+  // ---- fork first (see tools/mount_cmd.h) ----
+  int report_fd = -1;
+  if (!a.foreground) {
+    int p[2];
+    if (pipe(p) != 0) Die(kExitFail, std::string("pipe: ") + strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0) Die(kExitFail, std::string("fork: ") + strerror(errno));
+    if (pid > 0) {
+      close(p[1]);
+      std::string msg;
+      char buf[512];
+      ssize_t n;
+      while ((n = read(p[0], buf, sizeof(buf))) > 0) msg.append(buf, static_cast<size_t>(n));
+      close(p[0]);
+      if (msg.empty()) {
+        int st = 0;
+        waitpid(pid, &st, 0);
+        Die(kExitFail, "daemon exited before mounting (see " + a.log_file + ")");
+      }
+      int code = std::atoi(msg.c_str());
+      std::string text = msg.substr(msg.find(' ') + 1);
+      while (!text.empty() && text.back() == '\n') text.pop_back();
+      if (code != 0) {
+        waitpid(pid, nullptr, 0);
+        Die(code, text);
+      }
+      return 0;
+    }
+    close(p[0]);
+    report_fd = p[1];
+    setsid();
+    // Descriptors inherited from the caller (a pipe's write end, a shell's fds) would keep the caller's
+    // pipeline waiting until the unmount: the daemon keeps only stdio and its report pipe.
+    for (int fd = 3; fd < report_fd; ++fd) close(fd);
+    close_range(static_cast<unsigned>(report_fd) + 1, ~0U, 0);
+    // The daemon logs to its log file from its first line (store open and recovery included); stderr
+    // goes there too (libfuse, fusermount3). A failure before the mount reaches the terminal through the
+    // report pipe, not through stderr.
+    int logfd = open(a.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, kvfs::GetBackingModes().file);
+    if (logfd < 0 && errno == ENOENT) {
+      (void)kvfs::Env::Posix()->CreateDirs(std::filesystem::path(a.log_file).parent_path().string());
+      logfd = open(a.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, kvfs::GetBackingModes().file);
+    }
+    if (logfd >= 0) {
+      dup2(logfd, 2);
+      if (logfd > 2) close(logfd);
+    }
+  }
+  if (!a.log_file.empty()) {
+    try {
+      auto sink = std::make_shared<spdlog::sinks::rotating_file_sink_mt>(a.log_file, log_max, kLogFilesKept);
+      auto logger = std::make_shared<spdlog::logger>("kvfs", sink);
+      spdlog::drop("kvfs");
+      spdlog::set_default_logger(logger);
+      spdlog::set_level(lvl);
+      spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %L kvfs[%P] %v");
+      spdlog::flush_on(spdlog::level::trace);  // every line at once, as stderr had it (logs are rare)
+    } catch (const spdlog::spdlog_ex& e) {
+      const std::string m = std::string("cannot open log file: ") + e.what();
+      if (report_fd >= 0) {
+        Report(report_fd, kExitUsage, m);
+        _exit(kExitUsage);
+      }
+      Die(kExitUsage, m);
+    }
+  }
+  auto fail = [&](int code, const std::string& msg) -> int {
+    if (report_fd >= 0) {
+      Report(report_fd, code, msg);
+      _exit(code);
+    }
+    Die(code, msg);
+  };
+
+  unlink(CloseStatusPath(getpid()).c_str());  // a stale result of an earlier process with this pid
+  kvfs::Env* base_env = kvfs::Env::Posix();
+  if (const char* pc = std::getenv(kPowerCutEnvVar); pc != nullptr && std::string(pc) == "1") {
+    base_env = StartPowerCutSimulation();  // TEST ONLY (see above); before any thread starts
+    spdlog::warn("kvfs: {}=1: TEST fault hooks on (SIGUSR2: power cut; SIGUSR1: backing EIO switch)",
+                 kPowerCutEnvVar);
+  }
+  so.env = base_env;
+
+  // The metrics socket is bound before the store opens: a port in use fails the mount with nothing touched.
+  kvfs::MetricsServer metrics;
+  if (!a.metrics_listen.empty()) {
+    kvfs::Status bs = metrics.Bind(metrics_addr);
+    if (!bs.ok()) return fail(kExitUsage, bs.message());
+  }
+
+  if (a.backing_deadline_ms > 0) {
+    // Every backing request gets a deadline: a hung export becomes EIO for the caller (docs/design.md §7).
+    // Created here, after the fork (its worker threads would not survive it); lives until exit.
+    kvfs::DeadlineEnvOptions dopts;
+    dopts.deadline = std::chrono::milliseconds(a.backing_deadline_ms);
+    static kvfs::DeadlineEnv* deadline_env = new kvfs::DeadlineEnv(base_env, dopts);
+    so.env = deadline_env;
+  }
+  // Staged chunks (1 MiB each) and large cached values are mmap'ed and unmapped when freed, so memory
+  // that a spill or a commit frees goes back to the system at once (glibc's dynamic threshold would
+  // rise above 1 MiB after the first such free and keep freed chunks in the heap instead).
+  mallopt(M_MMAP_THRESHOLD, 512 * 1024);
+  const bool index_existed = IsDir(so.index_dir);
+  auto opened = kvfs::Store::Open(so);
+  if (!opened.ok()) {
+    const auto& s = opened.status();
+    if (s.IsBusy() && s.message().rfind("index dir", 0) == 0) {
+      // RocksDB's lock: another mount on this host uses this index dir (--force cannot help).
+      const pid_t holder = IndexLockHolder(so.index_dir);
+      return fail(kExitUsage, "index dir '" + so.index_dir + "' is in use by another kvfs mount on this host" +
+                                  (holder > 0 ? " (pid " + std::to_string(holder) + ")" : std::string()) +
+                                  "; give this mount its own --index-dir");
+    }
+    if (s.IsBusy()) {  // the node directory: NodeDir's message names the owner (host, pid, heartbeat)
+      return fail(kExitUsage, "node '" + so.node_id + "' is in use: " + s.message() +
+                                  (a.force ? std::string() : "; use --force to take over if it is not"));
+    }
+    std::string hint;
+    if (s.ToErrno() == EACCES && so.index_dir.rfind("/var/lib/kvfs/", 0) == 0 && geteuid() != 0) {
+      hint = " (a mount by a non-root user needs --index-dir in a directory it can write)";
+    }
+    return fail(s.IsInvalidArgument() || !hint.empty() ? kExitUsage : kExitFail,
+                "cannot open store: " + s.ToString() + hint);
+  }
+  std::unique_ptr<kvfs::Store> store = std::move(*opened);
+
+  kvfs::FsOptions fo;
+  fo.max_threads = a.threads;
+  fo.staging_bytes = SizeOrDie("--staging-size", a.staging_size);
+  fo.max_file_size = SizeOrDie("--max-file-size", a.max_file_size);
+  fo.splice = a.splice;
+  fo.version = kvfs::BuildVersion();
+  fo.git_commit = kvfs::BuildCommit();
+  // TEST ONLY (not in --help): KVFS_TEST_COMMIT_DELAY_MS widens the deferred-commit window (default 5 ms)
+  // so that tests act inside it deterministically (multinode_test, fs_ops_test).
+  if (const char* d = std::getenv("KVFS_TEST_COMMIT_DELAY_MS")) fo.commit_delay_ms = static_cast<uint32_t>(std::atoi(d));
+  // TEST ONLY: KVFS_TEST_LOOKUP_DELAY_MS delays LOOKUP replies for staged files (FsOptions).
+  if (const char* d = std::getenv("KVFS_TEST_LOOKUP_DELAY_MS")) fo.test_lookup_delay_ms = static_cast<uint32_t>(std::atoi(d));
+  // TEST ONLY: KVFS_TEST_READ_DELAY_MS delays every READ reply (FsOptions).
+  if (const char* d = std::getenv("KVFS_TEST_READ_DELAY_MS")) fo.test_read_delay_ms = static_cast<uint32_t>(std::atoi(d));
+  auto fs = std::make_unique<kvfs::KvfsFs>(store.get(), fo);
+  kvfs::Status ms;
+  const std::string mount_err = CaptureStderr([&] { ms = fs->Mount(a.mountpoint, fopts, "kvfs:" + a.backing); });
+  if (!ms.ok()) {
+    fs.reset();
+    store->Close();
+    // A failed first mount leaves no index behind (it would only be rebuilt by the next one).
+    if (!index_existed) {
+      std::error_code ec;
+      std::filesystem::remove_all(so.index_dir, ec);
+    }
+    const std::string why = LastLine(mount_err);
+    return fail(ms.IsInvalidArgument() ? kExitUsage : kExitFail, ms.message() + (why.empty() ? "" : ": " + why));
+  }
+  // From now on libfuse's messages go through spdlog (the rotating log file of a daemon), not fd 2.
+  fuse_set_log_func([](enum fuse_log_level level, const char* fmt, va_list ap) {
+    char buf[1024];
+    std::vsnprintf(buf, sizeof(buf), fmt, ap);
+    std::string m(buf);
+    while (!m.empty() && m.back() == '\n') m.pop_back();
+    spdlog::log(level <= FUSE_LOG_ERR ? spdlog::level::err
+                : level <= FUSE_LOG_WARNING ? spdlog::level::warn
+                : level <= FUSE_LOG_INFO ? spdlog::level::info : spdlog::level::debug,
+                "libfuse: {}", m);
+  });
+  kvfs::Status ss = fs->InstallSignalHandlers();
+  if (!ss.ok()) spdlog::warn("{}", ss.ToString());
+  if (report_fd >= 0) {
+    // Daemon: stdin and stdout off the terminal (stderr is already the log file, see the fork).
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0) {
+      dup2(devnull, 0);
+      dup2(devnull, 1);
+      if (devnull > 2) close(devnull);
+    }
+    Report(report_fd, 0, "mounted");
+    report_fd = -1;
+    if (chdir("/") != 0) spdlog::warn("chdir /: {}", strerror(errno));
+  }
+  spdlog::info("mounted {} over {} (node {}, index {}, {} threads)", a.mountpoint, a.backing, so.node_id,
+               so.index_dir, a.threads);
+  if (!a.metrics_listen.empty()) {
+    kvfs::KvfsFs* fsp = fs.get();
+    metrics.Serve([fsp] { return kvfs::StatsToPrometheus(fsp->Snapshot()); });
+    spdlog::info("metrics at http://{}/metrics", a.metrics_listen);
+  }
+
+  sd_notifyf(0, "READY=1\nSTATUS=serving %s over %s\nMAINPID=%d", a.mountpoint.c_str(), a.backing.c_str(),
+             static_cast<int>(getpid()));
+
+  int rc = fs->Loop();
+  sd_notifyf(0, "STOPPING=1\nSTATUS=unmounted %s; flushing", a.mountpoint.c_str());
+  metrics.Stop();  // before fs goes: the listener renders from it
+  fs.reset();  // unmounts if still mounted, destroys the session
+  kvfs::Status cs = store->Close();
+  if (!cs.ok()) {
+    spdlog::error("store close: {}", cs.ToString());
+    rc = kExitFail;
+  }
+  if (!cs.ok()) WriteCloseStatus("store close failed: " + cs.ToString());
+  spdlog::info("unmounted {}", a.mountpoint);
+  return rc;
+}
+
+}  // namespace kvfs::cli
