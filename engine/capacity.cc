@@ -271,6 +271,10 @@ void StoreImpl::NotifyListener(const std::vector<ApplyResult::Changed>& changed)
   if (changed.empty()) return;
   PeerChanges out;
   for (const auto& c : changed) out.names.push_back(PeerChanges::Name{c.parent, c.name, c.old_ino});
+  NotifyChanges(out);
+}
+
+void StoreImpl::NotifyChanges(const PeerChanges& out) {
   std::function<void(const PeerChanges&)> fn;
   {
     std::lock_guard<std::mutex> l(listener_mu_);

@@ -17,7 +17,7 @@
 // A peer is live when its OWNER is active (not released) and its HEARTBEAT is younger than
 // heartbeat_timeout (30 s, as the takeover rule). Dead, released, retired and purged nodes do not block
 // retirement; when such a node comes back and finds the file at its read position gone, it re-reads the
-// newest snapshot (engine/peer_tailer.cc PollPeer), so it loses nothing. A live peer that has not published a
+// newest snapshot (engine/peer_tailer.h PeerTailer), so it loses nothing. A live peer that has not published a
 // position for this node yet blocks retirement (it may be reading from the start).
 //
 // Thread safety: Checkpointer's methods are thread-safe (one internal mutex serializes checkpoints,

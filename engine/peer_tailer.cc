@@ -1,27 +1,99 @@
-// Peer tailing (docs/design.md §5): reads every other node's journal from where this index stopped
-// (PollPeer), applies the entries to the index, follows retired journals to the peer's newest snapshot
-// (ApplyPeerSnapshot) and forgets purged nodes (ForgetPurgedPeer), tells the change listener
-// (NotifyPeerChanges), and keeps per-peer figures for GetStats. PeerLoop is the peer thread (adaptive
-// poll interval, early polls by RequestPeerRefresh); RefreshPeers polls every peer now.
+// PeerTailer (engine/peer_tailer.h): polls of peers' journals (PollPeer), their snapshots
+// (ApplyPeerSnapshot) and purges (ForgetPurgedPeer), the peer thread (Loop: adaptive poll interval, early
+// polls by RequestRefresh), per-peer figures.
 //
-// Callers: the peer thread (started by Init), RefreshPeers (tests, tools), RequestPeerRefresh (FUSE
-// lookup misses). Thread safety: peer_mu_ serializes polls and guards peers_; ns_mu_ is taken while a
-// batch is applied (so it orders with local mutations); files_mu_ to drop descriptors of dropped
-// segments; listener_mu_, peer_stats_mu_, peer_wake_mu_ are leaves. The listener runs with no lock held.
-// Invariants: a peer's position only moves past entries the index has applied.
-#include "engine/store_impl.h"
+// Callers, thread safety and invariants: see peer_tailer.h. mu_ is held for a whole poll; the namespace
+// mutex only around each IndexDb::ApplyBatch; the hooks run under mu_ alone.
+#include "engine/peer_tailer.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include <spdlog/spdlog.h>
+
+#include "blockstore/log.h"
+#include "blockstore/node_dir.h"
+#include "engine/checkpoint.h"
+#include "index/replay.h"
 
 namespace kvfs {
 namespace {
 
-// Entries per ApplyBatch during a rebuild.
-constexpr size_t kRebuildBatch = kReplayBatch;
+// Entries per ApplyBatch of a peer's journal.
+constexpr size_t kPeerApplyBatch = kReplayBatch;
 
 }  // namespace
 
-void StoreImpl::NotePeerPoll(const std::string& node, uint64_t applied, uint64_t newest_stamp) {
-  std::lock_guard<std::mutex> l(peer_stats_mu_);
-  PeerStatsRec& r = peer_stats_[node];
+PeerTailer::PeerTailer(PeerTailerOptions opts, IndexDb* index, HybridClock* hlc, std::mutex* ns_mu,
+                       PeerTailerHooks hooks)
+    : opts_(std::move(opts)), index_(index), hlc_(hlc), ns_mu_(ns_mu), hooks_(std::move(hooks)) {}
+
+PeerTailer::~PeerTailer() { Stop(); }
+
+void PeerTailer::ResumeFromIndex() {
+  const auto positions = index_->GetAppliedPositions();
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& [node, pos] : positions) {
+    if (node == opts_.node) continue;
+    PeerState st;
+    unsigned long long g = 0, n = 0, off = 0;
+    if (sscanf(pos.c_str(), "%llu-%llu@%llu", &g, &n, &off) == 3) {
+      st.have_position = true;
+      st.position = JournalPosition{g, n, off};
+    }
+    peers_[node] = st;
+  }
+}
+
+void PeerTailer::Start() {
+  if (opts_.poll_interval.count() == 0) return;
+  std::lock_guard<std::mutex> l(wake_mu_);
+  if (stop_ || thread_.joinable()) return;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void PeerTailer::Stop() {
+  {
+    std::lock_guard<std::mutex> l(wake_mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::map<std::string, JournalPosition> PeerTailer::Positions() {
+  std::map<std::string, JournalPosition> m;
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& [node, st] : peers_)
+    if (st.have_position) m[node] = st.position;
+  return m;
+}
+
+PeerTailerStats PeerTailer::GetStats() {
+  PeerTailerStats s;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    s.peers = peers_.size();
+  }
+  s.entries_applied = entries_applied_;
+  s.polls = polls_;
+  std::lock_guard<std::mutex> l(stats_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [id, r] : stats_) {
+    PeerJournalStats p;
+    p.node = id;
+    p.polls = r.polls;
+    p.entries_applied = r.applied;
+    p.lag_seconds = r.lag_s;
+    if (r.polled) p.last_poll_age_seconds = std::chrono::duration<double>(now - r.last_poll).count();
+    s.journals.push_back(p);
+  }
+  return s;
+}
+
+void PeerTailer::NotePoll(const std::string& node, uint64_t applied, uint64_t newest_stamp) {
+  std::lock_guard<std::mutex> l(stats_mu_);
+  PeerStatsRec& r = stats_[node];
   r.polls++;
   r.applied += applied;
   r.polled = true;
@@ -34,19 +106,19 @@ void StoreImpl::NotePeerPoll(const std::string& node, uint64_t applied, uint64_t
   }
 }
 
-Status StoreImpl::PollPeer(const std::string& node, PeerState* st, uint64_t* changed) {
+Status PeerTailer::PollPeer(const std::string& node, PeerState* st, uint64_t* changed) {
   *changed = 0;
-  peer_polls_++;
+  polls_++;
   uint64_t newest_stamp = 0;  // of the entries read in this poll (peer lag, GetStats)
   struct NoteOnExit {
-    StoreImpl* self;
+    PeerTailer* self;
     const std::string& node;
     const uint64_t* changed;
     const uint64_t* newest;
-    ~NoteOnExit() { self->NotePeerPoll(node, *changed, *newest); }
+    ~NoteOnExit() { self->NotePoll(node, *changed, *newest); }
   } note_on_exit{this, node, changed, &newest_stamp};
   NodeFiles nf;
-  Status s = ListNodeFiles(env_, NodeDirPath(opts_.backing_dir, node), &nf);
+  Status s = ListNodeFiles(opts_.env, NodeDirPath(opts_.backing_dir, node), &nf);
   if (s.IsNotFound()) return Status::OK();
   KVFS_RETURN_IF_ERROR(s);
   const std::vector<JournalFile>& files = nf.journals;
@@ -65,11 +137,11 @@ Status StoreImpl::PollPeer(const std::string& node, PeerState* st, uint64_t* cha
       if (!present && !(st->purge_checked && st->purge_checked_at == st->position)) {
         st->purge_checked = true;
         st->purge_checked_at = st->position;
-        auto purged = ReadPurgedGeneration(env_, opts_.backing_dir, node);
+        auto purged = ReadPurgedGeneration(opts_.env, opts_.backing_dir, node);
         if (purged.ok() && *purged >= st->position.generation) {
           KVFS_RETURN_IF_ERROR(ForgetPurgedPeer(node, *purged, &snap_changes));
           st->position = JournalPosition{*purged + 1, 0, 0};
-          std::lock_guard<std::mutex> l(ns_mu_);
+          std::lock_guard<std::mutex> l(*ns_mu_);
           auto r = index_->ApplyBatch({}, node, st->position.ToString());
           if (!r.ok()) return r.status();
         }
@@ -86,7 +158,7 @@ Status StoreImpl::PollPeer(const std::string& node, PeerState* st, uint64_t* cha
         KVFS_RETURN_IF_ERROR(ApplyPeerSnapshot(node, nf.snapshots, st, &snap_changes, changed));
       }
     }
-    NotifyPeerChanges(snap_changes);
+    Notify(snap_changes);
   }
   for (const auto& f : files) {
     uint64_t start = 0;
@@ -106,10 +178,10 @@ Status StoreImpl::PollPeer(const std::string& node, PeerState* st, uint64_t* cha
     // A short or bad tail in a peer's file means "not yet" (the writer is still appending, or NFS has
     // not shown us its bytes): stop there and retry at the next poll, never cut.
     ro.skip_damage = false;
-    ro.direct = opts_.peer_direct_io;
+    ro.direct = opts_.direct_io;
     ro.expect_node = node;
     ro.readahead = 4 * kJournalBlockSize;  // an idle peer's poll reads one small window at its tail
-    auto reader = JournalReader::Open(env_, f.path, start, ro);
+    auto reader = JournalReader::Open(opts_.env, f.path, start, ro);
     if (!reader.ok()) return reader.status();
     std::vector<ApplyOp> ops;
     JournalPosition last = st->have_position ? st->position : JournalPosition{f.generation, f.number, start};
@@ -120,19 +192,16 @@ Status StoreImpl::PollPeer(const std::string& node, PeerState* st, uint64_t* cha
       if (ops.empty()) return Status::OK();
       Result<ApplyResult> r = Status::OK();
       {
-        std::lock_guard<std::mutex> l(ns_mu_);
+        std::lock_guard<std::mutex> l(*ns_mu_);
         r = index_->ApplyBatch(ops, node, last.ToString());
       }
       if (!r.ok()) return r.status();
       *changed += ops.size();
-      peer_entries_applied_ += ops.size();
+      entries_applied_ += ops.size();
       for (const auto& op : ops) {
         // A peer dropped a segment: close our fd now, so reads after its unlink fail to open
         // (ENOENT) rather than read a stale NFS handle.
-        if (op.kind == ApplyOp::Kind::kDrop) {
-          std::lock_guard<std::mutex> fl(files_mu_);
-          files_.erase(op.segment);
-        }
+        if (op.kind == ApplyOp::Kind::kDrop) SegmentDropped(op.segment);
       }
       ops.clear();
       for (auto& c : r->changed) out.names.push_back(PeerChanges::Name{c.parent, std::move(c.name), c.old_ino});
@@ -151,7 +220,7 @@ Status StoreImpl::PollPeer(const std::string& node, PeerState* st, uint64_t* cha
         break;
       }
       if (!*more) break;
-      if (!hlc_.Update(e.stamp).ok()) {
+      if (!hlc_->Update(e.stamp).ok()) {
         spdlog::warn("kvfs: peer {} entry stamp {} is too far in the future; applied without advancing the clock",
                      node, e.stamp);
       }
@@ -159,7 +228,7 @@ Status StoreImpl::PollPeer(const std::string& node, PeerState* st, uint64_t* cha
       if (JournalEntryToApplyOp(e, &op)) ops.push_back(std::move(op));
       last = end;
       newest_stamp = std::max(newest_stamp, e.stamp);
-      if (ops.size() >= kRebuildBatch) KVFS_RETURN_IF_ERROR(apply());
+      if (ops.size() >= kPeerApplyBatch) KVFS_RETURN_IF_ERROR(apply());
     }
     KVFS_RETURN_IF_ERROR(apply());
     if (!st->have_position || st->position < last) {
@@ -167,54 +236,53 @@ Status StoreImpl::PollPeer(const std::string& node, PeerState* st, uint64_t* cha
       st->have_position = true;
       st->position = last;
     }
-    NotifyPeerChanges(out);
+    Notify(out);
     const auto& rep = (*reader)->report();
     if (stop || rep.end == JournalEnd::kDamaged || rep.end == JournalEnd::kTorn) break;  // "not yet"
   }
   return Status::OK();
 }
 
-void StoreImpl::NotifyPeerChanges(const PeerChanges& out) {
+void PeerTailer::Notify(const PeerChanges& out) {
   if (out.names.empty() && out.inodes.empty()) return;
-  std::function<void(const PeerChanges&)> fn;
-  {
-    std::lock_guard<std::mutex> l(listener_mu_);
-    fn = listener_;
-  }
-  if (fn) fn(out);
+  if (hooks_.notify) hooks_.notify(out);
+}
+
+void PeerTailer::SegmentDropped(const SegmentId& id) {
+  if (hooks_.segment_dropped) hooks_.segment_dropped(id);
 }
 
 // Applies node's newest usable snapshot (index/replay.h ApplyNewestSnapshot) and moves our position to
 // its cover. Nothing happens if none verifies (the journals that remain are read as usual).
-Status StoreImpl::ApplyPeerSnapshot(const std::string& node, const std::vector<SnapshotFile>& snaps,
-                                    PeerState* st, PeerChanges* out, uint64_t* changed) {
+Status PeerTailer::ApplyPeerSnapshot(const std::string& node, const std::vector<SnapshotFile>& snaps,
+                                     PeerState* st, PeerChanges* out, uint64_t* changed) {
   const SnapshotFile* used = nullptr;
   uint64_t entries = 0, max_stamp = 0;
   KVFS_RETURN_IF_ERROR(ApplyNewestSnapshot(
-      env_, node, snaps,
+      opts_.env, node, snaps,
       [&](std::vector<ApplyOp>* ops, bool) -> Status {
         if (ops->empty()) return Status::OK();
         Result<ApplyResult> r = Status::OK();
         {
-          std::lock_guard<std::mutex> l(ns_mu_);
+          std::lock_guard<std::mutex> l(*ns_mu_);
           r = index_->ApplyBatch(*ops, node);
         }
         if (!r.ok()) return r.status();
         *changed += ops->size();
-        peer_entries_applied_ += ops->size();
+        entries_applied_ += ops->size();
         for (auto& c : r->changed) out->names.push_back(PeerChanges::Name{c.parent, std::move(c.name), c.old_ino});
         for (uint64_t ino : r->attr_changed) out->inodes.push_back(ino);
         return Status::OK();
       },
       &used, &entries, &max_stamp, nullptr));
   if (used == nullptr) return Status::OK();
-  if (!hlc_.Update(max_stamp).ok()) {
+  if (!hlc_->Update(max_stamp).ok()) {
     spdlog::warn("kvfs: peer {} snapshot stamp {} is too far in the future", node, max_stamp);
   }
   st->have_position = true;
   st->position = JournalPosition{used->generation, used->number, 0};
   st->purge_checked = false;
-  std::lock_guard<std::mutex> l(ns_mu_);
+  std::lock_guard<std::mutex> l(*ns_mu_);
   auto r = index_->ApplyBatch({}, node, st->position.ToString());
   if (!r.ok()) return r.status();
   spdlog::info("kvfs: peer {}: applied snapshot {} ({} entries)", node, used->path, entries);
@@ -223,7 +291,7 @@ Status StoreImpl::ApplyPeerSnapshot(const std::string& node, const std::vector<S
 
 // `kvfs node purge` removed node's files while we were not reading (its DROP entries are gone with its
 // journal): drop every segment of the node that our index still knows, so its names vanish here too.
-Status StoreImpl::ForgetPurgedPeer(const std::string& node, uint64_t purge_generation, PeerChanges* out) {
+Status PeerTailer::ForgetPurgedPeer(const std::string& node, uint64_t purge_generation, PeerChanges* out) {
   std::vector<ApplyOp> ops;
   KVFS_RETURN_IF_ERROR(index_->ListSegments([&](const SegmentInfo& si) {
     if (si.id.node == node && si.id.generation <= purge_generation && si.state != SegmentState::kDropped) {
@@ -239,25 +307,22 @@ Status StoreImpl::ForgetPurgedPeer(const std::string& node, uint64_t purge_gener
   if (ops.empty()) return Status::OK();
   Result<ApplyResult> r = Status::OK();
   {
-    std::lock_guard<std::mutex> l(ns_mu_);
+    std::lock_guard<std::mutex> l(*ns_mu_);
     r = index_->ApplyBatch(ops, node);
   }
   if (!r.ok()) return r.status();
-  for (const auto& op : ops) {
-    std::lock_guard<std::mutex> fl(files_mu_);
-    files_.erase(op.segment);
-  }
+  for (const auto& op : ops) SegmentDropped(op.segment);
   for (auto& c : r->changed) out->names.push_back(PeerChanges::Name{c.parent, std::move(c.name), c.old_ino});
   return Status::OK();
 }
 
-Status StoreImpl::RefreshPeers() {
-  auto nodes = ListNodes(env_, opts_.backing_dir);
+Status PeerTailer::RefreshAll() {
+  auto nodes = ListNodes(opts_.env, opts_.backing_dir);
   if (!nodes.ok()) return nodes.status();
-  std::lock_guard<std::mutex> l(peer_mu_);
+  std::lock_guard<std::mutex> l(mu_);
   Status first;
   for (const auto& node : *nodes) {
-    if (node == opts_.node_id) continue;
+    if (node == opts_.node) continue;
     uint64_t changed = 0;
     Status s = PollPeer(node, &peers_[node], &changed);
     if (!s.ok() && first.ok()) first = s;
@@ -265,42 +330,44 @@ Status StoreImpl::RefreshPeers() {
   return first;
 }
 
-void StoreImpl::RequestPeerRefresh() {
-  if (opts_.peer_poll_ms == 0) return;
+void PeerTailer::RequestRefresh() {
+  if (opts_.poll_interval.count() == 0) return;
   {
-    std::lock_guard<std::mutex> l(peer_wake_mu_);
+    std::lock_guard<std::mutex> l(wake_mu_);
     const auto now = std::chrono::steady_clock::now();
     // A miss usually means a peer is about to publish the name: poll now, and once more after the
     // peer's group commit has had time to make its entry durable.
-    followup_at_ = now + std::chrono::milliseconds(2 * opts_.group_commit_interval_ms + 10);
+    followup_at_ = now + 2 * opts_.group_commit_interval + std::chrono::milliseconds(10);
     followup_pending_ = true;
-    if (now - last_early_poll_ < std::chrono::milliseconds(std::max<uint32_t>(1, opts_.peer_poll_ms / 4))) return;
+    if (now - last_early_poll_ < std::chrono::milliseconds(std::max<int64_t>(1, opts_.poll_interval.count() / 4))) {
+      return;
+    }
     last_early_poll_ = now;
-    peer_wake_ = true;
+    wake_ = true;
   }
-  peer_cv_.notify_one();
+  cv_.notify_one();
 }
 
-void StoreImpl::PeerLoop() {
+void PeerTailer::Loop() {
   using clock = std::chrono::steady_clock;
-  const auto interval = std::chrono::milliseconds(opts_.peer_poll_ms);
+  const auto interval = opts_.poll_interval;
   std::vector<std::string> nodes;
   bool listed_once = false;
   clock::time_point listed_at;
   for (;;) {
     bool early = false;
     {
-      std::unique_lock<std::mutex> l(peer_wake_mu_);
+      std::unique_lock<std::mutex> l(wake_mu_);
       auto until = clock::now() + interval;
       if (followup_pending_ && followup_at_ < until) until = followup_at_;
-      peer_cv_.wait_until(l, until, [&] { return peer_stop_ || peer_wake_; });
-      if (peer_stop_) return;
-      early = peer_wake_;
+      cv_.wait_until(l, until, [&] { return stop_ || wake_; });
+      if (stop_) return;
+      early = wake_;
       if (followup_pending_ && clock::now() >= followup_at_) {
         early = true;
         followup_pending_ = false;
       }
-      peer_wake_ = false;
+      wake_ = false;
     }
     // New nodes appear rarely: list the nodes directory every 25 intervals (5 s at the default) and on
     // an early poll (a lookup miss: maybe a new node's file) if the last listing is 5 intervals old (1 s).
@@ -310,15 +377,15 @@ void StoreImpl::PeerLoop() {
     // nodes are polled on every early round as before, and are not stat'ed again.
     const auto since = clock::now() - listed_at;
     if (!listed_once || since >= 25 * interval || (early && since >= 5 * interval)) {
-      auto listed = ListNodes(env_, opts_.backing_dir, &nodes);
+      auto listed = ListNodes(opts_.env, opts_.backing_dir, &nodes);
       if (listed.ok()) nodes = *listed;
       listed_at = clock::now();
       listed_once = true;
     }
-    std::lock_guard<std::mutex> l(peer_mu_);
+    std::lock_guard<std::mutex> l(mu_);
     const auto now = clock::now();
     for (const auto& node : nodes) {
-      if (node == opts_.node_id) continue;
+      if (node == opts_.node) continue;
       PeerState& st = peers_[node];
       if (!early && now < st.next_poll) continue;
       uint64_t changed = 0;

@@ -47,7 +47,7 @@ struct StoreOptions {
   bool force_takeover = false;          // take over the node directory even if its owner looks alive
   uint32_t heartbeat_interval_ms = 5000;  // HEARTBEAT rewrite period (5 backing ops each)
   uint32_t peer_poll_ms = 200;          // how often peers' journals are tailed (0 = never); backs off
-                                        // up to 16x for idle peers
+                                        // to 4x for idle peers
   bool peer_direct_io = false;          // read peers' journals with O_DIRECT (NFS: see growth at once)
   // Segment (value) reads with O_DIRECT: every read is 4 KiB aligned, the bytes land once in kvfs's own
   // buffer (LRU) instead of also in the backing mount's page cache, and a large read is sent as parallel

@@ -3,7 +3,7 @@
 //
 // Callers: Init; the checkpointer thread and Checkpoint() / Close through the callbacks.
 // Thread safety: CutForCheckpoint holds ns_mu_ (no namespace writer) across one Sync (the committer's mutex); the
-// peer-position callback takes peer_mu_.
+// peer-position callback takes the PeerTailer's mutex (PeerTailer::Positions).
 // Invariants: the view taken at the cut holds exactly what the journal files before the new one hold.
 #include "engine/store_impl.h"
 
@@ -22,13 +22,7 @@ Status StoreImpl::StartCheckpointer() {
   checkpointer_ = std::make_unique<Checkpointer>(
       co, index_.get(), [this] { return CutForCheckpoint(); }, [this] { return journal_entries_.load(); },
       [this] { return std::make_pair(node_dir_->generation(), journal_->current_file_number()); },
-      [this] {
-        std::map<std::string, JournalPosition> m;
-        std::lock_guard<std::mutex> l(peer_mu_);
-        for (const auto& [node, st] : peers_)
-          if (st.have_position) m[node] = st.position;
-        return m;
-      });
+      [this] { return tailer_->Positions(); });
   checkpointer_->Start();
   return Status::OK();
 }

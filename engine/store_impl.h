@@ -3,11 +3,11 @@
 // contract and docs/design.md §2-§4, §7. Store::Open (store_open.cc) is the only way to make one.
 //
 // The methods live in one file per family:
-//   store_open.cc        Open/Init, index rebuild and catch-up, segment recovery wiring, StopThreads, Close
+//   store_open.cc        Open/Init, index rebuild and catch-up, segment recovery wiring, wiring of the
+//                        PeerTailer (StartPeerTailer; peers' journals: peer_tailer.h), StopThreads, Close
 //   store_commit.cc      the group commit's rounds (CommitRound; queue and thread: group_commit.h), Sync
 //   store_namespace.cc   namespace mutations (Mkdir .. Rename, SetAttr, xattrs, Renumber)
 //   store_data.cc        record writes (WriteRecord*, pins), CommitFile, reads (Read, ReadPinned, LRU)
-//   peer_tailer.cc       tailing peers' journals, applying them, change notification, RefreshPeers
 //   store_checkpoint.cc  wiring of the Checkpointer (engine/checkpoint.h): the cut, peer positions
 //   capacity.cc          capacity and eviction: the evictor thread, drops, reinsertion, RESERVE (its
 //                        decisions: eviction_policy.h)
@@ -16,6 +16,8 @@
 // Thread safety: every public method may be called concurrently. Where two mutexes are held together,
 // ns_mu_ is taken first (then cap_mu_, hits_mu_, files_mu_, or the committer's in EnqueueLocked); the others are
 // taken alone. cap_mu_ is never held across I/O; on the read path only a loading Flight waits on I/O.
+// The PeerTailer's mutex (a whole poll) is taken before ns_mu_, and is held while its hooks take files_mu_
+// and listener_mu_.
 //
 // Ordering rules (invariants):
 //  * ns_mu_ serializes every namespace mutation together with the enqueueing of its journal entry, so
@@ -59,6 +61,7 @@
 #include "engine/checkpoint.h"
 #include "engine/eviction_policy.h"
 #include "engine/group_commit.h"
+#include "engine/peer_tailer.h"
 #include "engine/read_admission.h"
 #include "index/hlc.h"
 #include "index/index_db.h"
@@ -172,8 +175,13 @@ class StoreImpl final : public Store {
     std::lock_guard<std::mutex> l(listener_mu_);
     listener_ = std::move(fn);
   }
-  Status RefreshPeers() override;
-  void RequestPeerRefresh() override;
+  Status RefreshPeers() override {
+    if (!tailer_) return Status::InvalidArgument("store is not open");
+    return tailer_->RefreshAll();
+  }
+  void RequestPeerRefresh() override {
+    if (tailer_) tailer_->RequestRefresh();
+  }
   Status Checkpoint() override {
     if (!checkpointer_) return Status::InvalidArgument("store is not open");
     return checkpointer_->CheckpointNow(false);
@@ -184,26 +192,6 @@ class StoreImpl final : public Store {
   }
 
  private:
-  // Per-peer tailing state (peer thread only, or RefreshPeers under peer_mu_).
-  struct PeerState {
-    bool have_position = false;
-    JournalPosition position;  // end of the last applied entry
-    uint32_t idle_polls = 0;
-    std::chrono::steady_clock::time_point next_poll{};
-    // The journal file at `position` was missing: PURGED was checked for this position (once).
-    bool purge_checked = false;
-    JournalPosition purge_checked_at;
-  };
-  // PollPeer helpers (checkpoint.h): a missing file at our position = retired (-> newest snapshot) or
-  // purged (-> forget the node's old data).
-  Status ApplyPeerSnapshot(const std::string& node, const std::vector<SnapshotFile>& snaps, PeerState* st,
-                           PeerChanges* out, uint64_t* changed);
-  Status ForgetPurgedPeer(const std::string& node, uint64_t purge_generation, PeerChanges* out);
-  void NotifyPeerChanges(const PeerChanges& out);
-  void PeerLoop();
-  // Reads and applies whatever is new in node's journals. *changed = entries applied.
-  Status PollPeer(const std::string& node, PeerState* st, uint64_t* changed);
-
   // Queues a journal entry for the next group commit. Requires ns_mu_ (journal order = index order).
   void EnqueueLocked(JournalEntry e) { committer_.Enqueue(std::move(e)); }
   // One round: segments durable, then the given entries appended and durable.
@@ -302,28 +290,16 @@ class StoreImpl final : public Store {
   ReadAdmission admission_;
   std::atomic<uint64_t> probation_reads_{0};  // FUSE reads answered from probation (rest of one load)
 
-  // Peer tailing.
-  std::mutex peer_mu_;  // serializes polls (peer thread vs RefreshPeers); guards peers_
-  std::map<std::string, PeerState> peers_;
+  // The change listener (SetChangeListener): told what peers' entries (PeerTailer) and this node's
+  // drops (capacity.cc) changed. NotifyChanges calls it with no lock held.
   std::mutex listener_mu_;
   std::function<void(const PeerChanges&)> listener_;
-  std::mutex peer_wake_mu_;
-  std::condition_variable peer_cv_;
-  bool peer_wake_ = false, peer_stop_ = false;
-  std::chrono::steady_clock::time_point last_early_poll_{}, followup_at_{};
-  bool followup_pending_ = false;
-  std::thread peer_thread_;
-  std::atomic<uint64_t> peer_entries_applied_{0}, peer_polls_{0};
-  // Per-peer figures for GetStats (own mutex: a scrape must not wait for a slow poll under peer_mu_).
-  struct PeerStatsRec {
-    uint64_t polls = 0, applied = 0;
-    double lag_s = 0;
-    bool polled = false;
-    std::chrono::steady_clock::time_point last_poll{};
-  };
-  std::mutex peer_stats_mu_;
-  std::map<std::string, PeerStatsRec> peer_stats_;
-  void NotePeerPoll(const std::string& node, uint64_t applied, uint64_t newest_stamp);
+  void NotifyChanges(const PeerChanges& out);
+  // Peer tailing (engine/peer_tailer.h): made by Init over index_, hlc_ and ns_mu_; its hooks call
+  // NotifyChanges and close a dropped peer segment's descriptor (files_mu_). Declared after what its
+  // hooks use; its thread is stopped by StopThreads.
+  std::unique_ptr<PeerTailer> tailer_;
+  Status StartPeerTailer();
 
   std::atomic<uint64_t> records_written_{0}, journal_entries_{0}, group_commits_{0}, checksum_failures_{0};
   std::atomic<uint64_t> cache_hits_{0}, cache_misses_{0};

@@ -1,11 +1,12 @@
 // Store::Open and the StoreImpl lifecycle: Init (option defaults, index open or rebuild from the journals,
 // node directory takeover, segment recovery of earlier generations, segment and journal writers, the
 // group commit, heartbeat, peer, evictor and checkpointer threads), Rebuild / CatchUpOwnJournal /
-// ReplayNode (index/replay.h), RecoverSegments (engine/recovery.h), StopThreads and Close.
+// ReplayNode (index/replay.h), RecoverSegments (engine/recovery.h), StartPeerTailer (the PeerTailer of
+// engine/peer_tailer.h over the index, HLC and ns_mu_), StopThreads and Close.
 //
 // Callers: Store::Open (FUSE daemon, tools, tests); Close at unmount; the destructor calls StopThreads.
 // Thread safety: Init runs before the store is shared (no lock but ns_mu_ for the startup CUT/SEAL
-// entries); Close is called once, when no other call runs. StopThreads takes peer_wake_mu_ and stops the committer.
+// entries); Close is called once, when no other call runs. StopThreads stops the PeerTailer and the committer.
 // Invariants: a refused mount (busy index) writes nothing to the backing store; CUTs are journaled
 // first, then SEALs, at the head of the new generation's journal; the index is marked clean only when
 // every entry was journaled and no entry was lost to a failed segment sync.
@@ -140,22 +141,33 @@ Status StoreImpl::Init() {
   }
   committer_.Start();
   node_dir_->StartHeartbeat(std::chrono::milliseconds(opts_.heartbeat_interval_ms));
-  // Resume tailing each peer where the index says it stopped (rebuild or previous mount).
-  for (const auto& [node, pos] : index_->GetAppliedPositions()) {
-    if (node == opts_.node_id) continue;
-    PeerState st;
-    unsigned long long g = 0, n = 0, off = 0;
-    if (sscanf(pos.c_str(), "%llu-%llu@%llu", &g, &n, &off) == 3) {
-      st.have_position = true;
-      st.position = JournalPosition{g, n, off};
-    }
-    peers_[node] = st;
-  }
-  if (opts_.peer_poll_ms > 0) peer_thread_ = std::thread([this] { PeerLoop(); });
+  KVFS_RETURN_IF_ERROR(StartPeerTailer());
   KVFS_RETURN_IF_ERROR(InitEviction());
   KVFS_RETURN_IF_ERROR(StartCheckpointer());
   // Make the fresh journal file, the CUTs and the directory entries durable before serving.
   return Sync();
+}
+
+// The PeerTailer over our index, HLC and namespace mutex. It resumes tailing each peer where the index says
+// it stopped (rebuild or previous mount); its thread runs when peer_poll_ms > 0.
+Status StoreImpl::StartPeerTailer() {
+  PeerTailerOptions po;
+  po.env = env_;
+  po.backing_dir = opts_.backing_dir;
+  po.node = opts_.node_id;
+  po.poll_interval = std::chrono::milliseconds(opts_.peer_poll_ms);
+  po.group_commit_interval = std::chrono::milliseconds(opts_.group_commit_interval_ms);
+  po.direct_io = opts_.peer_direct_io;
+  PeerTailerHooks hooks;
+  hooks.notify = [this](const PeerChanges& c) { NotifyChanges(c); };
+  hooks.segment_dropped = [this](const SegmentId& id) {
+    std::lock_guard<std::mutex> fl(files_mu_);
+    files_.erase(id);
+  };
+  tailer_ = std::make_unique<PeerTailer>(std::move(po), index_.get(), &hlc_, &ns_mu_, std::move(hooks));
+  tailer_->ResumeFromIndex();
+  tailer_->Start();
+  return Status::OK();
 }
 
 Status StoreImpl::Rebuild() {
@@ -256,12 +268,7 @@ void StoreImpl::StopThreads() {
   if (checkpointer_) checkpointer_->Stop();
   StopEvictor();
   if (node_dir_) node_dir_->StopHeartbeat();
-  {
-    std::lock_guard<std::mutex> l(peer_wake_mu_);
-    peer_stop_ = true;
-  }
-  peer_cv_.notify_all();
-  if (peer_thread_.joinable()) peer_thread_.join();
+  if (tailer_) tailer_->Stop();
   committer_.Stop();
 }
 

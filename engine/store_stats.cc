@@ -3,8 +3,9 @@
 //
 // Callers: the FUSE layer (statfs), the stats and metrics servers. Backing I/O: one statvfs of the
 // backing directory each (through the Env: a deadline applies). Thread safety: reads atomics and
-// the index's figures; takes the committer's mutex (UnjournaledEntries), peer_mu_, cap_mu_ and peer_stats_mu_ one at
-// a time, briefly. Invariants: none beyond a consistent-enough snapshot (figures are read separately).
+// the index's figures; takes the committer's mutex (UnjournaledEntries), the PeerTailer's (its GetStats)
+// and cap_mu_ one at a time, briefly. Invariants: none beyond a consistent-enough snapshot (figures are
+// read separately).
 #include "engine/store_impl.h"
 
 #include "blockstore/buffer_pool.h"
@@ -72,12 +73,10 @@ StoreStats StoreImpl::GetStats() {
   s.backing_bytes_written = c.bytes_written;
   s.backing_bytes_read = c.bytes_read;
   s.backing_files_created = c.create.load();
-  {
-    std::lock_guard<std::mutex> l(peer_mu_);
-    s.peers = peers_.size();
-  }
-  s.peer_entries_applied = peer_entries_applied_;
-  s.peer_polls = peer_polls_;
+  PeerTailerStats peers = tailer_ ? tailer_->GetStats() : PeerTailerStats{};
+  s.peers = peers.peers;
+  s.peer_entries_applied = peers.entries_applied;
+  s.peer_polls = peers.polls;
   {
     std::lock_guard<std::mutex> l(cap_mu_);
     s.node_segment_bytes = node_bytes_;
@@ -151,19 +150,7 @@ StoreStats StoreImpl::GetStats() {
     if (id != opts_.node_id) s.nodes.push_back(n);
   }
   for (auto& n : s.nodes) n.dead_bytes = n.segment_bytes > n.live_bytes ? n.segment_bytes - n.live_bytes : 0;
-  {
-    std::lock_guard<std::mutex> l(peer_stats_mu_);
-    const auto now = std::chrono::steady_clock::now();
-    for (const auto& [id, r] : peer_stats_) {
-      PeerJournalStats p;
-      p.node = id;
-      p.polls = r.polls;
-      p.entries_applied = r.applied;
-      p.lag_seconds = r.lag_s;
-      if (r.polled) p.last_poll_age_seconds = std::chrono::duration<double>(now - r.last_poll).count();
-      s.peer_journals.push_back(p);
-    }
-  }
+  s.peer_journals = std::move(peers.journals);
   s.capacity_bytes = limits_.capacity;
   s.evict_high_bytes = limits_.node_high;
   s.evict_low_bytes = limits_.node_low;

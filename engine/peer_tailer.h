@@ -1,0 +1,165 @@
+// PeerTailer: reads the journals of the other nodes on the shared backing directory and applies their
+// entries to this node's index (docs/design.md §5). Per peer it keeps the position read up to (the end
+// of the last applied entry) and:
+//  * reads the peer's journal files from there (JournalReader, skip_damage = false: a short or bad tail
+//    means "not yet", retried at the next poll, never cut), updates the HLC with every entry's stamp and
+//    applies the entries in batches of kReplayBatch with IndexDb::ApplyBatch under the namespace mutex,
+//    recording the new position in the same batch;
+//  * starts a peer it has never read at its newest snapshot, and re-reads the newest snapshot when the
+//    journal file at its position is gone (the peer retired it: engine/checkpoint.h);
+//  * forgets the segments of a node purged while we were not reading (<node>/PURGED);
+//  * reports what the applied entries changed (names, in-place inode changes) through the notify hook
+//    (kernel invalidation), and each DROP of a peer's segment through segment_dropped.
+// The peer thread (Start) wakes every poll_interval and polls each known peer, backing off for idle
+// peers (every 2, then every 4 intervals), and polls every peer early on RequestRefresh (a lookup miss;
+// at most every interval / 4), again after the peer's group commit. It lists the nodes directory every
+// 25 intervals (on an early poll: when the last listing is 5 intervals old).
+//
+// Callers: StoreImpl (engine/store_open.cc) makes one in Init over its index, HLC and namespace mutex,
+// ResumeFromIndex, Start; Store::RefreshPeers -> RefreshAll (tests, tools); Store::RequestPeerRefresh
+// (FUSE lookup misses) -> RequestRefresh; the checkpointer's peers file -> Positions; Store::GetStats
+// -> GetStats; StopThreads -> Stop.
+//
+// Thread safety: every method may be called from any thread. mu_ serializes polls (peer thread vs
+// RefreshAll) and guards the per-peer states; while a poll applies a batch it takes the namespace mutex
+// (lock order: mu_ -> namespace mutex), so peer batches are ordered with the store's local mutations.
+// wake_mu_ (thread scheduling) and stats_mu_ (per-peer figures) are leaves. GetStats takes mu_ for the
+// peer count (it waits for a poll in progress) and then stats_mu_. The hooks run on the polling thread with mu_ held and the namespace mutex NOT held;
+// they must not call back into the tailer.
+//
+// Invariants:
+//  * A peer's position only moves past entries the index has applied; the index records it in the same
+//    ApplyBatch as the entries, so a tailer resumed from the index (ResumeFromIndex, after a restart)
+//    applies no entry twice. The in-memory position may be ahead of the recorded one only by entries that
+//    yield no index operation (a journal file's CUT, entries naming an invalid node id) or the start of a
+//    later file: re-reading those is harmless.
+//  * Within one peer, entries are applied in journal order; a poll stops at the first torn or damaged
+//    tail and resumes there.
+//  * This node's own journal is never tailed.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "blockstore/env.h"
+#include "blockstore/status.h"
+#include "engine/store.h"
+#include "index/hlc.h"
+#include "index/index_db.h"
+#include "index/journal.h"
+#include "index/snapshot.h"
+
+namespace kvfs {
+
+struct PeerTailerOptions {
+  Env* env = nullptr;
+  std::string backing_dir;
+  std::string node;  // this node: never tailed
+  // The peer thread's period (idle peers are polled every 2, then 4 intervals); 0 = no thread, RequestRefresh is a no-op
+  // (RefreshAll only).
+  std::chrono::milliseconds poll_interval{200};
+  // The peers' group commit interval: an early poll is followed by one more 2 x this + 10 ms later.
+  std::chrono::milliseconds group_commit_interval{20};
+  bool direct_io = false;  // read peers' journals with O_DIRECT (NFS: see growth at once)
+};
+
+struct PeerTailerHooks {
+  // What an applied batch changed (never called with nothing in it). May be empty.
+  std::function<void(const PeerChanges&)> notify;
+  // A peer's segment was dropped (its DROP entry, or its node was purged): the owner closes what it
+  // holds open of it, so later reads fail to open (ENOENT) instead of reading a stale NFS handle.
+  // May be empty.
+  std::function<void(const SegmentId&)> segment_dropped;
+};
+
+struct PeerTailerStats {
+  uint64_t peers = 0;            // peers with a state (resumed from the index, or polled)
+  uint64_t entries_applied = 0;  // entries applied from peers' journals and snapshots
+  uint64_t polls = 0;            // polls of one peer
+  std::vector<PeerJournalStats> journals;  // per polled peer, by id
+};
+
+class PeerTailer {
+ public:
+  // index, hlc and ns_mu are the owner's and must outlive the tailer.
+  PeerTailer(PeerTailerOptions opts, IndexDb* index, HybridClock* hlc, std::mutex* ns_mu, PeerTailerHooks hooks);
+  ~PeerTailer();  // Stop()
+
+  // Resumes every peer where the index says it stopped (the applied positions it records with each
+  // batch: a previous mount, or the rebuild that made the index). Call before Start.
+  void ResumeFromIndex();
+  // Starts the peer thread (no-op when poll_interval is 0, or after Stop).
+  void Start();
+  // Ends the peer thread (waits for a poll in progress). Idempotent.
+  void Stop();
+
+  // Lists the nodes and polls every peer now. Returns the first poll's error (the others still run).
+  Status RefreshAll();
+  // Asks the peer thread for an early poll of every known peer (a lookup miss may mean a peer just
+  // wrote the name). Rate-limited to one per poll_interval / 4; never blocks on a poll.
+  void RequestRefresh();
+
+  // How far each peer has been read (peers with a position): what the peers file publishes.
+  std::map<std::string, JournalPosition> Positions();
+  PeerTailerStats GetStats();
+
+ private:
+  // Per-peer tailing state (guarded by mu_).
+  struct PeerState {
+    bool have_position = false;
+    JournalPosition position;  // end of the last applied entry
+    uint32_t idle_polls = 0;
+    std::chrono::steady_clock::time_point next_poll{};
+    // The journal file at `position` was missing: PURGED was checked for this position (once).
+    bool purge_checked = false;
+    JournalPosition purge_checked_at;
+  };
+  struct PeerStatsRec {
+    uint64_t polls = 0, applied = 0;
+    double lag_s = 0;
+    bool polled = false;
+    std::chrono::steady_clock::time_point last_poll{};
+  };
+
+  void Loop();
+  // Reads and applies whatever is new in node's journals. *changed = entries applied. Requires mu_.
+  Status PollPeer(const std::string& node, PeerState* st, uint64_t* changed);
+  // PollPeer helpers (checkpoint.h): a missing file at our position = retired (-> newest snapshot) or
+  // purged (-> forget the node's old data).
+  Status ApplyPeerSnapshot(const std::string& node, const std::vector<SnapshotFile>& snaps, PeerState* st,
+                           PeerChanges* out, uint64_t* changed);
+  Status ForgetPurgedPeer(const std::string& node, uint64_t purge_generation, PeerChanges* out);
+  void Notify(const PeerChanges& out);
+  void SegmentDropped(const SegmentId& id);
+  void NotePoll(const std::string& node, uint64_t applied, uint64_t newest_stamp);
+
+  const PeerTailerOptions opts_;
+  IndexDb* const index_;
+  HybridClock* const hlc_;
+  std::mutex* const ns_mu_;
+  const PeerTailerHooks hooks_;
+
+  std::mutex mu_;  // serializes polls; guards peers_
+  std::map<std::string, PeerState> peers_;
+
+  std::mutex wake_mu_;  // the thread's schedule
+  std::condition_variable cv_;
+  bool wake_ = false, stop_ = false;
+  std::chrono::steady_clock::time_point last_early_poll_{}, followup_at_{};
+  bool followup_pending_ = false;
+  std::thread thread_;
+
+  std::atomic<uint64_t> entries_applied_{0}, polls_{0};
+  std::mutex stats_mu_;  // guards stats_
+  std::map<std::string, PeerStatsRec> stats_;
+};
+
+}  // namespace kvfs

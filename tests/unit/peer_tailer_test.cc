@@ -1,0 +1,440 @@
+// PeerTailer (engine/peer_tailer.h) on its own. Node A is a real Store over a temp backing directory
+// (store_harness.h); node B is only what the tailer needs: an IndexDb, a HybridClock, a namespace mutex
+// and hooks that record what they are told. The test polls (RefreshAll) unless it starts the thread.
+// Checked: what B's index holds after each poll (A's changes, in A's order), what the hooks heard
+// (exactly the changed names / inodes, the dropped segments), B's position against A's journal, a torn
+// tail of A's journal, B's restart (resumed from its index: nothing applied twice, also through two
+// Stores), a purged A, early polls of the thread. No durations are asserted.
+#include "engine/peer_tailer.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "index/journal.h"
+#include "index/replay.h"
+#include "store_harness.h"
+
+namespace kvfs {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_harness::Content;
+
+constexpr auto kHour = std::chrono::milliseconds(3600 * 1000);
+
+class PeerTailerTest : public testing_harness::StoreHarness {
+ protected:
+  PeerTailerTest() { heartbeat_interval_ms_ = 3600 * 1000; }
+
+  void SetUp() override {
+    StoreHarness::SetUp();
+    OpenStore();  // node A
+    OpenB();
+  }
+  void TearDown() override {
+    CloseB();
+    StoreHarness::TearDown();
+  }
+
+  // Node B: its index (kept across CloseB / OpenB) and a tailer resumed from it.
+  void OpenB(std::chrono::milliseconds poll_interval = std::chrono::milliseconds(0), std::string node = "node-b") {
+    IndexDbOptions io;
+    io.dir = root_ + "/index-b";
+    io.node_id = "node-b";
+    auto db = IndexDb::Open(io);
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    b_index_ = std::move(*db);
+    PeerTailerOptions po;
+    po.env = Env::Posix();
+    po.backing_dir = backing_;
+    po.node = node;
+    po.poll_interval = poll_interval;
+    po.group_commit_interval = std::chrono::milliseconds(5);
+    PeerTailerHooks hooks;
+    hooks.notify = [this](const PeerChanges& c) {
+      std::lock_guard<std::mutex> l(heard_mu_);
+      heard_.push_back(c);
+    };
+    hooks.segment_dropped = [this](const SegmentId& id) {
+      std::lock_guard<std::mutex> l(heard_mu_);
+      dropped_.push_back(id);
+    };
+    tailer_ = std::make_unique<PeerTailer>(po, b_index_.get(), &b_hlc_, &b_ns_mu_, hooks);
+    tailer_->ResumeFromIndex();
+  }
+  void CloseB() {
+    tailer_.reset();
+    if (b_index_) {
+      EXPECT_TRUE(b_index_->Close().ok());
+    }
+    b_index_.reset();
+  }
+
+  // Every name the notify hook was given, in order; clears what was heard.
+  std::vector<std::string> TakeNames() {
+    std::lock_guard<std::mutex> l(heard_mu_);
+    std::vector<std::string> names;
+    for (const auto& c : heard_)
+      for (const auto& n : c.names) names.push_back(n.name);
+    heard_.clear();
+    return names;
+  }
+  size_t Calls() {
+    std::lock_guard<std::mutex> l(heard_mu_);
+    return heard_.size();
+  }
+  std::vector<std::string> BNames() {
+    std::vector<std::string> names;
+    EXPECT_TRUE(b_index_->ReadDir(kRootIno, 0, [&](const DirEntry& e) {
+      names.push_back(e.name);
+      return true;
+    }).ok());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  std::vector<std::string> ANames() {
+    auto names = List();
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  // B's tailer's position in A's journal (a failure if it has none).
+  JournalPosition BPosition() {
+    const auto pos = tailer_->Positions();
+    auto it = pos.find("node-a");
+    if (it == pos.end()) {
+      ADD_FAILURE() << "B's tailer has no position for node-a";
+      return {};
+    }
+    return it->second;
+  }
+  // B's index's applied position of A ("" if none).
+  std::string BAppliedPosition() {
+    auto r = b_index_->GetAppliedPosition("node-a");
+    return r.ok() ? *r : std::string();
+  }
+
+  // A's journal, every entry with its end position, in order.
+  std::vector<std::pair<JournalEntry, JournalPosition>> AJournal() {
+    std::vector<std::pair<JournalEntry, JournalPosition>> all;
+    for (const auto& path : JournalPaths()) {
+      std::vector<std::pair<JournalEntry, JournalPosition>> entries;
+      JournalReadReport rep;
+      EXPECT_TRUE(ReadJournalFile(Env::Posix(), path, JournalReaderOptions{}, &entries, &rep).ok()) << path;
+      all.insert(all.end(), entries.begin(), entries.end());
+    }
+    return all;
+  }
+  // Entries of A's journal that are index operations (what a tailer counts as applied).
+  uint64_t AApplicable() {
+    uint64_t n = 0;
+    for (const auto& [e, pos] : AJournal()) {
+      ApplyOp op;
+      if (JournalEntryToApplyOp(e, &op)) n++;
+    }
+    return n;
+  }
+  uint64_t AMaxStamp() {
+    uint64_t m = 0;
+    for (const auto& [e, pos] : AJournal()) m = std::max(m, e.stamp);
+    return m;
+  }
+
+  static std::string ReadFileBytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  static void WriteFileBytes(const std::string& path, const std::string& bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    ASSERT_TRUE(out.good()) << path;
+  }
+
+  std::unique_ptr<IndexDb> b_index_;
+  HybridClock b_hlc_;
+  std::mutex b_ns_mu_;
+  std::unique_ptr<PeerTailer> tailer_;
+  std::mutex heard_mu_;
+  std::vector<PeerChanges> heard_;
+  std::vector<SegmentId> dropped_;
+};
+
+// What A does, B's index shows after a poll, in A's order (an unlink after a rename removes the renamed
+// name); the listener hears exactly the names that changed, in the order they changed; B's position is
+// the end of A's last entry; its clock is past A's stamps.
+TEST_F(PeerTailerTest, AppliesAPeersChangesInJournalOrder) {
+  const Location l1 = WriteFile("c1.tmp", Content("c1", 8192, 1));
+  ASSERT_TRUE(store_->Sync().ok());
+  ASSERT_TRUE(tailer_->RefreshAll().ok());
+  auto c1 = b_index_->Lookup(kRootIno, "c1.tmp");
+  ASSERT_TRUE(c1.ok()) << c1.status().ToString();
+  EXPECT_EQ(c1->attr.size, 8192u);
+  EXPECT_EQ(c1->location, l1);
+  EXPECT_EQ(TakeNames(), std::vector<std::string>{"c1.tmp"});
+
+  ASSERT_TRUE(store_->Rename(kRootIno, "c1.tmp", kRootIno, "c1", 0, nullptr).ok());
+  const Location l2 = WriteFile("c2", Content("c2", 4096, 2));
+  ASSERT_TRUE(store_->Unlink(kRootIno, "c1", nullptr).ok());
+  ASSERT_TRUE(store_->Mkdir(kRootIno, "d", S_IFDIR | 0755, 0, 0).ok());
+  ASSERT_TRUE(store_->Sync().ok());
+  ASSERT_TRUE(tailer_->RefreshAll().ok());
+
+  EXPECT_EQ(TakeNames(), (std::vector<std::string>{"c1.tmp", "c1", "c2", "c1", "d"}));
+  EXPECT_EQ(BNames(), ANames());
+  EXPECT_EQ(BNames(), (std::vector<std::string>{"c2", "d"}));
+  EXPECT_TRUE(b_index_->Lookup(kRootIno, "c1").status().IsNotFound());
+  EXPECT_TRUE(b_index_->Lookup(kRootIno, "c1.tmp").status().IsNotFound());
+  auto c2 = b_index_->Lookup(kRootIno, "c2");
+  ASSERT_TRUE(c2.ok());
+  EXPECT_EQ(c2->location, l2);
+  EXPECT_EQ(c2->attr.size, 4096u);
+  auto d = b_index_->Lookup(kRootIno, "d");
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(S_ISDIR(d->attr.mode));
+
+  const auto journal = AJournal();
+  ASSERT_FALSE(journal.empty());
+  const auto pos = tailer_->Positions();
+  ASSERT_EQ(pos.size(), 1u);
+  EXPECT_EQ(pos.at("node-a"), journal.back().second);
+  EXPECT_EQ(BAppliedPosition(), journal.back().second.ToString());
+  EXPECT_GT(b_hlc_.Now(), AMaxStamp());
+
+  const PeerTailerStats st = tailer_->GetStats();
+  EXPECT_EQ(st.peers, 1u);
+  EXPECT_EQ(st.polls, 2u);
+  EXPECT_EQ(st.entries_applied, AApplicable());
+  EXPECT_EQ(st.entries_applied, 5u);  // PUT c1.tmp, RENAME, PUT c2, UNLINK c1, MKDIR d
+  ASSERT_EQ(st.journals.size(), 1u);
+  EXPECT_EQ(st.journals[0].node, "node-a");
+  EXPECT_EQ(st.journals[0].polls, 2u);
+  EXPECT_EQ(st.journals[0].entries_applied, 5u);
+  EXPECT_GE(st.journals[0].last_poll_age_seconds, 0.0);
+  EXPECT_TRUE(dropped_.empty());
+}
+
+// A poll that finds nothing new tells the listener nothing; an attribute change in place is reported as
+// the inode (B's number), not as a name.
+TEST_F(PeerTailerTest, ListenerHearsOnlyWhatChanged) {
+  WriteFile("f", Content("f", 4096, 3));
+  WriteFile("g", Content("g", 4096, 4));
+  ASSERT_TRUE(store_->Sync().ok());
+  ASSERT_TRUE(tailer_->RefreshAll().ok());
+  EXPECT_EQ(TakeNames(), (std::vector<std::string>{"f", "g"}));
+  ASSERT_TRUE(tailer_->RefreshAll().ok());
+  EXPECT_EQ(Calls(), 0u);
+  EXPECT_EQ(tailer_->GetStats().entries_applied, 2u);
+
+  auto af = store_->Lookup(kRootIno, "f");
+  ASSERT_TRUE(af.ok());
+  Attr a = af->attr;
+  a.mode = S_IFREG | 0600;
+  ASSERT_TRUE(store_->SetAttr(af->attr.ino, a, kSetMode).ok());
+  ASSERT_TRUE(store_->Sync().ok());
+  ASSERT_TRUE(tailer_->RefreshAll().ok());
+  auto bf = b_index_->Lookup(kRootIno, "f");
+  ASSERT_TRUE(bf.ok());
+  EXPECT_EQ(bf->attr.mode, static_cast<uint32_t>(S_IFREG | 0600));
+  {
+    std::lock_guard<std::mutex> l(heard_mu_);
+    ASSERT_EQ(heard_.size(), 1u);
+    EXPECT_TRUE(heard_[0].names.empty());
+    EXPECT_EQ(heard_[0].inodes, std::vector<uint64_t>{bf->attr.ino});
+    heard_.clear();
+  }
+  EXPECT_EQ(b_index_->Lookup(kRootIno, "g")->attr.mode, static_cast<uint32_t>(S_IFREG | 0644));
+  EXPECT_EQ(tailer_->GetStats().entries_applied, 3u);
+}
+
+// A's last entry is only half there (the writer is still appending, or NFS has not shown its bytes):
+// B applies everything before it, stays at the end of the entry before, and applies the last entry
+// once it is complete, exactly once.
+TEST_F(PeerTailerTest, TornTailIsNotAppliedUntilComplete) {
+  WriteFile("t1", Content("t1", 4096, 5));
+  const Location l2 = WriteFile("t2", Content("t2", 4096, 6));
+  ASSERT_TRUE(store_->Sync().ok());
+  const auto journal = AJournal();
+  ASSERT_GE(journal.size(), 2u);
+  const auto& [last, last_end] = journal.back();
+  ASSERT_EQ(last.op, JournalOp::kPut);
+  ASSERT_EQ(last.path, "/t2");
+  const JournalPosition before = journal[journal.size() - 2].second;
+  ASSERT_EQ(before.file_number, last_end.file_number);
+  ASSERT_GT(last_end.offset, before.offset + 2);
+  const std::string path = JournalPaths().back();
+  const std::string whole = ReadFileBytes(path);
+  ASSERT_GE(whole.size(), last_end.offset);
+
+  ASSERT_EQ(truncate(path.c_str(), static_cast<off_t>(before.offset + (last_end.offset - before.offset) / 2)), 0);
+  for (int i = 0; i < 2; i++) {
+    ASSERT_TRUE(tailer_->RefreshAll().ok());
+    EXPECT_TRUE(b_index_->Lookup(kRootIno, "t1").ok());
+    EXPECT_TRUE(b_index_->Lookup(kRootIno, "t2").status().IsNotFound()) << "a torn entry was applied";
+    EXPECT_EQ(BPosition(), before);
+  }
+  EXPECT_EQ(TakeNames(), std::vector<std::string>{"t1"});
+
+  WriteFileBytes(path, whole);
+  ASSERT_TRUE(tailer_->RefreshAll().ok());
+  auto t2 = b_index_->Lookup(kRootIno, "t2");
+  ASSERT_TRUE(t2.ok()) << t2.status().ToString();
+  EXPECT_EQ(t2->location, l2);
+  EXPECT_EQ(TakeNames(), std::vector<std::string>{"t2"});
+  EXPECT_EQ(BPosition(), last_end);
+  EXPECT_EQ(tailer_->GetStats().entries_applied, AApplicable());
+  EXPECT_EQ(tailer_->GetStats().entries_applied, 2u);
+}
+
+// B's tailer restarts over its index: it resumes where the index says it stopped, applies nothing
+// twice, and then applies exactly what A wrote meanwhile.
+TEST_F(PeerTailerTest, PositionsSurviveRestart) {
+  WriteFile("r1", Content("r1", 4096, 7));
+  ASSERT_TRUE(store_->Rename(kRootIno, "r1", kRootIno, "r2", 0, nullptr).ok());
+  ASSERT_TRUE(store_->Sync().ok());
+  ASSERT_TRUE(tailer_->RefreshAll().ok());
+  const JournalPosition pos = BPosition();
+  EXPECT_EQ(pos, AJournal().back().second);
+  EXPECT_EQ(tailer_->GetStats().entries_applied, 2u);
+  TakeNames();
+
+  CloseB();
+  WriteFile("r3", Content("r3", 4096, 8));  // while B is down
+  ASSERT_TRUE(store_->Sync().ok());
+  OpenB();
+  EXPECT_EQ(BPosition(), pos);
+  EXPECT_EQ(tailer_->GetStats().peers, 1u);
+  EXPECT_EQ(tailer_->GetStats().polls, 0u);
+  ASSERT_TRUE(tailer_->RefreshAll().ok());
+  EXPECT_EQ(TakeNames(), std::vector<std::string>{"r3"});
+  EXPECT_EQ(tailer_->GetStats().entries_applied, 1u);
+  EXPECT_EQ(BNames(), (std::vector<std::string>{"r2", "r3"}));
+
+  CloseB();
+  OpenB();
+  ASSERT_TRUE(tailer_->RefreshAll().ok());
+  EXPECT_EQ(Calls(), 0u);
+  EXPECT_EQ(tailer_->GetStats().entries_applied, 0u);
+  EXPECT_EQ(tailer_->GetStats().polls, 1u);
+  EXPECT_EQ(BPosition(), AJournal().back().second);
+}
+
+// The same through two Stores (the wiring in Store::Open): B's second mount resumes from its index.
+TEST_F(PeerTailerTest, StoreResumesTailingAfterRemount) {
+  StoreOptions oc = Options();
+  oc.node_id = "node-c";
+  oc.index_dir = root_ + "/index-c";
+  auto c = Store::Open(oc);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  WriteFile("s1", Content("s1", 4096, 9));
+  WriteFile("s2", Content("s2", 4096, 10));
+  ASSERT_TRUE(store_->Sync().ok());
+  ASSERT_TRUE((*c)->RefreshPeers().ok());
+  EXPECT_EQ((*c)->GetStats().peer_entries_applied, 2u);
+  ASSERT_TRUE((*c)->Close().ok());
+  c->reset();
+
+  c = Store::Open(oc);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::vector<std::string> heard;
+  (*c)->SetChangeListener([&](const PeerChanges& ch) {
+    for (const auto& n : ch.names) heard.push_back(n.name);
+  });
+  EXPECT_EQ((*c)->GetStats().peers, 1u);
+  ASSERT_TRUE((*c)->RefreshPeers().ok());
+  EXPECT_TRUE(heard.empty());
+  EXPECT_EQ((*c)->GetStats().peer_entries_applied, 0u);
+  EXPECT_TRUE((*c)->Lookup(kRootIno, "s1").ok());
+  WriteFile("s3", Content("s3", 4096, 11));
+  ASSERT_TRUE(store_->Sync().ok());
+  ASSERT_TRUE((*c)->RefreshPeers().ok());
+  EXPECT_EQ(heard, std::vector<std::string>{"s3"});
+  EXPECT_EQ((*c)->GetStats().peer_entries_applied, 1u);
+  const auto stats = (*c)->GetStats();
+  ASSERT_EQ(stats.peer_journals.size(), 1u);
+  EXPECT_EQ(stats.peer_journals[0].node, "node-a");
+  EXPECT_EQ(stats.peer_journals[0].polls, 2u);
+  EXPECT_EQ(stats.peer_journals[0].entries_applied, 1u);
+  ASSERT_TRUE((*c)->Close().ok());
+}
+
+// A was purged while B was not reading (its journal gone, PURGED left): B drops A's segments from its
+// index, tells the hooks which segment and which names went, and moves past the purged generation.
+TEST_F(PeerTailerTest, PurgedPeerIsForgotten) {
+  const Location l = WriteFile("p1", Content("p1", 4096, 12));
+  ASSERT_TRUE(store_->Sync().ok());
+  ASSERT_TRUE(tailer_->RefreshAll().ok());
+  ASSERT_TRUE(b_index_->Lookup(kRootIno, "p1").ok());
+  TakeNames();
+  const uint64_t gen = l.segment.generation;
+  CloseStore();
+  for (const auto& e : fs::directory_iterator(NodeDir())) {
+    if (e.path().filename() != "OWNER") fs::remove_all(e.path());
+  }
+  ASSERT_TRUE(Env::Posix()
+                  ->WriteFileAtomic(NodeDir() + "/PURGED", "time_ns=1\nhost=h\ngeneration=" + std::to_string(gen) + "\n")
+                  .ok());
+
+  ASSERT_TRUE(tailer_->RefreshAll().ok());
+  EXPECT_TRUE(b_index_->Lookup(kRootIno, "p1").status().IsNotFound());
+  EXPECT_EQ(TakeNames(), std::vector<std::string>{"p1"});
+  EXPECT_EQ(dropped_, std::vector<SegmentId>{l.segment});
+  EXPECT_EQ(BPosition(), (JournalPosition{gen + 1, 0, 0}));
+  EXPECT_EQ(BAppliedPosition(), (JournalPosition{gen + 1, 0, 0}).ToString());
+  // Once is enough.
+  ASSERT_TRUE(tailer_->RefreshAll().ok());
+  EXPECT_EQ(Calls(), 0u);
+  EXPECT_EQ(dropped_.size(), 1u);
+}
+
+// The thread: with an hour's interval, only an early poll (RequestRefresh) can bring A's file to B.
+TEST_F(PeerTailerTest, ThreadPollsEarlyOnRequest) {
+  CloseB();
+  OpenB(kHour);
+  tailer_->Start();
+  WriteFile("e1", Content("e1", 4096, 13));
+  ASSERT_TRUE(store_->Sync().ok());
+  tailer_->RequestRefresh();
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!b_index_->Lookup(kRootIno, "e1").ok() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(b_index_->Lookup(kRootIno, "e1").ok());
+  tailer_->Stop();
+  EXPECT_EQ(TakeNames(), std::vector<std::string>{"e1"});
+  EXPECT_GE(tailer_->GetStats().polls, 1u);
+  EXPECT_EQ(tailer_->GetStats().entries_applied, 1u);
+}
+
+// Without an interval there is no thread: RequestRefresh polls nothing. The tailer never reads its own
+// node's journal.
+TEST_F(PeerTailerTest, NoThreadWithoutIntervalAndNeverItsOwnJournal) {
+  WriteFile("o1", Content("o1", 4096, 14));
+  ASSERT_TRUE(store_->Sync().ok());
+  tailer_->Start();
+  tailer_->RequestRefresh();
+  tailer_->Stop();
+  EXPECT_EQ(tailer_->GetStats().polls, 0u);
+  EXPECT_TRUE(b_index_->Lookup(kRootIno, "o1").status().IsNotFound());
+
+  CloseB();
+  OpenB(std::chrono::milliseconds(0), /*node=*/"node-a");
+  ASSERT_TRUE(tailer_->RefreshAll().ok());
+  EXPECT_EQ(tailer_->GetStats().polls, 0u);
+  EXPECT_TRUE(tailer_->Positions().empty());
+  EXPECT_TRUE(b_index_->Lookup(kRootIno, "o1").status().IsNotFound());
+}
+
+}  // namespace
+}  // namespace kvfs
