@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "index/coding.h"
+
 namespace kvfs {
 namespace {
 
@@ -23,11 +25,6 @@ void PutFixed64(std::string* out, uint64_t v) {
   char b[8];
   for (int i = 0; i < 8; i++) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
   out->append(b, 8);
-}
-uint64_t GetFixed(const char* p, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; i++) v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
 }
 
 // ---- varints (LevelDB util/coding) ----

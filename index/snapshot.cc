@@ -8,17 +8,13 @@
 #include <cstring>
 
 #include "blockstore/node_dir.h"
+#include "index/coding.h"
 
 namespace kvfs {
 namespace {
 
 void PutFixed(std::string* out, uint64_t v, int n) {
   for (int i = 0; i < n; i++) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-uint64_t GetFixed(const char* p, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; i++) v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
 }
 void PutVarint(std::string* out, uint64_t v) {
   while (v >= 0x80) {
