@@ -1,5 +1,5 @@
 // CheckSegmentFile: where a segment's valid data ends, with resynchronisation after damage. Shared by
-// kvfs-fsck (index/fsck.cc) and the Store's mount-time recovery (engine/recovery.cc), so both agree on
+// kvfs-fsck (index/fsck_check.cc) and the Store's mount-time recovery (engine/recovery.cc), so both agree on
 // where a torn tail starts and therefore on the offset of its CUT entry (docs/design.md §2, §7).
 //
 // The walk (docs/format.md "Segment"):

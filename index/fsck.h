@@ -1,5 +1,6 @@
 // kvfs-fsck engine: checks (and with repair, repairs) what is on the export (docs/design.md §2, §7). The CLI is
-// tools/kvfs_fsck.cc; this library part is what the tests drive.
+// tools/kvfs_fsck.cc; this library part is what the tests drive. Its parts (fsck.cc, fsck_check.cc,
+// fsck_repair.cc) are listed in index/fsck_internal.h.
 //
 // What is checked, per node directory <backing>/.kvfs/v1/nodes/<node>/:
 //   * journals: every fragment checksum and entry (JournalReader, skip_damage), honouring the node's CUT
