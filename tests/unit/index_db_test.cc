@@ -10,46 +10,13 @@
 #include <set>
 #include <thread>
 
+#include "index_db_fixture.h"
+
 namespace kvfs {
 namespace {
 
-class IndexDbTest : public ::testing::Test {
+class IndexDbTest : public IndexDbFixture {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/kvfs_index_db_test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    dir_ += "/idx";
-    Reopen();
-  }
-  void TearDown() override {
-    db_.reset();
-    std::filesystem::remove_all(std::filesystem::path(dir_).parent_path());
-  }
-  void Reopen(const std::string& node = "n1") {
-    db_.reset();
-    IndexDbOptions o;
-    o.dir = dir_;
-    o.node_id = node;
-    auto r = IndexDb::Open(o);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    db_ = std::move(*r);
-  }
-  uint64_t MkdirP(uint64_t parent, const std::string& name) {
-    auto r = db_->Mkdir(parent, name, 0755, 0, 0);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return r.ok() ? r->attr.ino : 0;
-  }
-  // Creates and commits a file at parent/name located at loc.
-  Node CommitNew(uint64_t parent, const std::string& name, const Location& loc, uint64_t stamp) {
-    auto c = db_->CreateFile(parent, name, 0644, 1000, 1000, true);
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    Attr a = c->attr;
-    a.size = loc.length;
-    auto n = db_->CommitFile(c->attr.ino, loc, a, stamp);
-    EXPECT_TRUE(n.ok()) << n.status().ToString();
-    return *n;
-  }
   static Location Loc(const std::string& node, uint64_t seq, uint64_t off, uint64_t len) {
     Location l;
     l.segment = {node, 1, seq};
@@ -69,8 +36,6 @@ class IndexDbTest : public ::testing::Test {
     return names;
   }
 
-  std::string dir_;
-  std::unique_ptr<IndexDb> db_;
 };
 
 TEST_F(IndexDbTest, RootExistsAndNamespaceOps) {
@@ -156,7 +121,7 @@ TEST_F(IndexDbTest, RootExistsAndNamespaceOps) {
 }
 
 TEST_F(IndexDbTest, CommitSetAttrAndStats) {
-  uint64_t d = MkdirP(kRootIno, "d");
+  uint64_t d = Mkdir(kRootIno, "d");
   auto f = db_->CreateFile(d, "chunk", 0644, 0, 0, true);
   ASSERT_TRUE(f.ok());
   Location loc = Loc("n1", 1, 4096, 10000);
@@ -236,14 +201,14 @@ TEST_F(IndexDbTest, Xattrs) {
 }
 
 TEST_F(IndexDbTest, RenameRules) {
-  uint64_t a = MkdirP(kRootIno, "a");
-  uint64_t b = MkdirP(kRootIno, "b");
-  uint64_t a1 = MkdirP(a, "a1");
+  uint64_t a = Mkdir(kRootIno, "a");
+  uint64_t b = Mkdir(kRootIno, "b");
+  uint64_t a1 = Mkdir(a, "a1");
   Node f1 = CommitNew(a, "f1", Loc("n1", 1, 0, 100), 5);
   Node f2 = CommitNew(b, "f2", Loc("n1", 1, 8192, 200), 6);
-  uint64_t empty = MkdirP(b, "empty");
-  uint64_t full = MkdirP(b, "full");
-  MkdirP(full, "x");
+  uint64_t empty = Mkdir(b, "empty");
+  uint64_t full = Mkdir(b, "full");
+  Mkdir(full, "x");
 
   EXPECT_EQ(db_->Rename(a, "nope", b, "x", 0).status().ToErrno(), ENOENT);
   EXPECT_EQ(db_->Rename(a, "f1", 424242, "x", 0).status().ToErrno(), ENOENT);
@@ -312,7 +277,7 @@ TEST_F(IndexDbTest, RenameRules) {
 }
 
 TEST_F(IndexDbTest, ReadDirPagedWhileMutating) {
-  uint64_t d = MkdirP(kRootIno, "big");
+  uint64_t d = Mkdir(kRootIno, "big");
   constexpr int kStable = 100000;
   for (int i = 0; i < kStable; i++) {
     auto r = db_->CreateFile(d, "stable-" + std::to_string(i), 0644, 0, 0, true);
@@ -365,7 +330,7 @@ TEST_F(IndexDbTest, ReadDirPagedWhileMutating) {
                   .ok());
   Reopen();
   // staged files are dropped at reopen; use committed ones for the stability check
-  uint64_t d2 = MkdirP(kRootIno, "small");
+  uint64_t d2 = Mkdir(kRootIno, "small");
   for (int i = 0; i < 500; i++) CommitNew(d2, "c" + std::to_string(i), Loc("n1", 3, i * 4096, 1), 100 + i);
   std::map<std::string, uint64_t> before;
   ASSERT_TRUE(db_->ReadDir(d2, 0, [&](const DirEntry& e) {
@@ -651,7 +616,7 @@ TEST_F(IndexDbTest, ApplyPositionIsAtomicWithBatch) {
 }
 
 TEST_F(IndexDbTest, ReopenPersistsEverything) {
-  uint64_t d = MkdirP(kRootIno, "d");
+  uint64_t d = Mkdir(kRootIno, "d");
   Node f = CommitNew(d, "f", Loc("n1", 1, 0, 300), 40);
   ASSERT_TRUE(db_->SetXattr(f.attr.ino, "user.k", "v", 0).ok());
   ASSERT_TRUE(db_->Symlink(d, "s", "f", 0, 0, 41).ok());

@@ -12,6 +12,7 @@
 
 #include "index/index_db.h"
 #include "index/index_keys.h"
+#include "index_db_fixture.h"
 
 namespace kvfs {
 namespace {
@@ -153,41 +154,8 @@ TEST(IndexKeysTest, StampOrderNamesAndPaths) {
 
 // ---- an IndexDb in a temporary directory ----
 
-class IndexPartsTest : public ::testing::Test {
+class IndexPartsTest : public IndexDbFixture {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/kvfs_index_parts_test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = std::string(tmpl) + "/idx";
-    Reopen();
-  }
-  void TearDown() override {
-    db_.reset();
-    std::filesystem::remove_all(std::filesystem::path(dir_).parent_path());
-  }
-  void Reopen() {
-    db_.reset();
-    IndexDbOptions o;
-    o.dir = dir_;
-    o.node_id = "n1";
-    auto r = IndexDb::Open(o);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    db_ = std::move(*r);
-  }
-  uint64_t Mkdir(uint64_t parent, const std::string& name) {
-    auto r = db_->Mkdir(parent, name, 0755, 0, 0);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return r.ok() ? r->attr.ino : 0;
-  }
-  Node CommitNew(uint64_t parent, const std::string& name, const Location& loc, uint64_t stamp) {
-    auto c = db_->CreateFile(parent, name, 0644, 1000, 1000, true);
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    Attr a = c->attr;
-    a.size = loc.length;
-    auto n = db_->CommitFile(c->attr.ino, loc, a, stamp);
-    EXPECT_TRUE(n.ok()) << n.status().ToString();
-    return n.ok() ? *n : Node{};
-  }
   static Location Loc(const SegmentId& seg, uint64_t off, uint64_t len) {
     Location l;
     l.segment = seg;
@@ -215,8 +183,6 @@ class IndexPartsTest : public ::testing::Test {
     return cookie;
   }
 
-  std::string dir_;
-  std::unique_ptr<IndexDb> db_;
 };
 
 // ---- location_index.cc ----
