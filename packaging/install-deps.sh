@@ -4,7 +4,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config git
       libfuse3-dev fuse3 librocksdb-dev liburing-dev libxxhash-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev libspdlog-dev nlohmann-json3-dev libcpp-httplib-dev
-      libsystemd-dev
+      libsystemd-dev libcurl4-openssl-dev libtinyxml2-dev
       python3 clang-format fio strace)
 # Fuzzing is opt-in (tests/fuzz, -DKVFS_FUZZ=ON): KVFS_FUZZ=1 also installs clang (libFuzzer). CI does not
 # need it: the regression corpus runs in the unit tests with gcc.

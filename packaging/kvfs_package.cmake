@@ -63,7 +63,7 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # kvfs_<version>_<arch>.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION admin)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 # Shared libraries (libfuse3-3, librocksdb7.8, liburing2, libxxhash0, libspdlog1.10, libfmt9,
-# libcpp-httplib0.11, libsystemd0, libstdc++6, ...) are found by dpkg-shlibdeps; fuse3 (fusermount3, mount.fuse3) is a program dependency.
+# libcpp-httplib0.11, libsystemd0, libcurl4, libtinyxml2-9, libstdc++6, ...) are found by dpkg-shlibdeps; fuse3 (fusermount3, mount.fuse3) is a program dependency.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "fuse3")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${KVFS_PKG_DIR}/debian/conffiles ${KVFS_PKG_DIR}/debian/postinst
