@@ -56,7 +56,10 @@ start_rgw() {
   # Up when it answers HTTP (anonymous ListBuckets: 200 with an empty list).
   local i
   for ((i = 0; i < 600; i++)); do
-    if curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$port/"; then return 0; fi
+    if python3 - "$port" 2>/dev/null <<'PY'; then return 0; fi
+import sys, urllib.request
+urllib.request.urlopen("http://127.0.0.1:%s/" % sys.argv[1], timeout=2).read()
+PY
     kill -0 "$(cat "$dir/rgw.pid")" 2>/dev/null || { tail -n 30 "$dir/rgw.log" "$dir/rgw.out" >&2 || true; die "radosgw exited"; }
     sleep 0.1
   done
@@ -107,6 +110,9 @@ osd pool default pgp num = 8
 osd pool default pg autoscale mode = off
 osd crush chooseleaf type = 0
 mon warn on pool no redundancy = false
+# The monitor would stop itself below 5% free disk (mon_data_avail_crit); a test cluster holds nothing.
+mon data avail crit = 0
+mon data avail warn = 0
 [mon]
 mon data = $dir/mon
 mon cluster log file = $dir/mon-cluster.log
