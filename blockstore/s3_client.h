@@ -123,7 +123,9 @@ struct S3ListPage {
 
 struct S3PutOptions {
   // If-None-Match: * — the PUT fails with Exists if the key exists (S3 since 2024, Ceph RGW, StorageGRID
-  // 11.9+). For a multipart upload the header goes on CompleteMultipartUpload.
+  // 11.9+). For a multipart upload the header goes on CompleteMultipartUpload (Ceph RGW 16.2 ignores it
+  // there). A retry after a lost answer can report Exists for the caller's own write: callers that must
+  // know (a generation claim) put something of their own in the object and read it back on Exists.
   bool if_none_match = false;
 };
 

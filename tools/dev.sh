@@ -3,8 +3,8 @@
 #   tools/dev.sh demo   install deps, build, mount kvfs over a local backing directory and run a
 #                       vLLM-like workload (1,000 chunks of 2,359,296 B), print `kvfs stats`, unmount.
 #   tools/dev.sh test   install deps, build the programs (build/) and the unit tests under ASan/UBSan
-#                       (build-asan/), run the unit tests there and the integration tests against build/
-#                       (with the S3 client's tests against a real Ceph RADOS Gateway on loopback),
+#                       (build-asan/), run the unit tests there, the S3 client's tests there against a real
+#                       Ceph RADOS Gateway on loopback, and the integration tests against build/,
 #                       then the NFS test bed smoke test (KVFS_SKIP_NFS=1 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,14 +66,24 @@ case "${1:-}" in
     # -O0 compiles in half the time of -O1 and the tests still run in about two minutes; -g1 (line
     # tables) is all a sanitizer report needs.
     echo "== $(date +%T) the sanitizer build =="
-    build build-asan kvfs_unit_tests -DKVFS_SANITIZE=ON -DKVFS_BUILD_BENCHMARKS=OFF -DKVFS_PACKAGING=OFF \
+    build build-asan "kvfs_unit_tests kvfs_s3_tests" -DKVFS_SANITIZE=ON -DKVFS_BUILD_BENCHMARKS=OFF -DKVFS_PACKAGING=OFF \
       -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g1 -O0"
     echo "== $(date +%T) unit tests (ASan/UBSan) =="
     unit_shards build-asan/tests/kvfs_unit_tests "$jobs"
+    # The S3 client's tests (ASan build) start Ceph RADOS Gateway themselves and mostly wait on it: they
+    # run beside the integration tests. Here a missing server is a failure, not a skip (install-deps.sh
+    # installed it).
+    echo "== $(date +%T) S3 client tests (ASan/UBSan, Ceph RGW on loopback) in the background =="
+    (cd build-asan && KVFS_S3_REQUIRED=${KVFS_S3_REQUIRED:-1} ctest -L s3 --output-on-failure --timeout 600 \
+      > s3-tests.log 2>&1) &
+    s3_pid=$!
     echo "== $(date +%T) integration tests =="
-    # The S3 tests (s3_client_test) start Ceph RADOS Gateway themselves; here a missing server is a
-    # failure, not a skip (install-deps.sh installed it).
-    (cd build && KVFS_S3_REQUIRED=${KVFS_S3_REQUIRED:-1} ctest --output-on-failure --timeout 900 -j2)
+    (cd build && ctest --output-on-failure --timeout 900 -j2)
+    if wait "$s3_pid"; then
+      grep -E "tests passed|PASSED|SKIPPED" build-asan/s3-tests.log
+    else
+      echo "S3 client tests FAILED:"; cat build-asan/s3-tests.log; exit 1
+    fi
     if [ "${KVFS_SKIP_NFS:-0}" != 1 ]; then
       echo "== $(date +%T) NFS test bed smoke test (qemu guest: knfsd + two NFS client nodes) =="
       wait "$nfs_pid" || { echo "NFS guest image build failed:"; tail -20 build-nfs-image.log; }
