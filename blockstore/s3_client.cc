@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -552,8 +553,39 @@ Status S3Client::Put(const std::string& key, std::string_view data, const S3PutO
 }
 
 Status S3Client::PutMultipart(const std::string& key, std::string_view data, const S3PutOptions& opts) {
+  return Multipart(key, data.size(), opts, [data](uint64_t off, size_t n) -> Result<std::string_view> {
+    return data.substr(off, n);
+  });
+}
+
+Status S3Client::PutFile(const std::string& key, BackingFile* file, uint64_t size, const S3PutOptions& opts) {
+  std::string buf;
+  // Reads [off, off + n) of the file into buf (reused: one part in memory at a time).
+  auto read = [&](uint64_t off, size_t n) -> Result<std::string_view> {
+    buf.resize(n);
+    size_t done = 0;
+    while (done < n) {
+      size_t got = 0;
+      KVFS_RETURN_IF_ERROR(file->Read(off + done, n - done, buf.data() + done, &got));
+      if (got == 0) {
+        return Status::IOError("s3 upload of " + file->path() + ": file ends at " +
+                               std::to_string(off + done) + ", before the " + std::to_string(size) +
+                               " bytes to upload");
+      }
+      done += got;
+    }
+    return std::string_view(buf);
+  };
+  if (size >= config_.multipart_threshold) return Multipart(key, size, opts, read);
+  auto whole = read(0, static_cast<size_t>(size));
+  if (!whole.ok()) return whole.status();
+  return Put(key, *whole, opts);
+}
+
+Status S3Client::Multipart(const std::string& key, uint64_t size, const S3PutOptions& opts,
+                           const std::function<Result<std::string_view>(uint64_t, size_t)>& part_data) {
   const uint64_t part = config_.part_size;
-  const uint64_t parts = std::max<uint64_t>(1, (data.size() + part - 1) / part);
+  const uint64_t parts = std::max<uint64_t>(1, (size + part - 1) / part);
   if (parts > 10000)
     return Status::InvalidArgument("s3: object needs more than 10,000 parts; raise part_size");
   Response resp;
@@ -592,7 +624,9 @@ Status S3Client::PutMultipart(const std::string& key, std::string_view data, con
     up.method = "PUT";
     up.key = key;
     up.query = "partNumber=" + std::to_string(i + 1) + "&" + id_q;  // sorted: partNumber < uploadId
-    up.body = data.substr(off, std::min<uint64_t>(part, data.size() - off));
+    auto body = part_data(off, static_cast<size_t>(std::min<uint64_t>(part, size - off)));
+    if (!body.ok()) return abort(body.status());
+    up.body = *body;
     Status s = Perform(S3Op::kUploadPart, up, &resp);
     if (!s.ok()) return abort(s);
     if (resp.etag.empty()) {

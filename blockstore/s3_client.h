@@ -23,8 +23,9 @@
 //   other 4xx                                                    -> IOError (EIO); 400 -> InvalidArgument
 //   5xx, 429, connection errors, timeouts: retried with exponential backoff and jitter (max_retries) as
 //   long as the call's deadline allows; then IOError (EIO), or TimedOut when the deadline ran out.
-// No call blocks past its deadline (S3Config::deadline_ms from the start of the call, retries and
-// backoff included): each attempt's connect and total timeouts are clipped to what is left.
+// No request blocks past its deadline (S3Config::deadline_ms from its start, retries and backoff
+// included): each attempt's connect and total timeouts are clipped to what is left. A multipart upload
+// is several requests, each with its own deadline.
 //
 // Thread safety: every method is thread-safe. Calls run on the caller's thread, concurrently; each takes
 // a libcurl handle from a small pool (so connections are reused) and returns it. counters() are atomics.
@@ -34,12 +35,14 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "blockstore/env.h"
 #include "blockstore/status.h"
 
 namespace kvfs {
@@ -141,6 +144,10 @@ class S3Client {
   Status Put(const std::string& key, std::string_view data, const S3PutOptions& opts = {});
   // A multipart upload whatever the size (parts of part_size; Put() uses it above the threshold).
   Status PutMultipart(const std::string& key, std::string_view data, const S3PutOptions& opts = {});
+  // PUT the first `size` bytes of a local file (a sealed segment staged on disk), read part by part:
+  // at most one part (part_size) in memory, or the whole file below multipart_threshold. A file shorter
+  // than size, or a read error, fails the upload (aborted) with an IOError naming the file.
+  Status PutFile(const std::string& key, BackingFile* file, uint64_t size, const S3PutOptions& opts = {});
   // GET bytes [offset, offset + n) into buf; *got = bytes copied, < n only at the end of the object
   // (0 when offset >= size). n == 0 sends nothing.
   Status Get(const std::string& key, uint64_t offset, size_t n, void* buf, size_t* got);
@@ -168,6 +175,10 @@ class S3Client {
   // One call: attempts with retries and backoff inside the deadline; fills resp from the last attempt.
   Status Perform(S3Op op, Request& req, Response* resp);
   std::string Url(const std::string& key, const std::string& query) const;
+  // The multipart upload of `size` bytes; part_data(offset, n) gives the bytes of one part (valid until
+  // the next call). Aborts the upload on any failure.
+  Status Multipart(const std::string& key, uint64_t size, const S3PutOptions& opts,
+                   const std::function<Result<std::string_view>(uint64_t, size_t)>& part_data);
   // Counts a failed call of type op and logs it (rate-limited warn; NotFound at debug); returns s.
   Status Fail(S3Op op, Status s);
   friend struct S3ClientCallbacks;

@@ -347,6 +347,45 @@ TEST_F(S3ClientTest, MultipartUpload) {
   EXPECT_EQ(mp->Head("seg/empty")->size, 0u);
 }
 
+// A sealed segment staged on local disk, uploaded part by part from the file.
+TEST_F(S3ClientTest, PutFileStreamsFromLocalFile) {
+  S3Config c = BaseConfig(bucket_);
+  c.part_size = 5ull << 20;
+  c.multipart_threshold = 8ull << 20;
+  auto r = S3Client::Create(c);
+  ASSERT_TRUE(r.ok());
+  auto& cl = *r;
+  char dir[] = "/tmp/kvfs-s3file-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/seg";
+  const std::string data = RandomBytes((11ull << 20) + 4096, 3);
+  {
+    OpenOptions o;
+    o.write = o.create = true;
+    auto f = Env::Posix()->Open(path, o);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_TRUE((*f)->Write(0, data.data(), data.size()).ok());
+  }
+  auto f = Env::Posix()->Open(path, OpenOptions{});
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE(cl->PutFile("seg/file", f->get(), data.size()).ok());
+  EXPECT_EQ(cl->counters().Requests(S3Op::kUploadPart), 3u);
+  EXPECT_TRUE(*cl->GetAll("seg/file") == data);
+  // A prefix of the file, below the threshold: one PUT.
+  ASSERT_TRUE(cl->PutFile("seg/prefix", f->get(), 1000).ok());
+  EXPECT_EQ(cl->counters().Requests(S3Op::kPut), 1u);
+  EXPECT_EQ(*cl->GetAll("seg/prefix"), data.substr(0, 1000));
+  // Asked for more than the file holds: an error naming the file, the upload aborted, no object.
+  Status s = cl->PutFile("seg/short", f->get(), data.size() + (5ull << 20));
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_NE(s.message().find(path), std::string::npos) << s.message();
+  EXPECT_EQ(cl->counters().Requests(S3Op::kAbortMultipart), 1u);
+  EXPECT_TRUE(cl->Head("seg/short").status().IsNotFound());
+  f->reset();
+  unlink(path.c_str());
+  rmdir(dir);
+}
+
 TEST_F(S3ClientTest, VirtualHostedAddressing) {
   // BUCKET.localhost resolves to loopback (libcurl resolves *.localhost itself); the gateway is set up
   // with rgw_dns_name = localhost.
