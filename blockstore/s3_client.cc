@@ -482,6 +482,9 @@ Status S3Client::Perform(S3Op op, Request& req, Response* resp) {
     if (rc != CURLE_OK) {
       last_error = std::string("curl: ") + (errbuf[0] ? errbuf : curl_easy_strerror(rc));
       retry = S3RetryableCurl(rc);
+      if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE) {
+        last_error += " (the server's certificate is not trusted: give its CA bundle as the CA file option)";
+      }
       s = Status::IOError(what + ": " + last_error, EIO);
     } else {
       resp->status = status;

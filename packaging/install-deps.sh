@@ -9,7 +9,7 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       # The S3 tier's test server: Ceph RADOS Gateway over a one-node cluster (tests/s3/s3_server.sh).
       # About 100 s to install on 2 cores; KVFS_NO_S3_SERVER=1 leaves it out (its tests then skip).
       )
-if [ "${KVFS_NO_S3_SERVER:-0}" != 1 ]; then pkgs+=(radosgw ceph-mon ceph-osd); fi
+if [ "${KVFS_NO_S3_SERVER:-0}" != 1 ]; then pkgs+=(radosgw ceph-mon ceph-osd openssl); fi
 # Fuzzing is opt-in (tests/fuzz, -DKVFS_FUZZ=ON): KVFS_FUZZ=1 also installs clang (libFuzzer). CI does not
 # need it: the regression corpus runs in the unit tests with gcc.
 if [ "${KVFS_FUZZ:-0}" = 1 ]; then pkgs+=(clang); fi

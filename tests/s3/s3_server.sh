@@ -4,7 +4,8 @@
 # the cluster, S3 SigV4 auth on at the gateway), all on loopback, all state under one directory.
 #
 #   tests/s3/s3_server.sh start DIR   start the cluster and the gateway; creates an S3 user and prints,
-#                                     one per line, KEY=VALUE: S3_ENDPOINT, S3_REGION, AWS_ACCESS_KEY_ID,
+#                                     one per line, KEY=VALUE: S3_ENDPOINT (http), S3_TLS_ENDPOINT (https,
+#                                     a self-signed certificate: S3_CA_FILE), S3_REGION, AWS_ACCESS_KEY_ID,
 #                                     AWS_SECRET_ACCESS_KEY (also written to DIR/env, sourceable).
 #                                     Exit 2 (and a message) when the Ceph packages are not installed.
 #   tests/s3/s3_server.sh stop DIR    stop exactly the daemons this script started (DIR/*.pid), then
@@ -47,12 +48,15 @@ kill_pidfile() {  # NAME: SIGTERM the pid recorded in DIR/NAME.pid, wait up to 1
 ceph_() { timeout 30 ceph -c "$conf" "$@"; }
 
 start_rgw() {
-  local port
-  # A restarted gateway keeps its port (clients keep their endpoint).
+  local port tls_port
+  # A restarted gateway keeps its ports (clients keep their endpoint).
   if [ -f "$dir/rgw.port" ]; then port=$(cat "$dir/rgw.port"); else port=$(free_port); fi
+  if [ -f "$dir/rgw.tls-port" ]; then tls_port=$(cat "$dir/rgw.tls-port"); else tls_port=$(free_port); fi
   spawn rgw radosgw -f -c "$conf" -n client.rgw.test \
-    --rgw-frontends "beast endpoint=127.0.0.1:$port"
+    --rgw-frontends "beast endpoint=127.0.0.1:$port ssl_endpoint=127.0.0.1:$tls_port \
+ssl_certificate=$dir/tls/cert.pem ssl_private_key=$dir/tls/key.pem"
   echo "$port" > "$dir/rgw.port"
+  echo "$tls_port" > "$dir/rgw.tls-port"
   # Up when it answers HTTP (anonymous ListBuckets: 200 with an empty list).
   local i
   for ((i = 0; i < 600; i++)); do
@@ -68,14 +72,14 @@ PY
 
 case "$cmd" in
 start)
-  for b in ceph-mon ceph-osd radosgw radosgw-admin monmaptool ceph-authtool ceph; do
-    command -v "$b" >/dev/null || { echo "s3_server: $b not installed (apt-get install radosgw ceph-mon ceph-osd)" >&2; exit 2; }
+  for b in ceph-mon ceph-osd radosgw radosgw-admin monmaptool ceph-authtool ceph openssl; do
+    command -v "$b" >/dev/null || { echo "s3_server: $b not installed (apt-get install radosgw ceph-mon ceph-osd openssl)" >&2; exit 2; }
   done
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   conf=$dir/ceph.conf
   [ -f "$dir/mon.pid" ] && die "$dir already has a running cluster (stop it first)"
-  rm -rf "$dir/mon" "$dir/osd" "$dir/run" "$dir/rgw.port"
+  rm -rf "$dir/mon" "$dir/osd" "$dir/run" "$dir/rgw.port" "$dir/rgw.tls-port" "$dir/tls"
   mkdir -p "$dir/mon" "$dir/osd" "$dir/run"
   fsid=$(python3 -c 'import uuid; print(uuid.uuid4())')
   mon_port=$(free_port)
@@ -145,6 +149,12 @@ CONF
     sleep 0.2
   done
   ceph_ osd stat -f json | grep -q '"num_up_osds":1' || die "the OSD did not come up"
+  # A self-signed certificate for the TLS endpoint (127.0.0.1, localhost), its own CA.
+  mkdir -p "$dir/tls"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost \
+    -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" \
+    -keyout "$dir/tls/key.pem" -out "$dir/tls/cert.pem" >"$dir/tls/openssl.out" 2>&1 \
+    || { cat "$dir/tls/openssl.out" >&2; die "openssl could not make the test certificate"; }
   start_rgw
   access=KVFSTESTACCESSKEY0001
   secret=kvfs-test-secret-key-000000000000000000001
@@ -153,6 +163,8 @@ CONF
     || { cat "$dir/user.err" >&2; die "radosgw-admin user create failed"; }
   {
     echo "S3_ENDPOINT=http://127.0.0.1:$(cat "$dir/rgw.port")"
+    echo "S3_TLS_ENDPOINT=https://127.0.0.1:$(cat "$dir/rgw.tls-port")"
+    echo "S3_CA_FILE=$dir/tls/cert.pem"
     echo "S3_REGION=us-east-1"
     echo "AWS_ACCESS_KEY_ID=$access"
     echo "AWS_SECRET_ACCESS_KEY=$secret"
@@ -171,7 +183,7 @@ stop)
   kill_pidfile rgw
   kill_pidfile osd
   kill_pidfile mon
-  rm -rf "$dir/mon" "$dir/osd" "$dir/run" "$dir/rgw" "$dir/rgw.port"
+  rm -rf "$dir/mon" "$dir/osd" "$dir/run" "$dir/rgw" "$dir/rgw.port" "$dir/rgw.tls-port" "$dir/tls"
   ;;
 *) die "unknown command $cmd" ;;
 esac
