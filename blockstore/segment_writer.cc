@@ -79,6 +79,9 @@ struct SegmentWriter::Pending {
   uint16_t flags = 0;
   const std::vector<std::string_view>* parts = nullptr;
   const ValueSource* source = nullptr;  // streamed record (AppendStreamed): parts is null
+  bool rotate = false;                  // Rotate: no record; seals segment rotate_seq if still active
+  uint64_t rotate_seq = 0;
+  bool rotated = false;
   uint64_t value_len = 0;
   uint64_t value_delta = 0;  // ValueDelta: meta bytes padded to 4 KiB
   uint64_t span = 0;         // RecordSpan
@@ -218,6 +221,17 @@ Result<Location> SegmentWriter::AppendStreamed(std::string_view path, uint64_t s
   return Enqueue(&p);
 }
 
+Status SegmentWriter::Rotate(const SegmentId& seg, bool* rotated) {
+  if (rotated) *rotated = false;
+  if (seg.node != node_ || seg.generation != generation_) return Status::OK();  // not this writer's
+  Pending p;
+  p.rotate = true;
+  p.rotate_seq = seg.seq;
+  auto r = Enqueue(&p);
+  if (rotated) *rotated = p.rotated;
+  return r.status();
+}
+
 Result<Location> SegmentWriter::Enqueue(Pending* pp) {
   Pending& p = *pp;
   std::unique_lock<std::mutex> lk(mu_);
@@ -230,18 +244,23 @@ Result<Location> SegmentWriter::Enqueue(Pending* pp) {
     return p.loc;
   }
   // Leader: take a batch from the front of the queue. A streamed record is a batch of its own (so its
-  // source always runs on its appender's thread).
+  // source always runs on its appender's thread), and so is a Rotate.
   std::vector<Pending*> batch;
   uint64_t bytes = 0;
   for (Pending* w : queue_) {
-    if (!batch.empty() && (w->source || batch[0]->source || bytes + w->span > opts_.max_batch_bytes)) break;
+    if (!batch.empty() && (w->source || batch[0]->source || w->rotate || batch[0]->rotate ||
+                           bytes + w->span > opts_.max_batch_bytes)) {
+      break;
+    }
     batch.push_back(w);
     bytes += w->span;
   }
   const Status broken = broken_;
   lk.unlock();
   if (broken.ok()) {
-    if (batch[0]->source) {
+    if (batch[0]->rotate) {
+      RotateActive(batch[0]);
+    } else if (batch[0]->source) {
       WriteStreamed(batch[0]);
     } else {
       WriteBatch(batch);
@@ -305,10 +324,11 @@ void SegmentWriter::WriteBatch(const std::vector<Pending*>& batch) {
     if (active_ && has_records) {
       const uint64_t count = footer_.size() + group.size() + 1;
       if (next_offset_ + w->span + format::FooterBytes(count) + format::kTrailerBlockSize > opts_.segment_size) {
-        // Write what goes before the seal, then seal. If the seal's write fails the segment is left
-        // unsealed (recovery scans it; its records are still synced by Sync) and we move on.
-        if (flush().ok()) SealActive();
-        active_.reset();
+        // Write what goes before the seal, then seal. If the seal's write fails (or that of the records
+        // before it) the segment is retired unsealed (on_retire; recovery scans it; its records are
+        // still synced by Sync) and we move on.
+        flush();
+        CloseActive();
         Status broken;
         {
           std::lock_guard<std::mutex> lk(mu_);
@@ -354,8 +374,7 @@ Status SegmentWriter::PlaceRecord(uint64_t span) {
   if (active_ && !footer_.empty()) {
     const uint64_t count = footer_.size() + 1;
     if (next_offset_ + span + format::FooterBytes(count) + format::kTrailerBlockSize > opts_.segment_size) {
-      SealActive();  // a failed seal leaves the segment unsealed (recovery scans it), as in WriteBatch
-      active_.reset();
+      CloseActive();  // a failed seal retires the segment unsealed, as in WriteBatch
       std::lock_guard<std::mutex> lk(mu_);
       if (!broken_.ok()) return broken_;
     }
@@ -413,6 +432,20 @@ void SegmentWriter::WriteStreamed(Pending* w) {
   stats_.batches += 1;
 }
 
+void SegmentWriter::RotateActive(Pending* w) {
+  w->status = Status::OK();
+  if (!active_ || active_seq_ != w->rotate_seq || footer_.empty()) return;  // nothing to reclaim by sealing
+  CloseActive();
+  w->rotated = true;
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!broken_.ok()) w->status = broken_;  // the seal's fdatasync failed
+}
+
+void SegmentWriter::CloseActive() {
+  if (active_) SealActive();  // a failed write retires it (on_retire); a failed fdatasync breaks the writer
+  active_.reset();
+}
+
 Status SegmentWriter::OpenNextSegment() {
   const uint64_t seq = next_seq_;
   OpenOptions o;
@@ -464,11 +497,18 @@ Status SegmentWriter::TrimActive() {
 Status SegmentWriter::SealActive() {
   // The trailer must end the file: bytes a failed write left past the footer would hide it (the segment
   // would read as unsealed with a torn tail after a clean stop).
-  KVFS_RETURN_IF_ERROR(TrimActive());
+  Status w = TrimActive();
   const uint64_t count = footer_.size();
   const uint64_t footer_bytes = format::FooterBytes(count);
-  AlignedBuf fb = AllocAligned(footer_bytes + format::kTrailerBlockSize);
-  if (!fb) return Status::IOError("segment writer: out of memory", ENOMEM);
+  AlignedBuf fb;
+  if (w.ok()) {
+    fb = AllocAligned(footer_bytes + format::kTrailerBlockSize);
+    if (!fb) w = Status::IOError("segment writer: out of memory", ENOMEM);
+  }
+  if (!w.ok()) {
+    RetireActive();
+    return w;
+  }
   char* p = fb.get();
   for (uint64_t i = 0; i < count; ++i) format::EncodeFooterEntry(footer_[i], p + i * format::kFooterEntrySize);
   std::memset(p + count * format::kFooterEntrySize, 0, footer_bytes - count * format::kFooterEntrySize);
@@ -478,7 +518,12 @@ Status SegmentWriter::SealActive() {
   t.footer_checksum = format::Hash64(p, count * format::kFooterEntrySize);
   t.nonce = active_nonce_;
   format::EncodeTrailerBlock(t, p + footer_bytes);
-  KVFS_RETURN_IF_ERROR(active_->Write(next_offset_, p, footer_bytes + format::kTrailerBlockSize));
+  active_extent_ = std::max<uint64_t>(active_extent_, next_offset_ + footer_bytes + format::kTrailerBlockSize);
+  w = active_->Write(next_offset_, p, footer_bytes + format::kTrailerBlockSize);
+  if (!w.ok()) {
+    RetireActive();
+    return w;
+  }
   Status s = active_->Sync();
   SealedSegment sealed{SegmentId{node_, generation_, active_seq_},
                        format::SealedFileSize(next_offset_, count), count, active_data_bytes_};
@@ -497,6 +542,17 @@ Status SegmentWriter::SealActive() {
   }
   if (opts_.on_seal) opts_.on_seal(sealed);
   return Status::OK();
+}
+
+void SegmentWriter::RetireActive() {
+  TrimActive();  // what part of the footer landed goes, if it can (best effort: the export is full)
+  SealedSegment retired{SegmentId{node_, generation_, active_seq_}, active_extent_, footer_.size(),
+                        active_data_bytes_};
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stats_.segments_retired += 1;
+  }
+  if (opts_.on_retire) opts_.on_retire(retired);
 }
 
 void SegmentWriter::MarkDirty(uint64_t end) {

@@ -14,7 +14,13 @@
 // When a record does not fit (segment_size would be exceeded counting the footer and trailer), the
 // leader seals the segment (footer + trailer written, then fdatasync), reports it (TakeSealed and
 // on_seal), and creates the next seq. A record larger than segment_size goes alone into a segment of
-// its own (that segment is sealed before the next record).
+// its own (that segment is sealed before the next record). Rotate(seg) seals the active segment early
+// (the Store's way to make a mostly dead active segment reclaimable on a full export).
+//
+// A seal whose footer cannot be written (NoSpace, IOError: a full export) retires the segment unsealed:
+// it is never appended again, its bytes past the last record are truncated away, and it is reported
+// through on_retire (not TakeSealed: it gets no SEAL entry; the next mount's recovery seals it
+// logically), so the Store can still reclaim it once nothing in it is live.
 //
 // Durability: Append returns once the record is written (readable through the Env by this process,
 // not durable). Sync() makes every record whose Append returned before the call durable (fdatasync of
@@ -70,10 +76,14 @@ struct SegmentWriterOptions {
   bool seal_on_close = false;
   // Called by the leader thread (no lock held) right after a segment is sealed and synced.
   std::function<void(const SealedSegment&)> on_seal;
+  // Called by the leader thread (no lock held) when a seal failed to be written and the segment was
+  // retired unsealed (see above); file_size = its bytes on the export as far as known.
+  std::function<void(const SealedSegment&)> on_retire;
 };
 
 struct SegmentWriterStats {
   uint64_t records = 0, value_bytes = 0, batches = 0, segments_created = 0, segments_sealed = 0, syncs = 0;
+  uint64_t segments_retired = 0;  // seals that could not be written: retired unsealed (on_retire)
 };
 
 class SegmentWriter {
@@ -110,6 +120,13 @@ class SegmentWriter {
   // Durability barrier (see above). Concurrent Syncs are serialized.
   Status Sync();
 
+  // Seals segment `seg` now if it is still the active one and holds at least one record, so that the
+  // next record goes to a new segment; waits its turn in the append queue like an Append. OK when it was
+  // sealed, when its seal could not be written and it was retired unsealed (on_retire), or when there was
+  // nothing to do (not active any more, no record); the broken writer's error after a failed fdatasync.
+  // *rotated (optional): set when the segment was sealed or retired by this call.
+  Status Rotate(const SegmentId& seg, bool* rotated = nullptr);
+
   // Sync + optional seal + close. Idempotent. Appends after Close fail with InvalidArgument.
   Status Close();
 
@@ -144,9 +161,12 @@ class SegmentWriter {
   Result<Location> Enqueue(Pending* p);
   void WriteBatch(const std::vector<Pending*>& batch);  // leader only
   void WriteStreamed(Pending* w);                       // leader only; a batch of its own
+  void RotateActive(Pending* w);                        // leader only; a batch of its own
+  void CloseActive();                                   // leader only: seal (or retire) and forget it
   Status PlaceRecord(uint64_t span);                    // leader only: seal / open so span fits
   Status OpenNextSegment();                             // leader only
-  Status SealActive();                                  // leader only
+  Status SealActive();                                  // leader only; a failed write retires it
+  void RetireActive();                                  // leader only: on_retire, after a failed seal
   Status TrimActive();                                  // leader only: truncate to next_offset_
   void MarkDirty(uint64_t end);                         // leader only; takes mu_; end: of the bytes written
 

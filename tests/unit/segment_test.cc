@@ -762,6 +762,76 @@ TEST_F(SegmentTest, SealEndsTheFileAfterAFailedLongerWrite) {
   }
 }
 
+// Issue #16 part 2: Rotate seals the active segment early (the next record goes to a new one); it does
+// nothing for a segment that is not the active one any more, or one without a record.
+TEST_F(SegmentTest, RotateSealsTheActiveSegmentAndTheNextRecordStartsANewOne) {
+  std::vector<SealedSegment> seals;
+  SegmentWriterOptions o;
+  o.on_seal = [&](const SealedSegment& s) { seals.push_back(s); };
+  o.on_retire = [&](const SealedSegment&) { ADD_FAILURE() << "retired"; };
+  auto w = NewWriter(o);
+  bool rotated = true;
+  ASSERT_TRUE(w->Rotate(w->ActiveSegment(), &rotated).ok());  // nothing written yet
+  EXPECT_FALSE(rotated);
+  const std::string va = MakeValue(10000, 1);
+  auto a = w->Append("/a", 1, {va});
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(w->Rotate(a->segment, &rotated).ok());
+  EXPECT_TRUE(rotated);
+  ASSERT_EQ(seals.size(), 1u);
+  EXPECT_EQ(seals[0].id, a->segment);
+  EXPECT_EQ(seals[0].record_count, 1u);
+  EXPECT_EQ(seals[0].file_size, FileSize(a->segment));
+  EXPECT_EQ(w->TakeSealed().size(), 1u);
+  ASSERT_TRUE(w->Rotate(a->segment, &rotated).ok());  // sealed already: nothing to do
+  EXPECT_FALSE(rotated);
+  auto b = w->Append("/b", 2, {"bee"});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->segment.seq, a->segment.seq + 1);
+  ASSERT_TRUE(w->Rotate(a->segment, &rotated).ok());  // not the active one
+  EXPECT_FALSE(rotated);
+  EXPECT_EQ(seals.size(), 1u);
+  ASSERT_TRUE(w->Sync().ok());
+  auto f = OpenSeg(a->segment);
+  auto footer = ReadFooter(f.get(), FileSize(a->segment));
+  ASSERT_TRUE(footer.ok()) << footer.status().ToString();
+  EXPECT_EQ(footer->trailer.record_count, 1u);
+  ExpectValue(f.get(), *a, va);
+}
+
+// A seal that cannot be written (the export is full) retires the segment unsealed: reported through
+// on_retire with its records, never appended again, its bytes kept readable; Rotate still succeeds.
+TEST_F(SegmentTest, ASealThatCannotBeWrittenRetiresTheSegment) {
+  FaultInjectionEnv env(Env::Posix());
+  std::vector<SealedSegment> retired;
+  SegmentWriterOptions o;
+  o.on_seal = [&](const SealedSegment&) { ADD_FAILURE() << "sealed"; };
+  o.on_retire = [&](const SealedSegment& s) { retired.push_back(s); };
+  auto w = NewWriter(o, &env);
+  const std::string va = MakeValue(50000, 1);
+  auto a = w->Append("/a", 1, {va});
+  ASSERT_TRUE(a.ok());
+  int id = env.ShortWriteNth(1, 4096, ENOSPC, ".kseg");  // the footer write: part lands, then ENOSPC
+  bool rotated = false;
+  ASSERT_TRUE(w->Rotate(a->segment, &rotated).ok());
+  EXPECT_TRUE(rotated);
+  env.RemoveFault(id);
+  ASSERT_EQ(retired.size(), 1u);
+  EXPECT_EQ(retired[0].id, a->segment);
+  EXPECT_EQ(retired[0].record_count, 1u);
+  const uint64_t end = a->record_offset + format::RecordSpan(2, va.size());
+  EXPECT_EQ(FileSize(a->segment), end);  // what landed of the footer is truncated away
+  EXPECT_EQ(retired[0].file_size, end);
+  EXPECT_TRUE(w->TakeSealed().empty());  // no SEAL entry for it
+  EXPECT_EQ(w->GetStats().segments_retired, 1u);
+  auto b = w->Append("/b", 2, {"bee"});
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->segment.seq, a->segment.seq + 1);
+  ASSERT_TRUE(w->Sync().ok());
+  auto f = OpenSeg(a->segment);
+  ExpectValue(f.get(), *a, va);
+}
+
 TEST_F(SegmentTest, SyncFailureBreaksTheWriter) {
   FaultInjectionEnv env(Env::Posix());
   auto w = NewWriter({}, &env);
