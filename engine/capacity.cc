@@ -1,7 +1,8 @@
 // Capacity and eviction (store.h "Capacity and eviction", docs/design.md §6), the mechanism: the decisions
 // (limits, targets, reinsertion choice) are engine/eviction_policy.h's. Here: accounting of this node's
 // segment bytes (OnSealed, TrackAppendLocked), the writers' hard limit (ReserveSpace), the evictor thread
-// (EvictLoop / EvictOnce: per-node and global watermarks, dead-segment reclamation), drops with hits-based
+// (EvictLoop / EvictOnce: per-node and global watermarks, dead-segment reclamation, sealing a mostly dead
+// active segment early on a full export), drops with hits-based
 // reinsertion (DropSegment, ReinsertRecord), delayed unlinks (UnlinkDue), the RESERVE file, and GoneOr
 // (a read failure of a dropped or vanished segment -> NotFound).
 //
@@ -23,6 +24,10 @@ namespace {
 // waiting for its commit), looked for at most this often (one index read per tracked segment).
 // The age is StoreOptions::dead_segment_age_ms (10 s); the scan interval is a fifth of it, at most 2 s.
 constexpr auto kEvictTick = std::chrono::milliseconds(100);
+// While the export is full the age is at most this: a writer waits for the space. (What the age guards,
+// a record appended before its segment sealed and not committed yet, is also guarded by its pin and by
+// the append tickets: DropCandidateLocked.)
+constexpr auto kFullExportDeadAge = std::chrono::milliseconds(1000);
 
 }  // namespace
 
@@ -113,6 +118,44 @@ void StoreImpl::OnSealed(const SealedSegment& seg) {
   evict_cv_.notify_one();
 }
 
+void StoreImpl::OnRetired(const SealedSegment& seg) {
+  segments_retired_++;
+  LogLimited(spdlog::level::warn, "segment-retired",
+             "kvfs: segment {}-{} could not be sealed (export full?): retired unsealed ({} records, {} bytes); "
+             "it is reclaimed once none of its files is live, and sealed by the next mount's recovery",
+             seg.id.generation, seg.id.seq, seg.record_count, seg.file_size);
+  OnSealed(seg);  // never appended again: evictable like a sealed one
+}
+
+void StoreImpl::SealMostlyDeadActive() {
+  auto writer = Segments();
+  const SegmentId active = writer->ActiveSegment();
+  uint64_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    auto it = own_segs_.find(active);
+    // Nothing appended yet, already sealed, or pinned (a held or uncommitted record: it could not be
+    // dropped once sealed anyway; looked at again next round).
+    if (it == own_segs_.end() || it->second.evictable || pins_.count(active)) return;
+    bytes = it->second.bytes;
+  }
+  auto st = index_->GetSegment(active);
+  if (!st.ok() && !st.status().IsNotFound()) return;
+  const uint64_t live = st.ok() ? st->live_bytes : 0;  // NotFound: no file of it was ever committed
+  if (!ShouldSealActiveEarly(bytes, live)) return;
+  bool rotated = false;
+  Status s = writer->Rotate(active, &rotated);
+  if (!s.ok()) {
+    LogLimited(spdlog::level::warn, LogKey("seal-early", s), "kvfs: sealing segment {}-{} early: {}",
+               active.generation, active.seq, ErrnoText(s));
+    return;
+  }
+  if (!rotated) return;
+  segments_sealed_early_++;
+  spdlog::info("kvfs: export full: segment {}-{} sealed early ({} of its {} bytes live) so that its dead bytes "
+               "can be reclaimed", active.generation, active.seq, live, bytes);
+}
+
 void StoreImpl::TrackAppendLocked(const Location& loc) {
   if (dropped_own_.count(loc.segment)) return;
   SegTrack& t = own_segs_[loc.segment];
@@ -181,9 +224,10 @@ uint64_t StoreImpl::PeerSegmentBytes() {
   return sum;
 }
 
-void StoreImpl::ReclaimDeadSegments() {
+void StoreImpl::ReclaimDeadSegments(bool full) {
   const auto now = std::chrono::steady_clock::now();
-  const auto age = std::chrono::milliseconds(opts_.dead_segment_age_ms);
+  std::chrono::milliseconds age(opts_.dead_segment_age_ms);
+  if (full) age = std::min<std::chrono::milliseconds>(age, kFullExportDeadAge);
   const auto scan = std::clamp<std::chrono::milliseconds>(age / 5, std::chrono::milliseconds(50),
                                                           std::chrono::milliseconds(2000));
   if (now - last_dead_scan_ < scan) return;
@@ -211,17 +255,12 @@ void StoreImpl::ReclaimDeadSegments() {
 
 void StoreImpl::EvictOnce() {
   UnlinkDue(false);
-  ReclaimDeadSegments();
   bool emergency;
-  uint64_t node_bytes;
   {
     std::lock_guard<std::mutex> l(cap_mu_);
     emergency = emergency_;
     emergency_ = false;
-    node_bytes = node_bytes_;
   }
-  // Target for this node's bytes (eviction_policy.h).
-  uint64_t target = EvictionTarget(limits_, node_bytes, limits_.global_high ? PeerSegmentBytes() : 0);
   if (emergency) {
     // The backing store itself is full: free the reserve so DROP (and the user's UNLINK) entries can be
     // journaled; with a capacity or watermark, drop until two segments' worth of space will be free.
@@ -229,8 +268,19 @@ void StoreImpl::EvictOnce() {
     hold_reserve_ = true;
     KickCommit();  // journal entries that failed for lack of space go now
     last_dead_scan_ = {};
-    ReclaimDeadSegments();
   }
+  // Full (until RESERVE is back): a mostly dead active segment is sealed so that it can be reclaimed,
+  // and dead segments go sooner (store.h "Capacity and eviction").
+  const bool full = emergency || hold_reserve_.load();
+  if (full) SealMostlyDeadActive();
+  ReclaimDeadSegments(full);
+  uint64_t node_bytes;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    node_bytes = node_bytes_;
+  }
+  // Target for this node's bytes (eviction_policy.h).
+  uint64_t target = EvictionTarget(limits_, node_bytes, limits_.global_high ? PeerSegmentBytes() : 0);
   if (emergency && limits_.bounded()) {
     uint64_t total = 0, avail = 0;
     const bool have_avail = env_->StatFs(opts_.backing_dir, &total, &avail).ok();

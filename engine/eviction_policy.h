@@ -6,6 +6,7 @@
 //  * EvictionTarget / EmergencyTarget: how many bytes this node keeps after a round.
 //  * PeerSegmentEstimate: a peer segment's bytes as the global watermark counts them.
 //  * ChooseReinsertions: which live records of a segment about to be dropped are appended again.
+//  * ShouldSealActiveEarly: on a full export, whether the active segment is sealed now to be reclaimed.
 // Which segment goes first (FIFO: the oldest (generation, seq) that may be dropped) is the order of
 // the evictor's segment map; what "may be dropped" means (sealed, unpinned, no append in flight at its
 // seal) is the mechanism's, since it needs its locks.
@@ -58,6 +59,16 @@ uint64_t EmergencyTarget(const EvictionLimits& limits, uint64_t target, uint64_t
 // open -> live bytes.
 inline uint64_t PeerSegmentEstimate(bool sealed, uint64_t live_bytes, uint64_t segment_size) {
   return sealed ? std::max(segment_size, live_bytes) : live_bytes;
+}
+
+// The export is full and the active segment (segment_bytes written so far, live_bytes of committed
+// files in it) is mostly dead: sealed now, it can be reclaimed as a dead segment once its last live
+// file goes, instead of holding its dead bytes until it fills up (it may never: the export is full).
+// True when at least half of it, and at least kSealEarlyMinDeadBytes, is dead.
+inline constexpr uint64_t kSealEarlyMinDeadBytes = 256ull << 10;
+inline bool ShouldSealActiveEarly(uint64_t segment_bytes, uint64_t live_bytes) {
+  const uint64_t dead = segment_bytes > live_bytes ? segment_bytes - live_bytes : 0;
+  return dead >= kSealEarlyMinDeadBytes && dead >= segment_bytes - dead;
 }
 
 // Hits-based reinsertion (CacheLib Navy's hits policy): the records of a segment about to be dropped

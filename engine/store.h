@@ -134,6 +134,13 @@ struct PeerChanges {
 //    it is freed, record writes keep its size of the backing free (NoSpace otherwise). Open removes this
 //    node's RESERVE before the takeover when the backing has under 2 MiB free, so a full backing can be
 //    remounted.
+//  * Full export, mostly dead active segment: while the export is full (from the first NoSpace until
+//    RESERVE is back), the evictor seals the active segment early when at least half of its bytes are
+//    dead (files deleted or rewritten: ShouldSealActiveEarly, eviction_policy.h) and nothing in it is
+//    pinned, and dead segments are dropped 1 s after they sealed instead of dead_segment_age_ms. So an
+//    export smaller than a few segments, filled and then emptied by rm, gets its space back within
+//    seconds, without a remount. A seal that cannot be written (no room for the footer) retires the
+//    segment unsealed instead: it is never appended again and is reclaimed the same way.
 //  * Journal failures (NoSpace, IOError, TimedOut): the entries stay queued in order and the group
 //    commit retries them (backoff from group_commit_interval_ms to 1 s; at once when RESERVE is freed or
 //    a dropped segment is unlinked). Sync fails meanwhile; StoreStats::unjournaled_entries counts them.
@@ -228,6 +235,10 @@ struct StoreStats {
   uint64_t segments_dropped = 0, segment_bytes_dropped = 0, segments_unlinked = 0;
   uint64_t records_reinserted = 0, bytes_reinserted = 0;
   uint64_t writer_waits = 0, nospace_events = 0;
+  // On a full export: active segments sealed early because most of their bytes were dead (so they can
+  // be reclaimed), and segments retired unsealed because their seal could not be written (still
+  // reclaimable; the next mount's recovery seals them). See "Capacity and eviction".
+  uint64_t segments_sealed_early = 0, segments_retired = 0;
   // Gauges: segments holding a pinned record (written, not committed yet; or held by an open handle /
   // copy-on-write base, PinRecord), never dropped; this node's bytes in them; records held by handles.
   uint64_t segments_pinned = 0, segment_bytes_pinned = 0, records_held_open = 0;

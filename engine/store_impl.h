@@ -308,6 +308,9 @@ class StoreImpl final : public Store {
   Status InitEviction();
   void StopEvictor();
   void OnSealed(const SealedSegment& seg);
+  void OnRetired(const SealedSegment& seg);  // a seal that could not be written: reclaimable all the same
+  // A full export: seals the active segment early when most of it is dead (store.h "Capacity and eviction").
+  void SealMostlyDeadActive();
   void TrackAppendLocked(const Location& loc);  // requires cap_mu_
   Status ReserveSpace(uint64_t need);
   void NoteNoSpace();
@@ -344,7 +347,8 @@ class StoreImpl final : public Store {
     return t.evictable && !pins_.count(id) &&
            (appends_in_flight_.empty() || *appends_in_flight_.begin() > t.sealed_after_ticket);
   }
-  void ReclaimDeadSegments();
+  // full: the export is full (dead segments go after kFullExportDeadAge instead of dead_segment_age_ms).
+  void ReclaimDeadSegments(bool full);
   // RESERVE released for a full backing, or not creatable for lack of space: record writes then keep
   // that much of the backing free for the journal (so deletes work) until RESERVE is back.
   std::atomic<bool> hold_reserve_{false};
@@ -380,6 +384,7 @@ class StoreImpl final : public Store {
   std::map<SegmentId, std::unordered_map<uint64_t, uint64_t>> loc_ino_;
   std::atomic<uint64_t> segments_dropped_{0}, segment_bytes_dropped_{0}, segments_unlinked_{0};
   std::atomic<uint64_t> records_reinserted_{0}, bytes_reinserted_{0}, writer_waits_{0}, nospace_events_{0};
+  std::atomic<uint64_t> segments_sealed_early_{0}, segments_retired_{0};
 };
 
 }  // namespace kvfs

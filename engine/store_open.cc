@@ -111,6 +111,7 @@ Status StoreImpl::Init() {
   so.direct_io = opts_.direct_io;
   so.seal_on_close = true;
   so.on_seal = [this](const SealedSegment& seg) { OnSealed(seg); };
+  so.on_retire = [this](const SealedSegment& seg) { OnRetired(seg); };
   seg_opts_ = so;
   auto sw = SegmentWriter::Open(env_, node_dir_->seg_dir(), opts_.node_id, node_dir_->generation(), so);
   if (!sw.ok()) return sw.status();

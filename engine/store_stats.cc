@@ -97,6 +97,8 @@ StoreStats StoreImpl::GetStats() {
     for (const auto& [k, n] : held_records_) s.records_held_open += n;
   }
   s.nospace_events = nospace_events_;
+  s.segments_sealed_early = segments_sealed_early_;
+  s.segments_retired = segments_retired_;
   auto& b = s.backing_ops;
   b.open = c.open;
   b.create = c.create;

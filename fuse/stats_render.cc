@@ -134,6 +134,8 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                    {"bytes_reinserted", st.bytes_reinserted},
                    {"writer_waits", st.writer_waits},
                    {"nospace_events", st.nospace_events},
+                   {"segments_sealed_early", st.segments_sealed_early},
+                   {"segments_retired", st.segments_retired},
                    {"segments_pinned", st.segments_pinned},
                    {"segment_bytes_pinned", st.segment_bytes_pinned},
                    {"records_held_open", st.records_held_open}};
@@ -395,6 +397,11 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
         st.writer_waits);
   e.One("kvfs_nospace_events_total", "counter", "Writes that found the backing store or capacity full (ENOSPC).",
         st.nospace_events);
+  e.One("kvfs_segments_sealed_early_total", "counter",
+        "Active segments sealed early on a full export because most of their bytes were dead.",
+        st.segments_sealed_early);
+  e.One("kvfs_segments_retired_total", "counter",
+        "Segments retired unsealed because their seal could not be written (full export).", st.segments_retired);
   return std::move(e.str());
 }
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -424,6 +425,106 @@ TEST_F(CapacityTest, HeldRecordSurvivesCapacityEvictionUntilReleased) {
   Settle();
   EXPECT_FALSE(fs::exists(SegPath(held)));
   EXPECT_FALSE(store_->Lookup(kRootIno, Name(0)).ok());
+}
+
+// Issue #16 part 2: an export smaller than one segment fills up, and rm of every file leaves only dead
+// bytes in the active segment. While the export is full the evictor seals that segment early and drops
+// it 1 s later (not dead_segment_age_ms, here 60 s), so writes work again without a remount. "Full" is
+// made with the fault Env: the next segment write fails with ENOSPC and RESERVE cannot be recreated (as
+// on a full export, so the store stays in its full state).
+class FullExportTest : public CapacityTest {
+ protected:
+  static constexpr int kFiles = 24;  // ~1.8 MiB, all in the active segment
+  void OpenFull() {
+    fenv_ = std::make_unique<FaultInjectionEnv>(Env::Posix());  // outlives store_ (TearDown)
+    StoreOptions o = CapOptions(0, 0, fenv_.get());                // no capacity: only dead bytes go
+    o.segment_size = 64 * kSeg;
+    o.dead_segment_age_ms = 60000;
+    Open(o);
+    for (int i = 0; i < kFiles; ++i) ASSERT_NO_FATAL_FAILURE(WriteFile(Name(i), Content(Name(i), kChunk, 7)));
+    ASSERT_TRUE(store_->Sync().ok());
+    ASSERT_EQ(SegmentPaths().size(), 1u);
+  }
+  void RemoveAll() {
+    for (int i = 0; i < kFiles; ++i) ASSERT_TRUE(store_->Unlink(kRootIno, Name(i), nullptr).ok());
+  }
+  // The export fills up: a write fails with ENOSPC. seal_fails: every segment write fails until
+  // RemoveFault(seal_rule_) (no room for a footer either); otherwise only the next one.
+  void FillUp(bool seal_fails = false) {
+    reserve_rule_ = fenv_->FailWrites(ENOSPC, "RESERVE");
+    seal_rule_ = seal_fails ? fenv_->FailWrites(ENOSPC, ".kseg") : fenv_->ShortWriteNth(1, 0, ENOSPC, ".kseg");
+    Status err;
+    WriteFile("doomed", Content("doomed", kChunk, 7), &err);
+    ASSERT_TRUE(err.IsNoSpace()) << err.ToString();
+  }
+  // Polls (the bound is only how long a broken build takes to fail: the evictor ticks every 100 ms).
+  bool WaitFor(const std::function<bool(const StoreStats&)>& cond) {
+    for (int i = 0; i < 1000; ++i) {
+      if (cond(store_->GetStats())) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return cond(store_->GetStats());
+  }
+  void WriteAgainAndRead() {
+    ASSERT_NO_FATAL_FAILURE(WriteFile("after", Content("after", kChunk, 9)));
+    Status st;
+    EXPECT_EQ(ReadAll("after", &st), Content("after", kChunk, 9));
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    fenv_->RemoveFault(reserve_rule_);
+  }
+  int reserve_rule_ = -1, seal_rule_ = -1;
+};
+
+TEST_F(FullExportTest, TheMostlyDeadActiveSegmentIsSealedEarlyAndReclaimed) {
+  ASSERT_NO_FATAL_FAILURE(OpenFull());
+  ASSERT_NO_FATAL_FAILURE(RemoveAll());
+  ASSERT_NO_FATAL_FAILURE(FillUp());
+  EXPECT_TRUE(WaitFor([](const StoreStats& s) { return s.segments_unlinked >= 1; }));
+  auto st = store_->GetStats();
+  EXPECT_EQ(st.segments_sealed_early, 1u);
+  EXPECT_EQ(st.segments_retired, 0u);
+  EXPECT_EQ(st.node_segment_bytes, 0u);
+  EXPECT_TRUE(SegmentPaths().empty());
+  ASSERT_NO_FATAL_FAILURE(WriteAgainAndRead());
+}
+
+TEST_F(FullExportTest, ASegmentWhoseSealCannotBeWrittenIsRetiredAndReclaimed) {
+  ASSERT_NO_FATAL_FAILURE(OpenFull());
+  ASSERT_NO_FATAL_FAILURE(RemoveAll());
+  ASSERT_NO_FATAL_FAILURE(FillUp(/*seal_fails=*/true));
+  EXPECT_TRUE(WaitFor([](const StoreStats& s) { return s.segments_retired >= 1; }));
+  EXPECT_TRUE(WaitFor([](const StoreStats& s) { return s.segments_unlinked >= 1; }));
+  fenv_->RemoveFault(seal_rule_);
+  auto st = store_->GetStats();
+  EXPECT_EQ(st.segments_sealed_early, 1u);
+  EXPECT_EQ(st.node_segment_bytes, 0u);
+  ASSERT_NO_FATAL_FAILURE(WriteAgainAndRead());
+}
+
+// A file held open (PinRecord: a read-only handle, #16 part 1) keeps its segment: the full export does
+// not seal and drop it while it is held, the held bytes read back; after the last close it goes.
+TEST_F(FullExportTest, AHeldRecordKeepsTheActiveSegmentUntilReleased) {
+  ASSERT_NO_FATAL_FAILURE(OpenFull());
+  auto held = store_->Lookup(kRootIno, Name(3));
+  ASSERT_TRUE(held.ok());
+  ASSERT_TRUE(store_->PinRecord(held->location).ok());
+  ASSERT_NO_FATAL_FAILURE(RemoveAll());
+  ASSERT_NO_FATAL_FAILURE(FillUp());
+  // Many evictor rounds of the full state (each would seal it if it were not held).
+  EXPECT_TRUE(WaitFor([](const StoreStats& s) { return s.nospace_events >= 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  auto st = store_->GetStats();
+  EXPECT_EQ(st.segments_dropped, 0u);
+  EXPECT_EQ(st.segments_sealed_early, 0u);
+  std::string got(kChunk, '\0');
+  size_t n = 0;
+  ASSERT_TRUE(store_->Read(held->location, 0, got.size(), got.data(), &n).ok());
+  EXPECT_EQ(n, kChunk);
+  EXPECT_TRUE(got == Content(Name(3), kChunk, 7));
+  store_->UnpinRecord(held->location);
+  EXPECT_TRUE(WaitFor([](const StoreStats& s) { return s.segments_unlinked >= 1; }));
+  EXPECT_EQ(store_->GetStats().segments_sealed_early, 1u);
+  ASSERT_NO_FATAL_FAILURE(WriteAgainAndRead());
 }
 
 }  // namespace

@@ -104,5 +104,16 @@ TEST(EvictionPolicyTest, ReinsertionTakesHotRecordsMostHitsFirstWithinTheBudget)
   EXPECT_EQ(ChooseReinsertions(hits, 1, 0, 64 * kMiB).budget, 0u);
 }
 
+TEST(EvictionPolicyTest, AFullExportSealsTheActiveSegmentEarlyWhenMostOfItIsDead) {
+  EXPECT_TRUE(ShouldSealActiveEarly(64 * kMiB, 0));
+  EXPECT_TRUE(ShouldSealActiveEarly(64 * kMiB, 32 * kMiB));   // half dead
+  EXPECT_FALSE(ShouldSealActiveEarly(64 * kMiB, 33 * kMiB));  // mostly live: sealing frees nothing soon
+  EXPECT_FALSE(ShouldSealActiveEarly(64 * kMiB, 64 * kMiB));
+  EXPECT_FALSE(ShouldSealActiveEarly(100 * 1024, 0));         // too little to be worth a segment
+  EXPECT_TRUE(ShouldSealActiveEarly(kSealEarlyMinDeadBytes, 0));
+  EXPECT_FALSE(ShouldSealActiveEarly(0, 0));
+  EXPECT_FALSE(ShouldSealActiveEarly(kMiB, 2 * kMiB));        // live counted past the end: not dead
+}
+
 }  // namespace
 }  // namespace kvfs
