@@ -7,6 +7,7 @@
 //  * PeerSegmentEstimate: a peer segment's bytes as the global watermark counts them.
 //  * ChooseReinsertions: which live records of a segment about to be dropped are appended again.
 //  * ShouldSealActiveEarly: on a full export, whether the active segment is sealed now to be reclaimed.
+//  * AutoSegmentSize: the segment size of a mount that does not give one, from the export's size.
 // Which segment goes first (FIFO: the oldest (generation, seq) that may be dropped) is the order of
 // the evictor's segment map; what "may be dropped" means (sealed, unpinned, no append in flight at its
 // seal) is the mechanism's, since it needs its locks.
@@ -69,6 +70,22 @@ inline constexpr uint64_t kSealEarlyMinDeadBytes = 256ull << 10;
 inline bool ShouldSealActiveEarly(uint64_t segment_bytes, uint64_t live_bytes) {
   const uint64_t dead = segment_bytes > live_bytes ? segment_bytes - live_bytes : 0;
   return dead >= kSealEarlyMinDeadBytes && dead >= segment_bytes - dead;
+}
+
+// The segment size when none is given (kvfs mount without --segment-size): 1/8 of the space kvfs may
+// use (the export's size from statvfs, or a smaller --capacity / --high-watermark), rounded DOWN to a
+// power of two, clamped to [kMinAutoSegmentSize, kDefaultSegmentSize]. So an export of 32 MiB gets
+// 4 MiB segments, 64 MiB 8 MiB, 512 MiB 64 MiB, 2 GiB and more 256 MiB. Space comes back only in whole
+// segments (a segment with one live file keeps its dead bytes), so a small export needs many segments.
+// usable_bytes 0 (unknown): kDefaultSegmentSize.
+inline constexpr uint64_t kDefaultSegmentSize = 256ull << 20;
+inline constexpr uint64_t kMinAutoSegmentSize = 4ull << 20;
+inline uint64_t AutoSegmentSize(uint64_t usable_bytes) {
+  if (usable_bytes == 0) return kDefaultSegmentSize;
+  const uint64_t eighth = usable_bytes / 8;
+  uint64_t p = kMinAutoSegmentSize;
+  while (p < kDefaultSegmentSize && p * 2 <= eighth) p *= 2;
+  return p;
 }
 
 // Hits-based reinsertion (CacheLib Navy's hits policy): the records of a segment about to be dropped

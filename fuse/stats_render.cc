@@ -219,7 +219,8 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
         st.global_high_watermark_bytes);
   e.One("kvfs_global_low_watermark_bytes", "gauge",
         "--low-watermark (7/8 of the high one unless given; 0 = no watermark).", st.global_low_watermark_bytes);
-  e.One("kvfs_segment_size_bytes", "gauge", "--segment-size.", st.segment_size);
+  e.One("kvfs_segment_size_bytes", "gauge",
+        "Segment size: --segment-size, or chosen at mount from the export's size.", st.segment_size);
   e.One("kvfs_cache_capacity_bytes", "gauge", "--cache-size: the value cache's bound.", st.cache_capacity_bytes);
 
   // ---- the export's file system (statvfs of the backing directory) ----

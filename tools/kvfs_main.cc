@@ -54,7 +54,11 @@ int main(int argc, char** argv) {
   mount->add_option("--index-dir", ma.index_dir,
                     "local RocksDB index directory (default /var/lib/kvfs/<hash-of-backing>-<node>)");
   mount->add_option("--cache-size", ma.cache_size, "LRU cache of values, e.g. 4GiB (default 1GiB)");
-  mount->add_option("--segment-size", ma.segment_size, "segment file size, e.g. 256MiB (default)");
+  mount->add_option("--segment-size", ma.segment_size,
+                    "segment file size, e.g. 256MiB; default: 1/8 of the export's size (statvfs of --backing, "
+                    "or of a smaller --capacity / --high-watermark) rounded down to a power of two, between "
+                    "4MiB and 256MiB (32MiB export: 4MiB, 512MiB: 64MiB, 2GiB or more: 256MiB); space comes "
+                    "back in whole segments");
   mount->add_option("--staging-size", ma.staging_size,
                     "memory budget for the bytes of files being written, e.g. 4GiB (default 1GiB); over it "
                     "staged bytes spill to the active segment");

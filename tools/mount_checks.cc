@@ -61,8 +61,6 @@ uint64_t SizeOrDie(const std::string& what, const std::string& text) {
   return v;
 }
 
-namespace {
-
 std::string HumanSize(uint64_t b) {
   static const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
   double v = static_cast<double>(b);
@@ -72,6 +70,8 @@ std::string HumanSize(uint64_t b) {
   std::snprintf(buf, sizeof(buf), i == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[i]);
   return buf;
 }
+
+namespace {
 
 uint64_t PhysicalMemory() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
@@ -89,11 +89,12 @@ std::string BareHint(const std::string& text) {
 
 void CheckSizes(const MountArgs& a, uint64_t segment, uint64_t cache, uint64_t staging, uint64_t capacity,
                 uint64_t high) {
+  const std::string seg_text = a.segment_size.empty() ? HumanSize(segment) : a.segment_size;
   if (segment > kMaxSegmentSize) {
-    Die(kExitUsage, "--segment-size " + a.segment_size + " is over the limit of " + HumanSize(kMaxSegmentSize));
+    Die(kExitUsage, "--segment-size " + seg_text + " is over the limit of " + HumanSize(kMaxSegmentSize));
   }
   if (segment > (4ull << 30)) {
-    Warn("--segment-size " + a.segment_size + ": eviction and reclamation free whole segments of " +
+    Warn("--segment-size " + seg_text + ": eviction and reclamation free whole segments of " +
          HumanSize(segment));
   }
   const uint64_t ram = PhysicalMemory();

@@ -18,6 +18,9 @@ namespace kvfs::cli {
 // The size in `text` (tools/size_parse.h syntax); exit(2) naming `what` when it does not parse.
 uint64_t SizeOrDie(const std::string& what, const std::string& text);
 
+// `b` for a person: "512 bytes", "4.0 MiB", "1.5 GiB" (one decimal from KiB on).
+std::string HumanSize(uint64_t b);
+
 // " (a number without a unit is bytes)" when `text` has no unit: `--capacity 500` is 500 bytes.
 std::string BareHint(const std::string& text);
 

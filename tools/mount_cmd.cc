@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <systemd/sd-daemon.h>
@@ -28,10 +29,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "blockstore/deadline_env.h"
 #include "blockstore/format.h"
 #include "blockstore/node_dir.h"
+#include "engine/eviction_policy.h"
 #include "engine/store.h"
 #include "fuse/kvfs_fs.h"
 #include "fuse/stats_render.h"
@@ -185,9 +188,11 @@ int RunMount(MountArgs a) {
   }
   so.index_dir = a.index_dir;
   so.cache_size = SizeOrDie("--cache-size", a.cache_size);
-  so.segment_size = SizeOrDie("--segment-size", a.segment_size);
-  if (so.segment_size < (1u << 20)) Die(kExitUsage, "--segment-size must be at least 1MiB" + BareHint(a.segment_size));
-  if (so.segment_size % 4096 != 0) Die(kExitUsage, "--segment-size must be a multiple of 4KiB");
+  if (!a.segment_size.empty()) {
+    so.segment_size = SizeOrDie("--segment-size", a.segment_size);
+    if (so.segment_size < (1u << 20)) Die(kExitUsage, "--segment-size must be at least 1MiB" + BareHint(a.segment_size));
+    if (so.segment_size % 4096 != 0) Die(kExitUsage, "--segment-size must be a multiple of 4KiB");
+  }
   if (SizeOrDie("--staging-size", a.staging_size) < (4u << 20)) {
     Die(kExitUsage, "--staging-size must be at least 4MiB" + BareHint(a.staging_size));
   }
@@ -217,6 +222,29 @@ int RunMount(MountArgs a) {
   }
   if (so.global_high_watermark_bytes && so.global_low_watermark_bytes >= so.global_high_watermark_bytes) {
     Die(kExitUsage, "--low-watermark must be below --high-watermark");
+  }
+  if (a.segment_size.empty()) {
+    // Not given: from the size of what kvfs may use (engine/eviction_policy.h AutoSegmentSize,
+    // docs/operations.md "Sizing"): the export's size, or a smaller --capacity / --high-watermark.
+    uint64_t usable = 0;
+    std::string of = "the export's";
+    struct statvfs sv {};
+    if (statvfs(a.backing.c_str(), &sv) == 0) usable = static_cast<uint64_t>(sv.f_blocks) * sv.f_frsize;
+    for (const auto& [flag, v] : {std::pair{"--capacity", so.capacity_bytes},
+                                  std::pair{"--high-watermark", so.global_high_watermark_bytes}}) {
+      if (v && (usable == 0 || v < usable)) {
+        usable = v;
+        of = flag;
+      }
+    }
+    so.segment_size = kvfs::AutoSegmentSize(usable);
+    a.segment_size_note = usable == 0
+        ? "segment size " + HumanSize(so.segment_size) + " (the export's size is unknown; --segment-size sets it)"
+        : "segment size " + HumanSize(so.segment_size) + " (1/8 of " + of + " " + HumanSize(usable) +
+              " as a power of two, between " + HumanSize(kvfs::kMinAutoSegmentSize) + " and " +
+              HumanSize(kvfs::kDefaultSegmentSize) + "; --segment-size sets it)";
+  } else {
+    a.segment_size_note = "segment size " + HumanSize(so.segment_size) + " (--segment-size)";
   }
   CheckSizes(a, so.segment_size, so.cache_size, SizeOrDie("--staging-size", a.staging_size), so.capacity_bytes,
              so.global_high_watermark_bytes);
@@ -387,6 +415,7 @@ int RunMount(MountArgs a) {
                 "cannot open store: " + s.ToString() + hint);
   }
   std::unique_ptr<kvfs::Store> store = std::move(*opened);
+  spdlog::info("kvfs: {}", a.segment_size_note);  // after the open: a refused mount prints its one line only
 
   kvfs::FsOptions fo;
   fo.max_threads = a.threads;

@@ -27,7 +27,8 @@
 namespace kvfs::cli {
 
 struct MountArgs {
-  std::string mountpoint, backing, node_id, index_dir, cache_size = "1GiB", segment_size = "256MiB";
+  std::string mountpoint, backing, node_id, index_dir, cache_size = "1GiB";
+  std::string segment_size;  // empty: chosen from the export's size (AutoSegmentSize, RunMount)
   std::string staging_size = "1GiB";
   std::string max_file_size = "16GiB";
   bool node_id_given = false;  // --node-id given (even as ''): then it must be a valid node id
@@ -47,6 +48,7 @@ struct MountArgs {
   std::string backing_mode;  // octal file mode of what kvfs creates on the export; empty = 0600 (0700 dirs)
   std::string log_file;      // empty: <index_dir>.log for a daemon, stderr in the foreground
   std::string log_max_size = "64MiB";
+  std::string segment_size_note;  // how the segment size was chosen (RunMount logs it once the store is open)
 };
 
 // Runs `kvfs mount`: the exit code of the command (0 mounted: the parent of a daemon returns at once, a

@@ -168,7 +168,8 @@ class CliErrors(unittest.TestCase):
         # Issue #17: sizes that cannot work fail with exit 2 and one line, before anything is created.
         for args, needle in ((("--capacity", "1KiB"), "less than 2 segments"),
                              (("--capacity", "500"), "a number without a unit is bytes"),
-                             (("--high-watermark", "100MiB"), "less than 2 segments"),
+                             (("--high-watermark", "100MiB", "--segment-size", "64MiB"), "less than 2 segments"),
+                             (("--high-watermark", "7MiB"), "less than 2 segments of --segment-size 4.0 MiB"),
                              (("--segment-size", "100TiB"), "over the limit"),
                              (("--segment-size", "1000000"), "at least 1MiB"),
                              (("--segment-size", "1048577"), "multiple of 4KiB"),

@@ -104,6 +104,33 @@ TEST(EvictionPolicyTest, ReinsertionTakesHotRecordsMostHitsFirstWithinTheBudget)
   EXPECT_EQ(ChooseReinsertions(hits, 1, 0, 64 * kMiB).budget, 0u);
 }
 
+// Issue #16 part 2: 1/8 of the usable space, rounded down to a power of two, within [4 MiB, 256 MiB].
+TEST(EvictionPolicyTest, AutoSegmentSizeIsAnEighthOfTheExportAsAPowerOfTwo) {
+  EXPECT_EQ(AutoSegmentSize(32 * kMiB), 4 * kMiB);
+  EXPECT_EQ(AutoSegmentSize(64 * kMiB), 8 * kMiB);
+  EXPECT_EQ(AutoSegmentSize(100 * kMiB), 8 * kMiB);  // 12.5 MiB -> 8 MiB: never over an eighth
+  EXPECT_EQ(AutoSegmentSize(512 * kMiB), 64 * kMiB);
+  EXPECT_EQ(AutoSegmentSize(1024 * kMiB - 4096), 64 * kMiB);
+  EXPECT_EQ(AutoSegmentSize(1024 * kMiB), 128 * kMiB);
+  EXPECT_EQ(AutoSegmentSize(2048 * kMiB), 256 * kMiB);
+  EXPECT_EQ(AutoSegmentSize(100ull << 40), 256 * kMiB);  // the default is the ceiling
+  EXPECT_EQ(AutoSegmentSize(8 * kMiB), 4 * kMiB);      // the floor, even over an eighth
+  EXPECT_EQ(AutoSegmentSize(1), 4 * kMiB);
+  EXPECT_EQ(AutoSegmentSize(0), kDefaultSegmentSize);  // unknown size
+  for (uint64_t e = 1 * kMiB; e < (64ull << 30); e = e * 3 / 2 + 4096) {
+    const uint64_t s = AutoSegmentSize(e);
+    EXPECT_EQ(s & (s - 1), 0u) << e;  // a power of two, so a multiple of 4 KiB
+    EXPECT_GE(s, kMinAutoSegmentSize);
+    EXPECT_LE(s, kDefaultSegmentSize);
+    if (s > kMinAutoSegmentSize) {
+      EXPECT_LE(s, e / 8) << e;
+    }
+    if (s < kDefaultSegmentSize) {
+      EXPECT_GT(2 * s, e / 8) << e;  // the largest such power of two
+    }
+  }
+}
+
 TEST(EvictionPolicyTest, AFullExportSealsTheActiveSegmentEarlyWhenMostOfItIsDead) {
   EXPECT_TRUE(ShouldSealActiveEarly(64 * kMiB, 0));
   EXPECT_TRUE(ShouldSealActiveEarly(64 * kMiB, 32 * kMiB));   // half dead

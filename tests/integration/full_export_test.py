@@ -1,0 +1,191 @@
+"""A full export recovers by itself, at any export size (issue #16 part 2; docs/operations.md "Sizing").
+
+With default flags, on tmpfs backings of 32, 64 and 512 MiB: files are written through the mount until
+one gets ENOSPC, every file is deleted, and then
+  * a new write succeeds without a remount (polled: the bound is only how long a broken build takes to
+    fail), and its bytes read back exact through O_DIRECT (from the daemon, not the page cache);
+  * the export takes at least 3/4 of what the first fill held again (polled the same way), so the space
+    of the deleted files came back, not just a corner of it;
+  * no segment file is larger than the segment size the rule gives for the export (1/8 of it as a power
+    of two, 4 MiB .. 256 MiB: the mount chose it from statvfs), and the mount logged that size.
+Before the fix (checked against it), the 32 and 64 MiB exports (smaller than one 256 MiB segment) never
+took a write again until a remount: the only segment was the active one, full of dead bytes. The 512 MiB
+one fails the segment-size check (256 MiB segments); its space did come back, but only once its two
+sealed segments had aged the ordinary 10 s (here the active segment then held just one 16 MiB file).
+The same on a 64 MiB export with --segment-size 256MiB (the issue's case, a segment larger than the
+export): the active segment, the only one, is sealed early (eviction.segments_sealed_early) and dropped.
+
+Run: KVFS_BINARY=build/tools/kvfs python3 tests/integration/full_export_test.py [-v]
+Needs root (mount -t tmpfs) and FUSE. Real FUSE mounts (kvfs_fixture); python3 stdlib only.
+"""
+import errno
+import os
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kvfs_fixture as kf  # noqa: E402
+
+MIB = 1 << 20
+# How long a broken build may take to fail (the fix needs ~2-3 s: a 1 s dead-segment age on a full
+# export plus the 0.9 s drop grace); never asserted as a duration.
+WAIT = 60.0
+
+
+def auto_segment_size(export_bytes):
+    """The mount's rule (engine/eviction_policy.h AutoSegmentSize)."""
+    p = 4 * MIB
+    while p < 256 * MIB and p * 2 <= export_bytes // 8:
+        p *= 2
+    return p
+
+
+def content(name, base):
+    head = (name + "|").encode().ljust(64, b"#")
+    return head + base[64:]
+
+
+def try_write(path, data):
+    """Writes a whole file; returns the errno of a failed open/write/close (ENOSPC expected) or 0."""
+    try:
+        kf.write_file(path, data)
+        return 0
+    except OSError as e:
+        return e.errno
+
+
+def read_direct(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        buf = kf.aligned_buffer(4 * MIB)
+        out = bytearray()
+        off = 0
+        while True:
+            n = os.preadv(fd, [buf], off)
+            if n <= 0:
+                break
+            out += buf[:n]
+            off += n
+        buf.close()
+        return bytes(out)
+    finally:
+        os.close(fd)
+
+
+def segment_sizes(backing):
+    sizes = []
+    for root, _, files in os.walk(os.path.join(backing, ".kvfs")):
+        for f in files:
+            if f.endswith(".kseg"):
+                try:
+                    sizes.append(os.path.getsize(os.path.join(root, f)))
+                except FileNotFoundError:  # unlinked by the evictor meanwhile
+                    pass
+    return sizes
+
+
+@unittest.skipUnless(kf.fuse_available() and os.geteuid() == 0, "needs FUSE and root (tmpfs mount)")
+class FullExportTest(unittest.TestCase):
+    def run_size(self, export_mib, segment_size=None):
+        export = export_mib * MIB
+        size = export // 32  # big files: the 512 MiB case stays fast
+        base = os.urandom(size)
+        b = kf.Backing(prefix="kvfs-full-%d-" % export_mib)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%dm" % export_mib, "tmpfs", b.backing],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            b.cleanup()
+            self.skipTest("cannot mount tmpfs: " + r.stderr.strip())
+        try:
+            log = os.path.join(b.root, "kvfs.log")  # where the log goes; no flag of the store's behaviour
+            with kf.mounted(backing=b, extra_args=["--log-file", log], segment_size=segment_size) as (mnt, backing,
+                                                                                                      proc):
+                seg = auto_segment_size(export) if segment_size is None else int(segment_size[:-3]) * MIB
+                self.assertEqual(kf.stats(mnt)["config"]["segment_size_bytes"], seg)
+                # 1. Fill until a write gets ENOSPC.
+                filled = []
+                err = 0
+                for i in range(4 * 32):
+                    name = os.path.join(mnt, "fill-%03d" % i)
+                    err = try_write(name, content(name, base))
+                    if err:
+                        break
+                    filled.append(name)
+                self.assertEqual(err, errno.ENOSPC, "the %d MiB export never filled up" % export_mib)
+                self.assertGreaterEqual(len(filled) * size, export * 3 // 4, "the first fill")
+                sizes = segment_sizes(backing)  # checked at the end (the behaviour first)
+                first = len(filled) * size
+                # 2. Delete everything.
+                for n in os.listdir(mnt):
+                    os.unlink(os.path.join(mnt, n))
+                self.assertEqual(os.listdir(mnt), [])
+                t0 = time.time()
+                # 3. A new write succeeds without a remount; its bytes read back exact.
+                again = os.path.join(mnt, "again")
+                want = content(again, base)
+                deadline = time.time() + WAIT
+                while True:
+                    err = try_write(again, want)
+                    if err == 0 or time.time() > deadline:
+                        break
+                    self.assertEqual(err, errno.ENOSPC)
+                    time.sleep(0.1)
+                self.assertEqual(err, 0, "no write succeeded after rm of every file (%s): %s" %
+                                 (os.strerror(err), kf.stats(mnt)["eviction"]))
+                recovered = time.time() - t0
+                self.assertTrue(read_direct(again) == want, "the bytes of the write after the recovery")
+                # 4. The space came back: the export takes 3/4 of the first fill again.
+                refill = [again]
+                deadline = time.time() + WAIT
+                i = 0
+                while len(refill) * size < first * 3 // 4:
+                    name = os.path.join(mnt, "refill-%03d" % i)
+                    err = try_write(name, content(name, base))
+                    if err == 0:
+                        refill.append(name)
+                        i += 1
+                        continue
+                    self.assertEqual(err, errno.ENOSPC)
+                    self.assertLess(time.time(), deadline, "refill stopped at %d of %d bytes: %s" %
+                                    (len(refill) * size, first, kf.stats(mnt)["eviction"]))
+                    time.sleep(0.1)
+                for n in refill[::3]:
+                    self.assertTrue(read_direct(n) == content(n, base), n)
+                self.assertIsNone(proc.poll(), "the daemon died")
+                self.assertTrue(sizes)
+                self.assertLessEqual(max(sizes), seg, "segments larger than the rule's %d bytes: %s" % (seg, sizes))
+                with open(log) as f:
+                    self.assertIn("kvfs: segment size %.1f MiB (1/8 of the export's %.1f MiB" %
+                                  (seg / MIB, export / MIB) if segment_size is None else
+                                  "kvfs: segment size %.1f MiB (--segment-size)" % (seg / MIB), f.read())
+                if seg > export:  # the only segment is the active one: it had to be sealed early
+                    self.assertGreaterEqual(kf.stats(mnt)["eviction"]["segments_sealed_early"], 1)
+                sys.stderr.write("full export %d MiB: %d files (%d MiB) filled, write again after %.1f s, %d files "
+                                 "refilled; segments <= %d MiB; eviction %s\n" %
+                                 (export_mib, len(filled), first // MIB, recovered, len(refill), seg // MIB,
+                                  kf.stats(mnt)["eviction"]))
+        finally:
+            if kf.is_mounted(b.mnt):
+                kf.unmount(b.mnt)
+            subprocess.run(["umount", b.backing], capture_output=True)
+            b.cleanup()
+
+    def test_32_mib_export(self):
+        self.run_size(32)
+
+    def test_64_mib_export(self):
+        self.run_size(64)
+
+    def test_64_mib_export_with_256_mib_segments(self):
+        # The issue's case: an export smaller than one segment (given), so the active segment is the only
+        # one and full of dead bytes after the rm: it is sealed early and dropped.
+        self.run_size(64, "256MiB")
+
+    def test_512_mib_export(self):
+        self.run_size(512)
+
+
+if __name__ == "__main__":
+    unittest.main()
