@@ -119,6 +119,12 @@ KvfsFs::KvfsFs(Store* store, FsOptions opts) : impl_(std::make_unique<Impl>(stor
   // late call a no-op once this object is being destroyed.
   impl_->gate = std::make_shared<Impl::ListenerGate>();
   impl_->gate->impl = impl_.get();
+  if (store) AttachStore(store);
+}
+
+void KvfsFs::AttachStore(Store* store) {
+  impl_->store = store;
+  impl_->staging.store = store;
   store->SetChangeListener([gate = impl_->gate](const PeerChanges& c) {
     std::lock_guard<std::mutex> g(gate->mu);
     if (gate->impl) gate->impl->OnPeerChanges(c);
@@ -127,7 +133,7 @@ KvfsFs::KvfsFs(Store* store, FsOptions opts) : impl_(std::make_unique<Impl>(stor
 
 KvfsFs::~KvfsFs() {
   impl_->StopCommitter();
-  impl_->store->SetChangeListener(nullptr);
+  if (impl_->store) impl_->store->SetChangeListener(nullptr);
   {
     std::lock_guard<std::mutex> g(impl_->gate->mu);
     impl_->gate->impl = nullptr;
@@ -162,7 +168,7 @@ Status KvfsFs::InstallSignalHandlers() {
 }
 
 int KvfsFs::Loop() {
-  if (!impl_->session.get()) return 1;
+  if (!impl_->session.get() || !impl_->store) return 1;
   // Every worker stays (no idle limit below max_threads): a worker that exits frees its 1 MiB receive
   // buffer, and the one started for the next burst takes a page fault per 4 KiB of every payload it
   // receives until its new buffer is warm (a VM exit each, on the dev VM 20-190 us). 32 x 1 MiB stays.
@@ -197,7 +203,7 @@ StatsSnapshot KvfsFs::Snapshot() {
   s.pid = getpid();
   s.version = impl_->opts.version;
   s.git_commit = impl_->opts.git_commit;
-  s.store = impl_->store->GetStats();
+  if (impl_->store) s.store = impl_->store->GetStats();
   s.fs = GetFsStats();
   s.fuse_ops = impl_->op_stats.Snapshot();
   return s;

@@ -108,8 +108,13 @@ struct StatsSnapshot {
 
 class KvfsFs {
  public:
-  // `store` must outlive this object. Does not mount.
+  // `store` must outlive this object. Does not mount. `store` may be null: then AttachStore gives it
+  // before Loop (kvfs mount mounts FUSE first and opens the store after, so a mount that fails touches
+  // neither the node directory nor the index; until the loop runs, the kernel holds requests to the
+  // mount: they wait, they do not see the directory underneath).
   KvfsFs(Store* store, FsOptions opts);
+  // The Store of an object constructed without one: once, before Loop, from the mounting thread.
+  void AttachStore(Store* store);
   ~KvfsFs();
   KvfsFs(const KvfsFs&) = delete;
   KvfsFs& operator=(const KvfsFs&) = delete;
@@ -122,7 +127,7 @@ class KvfsFs {
   // Installs SIGINT/SIGTERM/SIGHUP handlers that end the loop (fuse_set_signal_handlers).
   Status InstallSignalHandlers();
   // Runs the multi-threaded loop until the file system is unmounted or a signal arrives. Returns 0 on a
-  // clean exit. Unmounts (if still mounted) before returning.
+  // clean exit, 1 without a Store or a session. Unmounts (if still mounted) before returning.
   int Loop();
   // Ends the loop from another thread.
   void Exit();

@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "blockstore/deadline_env.h"
@@ -149,13 +150,14 @@ int RunMount(MountArgs a) {
   if (!IsDir(a.mountpoint)) Die(kExitUsage, "mountpoint '" + a.mountpoint + "' does not exist or is not a directory");
   a.backing = RealPath(a.backing);
   a.mountpoint = RealPath(a.mountpoint);
+  // p is dir or inside it (both absolute and normal).
+  auto inside = [](const std::string& p, const std::string& dir) {
+    return p == dir || (p.size() > dir.size() && p.compare(0, dir.size(), dir) == 0 &&
+                        (dir == "/" || p[dir.size()] == '/'));
+  };
   {
     // The daemon reads and writes its segments under the backing directory: it must not be (inside)
     // the mountpoint, and the mountpoint must not be inside kvfs's own metadata.
-    auto inside = [](const std::string& p, const std::string& dir) {
-      return p == dir || (p.size() > dir.size() && p.compare(0, dir.size(), dir) == 0 &&
-                          (dir == "/" || p[dir.size()] == '/'));
-    };
     if (inside(a.backing, a.mountpoint)) {
       Die(kExitUsage, "backing directory '" + a.backing + "' is the mountpoint or inside it");
     }
@@ -187,6 +189,11 @@ int RunMount(MountArgs a) {
     a.index_dir = std::filesystem::absolute(ip).lexically_normal().string();
   }
   so.index_dir = a.index_dir;
+  // The store opens after the FUSE mount is made (see the mount below): an index inside the mountpoint
+  // would wait for the daemon's own mount, which does not serve before the store is open.
+  if (inside(std::filesystem::weakly_canonical(a.index_dir).string(), a.mountpoint)) {
+    Die(kExitUsage, "--index-dir '" + a.index_dir + "' is the mountpoint or inside it");
+  }
   so.cache_size = SizeOrDie("--cache-size", a.cache_size);
   if (!a.segment_size.empty()) {
     so.segment_size = SizeOrDie("--segment-size", a.segment_size);
@@ -280,6 +287,9 @@ int RunMount(MountArgs a) {
     a.log_file = std::filesystem::absolute(a.log_file).lexically_normal().string();
     const std::string idx = so.index_dir + "/";
     if (a.log_file.rfind(idx, 0) == 0) Die(kExitUsage, "--log-file must not be inside the index dir (a rebuild removes it)");
+    if (inside(std::filesystem::weakly_canonical(a.log_file).string(), a.mountpoint)) {
+      Die(kExitUsage, "--log-file '" + a.log_file + "' is inside the mountpoint (the daemon would write into itself)");
+    }
   }
   // What kvfs creates locally (index, log) gets the directory mode's complement as umask: owner-only by
   // default, the --backing-mode group bits otherwise (files the Env creates carry their mode explicitly).
@@ -392,9 +402,62 @@ int RunMount(MountArgs a) {
   // that a spill or a commit frees goes back to the system at once (glibc's dynamic threshold would
   // rise above 1 MiB after the first such free and keep freed chunks in the heap instead).
   mallopt(M_MMAP_THRESHOLD, 512 * 1024);
+  kvfs::FsOptions fo;
+  fo.max_threads = a.threads;
+  fo.staging_bytes = SizeOrDie("--staging-size", a.staging_size);
+  fo.max_file_size = SizeOrDie("--max-file-size", a.max_file_size);
+  fo.splice = a.splice;
+  fo.version = kvfs::BuildVersion();
+  fo.git_commit = kvfs::BuildCommit();
+  // TEST ONLY (not in --help): KVFS_TEST_COMMIT_DELAY_MS widens the deferred-commit window (default 5 ms)
+  // so that tests act inside it deterministically (multinode_test, fs_ops_test).
+  if (const char* d = std::getenv("KVFS_TEST_COMMIT_DELAY_MS")) fo.commit_delay_ms = static_cast<uint32_t>(std::atoi(d));
+  // TEST ONLY: KVFS_TEST_LOOKUP_DELAY_MS delays LOOKUP replies for staged files (FsOptions).
+  if (const char* d = std::getenv("KVFS_TEST_LOOKUP_DELAY_MS")) fo.test_lookup_delay_ms = static_cast<uint32_t>(std::atoi(d));
+  // TEST ONLY: KVFS_TEST_READ_DELAY_MS delays every READ reply (FsOptions).
+  if (const char* d = std::getenv("KVFS_TEST_READ_DELAY_MS")) fo.test_read_delay_ms = static_cast<uint32_t>(std::atoi(d));
+  // The FUSE mount first, the store after: a mount that fails (the kernel or fusermount3 refuses it,
+  // /dev/fuse) has then taken no node generation and created no index. Until the loop answers the
+  // kernel's INIT, requests to the mount wait (a long index rebuild included) instead of reaching the
+  // empty directory underneath; if the store cannot be opened, the mount is removed again (the waiting
+  // requests then fail with ENOTCONN or ECONNABORTED: the session's fd is closed first, which aborts the connection).
+  auto fs = std::make_unique<kvfs::KvfsFs>(nullptr, fo);
+  kvfs::Status ms;
+  const std::string mount_err = CaptureStderr([&] { ms = fs->Mount(a.mountpoint, fopts, "kvfs:" + a.backing); });
+  if (!ms.ok()) {
+    fs.reset();
+    const std::string why = LastLine(mount_err);
+    return fail(ms.IsInvalidArgument() ? kExitUsage : kExitFail, ms.message() + (why.empty() ? "" : ": " + why));
+  }
+  // From now on libfuse's messages go through spdlog (the rotating log file of a daemon), not fd 2.
+  fuse_set_log_func([](enum fuse_log_level level, const char* fmt, va_list ap) {
+    char buf[1024];
+    std::vsnprintf(buf, sizeof(buf), fmt, ap);
+    std::string m(buf);
+    while (!m.empty() && m.back() == '\n') m.pop_back();
+    spdlog::log(level <= FUSE_LOG_ERR ? spdlog::level::err
+                : level <= FUSE_LOG_WARNING ? spdlog::level::warn
+                : level <= FUSE_LOG_INFO ? spdlog::level::info : spdlog::level::debug,
+                "libfuse: {}", m);
+  });
+  // SIGINT/SIGTERM/SIGHUP from now on end the loop (at once if one comes while the store opens).
+  kvfs::Status ss = fs->InstallSignalHandlers();
+  if (!ss.ok()) spdlog::warn("{}", ss.ToString());
+
   const bool index_existed = IsDir(so.index_dir);
+  // TEST ONLY (not in --help): KVFS_TEST_STORE_OPEN_DELAY_MS waits that long with the FUSE mount made and
+  // the store not open yet, so that tests access the mountpoint in that window (cli_test).
+  if (const char* d = std::getenv("KVFS_TEST_STORE_OPEN_DELAY_MS")) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(d)));
+  }
   auto opened = kvfs::Store::Open(so);
   if (!opened.ok()) {
+    fs.reset();  // unmounts
+    // A failed first mount leaves no index behind (it would only be rebuilt by the next one).
+    if (!index_existed) {
+      std::error_code ec;
+      std::filesystem::remove_all(so.index_dir, ec);
+    }
     const auto& s = opened.status();
     if (s.IsBusy() && s.message().rfind("index dir", 0) == 0) {
       // RocksDB's lock: another mount on this host uses this index dir (--force cannot help).
@@ -415,49 +478,8 @@ int RunMount(MountArgs a) {
                 "cannot open store: " + s.ToString() + hint);
   }
   std::unique_ptr<kvfs::Store> store = std::move(*opened);
+  fs->AttachStore(store.get());
   spdlog::info("kvfs: {}", a.segment_size_note);  // after the open: a refused mount prints its one line only
-
-  kvfs::FsOptions fo;
-  fo.max_threads = a.threads;
-  fo.staging_bytes = SizeOrDie("--staging-size", a.staging_size);
-  fo.max_file_size = SizeOrDie("--max-file-size", a.max_file_size);
-  fo.splice = a.splice;
-  fo.version = kvfs::BuildVersion();
-  fo.git_commit = kvfs::BuildCommit();
-  // TEST ONLY (not in --help): KVFS_TEST_COMMIT_DELAY_MS widens the deferred-commit window (default 5 ms)
-  // so that tests act inside it deterministically (multinode_test, fs_ops_test).
-  if (const char* d = std::getenv("KVFS_TEST_COMMIT_DELAY_MS")) fo.commit_delay_ms = static_cast<uint32_t>(std::atoi(d));
-  // TEST ONLY: KVFS_TEST_LOOKUP_DELAY_MS delays LOOKUP replies for staged files (FsOptions).
-  if (const char* d = std::getenv("KVFS_TEST_LOOKUP_DELAY_MS")) fo.test_lookup_delay_ms = static_cast<uint32_t>(std::atoi(d));
-  // TEST ONLY: KVFS_TEST_READ_DELAY_MS delays every READ reply (FsOptions).
-  if (const char* d = std::getenv("KVFS_TEST_READ_DELAY_MS")) fo.test_read_delay_ms = static_cast<uint32_t>(std::atoi(d));
-  auto fs = std::make_unique<kvfs::KvfsFs>(store.get(), fo);
-  kvfs::Status ms;
-  const std::string mount_err = CaptureStderr([&] { ms = fs->Mount(a.mountpoint, fopts, "kvfs:" + a.backing); });
-  if (!ms.ok()) {
-    fs.reset();
-    store->Close();
-    // A failed first mount leaves no index behind (it would only be rebuilt by the next one).
-    if (!index_existed) {
-      std::error_code ec;
-      std::filesystem::remove_all(so.index_dir, ec);
-    }
-    const std::string why = LastLine(mount_err);
-    return fail(ms.IsInvalidArgument() ? kExitUsage : kExitFail, ms.message() + (why.empty() ? "" : ": " + why));
-  }
-  // From now on libfuse's messages go through spdlog (the rotating log file of a daemon), not fd 2.
-  fuse_set_log_func([](enum fuse_log_level level, const char* fmt, va_list ap) {
-    char buf[1024];
-    std::vsnprintf(buf, sizeof(buf), fmt, ap);
-    std::string m(buf);
-    while (!m.empty() && m.back() == '\n') m.pop_back();
-    spdlog::log(level <= FUSE_LOG_ERR ? spdlog::level::err
-                : level <= FUSE_LOG_WARNING ? spdlog::level::warn
-                : level <= FUSE_LOG_INFO ? spdlog::level::info : spdlog::level::debug,
-                "libfuse: {}", m);
-  });
-  kvfs::Status ss = fs->InstallSignalHandlers();
-  if (!ss.ok()) spdlog::warn("{}", ss.ToString());
   if (report_fd >= 0) {
     // Daemon: stdin and stdout off the terminal (stderr is already the log file, see the fork).
     int devnull = open("/dev/null", O_RDWR);

@@ -1,12 +1,15 @@
-// `kvfs mount`: checks the options, daemonises, opens the Store, mounts the FUSE session and serves it
+// `kvfs mount`: checks the options, daemonises, mounts the FUSE session, opens the Store and serves it
 // until unmount. Called by main (tools/kvfs_main.cc) with the parsed options; the refusals it checks
 // first are in tools/mount_checks.h.
 //
 // mount daemonises by default. Because the Store starts threads (group commit, heartbeat, RocksDB)
-// and fork(2) keeps only the calling thread, the process forks FIRST: the child opens the Store and
-// mounts, then reports success or a one-line error through a pipe; the parent prints the error and exits
-// with the child's code, so `kvfs mount` fails with a clear message and exit 2 for usage errors
-// (missing backing dir, bad mountpoint, index dir in use, unknown flag, bad size).
+// and fork(2) keeps only the calling thread, the process forks FIRST: the child mounts FUSE, then opens
+// the Store (so a mount the kernel or fusermount3 refuses takes no node generation and creates no
+// index; a Store that fails to open unmounts again, and requests that waited on the mount meanwhile
+// fail with ENOTCONN or ECONNABORTED), then reports success or a one-line error through a pipe; the
+// parent prints the error and exits with the child's code, so `kvfs mount` fails with a clear message
+// and exit 2 for usage errors (missing backing dir, bad mountpoint, index dir in use, unknown flag, bad
+// size).
 //
 // systemd (kvfs@.service, Type=notify): with NOTIFY_SOCKET set (sd_notify(3); a no-op otherwise) the
 // daemon sends READY=1 once the FUSE session is mounted and about to serve, and STOPPING=1 when the

@@ -2,6 +2,7 @@
 
 Run: KVFS_BINARY=build/tools/kvfs python3 tests/integration/cli_test.py [-v]
 """
+import errno
 import json
 import os
 import shutil
@@ -14,6 +15,11 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kvfs_fixture as kf  # noqa: E402
+
+
+# What a request that waited on a mount whose connection was then aborted gets (the kernel answers
+# ENOTCONN or ECONNABORTED, depending on where the request was when the connection was aborted).
+ABORTED = "aborted"
 
 
 def wait_for(cond, timeout=20.0):
@@ -125,6 +131,161 @@ class CliErrors(unittest.TestCase):
         self.assertUsageError(self.mount("--node-id", "n1", "-o", "allow_other,nonsense_opt"), "nonsense_opt")
         with open(owner) as f:
             self.assertEqual(f.read(), before)
+
+    def generations(self, node):
+        """The generations of `node` that wrote a journal file, and OWNER's generation (0: no OWNER)."""
+        d = os.path.join(self.nodes_dir(), node)
+        gens = {int(n.split("-")[1]) for n in os.listdir(d) if n.startswith("journal-")} if os.path.isdir(d) else set()
+        owner = 0
+        if os.path.exists(os.path.join(d, "OWNER")):
+            with open(os.path.join(d, "OWNER")) as f:
+                owner = int(dict(l.split("=", 1) for l in f.read().splitlines() if "=" in l)["generation"])
+        return gens, owner
+
+    def failing_mounts(self):
+        """Mounts of node n1 that fail: before anything (the mountpoint is a file), and when the kernel
+        refuses the FUSE mount after every check of kvfs passed (`blksize=` is an option of fuseblk only:
+        mount(2) fails with EINVAL), in the foreground and as a daemon."""
+        notdir = os.path.join(self.b.root, "file")
+        with open(notdir, "w"):
+            pass
+        self.assertUsageError(self.mount("--node-id", "n1", mnt=notdir), "is not a directory")
+        for fg in (True, False):
+            args = ["mount", self.b.mnt, "--backing", self.b.backing, "--index-dir", self.b.index, "--node-id", "n1",
+                    "-o", "allow_other,default_permissions,blksize=4096"] + (["--foreground"] if fg else [])
+            r = kf.run_kvfs(*args)
+            self.assertEqual(r.returncode, 1, r.stderr)
+            lines = r.stderr.strip().splitlines()
+            if fg:  # the foreground daemon logs to stderr too: its log lines come first
+                lines = [l for l in lines if l.startswith("kvfs: ")]
+            self.assertEqual(len(lines), 1, r.stderr)
+            self.assertEqual(lines[0], "kvfs: cannot mount FUSE at %s: mount failed: Invalid argument" % self.b.mnt)
+            self.assertFalse(kf.is_mounted(self.b.mnt))
+
+    def test_failed_mount_takes_no_generation_and_leaves_no_index(self):
+        # Issue #17: a failed mount uses up no node generation and leaves no index behind.
+        self.failing_mounts()
+        self.assertEqual(self.generations("n1"), (set(), 0))
+        self.assertFalse(os.path.exists(os.path.join(self.nodes_dir(), "n1")))
+        self.assertFalse(os.path.exists(self.b.index))
+        with kf.mounted(backing=self.b, node_id="n1") as (mnt, _, _):
+            kf.write_file(os.path.join(mnt, "a"), b"first")
+        self.assertEqual(self.generations("n1"), ({1}, 1))
+        # Failing again with a node directory and an index: both stay as they were.
+        index_files = sorted(os.listdir(self.b.index))
+        self.failing_mounts()
+        self.assertEqual(self.generations("n1"), ({1}, 1))
+        self.assertEqual(sorted(os.listdir(self.b.index)), index_files)
+        # The next good mount gets the generation it would have had, and the file.
+        with kf.mounted(backing=self.b, node_id="n1") as (mnt, _, _):
+            self.assertEqual(kf.read_file(os.path.join(mnt, "a")), b"first")
+        self.assertEqual(self.generations("n1"), ({1, 2}, 2))
+
+    def test_store_failure_unmounts(self):
+        # The FUSE mount is made before the store opens: a store that cannot open (here: the node is
+        # in use by a live mount) removes it again, and says why on one line.
+        other = os.path.join(self.b.root, "mnt2")
+        os.mkdir(other)
+        with kf.mounted(backing=self.b, node_id="n1"):
+            for fg in ((), ("--foreground",)):
+                r = kf.run_kvfs("mount", other, "--backing", self.b.backing, "--index-dir",
+                                os.path.join(self.b.root, "index2"), "--node-id", "n1", *fg)
+                self.assertUsageError(r, "node 'n1' is in use")
+                self.assertFalse(kf.is_mounted(other))
+                self.assertFalse(os.path.exists(os.path.join(self.b.root, "index2")))
+
+    # A program that waits for "go" on stdin (so that its start-up is over before the window it aims at),
+    # then lists a directory and prints "ok" or the errno.
+    PROBE = ("import os, sys\n"
+             "sys.stdin.readline()\n"
+             "try:\n"
+             "    os.listdir(sys.argv[1])\n"
+             "    print('ok', flush=True)\n"
+             "except OSError as e:\n"
+             "    print(e.errno, flush=True)\n")
+
+    def probes_during_store_open(self, mnt, cmd, end):
+        """Starts `cmd` (a kvfs mount whose store open is delayed), and once its FUSE mount is there, two
+        programs that access it (the mountpoint and a name in it); `end(proc)` ends the mount attempt.
+        Returns (the mount's CompletedProcess-like (returncode, stderr), the probes' outputs). A probe
+        that is still blocked long after the mount ended fails the test (it is killed: only what we
+        started)."""
+        env = dict(os.environ, KVFS_TEST_STORE_OPEN_DELAY_MS="5000")
+        probes = [subprocess.Popen([sys.executable, "-c", self.PROBE, p], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True) for p in (mnt, os.path.join(mnt, "x"))]
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        outs = []
+        try:
+            self.assertTrue(wait_for(lambda: kf.is_mounted(mnt) or proc.poll() is not None, 60))
+            if not kf.is_mounted(mnt):
+                self.fail("no FUSE mount before the store opened: exit %s: %s" % (proc.wait(), proc.stderr.read()))
+            for p in probes:
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            end(proc)
+            _, err = proc.communicate(timeout=120)
+            for p in probes:
+                try:
+                    out, _ = p.communicate(timeout=60)
+                except subprocess.TimeoutExpired:
+                    self.fail("a program that accessed the mount while the store opened is still blocked")
+                out = out.strip()
+                outs.append(ABORTED if out in (str(errno.ECONNABORTED), str(errno.ENOTCONN)) else out)
+            return proc.returncode, err, outs
+        finally:
+            for p in probes + [proc]:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+
+    def test_accesses_while_a_failing_store_opens_do_not_hang(self):
+        # Issue #17: the FUSE mount is made before the store opens, and accesses to it wait meanwhile. If
+        # the store then fails to open (here: the node is in use by a live mount), the mount goes away and
+        # the waiting programs get ENOTCONN / ECONNABORTED (the connection is aborted), in the foreground and as a daemon;
+        # they neither hang nor see the empty directory underneath.
+        other = os.path.join(self.b.root, "mnt2")
+        os.mkdir(other)
+        index2 = os.path.join(self.b.root, "index2")
+        with kf.mounted(backing=self.b, node_id="n1"):
+            for fg in (("--foreground",), ()):
+                cmd = [kf.kvfs_binary(), "mount", other, "--backing", self.b.backing, "--index-dir", index2,
+                       "--node-id", "n1", "--log-file", os.path.join(self.b.root, "mnt2.log"), *fg]
+                rc, err, outs = self.probes_during_store_open(other, cmd, lambda proc: None)
+                lines = [l for l in err.strip().splitlines() if l.startswith("kvfs: ")]
+                self.assertEqual(rc, 2, err)
+                self.assertEqual(len(lines), 1, err)
+                self.assertIn("node 'n1' is in use", lines[0])
+                self.assertEqual(outs, [ABORTED] * 2)
+                self.assertFalse(kf.is_mounted(other))
+                self.assertFalse(os.path.exists(index2))
+                self.assertEqual(os.listdir(other), [])
+
+    def test_sigterm_while_the_store_opens(self):
+        # A SIGTERM while the store opens ends the mount once the store is open: exit 0, unmounted, the
+        # store closed (the next mount of the node works); the programs waiting on the mount get ENOTCONN / ECONNABORTED.
+        cmd = [kf.kvfs_binary(), "mount", self.b.mnt, "--backing", self.b.backing, "--index-dir", self.b.index,
+               "--node-id", "n1", "--foreground"]
+        rc, err, outs = self.probes_during_store_open(self.b.mnt, cmd,
+                                                      lambda proc: proc.send_signal(signal.SIGTERM))
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(outs, [ABORTED] * 2)
+        self.assertFalse(kf.is_mounted(self.b.mnt))
+        with kf.mounted(backing=self.b, node_id="n1") as (mnt, _, _):
+            kf.write_file(os.path.join(mnt, "a"), b"after")
+            self.assertEqual(kf.read_file(os.path.join(mnt, "a")), b"after")
+
+    def test_index_dir_or_log_inside_the_mountpoint_is_refused(self):
+        # The store opens after the FUSE mount: an index (or a log) inside the mountpoint would wait for
+        # the daemon's own mount. Refused before anything is created.
+        for extra, needle in ((("--index-dir", os.path.join(self.b.mnt, "idx")), "--index-dir"),
+                              (("--index-dir", self.b.index, "--log-file", os.path.join(self.b.mnt, "log")),
+                               "--log-file")):
+            r = kf.run_kvfs("mount", self.b.mnt, "--backing", self.b.backing, "--foreground", *extra)
+            self.assertUsageError(r, needle)
+            self.assertIn("mountpoint", r.stderr)
+            self.assertFalse(kf.is_mounted(self.b.mnt))
+            self.assertEqual(os.listdir(self.b.mnt), [])
+            self.assertFalse(os.path.exists(os.path.join(self.b.backing, ".kvfs")))
 
     def test_bad_log_level(self):
         self.assertUsageError(self.mount("--log-level", "loud"), "--log-level 'loud'")

@@ -504,7 +504,7 @@ class FsyncDir(unittest.TestCase):
         self.log = open(os.path.join(self.b.root, "daemon.log"), "ab")
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.time() + 60
-        while not kf.is_mounted(self.b.mnt):
+        while not kf.is_served(self.b.mnt):
             if proc.poll() is not None:
                 raise RuntimeError("kvfs mount exited with %s" % proc.returncode)
             if time.time() > deadline:

@@ -200,7 +200,7 @@ class Daemon:
         self.errlog = open(os.path.join(b.root, "daemon.log"), "ab")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.errlog, env=env)
         deadline = time.time() + 60
-        while not kf.is_mounted(b.mnt):
+        while not kf.is_served(b.mnt):
             if self.proc.poll() is not None:
                 raise RuntimeError("kvfs mount exited with %s (see %s/daemon.log)" % (self.proc.returncode, b.root))
             if time.time() > deadline:

@@ -52,8 +52,10 @@ def fuse_available():
 
 
 def is_mounted(path):
-    """True when `path` is a mount point listed in /proc/self/mountinfo."""
-    path = os.path.realpath(path)
+    """True when `path` is a mount point listed in /proc/self/mountinfo. Never accesses `path` itself
+    (only its parent): a FUSE mount whose daemon does not answer (yet) would block the caller."""
+    path = os.path.normpath(os.path.abspath(path))
+    path = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
     with open("/proc/self/mountinfo") as f:
         for line in f:
             fields = line.split()
@@ -81,6 +83,18 @@ class Backing:
         if is_mounted(self.mnt):
             unmount(self.mnt)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def is_served(path):
+    """True when `path` is mounted and its daemon answers: kvfs mounts FUSE before it opens its store, and
+    a stat of the mountpoint waits until the store is open (it fails if the daemon gives up instead)."""
+    if not is_mounted(path):
+        return False
+    try:
+        os.stat(path)
+    except OSError:
+        return False
+    return is_mounted(path)
 
 
 def unmount(mnt, timeout=20.0):
@@ -117,7 +131,8 @@ def flags_to_args(flags):
 
 @contextlib.contextmanager
 def mounted(backing=None, timeout=30.0, **flags):
-    """Mount kvfs in the foreground; yield (mountpoint, backing_dir, proc); always unmount."""
+    """Mount kvfs in the foreground; yield (mountpoint, backing_dir, proc) once it serves (store open);
+    always unmount."""
     own = backing is None
     b = backing or Backing()
     cmd = [kvfs_binary(), "mount", b.mnt, "--backing", b.backing, "--index-dir", b.index,
@@ -126,7 +141,7 @@ def mounted(backing=None, timeout=30.0, **flags):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         deadline = time.time() + timeout
-        while not is_mounted(b.mnt):
+        while not is_served(b.mnt):
             if proc.poll() is not None:
                 err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
                 raise RuntimeError("kvfs mount exited with %s: %s" % (proc.returncode, err.strip()))
