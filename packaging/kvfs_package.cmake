@@ -13,6 +13,7 @@
 #   /lib/systemd/system/kvfs@.service             one mount per instance (escaped mount point)
 #   /usr/share/man/man1/kvfs.1.gz, man8/kvfs-fsck.8.gz
 #   /usr/share/kvfs/grafana/kvfs-dashboard.json   Grafana dashboard over `kvfs mount --metrics-listen`
+#   /usr/share/doc/kvfs/                          README.md and docs/{operations,semantics,design,format}.md
 # mount(8) needs nothing more: mount.fuse3 (package fuse3) runs `kvfs SOURCE MOUNTPOINT -o OPTS` for
 # the type fuse.kvfs.
 include(GNUInstallDirs)
@@ -34,6 +35,10 @@ install(FILES ${KVFS_PKG_DIR}/kvfs@.service DESTINATION /lib/systemd/system
 
 install(FILES ${KVFS_PKG_DIR}/grafana/kvfs-dashboard.json DESTINATION share/kvfs/grafana
         PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)
+
+install(FILES ${CMAKE_SOURCE_DIR}/README.md ${CMAKE_SOURCE_DIR}/docs/operations.md ${CMAKE_SOURCE_DIR}/docs/semantics.md
+              ${CMAKE_SOURCE_DIR}/docs/design.md ${CMAKE_SOURCE_DIR}/docs/format.md
+        DESTINATION share/doc/kvfs PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ WORLD_READ)
 
 # Man pages: compressed at build time (Debian policy 12.1).
 set(KVFS_MAN_OUT ${CMAKE_BINARY_DIR}/man)

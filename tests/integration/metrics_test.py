@@ -186,6 +186,16 @@ class Metrics(unittest.TestCase):
                                delta=0.05 * sv.f_blocks * sv.f_frsize)
         self.assertLessEqual(val(m, "kvfs_backing_fs_avail_bytes"), val(m, "kvfs_backing_fs_size_bytes"))
 
+    def test_every_family_is_documented(self):
+        # docs/operations.md "Metrics" names every metric family the listener serves (issue #17).
+        port = free_port()
+        with kf.mounted(metrics_listen="127.0.0.1:%d" % port):
+            _, types = fetch(port)
+        doc = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "operations.md")
+        with open(doc) as f:
+            documented = set(re.findall(r"`(kvfs_[a-z0-9_]+)`", f.read()))
+        self.assertEqual(sorted(set(types) - documented), [])
+
     def test_listener_is_gone_after_unmount(self):
         port = free_port()
         with kf.mounted(metrics_listen="127.0.0.1:%d" % port):

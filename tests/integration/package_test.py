@@ -98,7 +98,8 @@ class DebianPackage(unittest.TestCase):
         for f in ("./usr/bin/kvfs", "./usr/bin/kvfs-fsck", "./usr/bin/kvfs-bench -> ",
                   "./usr/lib/kvfs/tools/kvfs-bench", "./usr/lib/kvfs/tools/kvfs-nfsim", "./etc/kvfs/kvfs.conf",
                   "./lib/systemd/system/kvfs@.service", "./usr/share/man/man1/kvfs.1.gz",
-                  "./usr/share/man/man8/kvfs-fsck.8.gz", "./usr/share/kvfs/grafana/kvfs-dashboard.json"):
+                  "./usr/share/man/man8/kvfs-fsck.8.gz", "./usr/share/kvfs/grafana/kvfs-dashboard.json",
+                  "./usr/share/doc/kvfs/operations.md", "./usr/share/doc/kvfs/README.md"):
             self.assertIn(f, files)
         conffiles = run(["dpkg-deb", "-I", self.deb, "conffiles"]).stdout
         self.assertIn("/etc/kvfs/kvfs.conf", conffiles)
