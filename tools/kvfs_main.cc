@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   mount->add_option("--threads", ma.threads, "max FUSE worker threads (default 32)");
   mount->add_option("--group-commit-ms", ma.group_commit_ms, "group commit interval in ms (default 20)");
   mount->add_flag("--direct-io", ma.direct_io, "O_DIRECT for segment writes");
-  mount->add_option("--peer-poll-ms", ma.peer_poll_ms, "how often peers' journals are tailed, ms (0 = never)");
+  mount->add_option("--peer-poll-ms", ma.peer_poll_ms, "how often peers' journals are tailed, ms (default 200; 0 = never)");
   mount->add_flag("--peer-direct-io", ma.peer_direct_io, "read peers' journals with O_DIRECT");
   mount->add_option("--backing-deadline-ms", ma.backing_deadline_ms,
                     "deadline for every backing-store request; a hung export becomes EIO (default 0 = off)");
@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
                     "default_permissions is kept unless no_default_permissions is given)")
       ->delimiter(',')
       ->allow_extra_args(false);  // `-o LIST MOUNTPOINT`: LIST only
-  mount->add_option("--log-level", ma.log_level, "trace|debug|info|warn|error (default info)");
+  mount->add_option("--log-level", ma.log_level, "trace|debug|info|warn|error|critical|off (default info)");
   mount->add_option("--capacity", ma.capacity,
                     "bound on this node's segment bytes on the export, e.g. 500GiB (default unlimited); "
                     "the oldest segments are evicted");
