@@ -25,6 +25,9 @@
 #include <thread>
 #include <vector>
 
+#include "blockstore/object_store.h"
+#include "tests/s3/object_store_contract.h"
+
 namespace kvfs {
 namespace {
 
@@ -543,6 +546,26 @@ TEST_F(S3ClientTest, ServerStoppedThenRestarted) {
   ASSERT_TRUE(cl->Put("after", "3").ok());
   EXPECT_EQ(*cl->GetAll("before"), "1");
   EXPECT_EQ(*cl->GetAll("after"), "3");
+}
+
+// ObjectStore over S3: the probe finds RGW's If-None-Match support, then the shared contract (the same
+// checks as tests/unit/object_store_test.cc on POSIX) under a key prefix.
+TEST_F(S3ClientTest, ObjectStoreContract) {
+  auto probe = ProbeConditionalPut(client_.get(), "kvfs/.probe-conditional-put");
+  ASSERT_TRUE(probe.ok()) << probe.status().ToString();
+  EXPECT_TRUE(*probe);  // Ceph RGW 16.2 honours If-None-Match: * on PUT
+  EXPECT_TRUE(client_->Head("kvfs/.probe-conditional-put").status().IsNotFound());
+  std::shared_ptr<S3Client> shared(std::move(client_));
+  auto store = NewS3ObjectStore(shared, "kvfs/", *probe);
+  EXPECT_EQ(store->Describe(), "s3://" + bucket_ + "/kvfs/");
+  char dir[] = "/tmp/kvfs-s3obj-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  RunObjectStoreContract(store.get(), dir);
+  rmdir(dir);
+  // Every key is under the prefix.
+  auto all = shared->List("", "", 1000);
+  ASSERT_TRUE(all.ok());
+  for (const auto& o : all->objects) EXPECT_EQ(o.key.rfind("kvfs/", 0), 0u) << o.key;
 }
 
 // ---- no server needed ----
