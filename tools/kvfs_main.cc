@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -165,12 +166,19 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
 
-  if (mount->parsed()) {
-    ma.node_id_given = mount->count("--node-id") > 0;
-    return RunMount(ma);
+  // A path the user may not reach (a directory without search permission, say) is one line and exit 2,
+  // never an uncaught std::filesystem exception.
+  try {
+    if (mount->parsed()) {
+      ma.node_id_given = mount->count("--node-id") > 0;
+      return RunMount(ma);
+    }
+    if (umount->parsed()) return RunUmount(ump, utimeout);
+    if (stats->parsed()) return RunStats(smp, sjson);
+    if (nodecmd->parsed()) return kvfs::RunNodeCommand(nsub, nbacking, nnode, njson, nforce, ngrace);
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::fprintf(stderr, "kvfs: %s\n", e.what());
+    return kExitUsage;
   }
-  if (umount->parsed()) return RunUmount(ump, utimeout);
-  if (stats->parsed()) return RunStats(smp, sjson);
-  if (nodecmd->parsed()) return kvfs::RunNodeCommand(nsub, nbacking, nnode, njson, nforce, ngrace);
   return kExitUsage;
 }

@@ -142,6 +142,14 @@ void Report(int fd, int code, const std::string& msg) {
   close(fd);
 }
 
+// weakly_canonical without throwing: a path under a directory this user may not search (the default
+// /var/lib/kvfs for a non-root user) is taken lexically; the open that follows reports the real error.
+std::string CanonicalOrLexical(const std::string& p) {
+  std::error_code ec;
+  std::filesystem::path c = std::filesystem::weakly_canonical(p, ec);
+  return ec ? std::filesystem::path(p).lexically_normal().string() : c.string();
+}
+
 }  // namespace
 
 int RunMount(MountArgs a) {
@@ -191,7 +199,7 @@ int RunMount(MountArgs a) {
   so.index_dir = a.index_dir;
   // The store opens after the FUSE mount is made (see the mount below): an index inside the mountpoint
   // would wait for the daemon's own mount, which does not serve before the store is open.
-  if (inside(std::filesystem::weakly_canonical(a.index_dir).string(), a.mountpoint)) {
+  if (inside(CanonicalOrLexical(a.index_dir), a.mountpoint)) {
     Die(kExitUsage, "--index-dir '" + a.index_dir + "' is the mountpoint or inside it");
   }
   so.cache_size = SizeOrDie("--cache-size", a.cache_size);
@@ -287,7 +295,7 @@ int RunMount(MountArgs a) {
     a.log_file = std::filesystem::absolute(a.log_file).lexically_normal().string();
     const std::string idx = so.index_dir + "/";
     if (a.log_file.rfind(idx, 0) == 0) Die(kExitUsage, "--log-file must not be inside the index dir (a rebuild removes it)");
-    if (inside(std::filesystem::weakly_canonical(a.log_file).string(), a.mountpoint)) {
+    if (inside(CanonicalOrLexical(a.log_file), a.mountpoint)) {
       Die(kExitUsage, "--log-file '" + a.log_file + "' is inside the mountpoint (the daemon would write into itself)");
     }
   }
