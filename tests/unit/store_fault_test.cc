@@ -223,9 +223,10 @@ TEST_F(StoreFaultTest, FailedSegmentSyncNeverJournalsPutsOfLostRecords) {
   EXPECT_EQ(s.ToErrno(), EIO);
   EXPECT_EQ(env->FaultFired(id), 1u);
   // The next round (a new segment writer, whose syncs succeed) must not journal c's PUT; it drops it
-  // and reports it.
+  // and reports it: to this Sync (EIO), or, when a background group-commit round ran first, to that
+  // round (then this Sync has nothing left to report). Either way it is counted.
   s = store_->Sync();
-  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  EXPECT_TRUE(s.ok() || s.IsIOError()) << s.ToString();
   EXPECT_GE(store_->GetStats().lost_entries, 1u);
   // Files written after the failure go to a new segment and are durable as usual.
   WriteFile("d", Content("d", 7000, 1));
