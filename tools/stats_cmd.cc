@@ -1,6 +1,8 @@
 // `kvfs stats` (tools/stats_cmd.h).
 #include "tools/stats_cmd.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -14,10 +16,19 @@
 namespace kvfs::cli {
 
 int RunStats(const std::string& mp_in, bool json) {
+  // A mount whose daemon died (killed, crashed) answers every access with ENOTCONN: say so and how to
+  // clear it, instead of "does not exist" or "not a kvfs mount".
+  auto dead = [&](const std::string& mp) {
+    Die(kExitFail, "'" + mp + "' is a dead mount (its daemon is gone: " + strerror(ENOTCONN) +
+                       "); clear it with: kvfs umount " + mp);
+  };
+  struct stat st;
+  if (stat(mp_in.c_str(), &st) != 0 && errno == ENOTCONN) dead(mp_in);
   if (!IsDir(mp_in)) Die(kExitUsage, "mountpoint '" + mp_in + "' does not exist");
   std::string mp = RealPath(mp_in);
   std::string raw;
   if (!ReadXattr(mp, "user.kvfs.stats", &raw)) {
+    if (errno == ENOTCONN) dead(mp);
     Die(kExitUsage, "'" + mp + "' is not a kvfs mount (no user.kvfs.stats: " + strerror(errno) + ")");
   }
   nlohmann::json j = nlohmann::json::parse(raw, nullptr, false);

@@ -101,6 +101,12 @@ class LogFile(unittest.TestCase):
             os.listdir(self.b.mnt)
         # ENOTCONN once the kernel has seen the daemon die; ECONNABORTED for a request that raced the death.
         self.assertIn(cm.exception.errno, (errno.ENOTCONN, errno.ECONNABORTED))
+        # kvfs stats names a dead mount and how to clear it (one line, exit 1).
+        st = kf.run_kvfs("stats", self.b.mnt)
+        self.assertEqual(st.returncode, 1, st.stderr)
+        self.assertIn("dead mount", st.stderr)
+        self.assertIn("kvfs umount", st.stderr)
+        self.assertEqual(len(st.stderr.strip().splitlines()), 1, st.stderr)
         # kvfs umount clears the dead mount (lazy unmount) and says so.
         u = kf.run_kvfs("umount", self.b.mnt)
         self.assertEqual(u.returncode, 0, u.stderr)
