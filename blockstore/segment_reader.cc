@@ -193,6 +193,29 @@ Status CheckLocShape(const Location& loc) {
   return Status::OK();
 }
 
+// The record metadata of loc in ONE read: the Location says how long it is (value_offset -
+// record_offset), so a checksum table over 4 KiB (values over ~30 MiB) needs no second read. Checked
+// against loc. An implausible length (damaged index entry) reads the metadata the scanner's way.
+Result<RecordMeta> ReadLocMeta(BackingFile* file, const Location& loc) {
+  const uint64_t delta = loc.value_offset - loc.record_offset;
+  if (delta % kAlignment != 0 || delta > format::ValueDelta(format::kMaxPathLength, loc.length)) {
+    auto m = ReadRecordMeta(file, loc.record_offset);
+    if (!m.ok()) return m.status();
+    KVFS_RETURN_IF_ERROR(CheckLoc(file, loc, *m));
+    return m;
+  }
+  Scratch sb(delta);
+  if (sb.get() == nullptr) return Status::IOError("segment reader: out of memory", ENOMEM);
+  size_t r = 0;
+  KVFS_RETURN_IF_ERROR(file->Read(loc.record_offset, delta, sb.get(), &r));
+  RecordMeta m;
+  ScanStop why;
+  uint64_t need = 0;
+  KVFS_RETURN_IF_ERROR(ParseMeta(file, sb.get(), std::min<uint64_t>(r, delta), loc.record_offset, &m, &why, &need));
+  KVFS_RETURN_IF_ERROR(CheckLoc(file, loc, m));
+  return m;
+}
+
 // Blocks [b0, b1] of the value read into buf (buf = value byte b0 * B; the caller guarantees room for
 // AlignUp of the blocks' bytes). *n = value bytes of the blocks. Corruption on a short read or mismatch.
 Status ReadBlocksInto(BackingFile* file, const RecordMeta& m, uint64_t b0, uint64_t b1, char* buf, uint64_t* n) {
@@ -234,7 +257,8 @@ Status ReadValue(BackingFile* file, const RecordMeta& m, uint64_t offset, size_t
   return Status::OK();
 }
 
-Status ReadValue(BackingFile* file, const Location& loc, uint64_t offset, size_t len, char* out, size_t* got) {
+Status ReadValue(BackingFile* file, const Location& loc, uint64_t offset, size_t len, char* out, size_t* got,
+                 RecordMeta* meta_out) {
   *got = 0;
   KVFS_RETURN_IF_ERROR(CheckLocShape(loc));
   const uint64_t delta = loc.value_offset - loc.record_offset;
@@ -259,12 +283,14 @@ Status ReadValue(BackingFile* file, const Location& loc, uint64_t offset, size_t
     KVFS_RETURN_IF_ERROR(VerifyBlocks(file, m, sb.get() + delta, 0, b1));
     std::memcpy(out, sb.get() + delta + offset, n);
     *got = n;
+    if (meta_out) *meta_out = std::move(m);
     return Status::OK();
   }
-  auto m = ReadRecordMeta(file, loc.record_offset);
+  auto m = ReadLocMeta(file, loc);
   if (!m.ok()) return m.status();
-  KVFS_RETURN_IF_ERROR(CheckLoc(file, loc, *m));
-  return ReadValue(file, *m, offset, len, out, got);
+  KVFS_RETURN_IF_ERROR(ReadValue(file, *m, offset, len, out, got));
+  if (meta_out) *meta_out = std::move(*m);
+  return Status::OK();
 }
 
 Result<std::shared_ptr<ValueBuffer>> LoadWholeValue(BackingFile* file, const Location& loc) {
@@ -294,7 +320,7 @@ Result<std::shared_ptr<ValueBuffer>> LoadWholeValue(BackingFile* file, const Loc
 }
 
 Result<std::shared_ptr<ValueBuffer>> ReadValueRange(BackingFile* file, const Location& loc, uint64_t offset,
-                                                    size_t len) {
+                                                    size_t len, RecordMeta* meta_out) {
   KVFS_RETURN_IF_ERROR(CheckLocShape(loc));
   if (offset >= loc.length || len == 0) {
     auto empty = ValueBuffer::Allocate(0);
@@ -322,15 +348,31 @@ Result<std::shared_ptr<ValueBuffer>> ReadValueRange(BackingFile* file, const Loc
     }
     KVFS_RETURN_IF_ERROR(VerifyBlocks(file, m, vb->data(), 0, b1));
     vb->SetWindow(delta + offset, n);
+    if (meta_out) *meta_out = std::move(m);
     return vb;
   }
-  auto m = ReadRecordMeta(file, loc.record_offset);
+  auto m = ReadLocMeta(file, loc);
   if (!m.ok()) return m.status();
-  KVFS_RETURN_IF_ERROR(CheckLoc(file, loc, *m));
+  auto vb = ReadValueRange(file, *m, offset, n);
+  if (vb.ok() && meta_out) *meta_out = std::move(*m);
+  return vb;
+}
+
+Result<std::shared_ptr<ValueBuffer>> ReadValueRange(BackingFile* file, const RecordMeta& m, uint64_t offset,
+                                                    size_t len) {
+  const uint64_t vlen = m.value_len();
+  if (offset >= vlen || len == 0) {
+    auto empty = ValueBuffer::Allocate(0);
+    if (!empty) return Status::IOError("segment reader: out of memory", ENOMEM);
+    return empty;
+  }
+  const uint64_t n = std::min<uint64_t>(len, vlen - offset);
+  const uint64_t b0 = offset / B, b1 = (offset + n - 1) / B;
+  const uint64_t want = std::min((b1 + 1) * B, vlen) - b0 * B;
   auto vb = ValueBuffer::Allocate(want);
   if (!vb) return Status::IOError("segment reader: out of memory", ENOMEM);
   uint64_t have = 0;
-  KVFS_RETURN_IF_ERROR(ReadBlocksInto(file, *m, b0, b1, vb->base(), &have));
+  KVFS_RETURN_IF_ERROR(ReadBlocksInto(file, m, b0, b1, vb->base(), &have));
   vb->SetWindow(offset - b0 * B, n);
   return vb;
 }

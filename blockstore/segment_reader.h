@@ -53,8 +53,11 @@ Result<RecordMeta> ReadRecordMeta(BackingFile* file, uint64_t record_offset);
 // Corruption on a checksum mismatch or when the file ends inside the value.
 Status ReadValue(BackingFile* file, const RecordMeta& meta, uint64_t offset, size_t len, char* out, size_t* got);
 // Same from a Location (the index's view): reads the record metadata too (in the same read when the
-// range starts in the first block), and checks that it matches loc (Corruption otherwise).
-Status ReadValue(BackingFile* file, const Location& loc, uint64_t offset, size_t len, char* out, size_t* got);
+// range starts in the first block), and checks that it matches loc (Corruption otherwise). meta_out
+// (optional): the verified metadata, for a caller that keeps it (engine/record_meta_cache.h) and reads
+// the next range through the RecordMeta overload without reading the metadata again.
+Status ReadValue(BackingFile* file, const Location& loc, uint64_t offset, size_t len, char* out, size_t* got,
+                 RecordMeta* meta_out = nullptr);
 
 // The whole value at loc, verified, in a fresh ValueBuffer: ONE read of the record's metadata and value
 // straight into the buffer (4 KiB aligned, so O_DIRECT works; no scratch copy, no zero fill), then the
@@ -64,8 +67,12 @@ Result<std::shared_ptr<ValueBuffer>> LoadWholeValue(BackingFile* file, const Loc
 // Value bytes [offset, offset + len) of the record at loc, verified, in a fresh ValueBuffer (size() = the
 // bytes available, < len only at the end of the value; 0 when offset >= length). The covering blocks are
 // read straight into the buffer (no copy); the record metadata is read first unless the range starts
-// in the first block (then it comes with the same read). Errors as ReadValue.
+// in the first block (then it comes with the same read). Errors as ReadValue; meta_out as ReadValue.
 Result<std::shared_ptr<ValueBuffer>> ReadValueRange(BackingFile* file, const Location& loc, uint64_t offset,
+                                                    size_t len, RecordMeta* meta_out = nullptr);
+// Same with the record's metadata already read and checked (meta_out of a call above): ONE read, of the
+// covering blocks only.
+Result<std::shared_ptr<ValueBuffer>> ReadValueRange(BackingFile* file, const RecordMeta& meta, uint64_t offset,
                                                     size_t len);
 
 // Footer of a sealed segment of file_size bytes. NotFound when the segment is not sealed (no trailer);

@@ -275,19 +275,28 @@ Status StoreImpl::ReadImpl(const Location& loc, uint64_t offset, size_t len, cha
   // fill a shard would evict each other between the 1 MiB FUSE reads of one load (and each miss would
   // re-read and re-verify the whole value).
   if (loc.length > kWholeValueLoadMax || loc.length > cache_.ShardCapacity() / 4) {
-    // Too large to cache: read and verify just the blocks covering the range.
+    // Too large to cache: read and verify just the blocks covering the range (the READs of one value
+    // go out as they come: the first does not wait for the rest). The record's metadata is read by the
+    // first of them and kept (record_meta_cache.h): each later range is one backing read.
     auto file = SegmentFile(loc.segment);
     if (!file.ok()) return GoneOr(loc, file.status());
+    auto meta = meta_cache_.Find(loc);
+    RecordMeta parsed;
     if (buf) {
-      Status s = ReadValue(file->get(), loc, offset, n, buf, got);
+      Status s = meta ? ReadValue(file->get(), *meta, offset, n, buf, got)
+                      : ReadValue(file->get(), loc, offset, n, buf, got, &parsed);
       if (s.IsCorruption()) checksum_failures_++;
+      if (!s.ok()) meta_cache_.Erase(loc);
+      else if (!meta) meta_cache_.Insert(loc, std::move(parsed));
       return GoneOr(loc, s);
     }
-    auto r = ReadValueRange(file->get(), loc, offset, n);
+    auto r = meta ? ReadValueRange(file->get(), *meta, offset, n) : ReadValueRange(file->get(), loc, offset, n, &parsed);
     if (!r.ok()) {
       if (r.status().IsCorruption()) checksum_failures_++;
+      meta_cache_.Erase(loc);
       return GoneOr(loc, r.status());
     }
+    if (!meta) meta_cache_.Insert(loc, std::move(parsed));
     pin->data = (*r)->data();
     pin->len = (*r)->size();
     pin->owner = std::move(*r);

@@ -63,6 +63,7 @@
 #include "engine/group_commit.h"
 #include "engine/peer_tailer.h"
 #include "engine/read_admission.h"
+#include "engine/record_meta_cache.h"
 #include "index/hlc.h"
 #include "index/index_db.h"
 #include "index/journal.h"
@@ -286,6 +287,8 @@ class StoreImpl final : public Store {
   };
   std::mutex flights_mu_;
   std::map<std::string, std::shared_ptr<Flight>> flights_;
+  // Metadata of the large values being read by block range (one metadata read per record, not per READ).
+  RecordMetaCache meta_cache_;
   // Which loaded values enter the LRU (probation FIFO + ghost keys); sized in the constructor.
   ReadAdmission admission_;
   std::atomic<uint64_t> probation_reads_{0};  // FUSE reads answered from probation (rest of one load)

@@ -187,6 +187,60 @@ TEST_F(StoreTest, ReadPinnedServesCachedAndLargeValuesWithoutCopies) {
   EXPECT_EQ(past.len, 0u);
 }
 
+// A value too large to load whole (36 MiB over a 64 MiB cache: 4 MiB shards) is read block range by
+// block range, one 1 MiB FUSE READ at a time: its record metadata (a 4.5 KiB checksum table: two reads
+// when not cached) is read by the first request only, so 36 requests are 36 backing reads in all, and
+// the bytes read are the value plus one metadata prefix. The same through Read() (into the caller's
+// buffer).
+TEST_F(StoreTest, LargeValueRangeReadsReadTheRecordMetadataOnce) {
+  OpenStore();
+  constexpr size_t kLen = 37748736, kReq = 1u << 20;
+  const std::string want = Pattern(kLen, 36);
+  WriteFile(kRootIno, "big", want);
+  ASSERT_TRUE(store_->Sync().ok());
+  auto n = store_->Lookup(kRootIno, "big");
+  ASSERT_TRUE(n.ok());
+  const Location loc = n->location;
+  const uint64_t meta_bytes = loc.value_offset - loc.record_offset;
+  EXPECT_EQ(meta_bytes, 8192u);  // header + path + 576 checksums, 4 KiB aligned
+  auto& c = Env::Posix()->counters();
+  const uint64_t reads0 = c.read.load(), bytes0 = c.bytes_read.load();
+  for (uint64_t off = 0; off < kLen; off += kReq) {
+    PinnedBytes p;
+    ASSERT_TRUE(store_->ReadPinned(loc, off, kReq, &p).ok());
+    ASSERT_EQ(p.len, kReq);
+    ASSERT_TRUE(std::string_view(p.data, p.len) == std::string_view(want).substr(off, kReq)) << off;
+  }
+  EXPECT_EQ(c.read.load() - reads0, kLen / kReq);
+  EXPECT_EQ(c.bytes_read.load() - bytes0, kLen + meta_bytes);
+  // Read() into an (unaligned) buffer, starting past the first block: every request one backing read
+  // now that the metadata is known.
+  std::string out(kReq + 1, '\0');
+  const uint64_t reads1 = c.read.load();
+  for (uint64_t off = 3 * kReq + 1; off + out.size() <= kLen; off += 8 * kReq) {
+    size_t got = 0;
+    ASSERT_TRUE(store_->Read(loc, off, out.size(), out.data(), &got).ok());
+    ASSERT_EQ(got, out.size());
+    ASSERT_TRUE(out == want.substr(off, out.size())) << off;
+  }
+  EXPECT_EQ(c.read.load() - reads1, 4u);  // offsets 3, 11, 19, 27 MiB (+1)
+  // A first request past the first block reads the metadata (8 KiB, its length known from the
+  // Location) in one read, then the blocks: 2 reads; the next request 1.
+  const std::string want2 = Pattern(kLen, 37);
+  WriteFile(kRootIno, "big2", want2);
+  ASSERT_TRUE(store_->Sync().ok());
+  auto n2 = store_->Lookup(kRootIno, "big2");
+  ASSERT_TRUE(n2.ok());
+  const uint64_t reads2 = c.read.load(), bytes2 = c.bytes_read.load();
+  for (uint64_t off : {5 * kReq, 6 * kReq}) {
+    PinnedBytes p;
+    ASSERT_TRUE(store_->ReadPinned(n2->location, off, kReq, &p).ok());
+    ASSERT_TRUE(std::string_view(p.data, p.len) == std::string_view(want2).substr(off, kReq)) << off;
+  }
+  EXPECT_EQ(c.read.load() - reads2, 3u);
+  EXPECT_EQ(c.bytes_read.load() - bytes2, 2 * kReq + meta_bytes);
+}
+
 TEST_F(StoreTest, NamespaceOperationsCostNoBackingMetadataOps) {
   OpenStore();
   ASSERT_TRUE(store_->Sync().ok());
