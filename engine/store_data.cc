@@ -14,9 +14,11 @@
 namespace kvfs {
 namespace {
 
-// Values up to this size are loaded whole into the LRU on a miss (one backing read per value, shared by
-// concurrent readers); larger ones are read block-range by block-range.
-constexpr uint64_t kWholeValueLoadMax = 64ull << 20;
+// Values up to kPieceLoadMin are loaded whole into the LRU on a miss (one backing read per value, shared
+// by concurrent readers); larger ones are loaded and cached in pieces of kPiece bytes (ReadImpl), so the
+// first READ of a large value waits for one piece, not for the whole value.
+constexpr uint64_t kPieceLoadMin = 8ull << 20;
+constexpr uint64_t kPiece = 4ull << 20;  // a multiple of the 64 KiB checksum block
 
 }  // namespace
 
@@ -187,6 +189,18 @@ Result<std::shared_ptr<BackingFile>> StoreImpl::SegmentFile(const SegmentId& id)
   return file;
 }
 
+Result<LruCache::Value> StoreImpl::LoadPiece(const Location& loc, uint64_t off, uint64_t len) {
+  auto file = SegmentFile(loc.segment);
+  if (!file.ok()) return file.status();
+  // The first piece brings the metadata in the same read; later pieces use it (or read it once).
+  auto meta = meta_cache_.Find(loc);
+  RecordMeta parsed;
+  auto v = meta ? ReadValueRange(file->get(), *meta, off, len) : ReadValueRange(file->get(), loc, off, len, &parsed);
+  if (!v.ok()) return v.status();
+  if (!meta) meta_cache_.Insert(loc, std::move(parsed));
+  return LruCache::Value(std::move(*v));
+}
+
 Result<LruCache::Value> StoreImpl::LoadValue(const Location& loc) {
   auto file = SegmentFile(loc.segment);
   if (!file.ok()) return file.status();
@@ -237,6 +251,14 @@ Status StoreImpl::ReadPinned(const Location& loc, uint64_t offset, size_t len, P
 
 // buf != nullptr: a large uncached range is read straight into buf (*got set); everything else comes
 // back pinned in *pin (the caller copies if it wants the bytes in buf).
+//
+// The unit of loading and caching is the whole value up to kPieceLoadMin, above it a kPiece-sized piece
+// of the value (value offsets [i * kPiece, (i + 1) * kPiece), LRU key CacheKey + "#i"): a 36 MiB value's
+// first 1 MiB READ waits for one verified 4 MiB read, not for all 36 MiB, the READs of one read(2)
+// (sent at once for O_DIRECT readers) load different pieces in parallel, and each piece enters the LRU
+// (or probation) as a value of its own. A request that crosses a piece boundary, and every request when
+// a piece is too large for a cache shard's quarter (caches under 64 MiB), reads just its blocks
+// (uncached, metadata from meta_cache_).
 Status StoreImpl::ReadImpl(const Location& loc, uint64_t offset, size_t len, char* buf, PinnedBytes* pin,
                            size_t* got) {
   *got = 0;
@@ -247,37 +269,46 @@ Status StoreImpl::ReadImpl(const Location& loc, uint64_t offset, size_t len, cha
     uint32_t& h = hits_[loc.segment][loc.record_offset];
     if (h < UINT32_MAX) h++;
   }
-  const std::string key = CacheKey(loc);
+  const bool pieces = loc.length > kPieceLoadMin;
+  const uint64_t unit_off = pieces ? offset / kPiece * kPiece : 0;
+  const uint64_t unit_len = pieces ? std::min<uint64_t>(kPiece, loc.length - unit_off) : loc.length;
+  const uint64_t rel = offset - unit_off;  // the request's offset in its unit
+  std::string key = CacheKey(loc);
+  if (pieces) key += "#" + std::to_string(unit_off / kPiece);
   if (auto v = cache_.Lookup(key)) {
-    cache_hits_++;
-    pin->data = v->data() + offset;
-    pin->len = n;
-    pin->owner = std::move(v);
-    return Status::OK();
+    if (rel + n <= v->size()) {
+      cache_hits_++;
+      pin->data = v->data() + rel;
+      pin->len = n;
+      pin->owner = std::move(v);
+      return Status::OK();
+    }
   }
   // Probation (engine/read_admission.h): the rest of a read that loaded the value, or a second read
   // from the start, which earns the value its place in the LRU.
   bool promote = false;
-  if (auto v = admission_.Find(key, offset == 0, &promote)) {
-    if (promote) {
-      cache_.Insert(key, v);
-      cache_hits_++;  // a second use of a loaded value
-    } else {
-      probation_reads_++;
+  if (rel + n <= unit_len) {
+    if (auto v = admission_.Find(key, rel == 0, &promote)) {
+      if (promote) {
+        cache_.Insert(key, v);
+        cache_hits_++;  // a second use of a loaded value
+      } else {
+        probation_reads_++;
+      }
+      pin->data = v->data() + rel;
+      pin->len = n;
+      pin->owner = std::move(v);
+      return Status::OK();
     }
-    pin->data = v->data() + offset;
-    pin->len = n;
-    pin->owner = std::move(v);
-    return Status::OK();
   }
   cache_misses_++;
-  // Whole-value loads only for values well below a cache shard's budget: two hot values that each
-  // fill a shard would evict each other between the 1 MiB FUSE reads of one load (and each miss would
-  // re-read and re-verify the whole value).
-  if (loc.length > kWholeValueLoadMax || loc.length > cache_.ShardCapacity() / 4) {
-    // Too large to cache: read and verify just the blocks covering the range (the READs of one value
-    // go out as they come: the first does not wait for the rest). The record's metadata is read by the
-    // first of them and kept (record_meta_cache.h): each later range is one backing read.
+  // Whole-value (or piece) loads only for units well below a cache shard's budget: two hot values that
+  // each fill a shard would evict each other between the 1 MiB FUSE reads of one load (and each miss
+  // would re-read and re-verify the whole unit).
+  if (rel + n > unit_len || unit_len > cache_.ShardCapacity() / 4) {
+    // Read and verify just the blocks covering the range (the READs of one value go out as they come:
+    // the first does not wait for the rest). The record's metadata is read by the first of them and
+    // kept (record_meta_cache.h): each later range is one backing read.
     auto file = SegmentFile(loc.segment);
     if (!file.ok()) return GoneOr(loc, file.status());
     auto meta = meta_cache_.Find(loc);
@@ -302,7 +333,7 @@ Status StoreImpl::ReadImpl(const Location& loc, uint64_t offset, size_t len, cha
     pin->owner = std::move(*r);
     return Status::OK();
   }
-  // One backing load per value, shared by concurrent readers.
+  // One backing load per unit, shared by concurrent readers.
   std::shared_ptr<Flight> flight;
   bool leader = false;
   {
@@ -315,7 +346,10 @@ Status StoreImpl::ReadImpl(const Location& loc, uint64_t offset, size_t len, cha
     flight = slot;
   }
   if (leader) {
-    auto v = LoadValue(loc);
+    auto load = [&]() -> Result<LruCache::Value> {
+      return pieces ? LoadPiece(loc, unit_off, unit_len) : LoadValue(loc);
+    };
+    auto v = load();
     if (!v.ok() && v.status().IsCorruption()) {
       // Retry once through a fresh descriptor (the damage may be a transient read fault, or a peer's
       // segment whose growth this descriptor's cache does not show yet), then report EIO.
@@ -323,7 +357,8 @@ Status StoreImpl::ReadImpl(const Location& loc, uint64_t offset, size_t len, cha
         std::lock_guard<std::mutex> l(files_mu_);
         files_.erase(loc.segment);
       }
-      v = LoadValue(loc);
+      meta_cache_.Erase(loc);
+      v = load();
     }
     if (!v.ok()) v = GoneOr(loc, v.status());
     // Into the LRU while it has room (caching then pushes nothing out, and the memory, once used, is
@@ -331,7 +366,7 @@ Status StoreImpl::ReadImpl(const Location& loc, uint64_t offset, size_t len, cha
     // probation, so a scan of once-read values cannot flush a full LRU.
     if (v.ok()) {
       const bool room = cache_.Usage() + (*v)->size() <= cache_.Capacity() / 8 * 7;
-      if (room || admission_.OnLoaded(key, *v, offset == 0)) cache_.Insert(key, *v);
+      if (room || admission_.OnLoaded(key, *v, rel == 0)) cache_.Insert(key, *v);
     }
     {
       std::lock_guard<std::mutex> l(flight->mu);
@@ -355,7 +390,7 @@ Status StoreImpl::ReadImpl(const Location& loc, uint64_t offset, size_t len, cha
     }
     return flight->status;
   }
-  pin->data = flight->value->data() + offset;
+  pin->data = flight->value->data() + rel;
   pin->len = n;
   pin->owner = flight->value;
   return Status::OK();

@@ -210,6 +210,9 @@ class StoreImpl final : public Store {
   Status RecoverSegments();
   Result<std::shared_ptr<BackingFile>> SegmentFile(const SegmentId& id);
   Result<LruCache::Value> LoadValue(const Location& loc);
+  // Value bytes [off, off + len) of loc (a piece of a large value), verified, one backing read (plus the
+  // record metadata when meta_cache_ does not have it and off is past the first block).
+  Result<LruCache::Value> LoadPiece(const Location& loc, uint64_t off, uint64_t len);
   Result<std::string> PathOf(uint64_t parent, std::string_view name) {
     auto dir = index_->FullPath(parent);
     if (!dir.ok()) return dir.status();

@@ -187,13 +187,17 @@ TEST_F(StoreTest, ReadPinnedServesCachedAndLargeValuesWithoutCopies) {
   EXPECT_EQ(past.len, 0u);
 }
 
-// A value too large to load whole (36 MiB over a 64 MiB cache: 4 MiB shards) is read block range by
-// block range, one 1 MiB FUSE READ at a time: its record metadata (a 4.5 KiB checksum table: two reads
-// when not cached) is read by the first request only, so 36 requests are 36 backing reads in all, and
-// the bytes read are the value plus one metadata prefix. The same through Read() (into the caller's
-// buffer).
+// With a cache too small for 4 MiB pieces (32 MiB: 4 shards of 8 MiB, loads up to 2 MiB), a 36 MiB value
+// is read block range by block range, one 1 MiB FUSE READ at a time: its record metadata (a 4.5 KiB
+// checksum table: two reads when not cached) is read by the first request only, so 36 requests are 36
+// backing reads in all, and the bytes read are the value plus one metadata prefix. The same through
+// Read() (into the caller's buffer).
 TEST_F(StoreTest, LargeValueRangeReadsReadTheRecordMetadataOnce) {
-  OpenStore();
+  StoreOptions o = Options();
+  o.cache_size = 32ull << 20;
+  auto st = Store::Open(o);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  store_ = std::move(*st);
   constexpr size_t kLen = 37748736, kReq = 1u << 20;
   const std::string want = Pattern(kLen, 36);
   WriteFile(kRootIno, "big", want);
@@ -239,6 +243,67 @@ TEST_F(StoreTest, LargeValueRangeReadsReadTheRecordMetadataOnce) {
   }
   EXPECT_EQ(c.read.load() - reads2, 3u);
   EXPECT_EQ(c.bytes_read.load() - bytes2, 2 * kReq + meta_bytes);
+}
+
+// A value over 8 MiB is loaded and cached in 4 MiB pieces (64 MiB cache: 16 MiB shards). The first
+// 1 MiB request reads one piece with the record metadata (4 MiB + 8 KiB), not the whole 36 MiB; a read
+// of the value in 36 requests is 9 backing reads of exactly the value's bytes; the pieces enter the LRU
+// (it has room), so a second read costs no backing read. A request across a piece boundary reads
+// just its blocks.
+TEST_F(StoreTest, LargeValuesAreLoadedAndCachedInPieces) {
+  OpenStore();
+  constexpr size_t kLen = 37748736, kReq = 1u << 20, kPiece = 4u << 20;
+  const std::string want = Pattern(kLen, 38);
+  WriteFile(kRootIno, "big", want);
+  ASSERT_TRUE(store_->Sync().ok());
+  auto n = store_->Lookup(kRootIno, "big");
+  ASSERT_TRUE(n.ok());
+  const Location loc = n->location;
+  const uint64_t meta_bytes = loc.value_offset - loc.record_offset;
+  auto& c = Env::Posix()->counters();
+  const StoreStats s0 = store_->GetStats();
+  const uint64_t reads0 = c.read.load(), bytes0 = c.bytes_read.load();
+  {
+    PinnedBytes p;
+    ASSERT_TRUE(store_->ReadPinned(loc, 0, kReq, &p).ok());
+    ASSERT_EQ(p.len, kReq);
+    ASSERT_TRUE(std::string_view(p.data, p.len) == std::string_view(want).substr(0, kReq));
+    EXPECT_EQ(c.read.load() - reads0, 1u);
+    EXPECT_EQ(c.bytes_read.load() - bytes0, kPiece + meta_bytes);
+  }
+  for (uint64_t off = kReq; off < kLen; off += kReq) {
+    PinnedBytes p;
+    ASSERT_TRUE(store_->ReadPinned(loc, off, kReq, &p).ok());
+    ASSERT_EQ(p.len, kReq);
+    ASSERT_TRUE(std::string_view(p.data, p.len) == std::string_view(want).substr(off, kReq)) << off;
+  }
+  EXPECT_EQ(c.read.load() - reads0, kLen / kPiece);
+  EXPECT_EQ(c.bytes_read.load() - bytes0, kLen + meta_bytes);
+  const StoreStats s1 = store_->GetStats();
+  EXPECT_EQ(s1.cache_misses - s0.cache_misses, kLen / kPiece);
+  EXPECT_EQ(s1.cache_hits - s0.cache_hits, kLen / kReq - kLen / kPiece);
+  EXPECT_GE(s1.cache_bytes, kLen);
+  // Again, whole: every byte from the LRU.
+  const uint64_t reads1 = c.read.load();
+  std::string all(kLen, '\0');
+  size_t got = 0;
+  for (uint64_t off = 0; off < kLen; off += kReq) {
+    ASSERT_TRUE(store_->Read(loc, off, kReq, all.data() + off, &got).ok());
+    ASSERT_EQ(got, kReq);
+  }
+  EXPECT_TRUE(all == want);
+  EXPECT_EQ(c.read.load() - reads1, 0u);
+  // Across a piece boundary: the covering blocks only (one read, the metadata is known).
+  PinnedBytes x;
+  ASSERT_TRUE(store_->ReadPinned(loc, 2 * kPiece - 100, 300, &x).ok());
+  ASSERT_EQ(x.len, 300u);
+  EXPECT_TRUE(std::string_view(x.data, x.len) == std::string_view(want).substr(2 * kPiece - 100, 300));
+  EXPECT_EQ(c.read.load() - reads1, 1u);
+  // The value's last byte (a request past the end is cut to it).
+  PinnedBytes last;
+  ASSERT_TRUE(store_->ReadPinned(loc, kLen - 1, 10, &last).ok());
+  ASSERT_EQ(last.len, 1u);
+  EXPECT_EQ(last.data[0], want[kLen - 1]);
 }
 
 TEST_F(StoreTest, NamespaceOperationsCostNoBackingMetadataOps) {
