@@ -41,12 +41,19 @@ class DeadlineFile : public BackingFile {
 
   Status Write(std::span<const WriteOp> ops) override {
     if (poisoned_->load()) return Poisoned();
-    auto copies = std::make_shared<std::vector<std::pair<uint64_t, std::string>>>();
-    for (const auto& op : ops) copies->emplace_back(op.offset, std::string(static_cast<const char*>(op.data), op.len));
+    // The worker writes from its own copies (a write that outlives its deadline must not read the
+    // caller's memory); 4 KiB aligned, so O_DIRECT descriptors (segment files) work through this Env.
+    auto copies = std::make_shared<std::vector<std::pair<uint64_t, std::shared_ptr<ValueBuffer>>>>();
+    for (const auto& op : ops) {
+      auto b = ValueBuffer::Allocate(op.len);
+      if (!b) return Status::IOError("write: out of memory", ENOMEM);
+      if (op.len) memcpy(b->data(), op.data, op.len);
+      copies->emplace_back(op.offset, std::move(b));
+    }
     auto base = base_;
     auto r = env_->Run<Unit>("write", path_, [base, copies]() -> Result<Unit> {
       std::vector<WriteOp> wops;
-      for (const auto& [off, data] : *copies) wops.push_back(WriteOp{off, data.data(), data.size()});
+      for (const auto& [off, data] : *copies) wops.push_back(WriteOp{off, data->data(), data->size()});
       Status s = base->Write(std::span<const WriteOp>(wops.data(), wops.size()));
       if (!s.ok()) return s;
       return Unit{};

@@ -79,7 +79,8 @@ class BackingFile {
   virtual ~BackingFile() = default;
   // Reads up to n bytes at offset into buf; *got = bytes read (< n only at end of file).
   virtual Status Read(uint64_t offset, size_t n, void* buf, size_t* got) = 0;
-  // Writes every op fully (one io_uring submission for the batch in the Posix Env), or fails.
+  // Writes every op fully (Posix Env: one pwritev when the ops are back to back, else one io_uring
+  // submission for the batch), or fails.
   // ENOSPC -> Status::NoSpace; a short write that cannot complete -> IOError.
   virtual Status Write(std::span<const WriteOp> ops) = 0;
   Status Write(uint64_t offset, const void* data, size_t len) {

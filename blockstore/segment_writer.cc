@@ -70,6 +70,21 @@ void ChecksumParts(const std::vector<std::string_view>& parts, uint64_t value_le
   }
 }
 
+// True when O_DIRECT can write the value straight from its parts: every part starts 4 KiB aligned in
+// memory and every part but the last is a multiple of 4 KiB long (staged 1 MiB chunks from the buffer
+// pool are; fuse/chunk_buffer.h), so each lands at an aligned offset. The last part's partial tail block
+// goes through a small aligned buffer.
+bool PartsDirectWritable(const std::vector<std::string_view>& parts) {
+  size_t last = parts.size();
+  while (last > 0 && parts[last - 1].empty()) --last;
+  for (size_t i = 0; i < last; ++i) {
+    if (parts[i].empty()) continue;
+    if (reinterpret_cast<uintptr_t>(parts[i].data()) % kAlignment != 0) return false;
+    if (i + 1 < last && parts[i].size() % kAlignment != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 // One Append waiting in (or leading) the queue. Lives on the appender's stack.
@@ -86,8 +101,11 @@ struct SegmentWriter::Pending {
   uint64_t value_delta = 0;  // ValueDelta: meta bytes padded to 4 KiB
   uint64_t span = 0;         // RecordSpan
   uint64_t path_hash = 0;
-  // Buffered: value_delta bytes (meta + zero pad). Direct: span bytes (meta + pad + value + pad).
+  // Buffered: value_delta bytes (meta + zero pad). Direct: span bytes (meta + pad + value + pad), or,
+  // when the parts are aligned (direct_parts), value_delta bytes + one 4 KiB block: the value's last
+  // partial block, zero padded.
   AlignedBuf buf;
+  bool direct_parts = false;  // O_DIRECT straight from the caller's parts (PartsDirectWritable)
   Status status;
   Location loc;
   bool done = false;
@@ -165,12 +183,25 @@ Status SegmentWriter::Prepare(Pending* p) {
   p->span = format::RecordSpan(p->path.size(), len);
   p->path_hash = format::Hash64(p->path.data(), p->path.size());
 
-  const size_t buf_len = opts_.direct_io ? p->span : p->value_delta;
+  // O_DIRECT from aligned parts: no copy of the value at all (the kernel reads the caller's memory);
+  // only the partial last block is copied, zero padded, into the buffer after the metadata.
+  p->direct_parts = opts_.direct_io && PartsDirectWritable(*p->parts);
+  const size_t buf_len = p->direct_parts ? p->value_delta + kAlignment : opts_.direct_io ? p->span : p->value_delta;
   p->buf = AllocAligned(buf_len);
   if (!p->buf) return Status::IOError("segment writer: out of memory for a staging buffer", ENOMEM);
   char* b = p->buf.get();
   std::vector<uint64_t> sums(blocks);
-  if (opts_.direct_io) {
+  if (p->direct_parts) {
+    ChecksumParts(*p->parts, len, sums.data());
+    size_t last = p->parts->size();
+    while (last > 0 && (*p->parts)[last - 1].empty()) --last;
+    const size_t tail = len % kAlignment;
+    if (tail) {
+      const std::string_view lp = (*p->parts)[last - 1];  // holds the tail: earlier parts are aligned
+      std::memcpy(b + p->value_delta, lp.data() + lp.size() - tail, tail);
+      std::memset(b + p->value_delta + tail, 0, kAlignment - tail);
+    }
+  } else if (opts_.direct_io) {
     // The one copy of the value: into the aligned staging buffer (O_DIRECT needs aligned memory).
     char* v = b + p->value_delta;
     for (auto part : *p->parts) {
@@ -351,7 +382,16 @@ void SegmentWriter::WriteBatch(const std::vector<Pending*>& batch) {
     if (group.empty()) group_start = next_offset_;
     w->loc = Location{SegmentId{node_, generation_, active_seq_}, next_offset_, next_offset_ + w->value_delta,
                       w->value_len};
-    if (opts_.direct_io) {
+    if (w->direct_parts) {
+      ops.push_back(WriteOp{next_offset_, w->buf.get(), w->value_delta});
+      uint64_t off = next_offset_ + w->value_delta;
+      for (auto part : *w->parts) {
+        const size_t whole = part.size() / kAlignment * kAlignment;  // the last part's tail: below
+        if (whole) ops.push_back(WriteOp{off, part.data(), whole});
+        off += whole;
+      }
+      if (w->value_len % kAlignment) ops.push_back(WriteOp{off, w->buf.get() + w->value_delta, kAlignment});
+    } else if (opts_.direct_io) {
       ops.push_back(WriteOp{next_offset_, w->buf.get(), w->span});
     } else {
       ops.push_back(WriteOp{next_offset_, w->buf.get(), w->value_delta});
@@ -450,8 +490,15 @@ Status SegmentWriter::OpenNextSegment() {
   const uint64_t seq = next_seq_;
   OpenOptions o;
   o.write = o.create = o.exclusive = true;
-  o.direct = opts_.direct_io;
+  o.direct = opts_.direct_io && !direct_refused_;
   auto f = env_->Open(SegmentPath(seq), o);
+  if (!f.ok() && o.direct && f.status().ToErrno() == EINVAL) {
+    // The file system refuses O_DIRECT (tmpfs before Linux 6.6): the open created the file and then
+    // failed. It is ours (this seq is never reused): open it buffered; aligned writes work the same.
+    direct_refused_ = true;
+    o.direct = o.exclusive = false;
+    f = env_->Open(SegmentPath(seq), o);
+  }
   if (!f.ok()) return f.status();
   std::shared_ptr<BackingFile> file(std::move(*f));
   format::SegmentHeader h;

@@ -7,8 +7,11 @@
 // checksum table; for O_DIRECT also the aligned copy of the value) in the calling thread, then joins a
 // queue. The thread at the front is the leader: it takes the queued records (up to max_batch_bytes),
 // places them at consecutive offsets and writes them with ONE BackingFile::Write batch, then wakes the
-// followers. A value is copied at most once: into an aligned staging buffer with O_DIRECT (required by
-// the kernel), not at all without it (the batch points into the caller's parts).
+// followers. A value is copied at most once: not at all without O_DIRECT (the batch points into the
+// caller's parts; the kernel copies them into the page cache), nor with O_DIRECT when the parts are 4 KiB
+// aligned in memory and all but the last a multiple of 4 KiB long (staged 1 MiB chunks: the kernel
+// reads them straight from the caller's memory, only a partial last block is copied, padded); other
+// parts are copied into one aligned staging buffer with O_DIRECT (required by the kernel).
 //
 // Segments: the first Append creates segment first_seq (O_CREAT|O_EXCL; a header block is written).
 // When a record does not fit (segment_size would be exceeded counting the footer and trailer), the
@@ -70,7 +73,8 @@ struct SealedSegment {
 
 struct SegmentWriterOptions {
   uint64_t segment_size = 256ull << 20;  // bytes; a multiple of 4096, >= 64 KiB
-  bool direct_io = false;                // O_DIRECT for segment files
+  // O_DIRECT for segment files (falls back to buffered where the file system refuses it at open).
+  bool direct_io = false;
   uint64_t first_seq = 1;                // seq of the first segment this writer creates
   uint64_t max_batch_bytes = 64ull << 20;  // group commit cap per leader round (at least one record)
   bool seal_on_close = false;
@@ -185,6 +189,7 @@ class SegmentWriter {
   uint64_t active_data_bytes_ = 0;
   std::vector<format::FooterEntry> footer_;
   uint64_t next_seq_;
+  bool direct_refused_ = false;  // O_DIRECT asked for but refused by the file system: buffered files
 
   mutable std::mutex mu_;
   std::deque<Pending*> queue_;                                  // guarded by mu_

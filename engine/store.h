@@ -43,7 +43,10 @@ struct StoreOptions {
   uint64_t segment_size = 256ull << 20; // bytes; a record larger than this gets a segment of its own
   uint64_t cache_size = 1ull << 30;     // LRU of record values, bytes
   uint32_t group_commit_interval_ms = 20;
-  bool direct_io = false;               // O_DIRECT for segment writes
+  // O_DIRECT for segment writes (default): staged chunks go to the disk straight from their aligned
+  // buffers, no copy into the backing's page cache (blockstore/segment_writer.h); buffered where the
+  // file system refuses O_DIRECT.
+  bool direct_io = true;
   bool force_takeover = false;          // take over the node directory even if its owner looks alive
   uint32_t heartbeat_interval_ms = 5000;  // HEARTBEAT rewrite period (5 backing ops each)
   uint32_t peer_poll_ms = 200;          // how often peers' journals are tailed (0 = never); backs off

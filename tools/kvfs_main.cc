@@ -69,7 +69,9 @@ int main(int argc, char** argv) {
   mount->add_flag("--foreground,-f", ma.foreground, "stay in the foreground");
   mount->add_option("--threads", ma.threads, "max FUSE worker threads (default 32)");
   mount->add_option("--group-commit-ms", ma.group_commit_ms, "group commit interval in ms (default 20)");
-  mount->add_flag("--direct-io", ma.direct_io, "O_DIRECT for segment writes");
+  mount->add_flag("--direct-io", ma.direct_io, "O_DIRECT for segment writes (the default; kept for old command lines)");
+  mount->add_flag("--buffered-segment-writes", ma.buffered_segment_writes,
+                  "write segments through the backing's page cache instead of O_DIRECT (one more copy per byte)");
   mount->add_option("--peer-poll-ms", ma.peer_poll_ms, "how often peers' journals are tailed, ms (default 200; 0 = never)");
   mount->add_flag("--peer-direct-io", ma.peer_direct_io, "read peers' journals with O_DIRECT");
   mount->add_option("--backing-deadline-ms", ma.backing_deadline_ms,

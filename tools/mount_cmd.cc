@@ -227,7 +227,7 @@ int RunMount(MountArgs a) {
   if (a.peers_publish_ms == 0) Die(kExitUsage, "--peers-publish-ms must be at least 1");
   so.peers_publish_ms = a.peers_publish_ms;
   so.retire_check_ms = std::max<uint32_t>(a.peers_publish_ms, 1000);
-  so.direct_io = a.direct_io;
+  so.direct_io = !a.buffered_segment_writes;  // O_DIRECT unless asked (--direct-io: the default)
   so.force_takeover = a.force;
   if (!a.capacity.empty()) so.capacity_bytes = SizeOrDie("--capacity", a.capacity);
   if (!a.high_watermark.empty()) so.global_high_watermark_bytes = SizeOrDie("--high-watermark", a.high_watermark);

@@ -35,7 +35,7 @@ struct MountArgs {
   std::string staging_size = "1GiB";
   std::string max_file_size = "16GiB";
   bool node_id_given = false;  // --node-id given (even as ''): then it must be a valid node id
-  bool foreground = false, direct_io = false, force = false, splice = false;
+  bool foreground = false, direct_io = false, buffered_segment_writes = false, force = false, splice = false;
   unsigned threads = 32;
   uint32_t group_commit_ms = 20;
   uint32_t peer_poll_ms = 200;
