@@ -53,10 +53,16 @@ case "${1:-}" in
     ;;
   test)
     echo "== $(date +%T) dependencies, then the optimised build =="
-    packaging/install-deps.sh
+    KVFS_NO_S3_SERVER=1 packaging/install-deps.sh
+    # The S3 tests' server (Ceph RADOS Gateway: ~100 s of download and unpacking on a fresh machine)
+    # installs while the optimised build compiles; it is needed only after the unit tests. It must end
+    # before the NFS test bed starts, which may apt-get install its own host packages (one dpkg lock).
+    (packaging/install-deps.sh > install-s3-server.log 2>&1) &
+    s3_deps_pid=$!
     # The optimised build: the programs, the package and the integration tests. The unit tests run in
     # the sanitizer build below (one compile of them instead of two).
     build build all -DKVFS_BUILD_UNIT_TESTS=OFF
+    wait "$s3_deps_pid" || { echo "installing the S3 test server failed:"; tail -20 install-s3-server.log; exit 1; }
     nfs_pid=""
     if [ "${KVFS_SKIP_NFS:-0}" != 1 ]; then
       # The NFS guest image (debootstrap: mostly download and disk; it packs the runtime libraries of
