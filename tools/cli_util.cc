@@ -36,31 +36,6 @@ bool IsDir(const std::string& p) {
   return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// True if `path` (a real path) is a mount point in /proc/self/mountinfo.
-bool IsMountPoint(const std::string& path) {
-  std::ifstream f("/proc/self/mountinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    // fields: id parent major:minor root mountpoint ...; octal escapes for spaces
-    size_t p = 0;
-    for (int i = 0; i < 4 && p != std::string::npos; ++i) p = line.find(' ', p + 1);
-    if (p == std::string::npos) continue;
-    size_t e = line.find(' ', p + 1);
-    std::string mp = line.substr(p + 1, e - p - 1);
-    std::string un;
-    for (size_t i = 0; i < mp.size(); ++i) {
-      if (mp[i] == '\\' && i + 3 < mp.size()) {
-        un.push_back(static_cast<char>(std::stoi(mp.substr(i + 1, 3), nullptr, 8)));
-        i += 3;
-      } else {
-        un.push_back(mp[i]);
-      }
-    }
-    if (un == path) return true;
-  }
-  return false;
-}
-
 // The file system type of the mount at `path` (a real path) in /proc/self/mountinfo ("" if none):
 // the field after " - ".
 std::string MountFsType(const std::string& path) {
@@ -88,6 +63,9 @@ std::string MountFsType(const std::string& path) {
   }
   return type;
 }
+
+// True if `path` (a real path) is a mount point in /proc/self/mountinfo.
+bool IsMountPoint(const std::string& path) { return !MountFsType(path).empty(); }
 
 bool DirEmpty(const std::string& p) {
   std::error_code ec;
