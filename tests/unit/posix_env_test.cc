@@ -241,7 +241,9 @@ TEST(BackingModeTest, Parse) {
   for (const char* bad : {"", "0400", "0060", "4600", "0x1ff", "rw-r-----", "06000"}) {
     auto b = ParseBackingMode(bad);
     EXPECT_FALSE(b.ok()) << bad;
-    if (!b.ok()) EXPECT_TRUE(b.status().IsInvalidArgument()) << bad;
+    if (!b.ok()) {
+      EXPECT_TRUE(b.status().IsInvalidArgument()) << bad;
+    }
   }
 }
 
