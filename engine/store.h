@@ -174,8 +174,10 @@ struct BackingOpCounts {
 //     this node on the export (open = the active one, sealed = sealed or of an earlier generation,
 //     unlinking = dropped and waiting for their unlink after the peers' grace period) and the sum of
 //     their sizes (sealed: file size; active: end of its last record); estimated = false.
-//   A peer: from this index (no backing I/O), dropped segments excluded, sized as the global watermark
-//     does (sealed: max(segment_size, live bytes), open: live bytes); estimated = true.
+//   A peer: the segments this index knows (dropped ones excluded), sized by a stat of each file (a sealed
+//     one once, then kept; StoreImpl::PeerSegmentSizes: at most 256 stats per call); a segment not sized
+//     yet (over that bound, or its stat failed) counts its live bytes, a lower bound, and sets
+//     estimated. (The global watermark still estimates without I/O: engine/eviction_policy.h.)
 // live_bytes / files: sizes and number of the committed files whose content is in them (the payload).
 // dead_bytes = segment_bytes - live_bytes (0 if negative): bytes on the export no file uses (record
 // metadata and 4 KiB padding, deleted and rewritten files, provisional spills, unlinking segments).
@@ -222,7 +224,13 @@ struct StoreStats {
   // failed after the record was written: the bytes may be lost (issue #6, docs/semantics.md §Durability).
   // Their Sync (fsync) failed, and Close fails, so the next mount rebuilds the index without them.
   uint64_t lost_entries = 0;
+  // Per value read: a read of a value from its offset 0 (a load, or a re-read from the start) counts one
+  // hit (answered from the LRU, or promoted from probation) or one miss (it waited for the export),
+  // whatever the number of FUSE requests it takes. cache_bytes: gauge, bytes in the LRU.
   uint64_t cache_hits = 0, cache_misses = 0, cache_bytes = 0;
+  // Per byte: the bytes the read path loaded from the export (values and 4 MiB pieces loaded whole,
+  // block ranges of values too large to cache), against the FUSE bytes read (fuse/kvfs_fs.h).
+  uint64_t read_loaded_bytes = 0;
   // Reads answered from probation (engine/read_admission.h): the rest of a read whose first request
   // loaded the value (neither a hit nor a miss); probation_bytes: gauge, values held there now.
   uint64_t probation_reads = 0, probation_bytes = 0;
@@ -246,7 +254,7 @@ struct StoreStats {
   // copy-on-write base, PinRecord), never dropped; this node's bytes in them; records held by handles.
   uint64_t segments_pinned = 0, segment_bytes_pinned = 0, records_held_open = 0;
   BackingOpCounts backing_ops;
-  // Segments on the export now: this node first (exact), then peers by id (estimated); never empty.
+  // Segments on the export now: this node first (exact), then peers by id (their files' sizes); never empty.
   // The totals over all nodes: SumSegmentStats(nodes).
   std::vector<NodeSegmentStats> nodes;
   std::vector<PeerJournalStats> peer_journals;  // by peer id

@@ -308,7 +308,17 @@ class StoreImpl final : public Store {
   Status StartPeerTailer();
 
   std::atomic<uint64_t> records_written_{0}, journal_entries_{0}, group_commits_{0}, checksum_failures_{0};
+  // Per value read (the request at offset 0 of a value; store_data.cc ReadImpl), not per FUSE request.
   std::atomic<uint64_t> cache_hits_{0}, cache_misses_{0};
+  std::atomic<uint64_t> read_loaded_bytes_{0};  // bytes the read path loaded from the export (per byte)
+
+  // ---- stats (store_stats.cc) ----
+  // Adds the sizes of peers' segment files (segs: peers' segments the index knows, not dropped) to
+  // their nodes' segment_bytes; sets estimated for a node with a segment not sized.
+  void PeerSegmentSizes(const std::vector<SegmentInfo>& segs, std::map<std::string, NodeSegmentStats>* nodes);
+  static constexpr size_t kPeerSegmentStatsPerCall = 256;
+  std::mutex peer_sizes_mu_;                      // held by PeerSegmentSizes (GetStats may run concurrently)
+  std::map<SegmentId, uint64_t> peer_seg_sizes_;  // peers' sealed segment files' sizes (immutable), from stat
 
   // ---- capacity and eviction (store.h "Capacity and eviction") ----
   Status InitEviction();

@@ -43,6 +43,44 @@ Status StoreImpl::StatFs(uint64_t* live_bytes, uint64_t* files, uint64_t* backin
   return Status::OK();
 }
 
+// A peer's segment files are sized by a stat of each (the file's size is what it occupies; the peer's
+// segment size may differ from this node's). Sealed files never change: their sizes are kept
+// (peer_seg_sizes_) and each is stat'ed once; open ones (the peer's active segment, usually one per
+// peer) at every call. At most kPeerSegmentStatsPerCall stats per call (a joining node that knows
+// thousands of peer segments spreads them over its first calls); a segment not sized yet counts its
+// live bytes (a lower bound: never more than is on the export) and marks the node's figures estimated.
+// A file already gone (dropped by its node, the DROP not applied here yet) counts 0 bytes.
+void StoreImpl::PeerSegmentSizes(const std::vector<SegmentInfo>& segs, std::map<std::string, NodeSegmentStats>* nodes) {
+  std::lock_guard<std::mutex> l(peer_sizes_mu_);
+  std::map<SegmentId, uint64_t> kept;
+  size_t stats = 0;
+  for (const auto& si : segs) {
+    NodeSegmentStats& n = (*nodes)[si.id.node];
+    const bool sealed = si.state == SegmentState::kSealed;
+    if (sealed) {
+      auto it = peer_seg_sizes_.find(si.id);
+      if (it != peer_seg_sizes_.end()) {
+        n.segment_bytes += it->second;
+        kept.emplace(it->first, it->second);
+        continue;
+      }
+    }
+    if (stats < kPeerSegmentStatsPerCall) {
+      stats++;
+      auto info = env_->Stat(SegmentFilePath(opts_.backing_dir, si.id));
+      if (info.ok() || info.status().IsNotFound()) {
+        const uint64_t size = info.ok() ? info->size : 0;
+        n.segment_bytes += size;
+        if (sealed && info.ok()) kept.emplace(si.id, size);
+        continue;
+      }
+    }
+    n.segment_bytes += si.live_bytes;
+    n.estimated = true;
+  }
+  peer_seg_sizes_ = std::move(kept);  // segments no longer listed (dropped) are forgotten
+}
+
 StoreStats StoreImpl::GetStats() {
   StoreStats s;
   auto st = index_->GetStats();
@@ -58,6 +96,7 @@ StoreStats StoreImpl::GetStats() {
   s.lost_entries = lost_entries_;
   s.cache_hits = cache_hits_;
   s.cache_misses = cache_misses_;
+  s.read_loaded_bytes = read_loaded_bytes_;
   s.probation_reads = probation_reads_;
   s.probation_bytes = admission_.probation_bytes();
   const BufferPool::Stats pool = BufferPool::Default().GetStats();
@@ -113,10 +152,11 @@ StoreStats StoreImpl::GetStats() {
   b.stat = c.stat;
   b.list = c.list;
   b.syncdir = c.syncdir;
-  // Segments per node: live bytes and files from the index (one scan of its segments column family; no
-  // backing I/O); this node's segment files from the evictor's accounting, peers' sizes estimated.
+  // Segments per node: live bytes and files from the index (one scan of its segments column family);
+  // this node's segment files from the evictor's accounting; peers' from the sizes of their files.
   std::map<std::string, NodeSegmentStats> nodes;
   nodes[opts_.node_id].node = opts_.node_id;
+  std::vector<SegmentInfo> peer_segs;
   Status ls = index_->ListSegments([&](const SegmentInfo& si) {
     if (si.state == SegmentState::kDropped) return true;
     NodeSegmentStats& n = nodes[si.id.node];
@@ -124,15 +164,17 @@ StoreStats StoreImpl::GetStats() {
     n.live_bytes += si.live_bytes;
     n.files += si.live_records;
     if (si.id.node == opts_.node_id) return true;
+    n.estimated = false;  // unless a segment's size below is
     if (si.state == SegmentState::kSealed) {
       n.sealed_segments++;
     } else {
       n.open_segments++;
     }
-    n.segment_bytes += PeerSegmentEstimate(si.state == SegmentState::kSealed, si.live_bytes, opts_.segment_size);
+    peer_segs.push_back(si);
     return true;
   });
   if (!ls.ok()) spdlog::warn("kvfs: listing segments for stats: {}", ls.ToString());
+  PeerSegmentSizes(peer_segs, &nodes);
   {
     NodeSegmentStats& own = nodes[opts_.node_id];
     own.estimated = false;

@@ -91,7 +91,7 @@ std::string StatsToJson(const StatsSnapshot& snap) {
   j["files"] = st.files;
   j["directories"] = st.directories;
   j["live_bytes"] = st.live_bytes;
-  // On the export now: this node's segments (exact) and all nodes' (peers estimated).
+  // On the export now: this node's segments (exact) and all nodes' (peers: their files' sizes).
   const NodeSegmentStats own = st.nodes.empty() ? NodeSegmentStats{} : st.nodes.front();
   j["segments"] = own.segments();
   j["segment_bytes"] = own.segment_bytes;
@@ -107,7 +107,8 @@ std::string StatsToJson(const StatsSnapshot& snap) {
   j["cache_misses"] = st.cache_misses;
   j["cache_bytes"] = st.cache_bytes;
   const uint64_t lookups = st.cache_hits + st.cache_misses;
-  j["cache_hit_rate"] = lookups ? double(st.cache_hits) / double(lookups) : 0.0;
+  j["cache_hit_rate"] = lookups ? double(st.cache_hits) / double(lookups) : 0.0;  // per value read
+  j["read_loaded_bytes"] = st.read_loaded_bytes;                                  // per byte
   j["probation_reads"] = st.probation_reads;
   j["probation_bytes"] = st.probation_bytes;
   j["buffer_pool"] = {{"reused", st.pool_reused},
@@ -291,10 +292,15 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
         "Entries not journaled because their record was written before a failed segment fdatasync.",
         st.lost_entries);
   e.One("kvfs_cache_hits_total", "counter",
-        "Value reads served from the LRU (or promoted from probation by a second read from the start).",
+        "Value reads (per read of a value from offset 0, not per FUSE request) served from the LRU or "
+        "promoted from probation by a second read from the start.",
         st.cache_hits);
-  e.One("kvfs_cache_misses_total", "counter", "Value reads that loaded the value from the backing store.",
+  e.One("kvfs_cache_misses_total", "counter",
+        "Value reads (per read of a value from offset 0, not per FUSE request) that waited for the backing store.",
         st.cache_misses);
+  e.One("kvfs_read_loaded_bytes_total", "counter",
+        "Bytes the read path loaded from the backing store (per byte; compare kvfs_fuse_read_bytes_total).",
+        st.read_loaded_bytes);
   e.One("kvfs_cache_bytes", "gauge", "Bytes held by the value cache.", st.cache_bytes);
   e.One("kvfs_probation_reads_total", "counter",
         "Reads answered from probation: the rest of a read whose first request loaded the value.",
@@ -324,7 +330,7 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
   e.One("kvfs_backing_written_bytes_total", "counter", "Bytes written to the backing store.",
         st.backing_bytes_written);
 
-  // ---- segments on the export now: this node (exact), then per node (peers estimated) ----
+  // ---- segments on the export now: this node (exact), then per node (peers: sizes of their files) ----
   const NodeSegmentStats own = st.nodes.empty() ? NodeSegmentStats{} : st.nodes.front();
   e.Family("kvfs_export_segments", "gauge",
            "This node's segment files on the export now, by state (open, sealed; unlinking: dropped, waiting "
@@ -353,7 +359,8 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
     e.Sample("kvfs_node_segments", Label("node", n.node) + ",state=\"unlinking\"", n.unlinking_segments);
   }
   e.Family("kvfs_node_segment_bytes", "gauge",
-           "Bytes of a node's segment files on the export now (exact for this node, estimated for peers).");
+           "Bytes of a node's segment files on the export now (this node: its accounting; peers: the files' "
+           "sizes, a not yet sized segment counted by its live bytes).");
   for (const auto& n : st.nodes) e.Sample("kvfs_node_segment_bytes", Label("node", n.node), n.segment_bytes);
   e.Family("kvfs_node_live_bytes", "gauge", "Bytes of the committed files whose content is in a node's segments.");
   for (const auto& n : st.nodes) e.Sample("kvfs_node_live_bytes", Label("node", n.node), n.live_bytes);

@@ -47,7 +47,8 @@ int RunStats(const std::string& mp_in, bool json) {
   std::printf("directories            %llu\n", (unsigned long long)u("directories"));
   std::printf("live bytes             %llu\n", (unsigned long long)u("live_bytes"));
   // Segment files on the export now (not since the mount): this node's exact, all nodes' with the peers'
-  // sizes estimated from this index. Overhead per file = (segment bytes - live bytes) / files.
+  // sizes from their files (a segment not sized yet counts its live bytes: "estimated"). Overhead per
+  // file = (segment bytes - live bytes) / files.
   if (j.contains("export")) {
     auto n = [](const nlohmann::json& o, const char* k) { return (unsigned long long)o.value(k, uint64_t{0}); };
     const auto& own = j["export"]["node"];
@@ -58,7 +59,7 @@ int RunStats(const std::string& mp_in, bool json) {
     std::printf("segment bytes          %llu live (%llu files), %llu dead; overhead %.0f bytes per file\n",
                 n(own, "live_bytes"), n(own, "files"), n(own, "dead_bytes"), own.value("overhead_bytes_per_file", 0.0));
     std::printf("all nodes              %llu segments, %llu bytes%s: %llu live (%llu files), %llu dead; overhead %.0f bytes per file\n",
-                n(all, "segments"), n(all, "segment_bytes"), all.value("estimated", false) ? " (peers estimated)" : "",
+                n(all, "segments"), n(all, "segment_bytes"), all.value("estimated", false) ? " (estimated: peer segments not sized yet count their live bytes)" : "",
                 n(all, "live_bytes"), n(all, "files"), n(all, "dead_bytes"), all.value("overhead_bytes_per_file", 0.0));
   }
   if (j.contains("backing_fs") && j["backing_fs"].value("ok", false)) {
@@ -93,11 +94,16 @@ int RunStats(const std::string& mp_in, bool json) {
     std::printf("lost entries           %llu (records written before a failed segment sync; remount)\n",
                 (unsigned long long)u("lost_entries"));
   }
-  // Per value read (a load, or a re-read from the start), not per FUSE request: the 2nd and 3rd 1 MiB
-  // requests of one cold read are probation reads, neither hits nor misses.
-  std::printf("cache hit rate         %.1f%% of value reads (%llu hits, %llu misses, %llu bytes cached)\n",
+  // Per value read (a read from offset 0: a load, or a re-read from the start), not per FUSE request:
+  // the other 1 MiB requests of a read count nothing. The bytes loaded are per byte.
+  std::printf("cache hit rate         %.1f%% of value reads from offset 0 (%llu hits, %llu misses; %llu bytes cached)\n",
               100.0 * j.value("cache_hit_rate", 0.0), (unsigned long long)u("cache_hits"),
               (unsigned long long)u("cache_misses"), (unsigned long long)u("cache_bytes"));
+  {
+    const uint64_t fuse_read = j.contains("fuse") ? j["fuse"].value("bytes_read", uint64_t{0}) : 0;
+    std::printf("read bytes loaded      %llu from the export for %llu FUSE bytes read (per byte)\n",
+                (unsigned long long)u("read_loaded_bytes"), (unsigned long long)fuse_read);
+  }
   std::printf("probation              %llu reads, %llu bytes (loaded values read once so far)\n",
               (unsigned long long)u("probation_reads"), (unsigned long long)u("probation_bytes"));
   if (j.contains("buffer_pool")) {
