@@ -134,9 +134,10 @@ struct PeerChanges {
 //    so owed journal entries (PUTs of written records, DROP, the user's UNLINK) can be journaled, drops
 //    the oldest segments until two segments' worth of space is free (only with a capacity or watermark;
 //    dead segments always), and recreates RESERVE once no entry is owed and 3x its size is free. While
-//    it is freed, record writes keep its size of the backing free (NoSpace otherwise). Open removes this
-//    node's RESERVE before the takeover when the backing has under 2 MiB free, so a full backing can be
-//    remounted.
+//    it is freed, record writes keep its size of the backing free (NoSpace otherwise). A clean Close
+//    removes RESERVE (a node not mounted holds no space); after a crash or a failed Close it stays, and
+//    Open removes it before the takeover when the backing has under 2 MiB free, so a full backing can
+//    be remounted.
 //  * Full export, mostly dead active segment: while the export is full (from the first NoSpace until
 //    RESERVE is back), the evictor seals the active segment early when at least half of its bytes are
 //    dead (files deleted or rewritten: ShouldSealActiveEarly, eviction_policy.h) and nothing in it is

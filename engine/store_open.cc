@@ -325,6 +325,14 @@ Status StoreImpl::Close() {
     index_->SetHlcFloor(hlc_.Now());
     s = index_->MarkClean();
   }
+  if (s.ok()) {
+    // Clean unmount: RESERVE goes too (a node that is not mounted holds no space for its journal; the
+    // evictor recreates it at the next mount), removed while this mount still owns the directory.
+    // Kept after a failed close, for the next mount to free.
+    Status r = env_->Remove(node_dir_->dir() + "/" + kReserveName);
+    if (!r.ok() && !r.IsNotFound()) spdlog::warn("kvfs: removing the eviction reserve at unmount: {}", ErrnoText(r));
+    reserve_present_ = false;
+  }
   if (s.ok()) s = node_dir_->Release();
   index_->Close();
   if (!s.ok()) spdlog::error("kvfs: close: {}", ErrnoText(s));

@@ -88,7 +88,7 @@ def segment_sizes(backing):
 
 @unittest.skipUnless(kf.fuse_available() and os.geteuid() == 0, "needs FUSE and root (tmpfs mount)")
 class FullExportTest(unittest.TestCase):
-    def run_size(self, export_mib, segment_size=None):
+    def run_size(self, export_mib, segment_size=None, remount_full=False):
         export = export_mib * MIB
         size = export // 32  # big files: the 512 MiB case stays fast
         base = os.urandom(size)
@@ -166,6 +166,26 @@ class FullExportTest(unittest.TestCase):
                                  "refilled; segments <= %d MiB; eviction %s\n" %
                                  (export_mib, len(filled), first // MIB, recovered, len(refill), seg // MIB,
                                   kf.stats(mnt)["eviction"]))
+                if remount_full:  # full again when it is unmounted
+                    i = 0
+                    while try_write(os.path.join(mnt, "last-%03d" % i), content("last", base)) == 0:
+                        i += 1
+            # Issue #17: a clean unmount leaves no RESERVE on the export (a node that is not mounted holds
+            # no space), and a mount of the full export still works: it serves, deletes and writes again.
+            nodes = os.path.join(b.backing, ".kvfs", "v1", "nodes")
+            self.assertEqual([n for n in os.listdir(nodes) if os.path.exists(os.path.join(nodes, n, "RESERVE"))], [])
+            if remount_full:
+                with kf.mounted(backing=b, extra_args=["--log-file", log]) as (mnt, backing, proc):
+                    names = os.listdir(mnt)
+                    self.assertIn("again", names)
+                    self.assertTrue(read_direct(os.path.join(mnt, "again")) == content(os.path.join(b.mnt, "again"), base))
+                    for n in names:
+                        os.unlink(os.path.join(mnt, n))
+                    deadline = time.time() + WAIT
+                    while try_write(os.path.join(mnt, "after-remount"), want) != 0:
+                        self.assertLess(time.time(), deadline, "no write after a remount of the full export")
+                        time.sleep(0.1)
+                    self.assertTrue(read_direct(os.path.join(mnt, "after-remount")) == want)
         finally:
             if kf.is_mounted(b.mnt):
                 kf.unmount(b.mnt)
@@ -173,7 +193,7 @@ class FullExportTest(unittest.TestCase):
             b.cleanup()
 
     def test_32_mib_export(self):
-        self.run_size(32)
+        self.run_size(32, remount_full=True)
 
     def test_64_mib_export(self):
         self.run_size(64)
