@@ -149,7 +149,10 @@ void KvfsFs::Impl::Unpublish(const std::shared_ptr<Inode>& in, const std::shared
   }
   failed_publishes++;
   auto n = store->GetInode(in->ino);
-  if (n.ok() && !n->committed) {
+  // Its path before a new file's staged name is dropped below (after it, the inode has no name).
+  const std::string path = n.ok() ? PathOf(in->ino) : std::string("?");
+  const bool is_new = n.ok() && !n->committed;
+  if (is_new) {
     // A new file: its staged name disappears (it was never journaled, so peers never saw it).
     Status s = store->DropStaged(in->ino);
     if (s.ok()) {
@@ -164,8 +167,8 @@ void KvfsFs::Impl::Unpublish(const std::shared_ptr<Inode>& in, const std::shared
       spdlog::warn("removing the staged name of inode {}: {}", in->ino, s.ToString());
     }
   }
-  LogLimited(spdlog::level::err, LogKey("fuse-unpublish", why), "{} (inode {}): not published ({}); the name keeps "
-             "what it had before the open", n.ok() ? PathOf(in->ino) : std::string("?"), in->ino, ErrnoText(why));
+  LogLimited(spdlog::level::err, LogKey("fuse-unpublish", why), "{} (inode {}): not published ({}); {}", path, in->ino,
+             ErrnoText(why), is_new ? "the new file's name is removed" : "the name keeps what it had before the open");
   // The kernel may cache the failed version's size and pages under this number: drop them.
   QueueInval(in->ino);
 }

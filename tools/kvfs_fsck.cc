@@ -356,6 +356,23 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   if (infos) std::printf("%zu informational finding(s) (orphan records etc.; --verbose lists them)\n", infos);
+  {
+    // What a crash (kill -9, power cut) leaves, and the node's next mount repairs by itself (recovery:
+    // CUT of torn tails, SEAL of the crashed generation's segments): no reason for alarm or --repair.
+    size_t crash = 0;
+    for (const auto& f : rep.findings) {
+      if (f.severity != kvfs::FsckSeverity::kProblem || f.repaired) continue;
+      if (f.kind == kvfs::FsckKind::kUnsealedSegment || f.kind == kvfs::FsckKind::kSealNotJournaled ||
+          f.kind == kvfs::FsckKind::kSegmentTornTail || f.kind == kvfs::FsckKind::kJournalTornTail) {
+        crash++;
+      }
+    }
+    if (crash) {
+      std::printf("note: %zu of these (unsealed-segment, seal-not-journaled, *-torn-tail) are what a crash of the "
+                  "node leaves (kill -9, power cut): expected after one; the node's next mount cuts and seals them "
+                  "itself (--repair does the same now)\n", crash);
+    }
+  }
   if (!loose.empty()) {
     const size_t shown = verbose ? loose.size() : std::min<size_t>(loose.size(), 3);
     for (size_t i = 0; i < shown; ++i) {

@@ -62,7 +62,15 @@ class FailedCloseTest(unittest.TestCase):
         self.b.cleanup()
 
     def mount(self):
-        return kf.mounted(backing=self.b, staging_size="128MiB", segment_size="4MiB")
+        self.log = os.path.join(self.b.root, "kvfs.log")  # off the small backing tmpfs
+        return kf.mounted(backing=self.b, staging_size="128MiB", segment_size="4MiB", extra_args=["--log-file", self.log])
+
+    def log_text(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def logged(self, needle):
+        return eventually(lambda: needle in self.log_text())
 
     def assert_absent(self, mnt, name):
         p = os.path.join(mnt, name)
@@ -83,6 +91,10 @@ class FailedCloseTest(unittest.TestCase):
             self.assertEqual(cm.exception.errno, errno.ENOSPC, cm.exception)
             self.assert_absent(mnt, "big")
             self.assertGreater(failed_publishes(mnt), before)
+            # The log names the file by its path (never "(unlinked)": the user did not unlink it).
+            self.assertTrue(self.logged(": not published ("), self.log_text())
+            line = [l for l in self.log_text().splitlines() if ": not published (" in l][0]
+            self.assertRegex(line, r" /big \(inode \d+\): not published \(.*\); the new file's name is removed$")
             self.assertTrue(kf.read_file(os.path.join(mnt, "keep")) == keep)
             # The name is free again: a small file fits and gets it.
             kf.write_file(os.path.join(mnt, "big"), b"small")
@@ -104,6 +116,8 @@ class FailedCloseTest(unittest.TestCase):
             self.assertTrue(kf.read_file(p) == old)
             self.assertEqual(os.listdir(mnt), ["chunk"])
             self.assertGreater(failed_publishes(mnt), before)
+            self.assertTrue(self.logged(" /chunk (inode "), self.log_text())
+            self.assertTrue(self.logged("; the name keeps what it had before the open"), self.log_text())
 
     def test_new_file_whose_fsync_fails_is_absent(self):
         with self.mount() as (mnt, _, _):

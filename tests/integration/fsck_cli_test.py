@@ -75,6 +75,24 @@ class FsckExitCodes(unittest.TestCase):
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         self.assertIn("stale-temp-file", r.stdout)
 
+    def test_1_crash_findings_are_explained(self):
+        # Issue #17: after a kill -9, fsck finds the crashed generation's unsealed segment (exit 1) and says
+        # that this is expected after a crash and that the next mount seals it.
+        data = os.urandom(10000)
+        with kf.mounted(backing=self.b, node_id="n1") as (mnt, _, proc):
+            fd = os.open(os.path.join(mnt, "g"), os.O_WRONLY | os.O_CREAT, 0o644)
+            os.write(fd, data)
+            os.fsync(fd)
+            os.close(fd)
+            proc.kill()  # the daemon we started
+            proc.wait()
+        r = fsck(self.b.backing)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("unsealed-segment", r.stdout)
+        self.assertRegex(r.stdout, r"note: \d+ of these .* what a crash of the node leaves .*: expected after one; "
+                                   r"the node's next mount cuts and seals them itself")
+        # (That the next mount seals it and fsck is clean after it: crash_test.py, every cycle.)
+
     def test_2_usage(self):
         for args, needle in (((self.b.backing, "--bogus"), "--bogus"), ((), "missing BACKING"),
                              ((self.b.root,), "kvfs"), ((self.b.backing, "--node", "nope"), "nope"),
