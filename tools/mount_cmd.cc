@@ -375,6 +375,9 @@ int RunMount(MountArgs a) {
     }
   }
   auto fail = [&](int code, const std::string& msg) -> int {
+    // The log file (a daemon's, or --log-file) gets the reason too, not just the terminal: a failed
+    // mount leaves no empty log behind.
+    if (!a.log_file.empty()) spdlog::error("kvfs: mount failed: {}", msg);
     if (report_fd >= 0) {
       Report(report_fd, code, msg);
       _exit(code);
@@ -453,6 +456,7 @@ int RunMount(MountArgs a) {
   if (!ss.ok()) spdlog::warn("{}", ss.ToString());
 
   const bool index_existed = IsDir(so.index_dir);
+  const bool index_was_empty = index_existed && DirEmpty(so.index_dir);  // pre-created by the operator
   // TEST ONLY (not in --help): KVFS_TEST_STORE_OPEN_DELAY_MS waits that long with the FUSE mount made and
   // the store not open yet, so that tests access the mountpoint in that window (cli_test).
   if (const char* d = std::getenv("KVFS_TEST_STORE_OPEN_DELAY_MS")) {
@@ -461,10 +465,15 @@ int RunMount(MountArgs a) {
   auto opened = kvfs::Store::Open(so);
   if (!opened.ok()) {
     fs.reset();  // unmounts
-    // A failed first mount leaves no index behind (it would only be rebuilt by the next one).
+    // A failed first mount leaves no index behind (it would only be rebuilt by the next one); an index
+    // dir that existed empty is left empty.
+    std::error_code ec;
     if (!index_existed) {
-      std::error_code ec;
       std::filesystem::remove_all(so.index_dir, ec);
+    } else if (index_was_empty) {
+      std::vector<std::filesystem::path> made;
+      for (const auto& e : std::filesystem::directory_iterator(so.index_dir, ec)) made.push_back(e.path());
+      for (const auto& m : made) std::filesystem::remove_all(m, ec);
     }
     const auto& s = opened.status();
     if (s.IsBusy() && s.message().rfind("index dir", 0) == 0) {

@@ -186,13 +186,27 @@ class CliErrors(unittest.TestCase):
         # in use by a live mount) removes it again, and says why on one line.
         other = os.path.join(self.b.root, "mnt2")
         os.mkdir(other)
+        index2 = os.path.join(self.b.root, "index2")
         with kf.mounted(backing=self.b, node_id="n1"):
             for fg in ((), ("--foreground",)):
-                r = kf.run_kvfs("mount", other, "--backing", self.b.backing, "--index-dir",
-                                os.path.join(self.b.root, "index2"), "--node-id", "n1", *fg)
-                self.assertUsageError(r, "node 'n1' is in use")
-                self.assertFalse(kf.is_mounted(other))
-                self.assertFalse(os.path.exists(os.path.join(self.b.root, "index2")))
+                for precreated in (False, True):
+                    if precreated:  # an empty index dir the operator made: left as it was, empty
+                        os.mkdir(index2)
+                    r = kf.run_kvfs("mount", other, "--backing", self.b.backing, "--index-dir", index2,
+                                    "--node-id", "n1", *fg)
+                    self.assertUsageError(r, "node 'n1' is in use")
+                    self.assertFalse(kf.is_mounted(other))
+                    if precreated:
+                        self.assertEqual(os.listdir(index2), [])
+                        os.rmdir(index2)
+                    else:
+                        self.assertFalse(os.path.exists(index2))
+                    if not fg:
+                        # The daemon's log (<index-dir>.log) has the reason, not nothing (issue #17).
+                        with open(index2 + ".log") as f:
+                            log = f.read()
+                        self.assertIn("kvfs: mount failed: node 'n1' is in use", log)
+                        os.unlink(index2 + ".log")
 
     # A program that waits for "go" on stdin (so that its start-up is over before the window it aims at),
     # then lists a directory and prints "ok" or the errno.
