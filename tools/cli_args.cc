@@ -156,6 +156,8 @@ bool TranslateMountHelperForm(CLI::App* mount, std::vector<std::string>* args) {
     out.push_back("-o");
     out.push_back(j);
   }
+  // mount(8) helpers are silent on success: no "mounted" line.
+  if (std::find(out.begin(), out.end(), "--quiet") == out.end()) out.push_back("--quiet");
   a = std::move(out);
   return true;
 }

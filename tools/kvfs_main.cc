@@ -67,6 +67,8 @@ int main(int argc, char** argv) {
                     "largest file size, e.g. 64GiB (default 16GiB, at most 1TiB); a write or truncate "
                     "beyond it is EFBIG (files on kvfs are not sparse: a file costs its size when committed)");
   mount->add_flag("--foreground,-f", ma.foreground, "stay in the foreground");
+  mount->add_flag("--quiet,-q", ma.quiet,
+                  "print nothing when mounted (default: one line naming the mount, node, segment size and log)");
   mount->add_option("--threads", ma.threads, "max FUSE worker threads (default 32)");
   mount->add_option("--group-commit-ms", ma.group_commit_ms, "group commit interval in ms (default 20)");
   mount->add_flag("--direct-io", ma.direct_io, "O_DIRECT for segment writes (the default; kept for old command lines)");

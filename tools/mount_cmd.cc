@@ -172,6 +172,12 @@ int RunMount(MountArgs a) {
     if (a.backing.find("/.kvfs") != std::string::npos || inside(a.mountpoint, a.backing + "/.kvfs")) {
       Die(kExitUsage, "backing directory '" + a.backing + "' is inside kvfs metadata (.kvfs)");
     }
+    // Works (kvfs reads and writes only <backing>/.kvfs), but whatever walks the backing directory (find,
+    // du, a backup) walks into the mount too, and reads every cached file through it.
+    if (inside(a.mountpoint, a.backing)) {
+      Warn("mountpoint '" + a.mountpoint + "' is inside the backing directory '" + a.backing +
+           "': programs that walk the backing (find, du, backups) walk into the mount too");
+    }
   }
   if (IsMountPoint(a.mountpoint)) Die(kExitUsage, "mountpoint '" + a.mountpoint + "' is busy (already mounted)");
   if (!DirEmpty(a.mountpoint)) Die(kExitUsage, "mountpoint '" + a.mountpoint + "' is not empty");
@@ -253,6 +259,7 @@ int RunMount(MountArgs a) {
       }
     }
     so.segment_size = kvfs::AutoSegmentSize(usable);
+    a.segment_size_short = HumanSize(so.segment_size) + (usable == 0 ? " (default)" : " (1/8 of " + of + " " + HumanSize(usable) + ")");
     a.segment_size_note = usable == 0
         ? "segment size " + HumanSize(so.segment_size) + " (the export's size is unknown; --segment-size sets it)"
         : "segment size " + HumanSize(so.segment_size) + " (1/8 of " + of + " " + HumanSize(usable) +
@@ -260,6 +267,7 @@ int RunMount(MountArgs a) {
               HumanSize(kvfs::kDefaultSegmentSize) + "; --segment-size sets it)";
   } else {
     a.segment_size_note = "segment size " + HumanSize(so.segment_size) + " (--segment-size)";
+    a.segment_size_short = HumanSize(so.segment_size);
   }
   CheckSizes(a, so.segment_size, so.cache_size, SizeOrDie("--staging-size", a.staging_size), so.capacity_bytes,
              so.global_high_watermark_bytes);
@@ -333,6 +341,13 @@ int RunMount(MountArgs a) {
       if (code != 0) {
         waitpid(pid, nullptr, 0);
         Die(code, text);
+      }
+      // One line on success (--quiet, and the mount(8) helper form, print nothing): where, which node,
+      // the segment size chosen and where the daemon logs.
+      if (!a.quiet) {
+        std::printf("kvfs: mounted %s over %s: node %s, segment size %s, log %s\n", a.mountpoint.c_str(),
+                    a.backing.c_str(), so.node_id.c_str(), a.segment_size_short.c_str(), a.log_file.c_str());
+        std::fflush(stdout);
       }
       return 0;
     }

@@ -52,6 +52,8 @@ struct MountArgs {
   std::string log_file;      // empty: <index_dir>.log for a daemon, stderr in the foreground
   std::string log_max_size = "64MiB";
   std::string segment_size_note;  // how the segment size was chosen (RunMount logs it once the store is open)
+  std::string segment_size_short;  // the same, short, for the line a daemonised mount prints on success
+  bool quiet = false;              // --quiet: no line on success (the mount(8) helper form sets it)
 };
 
 // Runs `kvfs mount`: the exit code of the command (0 mounted: the parent of a daemon returns at once, a

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -397,7 +398,7 @@ class CliErrors(unittest.TestCase):
         r = kf.run_kvfs("mount", "--help")
         self.assertEqual(r.returncode, 0)
         for flag in ("--backing", "--node-id", "--index-dir", "--cache-size", "--segment-size", "--foreground",
-                     "--threads", "--group-commit-ms", "--direct-io", "--force", "--config"):
+                     "--threads", "--group-commit-ms", "--direct-io", "--force", "--config", "--quiet"):
             self.assertIn(flag, r.stdout)
 
 
@@ -413,8 +414,12 @@ class DaemonLifecycle(unittest.TestCase):
         r = kf.run_kvfs("mount", self.b.mnt, "--backing", self.b.backing, "--index-dir", self.b.index,
                         "--threads", "8", "--cache-size", "64MiB", "--segment-size", "16MiB")
         self.assertEqual(r.returncode, 0, r.stderr)
-        # A daemonised mount is silent on the terminal: its start-up lines are in <index-dir>.log.
+        # A daemonised mount prints one line on success (issue #17): where, which node, the segment size
+        # and the log file; its start-up lines are in <index-dir>.log.
         self.assertEqual(r.stderr, "")
+        self.assertEqual(r.stdout, "kvfs: mounted %s over %s: node %s, segment size 16.0 MiB, log %s\n"
+                         % (os.path.realpath(self.b.mnt), os.path.realpath(self.b.backing), socket.gethostname(),
+                            self.b.index + ".log"))
         with open(self.b.index + ".log") as f:
             log = f.read()
         self.assertIn("took over node directory", log)
@@ -451,13 +456,20 @@ class DaemonLifecycle(unittest.TestCase):
         self.assertEqual(u.returncode, 0, u.stderr)
         self.assertFalse(kf.is_mounted(self.b.mnt))
         self.assertFalse(kf.pid_alive(pid), "kvfs umount returned before the daemon exited")
-        # remount (daemon again): the data is there
-        r = kf.run_kvfs("mount", self.b.mnt, "--backing", self.b.backing, "--index-dir", self.b.index)
+        # remount (daemon again, --quiet: nothing on stdout), at a mountpoint inside the backing directory:
+        # it works, with one warning line on the terminal. The data is there.
+        inner = os.path.join(self.b.backing, "inner")
+        os.mkdir(inner)
+        r = kf.run_kvfs("mount", inner, "--backing", self.b.backing, "--index-dir", self.b.index, "--quiet")
         self.assertEqual(r.returncode, 0, r.stderr)
         try:
-            self.assertEqual(kf.read_file(os.path.join(self.b.mnt, "f")), data)
+            self.assertEqual(r.stdout, "")
+            self.assertEqual(r.stderr, "kvfs: warning: mountpoint '%s' is inside the backing directory '%s': programs "
+                             "that walk the backing (find, du, backups) walk into the mount too\n"
+                             % (os.path.realpath(inner), os.path.realpath(self.b.backing)))
+            self.assertEqual(kf.read_file(os.path.join(inner, "f")), data)
         finally:
-            self.assertEqual(kf.run_kvfs("umount", self.b.mnt).returncode, 0)
+            self.assertEqual(kf.run_kvfs("umount", inner).returncode, 0)
 
     def test_daemon_keeps_no_inherited_descriptors(self):
         # breaker-2 item B4: `kvfs mount ... 7>&1 | cat` hung until the unmount, because the daemon kept

@@ -130,6 +130,7 @@ class MountHelper(unittest.TestCase):
         r = self.run_(["mount", "-t", "fuse.kvfs", self.b.backing, self.b.mnt, "-o",
                        "_netdev,node_id=gpu7,index_dir=%s,cache_size=32MiB" % self.b.index])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(r.stdout, "")  # mount(8) helpers are silent on success (kvfs mount prints a line)
         pid, opts = self.mounted_ok("gpu7")
         # mount.fuse3 added dev,suid: the defaults allow_other,default_permissions still apply, and so do
         # nosuid,nodev (a setuid file copied into the mount must not run as its owner; issue #17).
