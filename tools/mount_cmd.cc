@@ -259,7 +259,10 @@ int RunMount(MountArgs a) {
       }
     }
     so.segment_size = kvfs::AutoSegmentSize(usable);
-    a.segment_size_short = HumanSize(so.segment_size) + (usable == 0 ? " (default)" : " (1/8 of " + of + " " + HumanSize(usable) + ")");
+    // The short form (the one-line "mounted" message) names what the size was derived from; the clamp to
+    // [4 MiB, 256 MiB] means it is often not literally 1/8 (a 252 GiB export gets 256 MiB).
+    a.segment_size_short = HumanSize(so.segment_size) +
+                           (usable == 0 ? " (default)" : " (automatic, for " + of + " " + HumanSize(usable) + ")");
     a.segment_size_note = usable == 0
         ? "segment size " + HumanSize(so.segment_size) + " (the export's size is unknown; --segment-size sets it)"
         : "segment size " + HumanSize(so.segment_size) + " (1/8 of " + of + " " + HumanSize(usable) +
