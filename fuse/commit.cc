@@ -96,20 +96,34 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
     a.ino = in->ino;
     if (a.nlink == 0) a.nlink = 1;
     Location loc = a.size == 0 ? Location{} : v->record;
+    // Held across CommitFile (which releases the append pin of the record): handles that still read
+    // this version after the commit keep it below (docs/semantics.md §6.10); else released at once.
+    bool prepinned = !loc.empty() && store->PinRecord(loc).ok();
     Status s = store->CommitFile(in->ino, loc, a);
     if (!s.ok()) {
+      if (prepinned) store->UnpinRecord(loc);
       if (s.IsNotFound() || IsUnlinked(*in)) return Status::OK();  // unlinked meanwhile: discarded
       commit_errors++;
       LogLimited(spdlog::level::warn, LogKey("fuse-commit", s), "commit of {} (inode {}): {}", PathOf(in->ino),
                  in->ino, ErrnoText(s));
       return s;
     }
-    committed++;
     v->committed_gen = gen;
     v->committed_attr_gen = attr_gen;
     bool inval = false;
+    Location unpin_old;
     {
       std::lock_guard<std::mutex> lg(in->mu);
+      v->committed_loc = loc;
+      // Readers of the staged version (and writers still open after an fsync) read its bytes after the
+      // commit too; the version's chunks may reference this record (a spill of a closed version): hold
+      // it for them. Readers that open the version after this point take the hold themselves
+      // (HoldCommittedForReader).
+      if (prepinned && (v->readers > 0 || v->writers > 0) && !(v->held == loc)) {
+        unpin_old = v->held;
+        v->held = loc;
+        prepinned = false;
+      }
       in->committed_seq = std::max(in->committed_seq, v->seq);
       // Versions whose last writer was released before this commit (their own commit is deferred)
       // are older content: they must not commit after this one, nor be joined.
@@ -127,11 +141,32 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
       in->last_loc = loc;
       in->last_committed = true;
     }
+    if (prepinned) store->UnpinRecord(loc);
+    store->UnpinRecord(unpin_old);
+    committed++;
     // The content changed under readers that cached the old one (a hidden version committed, or
     // versions raced): drop the kernel's cached pages and attributes of this inode.
     if (inval) QueueInval(in->ino);
     return Status::OK();
   }
+}
+
+void KvfsFs::Impl::AddReaderLocked(Version& v, Location* unpin) {
+  v.readers++;
+  // Committed before this reader came: it did not see the reader, so the reader takes the hold. A
+  // segment dropped meanwhile (unlinked and reclaimed already) cannot be held: the version's RAM
+  // chunks still read, a reference to that record reads ENOENT.
+  if (v.committed_loc.empty() || v.held == v.committed_loc) return;
+  if (store->PinRecord(v.committed_loc).ok()) {
+    *unpin = v.held;
+    v.held = v.committed_loc;
+  }
+}
+
+void KvfsFs::Impl::DropReaderLocked(Version& v, Location* unpin) {
+  if (--v.readers > 0 || v.writers > 0) return;
+  *unpin = v.held;  // nobody reads the version any more
+  v.held = Location{};
 }
 
 void KvfsFs::Impl::MarkFailed(Version& v, const Status& s) {
@@ -216,16 +251,24 @@ Status KvfsFs::Impl::FinishRelease(const std::shared_ptr<Inode>& in, const std::
   }
   // Removed before the version leaves `writing` (the name would show a staged 0-byte file meanwhile).
   if (!s.ok() && !unl) Unpublish(in, v, s);
-  std::lock_guard<std::mutex> g(in->mu);
-  if (v->writers == 0) {
-    auto& w = in->writing;
-    w.erase(std::remove(w.begin(), w.end(), v), w.end());
-    // An unlinked inode keeps its last version as what fstat/lseek of its remaining readers show
-    // (it can never be published or opened by name again).
-    if (in->primary == v && !in->unlinked) in->primary = nullptr;
-    if (w.empty()) in->contended = false;
-    if (unl || in->unlinked || v->superseded) discarded++;
+  Location unpin;
+  {
+    std::lock_guard<std::mutex> g(in->mu);
+    if (v->writers == 0 && v->readers == 0) {
+      unpin = v->held;  // nobody reads the version any more (it may live on as an unlinked inode's primary)
+      v->held = Location{};
+    }
+    if (v->writers == 0) {
+      auto& w = in->writing;
+      w.erase(std::remove(w.begin(), w.end(), v), w.end());
+      // An unlinked inode keeps its last version as what fstat/lseek of its remaining readers show
+      // (it can never be published or opened by name again).
+      if (in->primary == v && !in->unlinked) in->primary = nullptr;
+      if (w.empty()) in->contended = false;
+      if (unl || in->unlinked || v->superseded) discarded++;
+    }
   }
+  store->UnpinRecord(unpin);
   return s;
 }
 

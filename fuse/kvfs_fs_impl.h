@@ -142,6 +142,7 @@ struct Version {
     for (const Location& l : spills) staging->store->ReleaseRecordPin(l);
     staging->store->ReleaseRecordPin(record);
     staging->store->UnpinRecord(base);
+    staging->store->UnpinRecord(held);
     std::lock_guard<std::mutex> g(staging->mu);
     staging->versions.erase(this);
   }
@@ -191,6 +192,15 @@ struct Version {
 
   // Guarded by the owning Inode's mu.
   int writers = 0;
+  // Read-only handles reading this staged version (opened while it was being written or while its
+  // commit was pending). They go on reading it after its commit, when its bytes may be the committed
+  // record (a spill of a closed version just references it): that record is held for them.
+  int readers = 0;
+  // The record of its last successful commit (empty: never committed, or committed empty).
+  Location committed_loc;
+  // committed_loc held (Store::PinRecord) while readers or writers use the version after its commit
+  // (docs/semantics.md §6.10), released when the last of them is gone or with the version.
+  Location held;
   // When its last writer was released (Impl::next_order; 0 = never released). A commit counts from this
   // moment, not from when the (deferred) commit runs: the order of close(2) decides which version wins.
   uint64_t close_order = 0;
@@ -466,6 +476,11 @@ struct KvfsFs::Impl {
 
   // A close (FLUSH) or fsync of v failed with s: v is never published (Version::failed).
   void MarkFailed(Version& v, const Status& s);
+  // A read-only handle starts / stops reading staged version v (under its Inode's mu): Version::readers,
+  // and the hold of its committed record (Version::held) for such handles. *unpin: a hold the caller
+  // releases (Store::UnpinRecord) after dropping the lock.
+  void AddReaderLocked(Version& v, Location* unpin);
+  void DropReaderLocked(Version& v, Location* unpin);
 
   // The last release of a version that could not be published (failed close/fsync or commit): the
   // name goes back to what it was before the open (docs/semantics.md): a staged file's name is removed

@@ -43,10 +43,15 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
       if (!s.ok()) return s;
     }
     h->rewrites = in->rewrites.load();
+    Location unpin;
     {
       std::lock_guard<std::mutex> g(in->mu);
       h->version = in->primary;  // a file being written (visibly): read the staged bytes (POSIX)
+      // Counted as its reader: if the version is (or gets) committed, its record is held for this
+      // handle until RELEASE, as for a reader of committed content (docs/semantics.md §6.10).
+      if (h->version) fs->AddReaderLocked(*h->version, &unpin);
     }
+    fs->store->UnpinRecord(unpin);
     if (!h->version) {
       auto n = fs->store->GetInode(in->ino);
       if (!n.ok()) {
@@ -132,6 +137,14 @@ void ReleaseHandle(KvfsFs::Impl* fs, Handle* h) {
     }
   }
   if (h->held) fs->store->UnpinRecord(h->loc);
+  if (!h->writable && h->version) {
+    Location unpin;
+    {
+      std::lock_guard<std::mutex> g(in->mu);
+      fs->DropReaderLocked(*h->version, &unpin);
+    }
+    fs->store->UnpinRecord(unpin);
+  }
   delete h;
   fs->DropHandle(in);
 }

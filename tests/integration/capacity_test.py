@@ -106,8 +106,8 @@ class CapacityTest(unittest.TestCase):
                     # A handle of a committed file, opened before its segment would be evicted (O_DIRECT:
                     # reads reach the daemon). It holds the segment (docs/semantics.md §6.10) until its
                     # close. Wait for the commit first: a handle opened while the close's commit is still
-                    # pending reads the staged version and holds nothing, which made this test depend on
-                    # timing.
+                    # pending reads the staged version, and holds its record only from the commit on (a
+                    # second hold in the count below would make this test depend on timing).
                     self.assertTrue(wait_for(lambda: kf.stats(mnt)["fuse"]["versions_committed"] >= 2, 30))
                     early_fd = os.open(os.path.join(mnt, names[1]), os.O_RDONLY | os.O_DIRECT)
                     self.assertEqual(kf.stats(mnt)["eviction"]["records_held_open"], 1)

@@ -11,6 +11,9 @@ segments written after it have been dropped and unlinked (so its own segment, ol
 would have been too); the page cache of the file is dropped (POSIX_FADV_DONTNEED); then every byte is
 read through the still-open handle and compared. Before #16 the reads got ENOENT and the mapping SIGBUS.
 After the close, the hold is released (stats: records_held_open 0) and the segment is reclaimed.
+test_opened_before_commit_*: the handle is opened while the file's commit is pending (a 1.5 s commit
+delay), reads the staged version, and holds the committed record from the commit on (before: nothing
+held, ENOENT / SIGBUS once the version was spilled to that record and its segment dropped).
 """
 import mmap
 import os
@@ -163,6 +166,68 @@ class OpenHoldTest(unittest.TestCase):
             self.assertTrue(wait_for(lambda: kf.stats(mnt)["eviction"]["segments_pinned"] == 0),
                             kf.stats(mnt)["eviction"])
 
+
+    def run_pending_case(self, reader):
+        """The handle is opened while its file's commit is pending (closed by its writer, the deferred
+        commit not run yet: KVFS_TEST_COMMIT_DELAY_MS widens the 5 ms window to 1.5 s), so it reads the
+        staged version. After the commit that version's bytes are the committed record: the staging
+        budget (4 MiB) is then exceeded by other writes, which moves the version's RAM to that record
+        (a spill of a closed, recorded version costs no I/O). The handle must hold the record: unlink +
+        churn that drops the segments written after it, then every byte is read back."""
+        saved = os.environ.get("KVFS_TEST_COMMIT_DELAY_MS")
+        os.environ["KVFS_TEST_COMMIT_DELAY_MS"] = "1500"
+        try:
+            ctx = kf.mounted(segment_size="2MiB", cache_size="1MiB", staging_size="4MiB")
+            mnt = ctx.__enter__()[0]
+        finally:
+            if saved is None:
+                os.environ.pop("KVFS_TEST_COMMIT_DELAY_MS", None)
+            else:
+                os.environ["KVFS_TEST_COMMIT_DELAY_MS"] = saved
+        try:
+            data = os.urandom(SIZE)
+            path = os.path.join(mnt, "victim")
+            committed = kf.stats(mnt)["fuse"]["versions_committed"]
+            kf.write_file(path, data)  # close, no fsync: the commit is deferred
+            flags = os.O_RDONLY | (os.O_DIRECT if reader == "direct" else 0)
+            fd = os.open(path, flags)
+            m = None
+            try:
+                self.assertEqual(kf.stats(mnt)["fuse"]["versions_committed"], committed,
+                                 "the commit was not pending at the open")
+                if reader == "mmap":
+                    m = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+                    self.assertEqual(m[:PAGE], data[:PAGE])
+                elif reader == "direct":
+                    self.assertEqual(read_all(fd, True)[:PAGE], data[:PAGE])
+                else:
+                    self.assertEqual(os.pread(fd, PAGE, 0), data[:PAGE])
+                self.assertTrue(wait_for(lambda: kf.stats(mnt)["fuse"]["versions_committed"] > committed))
+                held = kf.stats(mnt)["eviction"]
+                self.assertGreaterEqual(held["records_held_open"], 1, held)
+                os.unlink(path)
+                self.churn(mnt, "pending" + reader)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                if m is not None:
+                    self.assertIsNone(check_mapping(m, data))
+                else:
+                    got = read_all(fd, reader == "direct")
+                    self.assertEqual(len(got), SIZE)
+                    self.assertTrue(got == data, "wrong bytes")
+            finally:
+                if m is not None:
+                    m.close()
+                os.close(fd)
+            self.assertTrue(wait_for(lambda: kf.stats(mnt)["eviction"]["records_held_open"] == 0),
+                            kf.stats(mnt)["eviction"])
+        finally:
+            ctx.__exit__(None, None, None)
+
+
+for _reader in ("read", "direct", "mmap"):
+    def _ptest(self, reader=_reader):
+        self.run_pending_case(reader)
+    setattr(OpenHoldTest, "test_opened_before_commit_%s" % _reader, _ptest)
 
 for _reader in ("read", "direct", "mmap", "rdwr"):
     for _lose in ("unlink", "rename"):
