@@ -499,6 +499,12 @@ Result<std::unique_ptr<NodeDir>> NodeDir::Acquire(NodeDirOptions opts) {
   } else if (prev && prev->owner.host == self.host && prev->owner.boot_id == self.boot_id &&
              !alive(prev->owner)) {
     reason = "owner pid " + std::to_string(prev->owner.pid) + " gone";
+  } else if (opts.refuse_running_local_owner && prev && prev->owner.host == self.host &&
+             prev->owner.boot_id == self.boot_id) {
+    // Alive (checked just above): a running mount, whatever its heartbeat says.
+    return Status::Busy("node directory " + dir + " is owned by host=" + prev->owner.host + " pid=" +
+                        std::to_string(prev->owner.pid) + " generation=" + std::to_string(prev->generation) +
+                        ", a process running on this host (" + hb_desc + "); the owner looks alive");
   } else if (hb_stale) {
     reason = hb_desc;
   } else if (opts.force) {

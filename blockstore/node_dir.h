@@ -25,7 +25,8 @@
 //     caches make them stale); this needs host clocks within a small fraction of the timeout (NTP).
 //     A missing or unreadable HEARTBEAT counts as infinitely old (HEARTBEAT is written before OWNER);
 //   * force = true.
-// Otherwise Acquire returns Status::Busy naming host, pid, generation and heartbeat age.
+// Otherwise Acquire returns Status::Busy naming host, pid, generation and heartbeat age. With
+// NodeDirOptions::refuse_running_local_owner, an owner that runs on this host is Busy in every case.
 // The new generation is 1 + the maximum of OWNER's generation and every generation in the names of
 // journal-, snapshot- and seg/ files. HEARTBEAT and then OWNER are rewritten with Env::WriteFileAtomic;
 // OWNER is read back, and if another mount won a concurrent takeover the loser gets Busy (best effort:
@@ -182,6 +183,14 @@ struct NodeDirOptions {
   std::string node_id;
   bool force = false;
   std::chrono::milliseconds heartbeat_timeout{30000};
+  // Tools that work on a node directory from outside its mount (`kvfs node purge`, `kvfs-fsck --repair`)
+  // set this: an owner that is a running process on this host (same host name and boot id, pid alive
+  // with its recorded start time) is refused (Busy) whatever its heartbeat's age, and even with force.
+  // A mount's open files are held by its daemon only (docs/semantics.md §6.10), so nothing outside may
+  // take its segments while it runs: a stalled heartbeat (a stopped or hung daemon, a too short
+  // --heartbeat-timeout) must not make a running mount look dead. Mounts leave it unset (a new mount
+  // may fence off a hung one: the generation rule keeps the data safe).
+  bool refuse_running_local_owner = false;
   // Test hooks. self: our identity (default HostIdentity::Current()). process_alive: is the recorded
   // owner (same host and boot id) alive (default LocalProcessAlive).
   std::optional<HostIdentity> self;

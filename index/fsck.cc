@@ -69,6 +69,7 @@ Result<FsckReport> Fsck::Run() {
       no.heartbeat_timeout = opts_.heartbeat_timeout;
       no.self = opts_.self;
       no.process_alive = opts_.process_alive;
+      no.refuse_running_local_owner = true;  // a running mount holds segments no tool outside sees
       auto nd = NodeDir::Acquire(no);
       if (!nd.ok()) {
         if (!nd.status().IsBusy()) return nd.status();

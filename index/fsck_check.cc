@@ -59,6 +59,9 @@ OwnerState Fsck::ReadOwner(const std::string& node) {
     o.desc += " released";
   } else if (o.rec.owner.host == self.host && o.rec.owner.boot_id == self.boot_id && !alive(o.rec.owner)) {
     o.desc += " dead (pid gone)";
+  } else if (o.rec.owner.host == self.host && o.rec.owner.boot_id == self.boot_id) {
+    o.live = true;  // a process running on this host (pid alive): live whatever its heartbeat's age
+    o.desc += " LIVE (running on this host, " + hb + ")";
   } else if (!o.hb_age_ns || *o.hb_age_ns > timeout_ns) {
     o.desc += " dead (" + hb + ")";
   } else {

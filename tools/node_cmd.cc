@@ -95,9 +95,11 @@ Result<NodeInfo> Inspect(Env* env, const std::string& backing, const std::string
   bool live = false;
   if (n.owner && !n.owner->released) {
     live = n.heartbeat_age_ns && *n.heartbeat_age_ns <= timeout_ns;
-    if (live && n.owner->owner.host == self.host && n.owner->owner.boot_id == self.boot_id &&
-        !LocalProcessAlive(n.owner->owner)) {
-      live = false;  // provably dead: same host and boot, pid gone
+    if (n.owner->owner.host == self.host && n.owner->owner.boot_id == self.boot_id) {
+      // Same host and boot: the pid decides, not the heartbeat. Gone: provably dead. Running: a mount
+      // whose heartbeat stalled (stopped, hung) is still live: its open files hold segments that a purge
+      // would remove under it (docs/semantics.md §6.10).
+      live = LocalProcessAlive(n.owner->owner);
     }
   }
   if (live) n.state = "live";
@@ -183,6 +185,11 @@ int Retire(Env* env, const std::string& backing, const NodeInfo& n, bool force) 
 
 int Purge(Env* env, const std::string& backing, const NodeInfo& n, bool force, uint32_t grace_ms, bool json) {
   if (n.state == "live") {
+    const HostIdentity self = HostIdentity::Current();
+    if (n.owner && n.owner->owner.host == self.host && n.owner->owner.boot_id == self.boot_id) {
+      return Fail(kExitUsage, Describe(n) + ": refusing to purge a live node: its daemon (pid " +
+                                  std::to_string(n.owner->owner.pid) + ") runs on this host; unmount it first");
+    }
     return Fail(kExitUsage, Describe(n) + ": refusing to purge a live node (unmount it, or wait until its "
                                           "heartbeat is older than " +
                                 std::to_string(kNodeHeartbeatTimeoutMs / 1000) + " s)");
@@ -200,6 +207,7 @@ int Purge(Env* env, const std::string& backing, const NodeInfo& n, bool force, u
   no.backing_dir = backing;
   no.node_id = n.id;
   no.heartbeat_timeout = std::chrono::milliseconds(kNodeHeartbeatTimeoutMs);
+  no.refuse_running_local_owner = true;
   auto nd = NodeDir::Acquire(no);
   if (!nd.ok()) {
     return Fail(nd.status().IsBusy() ? kExitUsage : kExitFail,

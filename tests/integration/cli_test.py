@@ -5,6 +5,7 @@ Run: KVFS_BINARY=build/tools/kvfs python3 tests/integration/cli_test.py [-v]
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -470,6 +471,41 @@ class DaemonLifecycle(unittest.TestCase):
             self.assertEqual(kf.read_file(os.path.join(inner, "f")), data)
         finally:
             self.assertEqual(kf.run_kvfs("umount", inner).returncode, 0)
+
+    def test_purge_of_a_running_mount_is_refused_even_with_a_stale_heartbeat(self):
+        """`kvfs node purge` runs outside the daemon and does not see its holds of open files (#16,
+        docs/semantics.md §6.10): a node whose daemon runs on this host is live whatever its heartbeat
+        says (stopped here with SIGSTOP and its HEARTBEAT made 120 s old). Before, such a node was "dead"
+        and the purge removed the segments of the running mount."""
+        with kf.mounted(backing=self.b, node_id="held") as (mnt, backing, proc):
+            kf.write_file(os.path.join(mnt, "f"), os.urandom(300000))
+            os.close(os.open(os.path.join(mnt, "f"), os.O_RDONLY))
+            subprocess.run(["sync"])
+            node = os.path.join(backing, ".kvfs", "v1", "nodes", "held")
+            segs = sorted(os.listdir(os.path.join(node, "seg")))
+            self.assertTrue(segs)
+            proc.send_signal(signal.SIGSTOP)  # the heartbeat stalls; nothing here touches the mount
+            try:
+                hb = os.path.join(node, "HEARTBEAT")
+                with open(hb, "rb") as f:
+                    text = f.read()
+                old = str(time.time_ns() - 120 * 10**9).encode()
+                text2 = re.sub(rb"time_ns=\d+", b"time_ns=" + old, text, count=1)
+                self.assertEqual(len(text2), len(text))
+                with open(hb, "wb") as f:
+                    f.write(text2)
+                st = json.loads(kf.run_kvfs("node", "list", "--json", "--backing", backing).stdout)
+                self.assertEqual([n["state"] for n in st if n["node"] == "held"], ["live"], st)
+                r = kf.run_kvfs("node", "purge", "--node", "held", "--backing", backing, "--grace-ms", "0")
+                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                err = r.stderr.strip()
+                self.assertEqual(len(err.splitlines()), 1, err)
+                self.assertIn("refusing to purge a live node", err)
+                self.assertIn("runs on this host", err)
+                self.assertEqual(sorted(os.listdir(os.path.join(node, "seg"))), segs)
+            finally:
+                proc.send_signal(signal.SIGCONT)
+            self.assertEqual(len(kf.read_file(os.path.join(mnt, "f"))), 300000)
 
     def test_daemon_keeps_no_inherited_descriptors(self):
         # breaker-2 item B4: `kvfs mount ... 7>&1 | cat` hung until the unmount, because the daemon kept

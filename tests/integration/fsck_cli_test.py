@@ -113,6 +113,22 @@ class FsckExitCodes(unittest.TestCase):
             self.assertIn("pid=", r.stdout)
             self.assertIn("stop that mount", r.stdout)
 
+    def test_3_repair_refused_for_a_running_mount_with_a_short_heartbeat_timeout(self):
+        """kvfs-fsck --repair runs outside the daemon and does not see its holds of open files (#16,
+        docs/semantics.md §6.10): a node whose daemon runs on this host is never taken over, whatever
+        --heartbeat-timeout says. Before, a timeout shorter than the heartbeat's age took the running
+        mount's node directory over and repaired it under the mount."""
+        with kf.mounted(backing=self.b, node_id="n1") as (_, _, proc):
+            os.remove(self.segment_of_f())  # something to repair on a node a running mount owns
+            r = fsck(self.b.backing, "--node", "n1", "--repair", "--heartbeat-timeout", "0.01")
+            self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+            self.assertIn("REPAIR REFUSED", r.stdout)
+            self.assertIn("running on this host", r.stdout)
+            with open(os.path.join(self.node_dir, "OWNER")) as f:
+                self.assertIn("pid=%d\n" % proc.pid, f.read())  # still the mount's
+            r = fsck(self.b.backing, "--node", "n1", "--heartbeat-timeout", "0.01")
+            self.assertIn("LIVE (running on this host", r.stdout)
+
     def test_4_io_error(self):
         # A journal file that cannot be read (a directory where the file should be: EISDIR on read).
         j = sorted(n for n in os.listdir(self.node_dir) if n.startswith("journal-"))[0]

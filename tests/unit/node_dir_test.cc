@@ -225,6 +225,22 @@ TEST_F(NodeDirTest, SameHostLivePidWithStaleHeartbeatIsTakenOver) {
   EXPECT_EQ((*nd)->generation(), 3u);
 }
 
+// #16: tools outside the daemon (kvfs node purge, kvfs-fsck --repair) never take over a running mount on
+// this host, whatever its heartbeat's age, even with force; a dead pid is still taken over.
+TEST_F(NodeDirTest, ToolsRefuseARunningOwnerOnThisHostWithAStaleHeartbeat) {
+  PlantOwner(HostIdentity::Current(), 2, /*age=*/60'000'000'000);
+  NodeDirOptions o = Opts();
+  o.refuse_running_local_owner = true;
+  o.force = true;
+  auto nd = NodeDir::Acquire(o);
+  ASSERT_TRUE(nd.status().IsBusy()) << nd.status().ToString();
+  EXPECT_NE(nd.status().message().find("running on this host"), std::string::npos) << nd.status().ToString();
+  o.process_alive = [](const HostIdentity&) { return false; };
+  nd = NodeDir::Acquire(o);
+  ASSERT_TRUE(nd.ok()) << nd.status().ToString();
+  EXPECT_EQ((*nd)->generation(), 3u);
+}
+
 TEST_F(NodeDirTest, ForceTakesOverALiveOwner) {
   HostIdentity other{"other-host", "00000000-0000-0000-0000-000000000000", 4242, 0};
   PlantOwner(other, 7, 0);
