@@ -8,6 +8,7 @@ python3 stdlib only.
 """
 import errno
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -140,6 +141,87 @@ class FailedCloseTest(unittest.TestCase):
                 os.close(fd)
         with self.mount() as (mnt, _, _):
             self.assertFalse(os.path.exists(os.path.join(mnt, "big")))
+
+
+@kf.skip_unless_fuse
+class FaultEnvFailedCloseTest(unittest.TestCase):
+    """The same rule through the fault-injection Env (KVFS_TEST_POWER_CUT_SIGNAL=1, tools/power_cut.h:
+    SIGUSR1 toggles EIO on every backing write and fdatasync of node A), seen by A and by a peer B of the
+    same export (which tails A's journal): a close or fsync that fails with EIO publishes nothing on
+    either node, a rewrite keeps its previous content on both, `kvfs stats` counts each failure, and
+    once the backing works again the names take new files."""
+
+    def setUp(self):
+        self.a = kf.Backing(prefix="kvfs-fc-a-")
+        self.b = kf.Backing(prefix="kvfs-fc-b-")
+        self.b.backing = self.a.backing  # one export, two nodes
+
+    def tearDown(self):
+        for x in (self.a, self.b):
+            x.cleanup()
+
+    def test_eio_close_and_fsync_publish_nothing_here_or_on_a_peer(self):
+        saved = os.environ.get("KVFS_TEST_POWER_CUT_SIGNAL")
+        os.environ["KVFS_TEST_POWER_CUT_SIGNAL"] = "1"
+        try:
+            actx = kf.mounted(backing=self.a, node_id="A", peer_poll_ms="50")
+            mnt_a, _, proc_a = actx.__enter__()
+        finally:
+            if saved is None:
+                os.environ.pop("KVFS_TEST_POWER_CUT_SIGNAL", None)
+            else:
+                os.environ["KVFS_TEST_POWER_CUT_SIGNAL"] = saved
+        try:
+            with kf.mounted(backing=self.b, node_id="B", peer_poll_ms="50") as (mnt_b, _, _):
+                old = pattern(7, 200 * 1024)
+                kf.write_file(os.path.join(mnt_a, "chunk"), old)
+                self.assertTrue(eventually(lambda: os.path.exists(os.path.join(mnt_b, "chunk")) and
+                                           kf.read_file(os.path.join(mnt_b, "chunk")) == old))
+                before = failed_publishes(mnt_a)
+                os.kill(proc_a.pid, signal.SIGUSR1)  # A's backing fails from now on (EIO)
+                time.sleep(0.2)  # the signal thread switches the rules
+                # A new file whose close fails.
+                fd = os.open(os.path.join(mnt_a, "new"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.write(fd, pattern(8, 300 * 1024))
+                with self.assertRaises(OSError) as cm:
+                    os.close(fd)
+                self.assertEqual(cm.exception.errno, errno.EIO, cm.exception)
+                # A rewrite whose close fails.
+                fd = os.open(os.path.join(mnt_a, "chunk"), os.O_WRONLY | os.O_TRUNC)
+                os.write(fd, pattern(9, 300 * 1024))
+                with self.assertRaises(OSError) as cm:
+                    os.close(fd)
+                self.assertEqual(cm.exception.errno, errno.EIO, cm.exception)
+                # A new file whose fsync fails (and then its close).
+                fd = os.open(os.path.join(mnt_a, "synced"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.write(fd, pattern(10, 100 * 1024))
+                with self.assertRaises(OSError) as cm:
+                    os.fsync(fd)
+                self.assertEqual(cm.exception.errno, errno.EIO, cm.exception)
+                with self.assertRaises(OSError):
+                    os.close(fd)
+                for mnt in (mnt_a, mnt_b):
+                    for name in ("new", "synced"):
+                        p = os.path.join(mnt, name)
+                        self.assertTrue(eventually(lambda: not os.path.exists(p)), "%s exists after a failed "
+                                        "close (%s)" % (name, "A" if mnt == mnt_a else "B"))
+                    p = os.path.join(mnt, "chunk")
+                    self.assertTrue(eventually(lambda: os.stat(p).st_size == len(old)), os.stat(p))
+                    self.assertTrue(kf.read_file(p) == old)
+                self.assertEqual(failed_publishes(mnt_a) - before, 3, kf.stats(mnt_a)["fuse"])
+                os.kill(proc_a.pid, signal.SIGUSR1)  # the backing works again
+                time.sleep(0.2)
+                time.sleep(1.0)  # B: nothing arrives late (the failed versions were never journaled)
+                self.assertFalse(os.path.exists(os.path.join(mnt_b, "new")))
+                self.assertTrue(kf.read_file(os.path.join(mnt_b, "chunk")) == old)
+                # The names take new files again, on A and then on B.
+                new = pattern(11, 64 * 1024)
+                kf.write_file(os.path.join(mnt_a, "new"), new)
+                self.assertEqual(kf.read_file(os.path.join(mnt_a, "new")), new)
+                self.assertTrue(eventually(lambda: os.path.exists(os.path.join(mnt_b, "new")) and
+                                           kf.read_file(os.path.join(mnt_b, "new")) == new))
+        finally:
+            actx.__exit__(None, None, None)
 
 
 if __name__ == "__main__":
