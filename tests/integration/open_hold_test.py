@@ -15,9 +15,11 @@ test_opened_before_commit_*: the handle is opened while the file's commit is pen
 delay), reads the staged version, and holds the committed record from the commit on (before: nothing
 held, ENOENT / SIGBUS once the version was spilled to that record and its segment dropped).
 """
+import json
 import mmap
 import os
 import signal
+import subprocess
 import sys
 import time
 import unittest
@@ -234,6 +236,47 @@ for _reader in ("read", "direct", "mmap", "rdwr"):
         def _test(self, reader=_reader, lose=_lose):
             self.run_case(reader, lose)
         setattr(OpenHoldTest, "test_%s_%s" % (_reader, _lose), _test)
+
+
+@kf.skip_unless_fuse
+class OpenHoldStressTest(unittest.TestCase):
+    """A short run of tests/stress/open_hold_stress.py (readers hold files open -- read(2), O_DIRECT,
+    mmap -- while writers publish, unlink and rename over them, and a 48 MiB --capacity with 4 MiB
+    segments evicts all the time; --staging-size 4MiB, KVFS_TEST_COMMIT_DELAY_MS=100): every byte verified, no EIO, no ENOENT after an open, no SIGBUS.
+    KVFS_HOLD_STRESS_SECONDS sets the length (default 12; the 10-minute run of #16: 600)."""
+
+    def test_short_stress(self):
+        # A 100 ms commit delay and the smallest staging budget: readers often open a file whose commit
+        # is pending, and closed versions are spilled (the case of test_opened_before_commit_*; with
+        # these flags the stress found it on the main of then: ENOENT after open, SIGBUS, in 30 s).
+        env = {"KVFS_TEST_DEAD_SEGMENT_AGE_MS": "200", "KVFS_TEST_DROP_GRACE_MS": "100",
+               "KVFS_TEST_COMMIT_DELAY_MS": "100"}
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            ctx = kf.mounted(segment_size="4MiB", capacity="48MiB", cache_size="8MiB", staging_size="4MiB",
+                             log_level="warn")
+            mnt = ctx.__enter__()[0]
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        try:
+            seconds = os.environ.get("KVFS_HOLD_STRESS_SECONDS", "12")
+            script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "stress",
+                                  "open_hold_stress.py")
+            r = subprocess.run([sys.executable, script, mnt, seconds, "--json"], capture_output=True, text=True,
+                               timeout=float(seconds) + 300)
+            sys.stderr.write("\n" + r.stdout[-3000:] + r.stderr[-3000:])
+            self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+            out = json.loads(r.stdout)
+            self.assertGreater(out["readers"]["files_verified"], 0, out)
+            for kind, n in out["per_kind_files_verified"].items():
+                self.assertGreater(n, 0, "%s: %s" % (kind, out))
+        finally:
+            ctx.__exit__(None, None, None)
 
 
 if __name__ == "__main__":
