@@ -320,6 +320,14 @@ class Store {
   // Renaming a directory to another parent may answer EXDEV.
   virtual Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                         std::string_view new_name, unsigned flags, uint64_t* replaced_ino) = 0;
+  // link(2) of a regular file (docs/semantics.md §2 "link"): binds new_parent/new_name to a NEW committed
+  // inode that shares the content of `ino`: the same record (Location), no data copy. *loc / *attr: the
+  // content to link (the FUSE layer passes a staged version's flushed record); null: the committed
+  // content of `ino` (InvalidArgument if it has none). The new name gets ino's xattrs. Exists if the
+  // name exists (checked and bound under the namespace lock: exact on this node); journals one PUT of the
+  // new path. The record stays live (segment live bytes/records, segfiles) while any name refers to it.
+  virtual Result<Node> Link(uint64_t ino, const Location* loc, const Attr* attr, uint64_t new_parent,
+                            std::string_view new_name) = 0;
   // Updates the masked attributes (kSetSize only changes the recorded size of a *staged* file or is used
   // together with CommitFile; data is the FUSE layer's business). Journals SETATTR for committed inodes.
   virtual Result<Attr> SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) = 0;

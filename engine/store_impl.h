@@ -134,6 +134,8 @@ class StoreImpl final : public Store {
   Status DropStaged(uint64_t ino) override;
   Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent, std::string_view new_name,
                 unsigned flags, uint64_t* replaced_ino) override;
+  Result<Node> Link(uint64_t ino, const Location* loc, const Attr* attr, uint64_t new_parent,
+                    std::string_view new_name) override;
   Result<Attr> SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) override;
   Status ReadDir(uint64_t dir, uint64_t after, const std::function<bool(const DirEntry&)>& fn) override {
     return index_->ReadDir(dir, after, fn);

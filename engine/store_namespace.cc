@@ -123,6 +123,71 @@ Status StoreImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
   return Status::OK();
 }
 
+// link(2) as a second committed inode over the same record (docs/semantics.md §2 "link"): an applied
+// PUT of the new path with this node's stamp, so the index does exactly what replay and peers do with
+// the journaled PUT (segment live bytes/records and segfiles count the record once per name, so it is
+// dead space only when the last name goes).
+Result<Node> StoreImpl::Link(uint64_t ino, const Location* loc, const Attr* attr, uint64_t new_parent,
+                             std::string_view new_name) {
+  std::lock_guard<std::mutex> l(ns_mu_);
+  auto src = index_->GetInode(ino);
+  if (!src.ok()) return src.status();
+  if (!S_ISREG(src->attr.mode)) return Status::InvalidArgument("link of a non-regular file");
+  Location l_loc;
+  Attr a;
+  if (loc != nullptr && attr != nullptr) {
+    l_loc = *loc;
+    a = *attr;
+  } else {
+    if (!src->committed) return Status::InvalidArgument("link of a file with no committed content");
+    l_loc = src->location;
+    a = src->attr;
+  }
+  auto existing = index_->Lookup(new_parent, new_name);
+  if (existing.ok()) return Status::Exists("link: the new name exists");
+  if (!existing.status().IsNotFound()) return existing.status();
+  auto path = PathOf(new_parent, new_name);
+  if (!path.ok()) return path.status();
+  if (evict_enabled_ && !l_loc.empty() && OwnSegment(l_loc.segment)) {
+    std::lock_guard<std::mutex> c(cap_mu_);
+    if (dropped_own_.count(l_loc.segment)) return Status::NotFound("link: the file's segment was evicted");
+  }
+  const uint64_t stamp = hlc_.Now();
+  ApplyOp op;
+  op.kind = ApplyOp::Kind::kPut;
+  op.path = *path;
+  op.location = l_loc;
+  op.attr = a;
+  op.attr.mode = S_IFREG | (a.mode & 07777);
+  op.stamp = stamp;
+  std::vector<std::pair<std::string, std::string>> xattrs;
+  auto names = index_->ListXattr(ino);
+  if (!names.ok()) return names.status();
+  std::sort(names->begin(), names->end());
+  for (auto& name : *names) {
+    auto v = index_->GetXattr(ino, name);
+    if (!v.ok()) return v.status();
+    xattrs.emplace_back(std::move(name), std::move(*v));
+  }
+  op.xattrs = xattrs;
+  auto r = index_->ApplyBatch(std::span<const ApplyOp>(&op, 1), opts_.node_id);
+  if (!r.ok()) return r.status();
+  if (r->changed.empty() || r->changed.back().new_ino == 0) {
+    return Status::NotFound("link: the file's segment is gone");  // a dropped segment: the PUT was skipped
+  }
+  auto n = index_->GetInode(r->changed.back().new_ino);
+  if (!n.ok()) return n.status();
+  JournalEntry put = JournalEntry::Put(*path, l_loc, ToEntryAttrs(n->attr), stamp);
+  put.xattrs = std::move(xattrs);
+  EnqueueLocked(std::move(put));
+  if (track_hits_ && !l_loc.empty() && OwnSegment(l_loc.segment)) {
+    // Reinsertion follows the newest name of the record (a publish unlinks the temp name next).
+    std::lock_guard<std::mutex> h(hits_mu_);
+    loc_ino_[l_loc.segment][l_loc.record_offset] = n->attr.ino;
+  }
+  return n;
+}
+
 Result<Attr> StoreImpl::SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) {
   std::lock_guard<std::mutex> l(ns_mu_);
   auto n = index_->GetInode(ino);

@@ -104,8 +104,54 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
   Reply(req, s);
 }
 
-void OpLink(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) {
-  fuse_reply_err(req, EPERM);  // docs/design.md §3: hard links are refused
+// link(2) (docs/semantics.md §2 "link"): the new name is a second committed file over the SAME record
+// (Store::Link: one journal PUT, no data copy). Its content is what a reader opening `ino` now would
+// read: a visible staged version (written and closed, commit still deferred, or even still open) is
+// flushed to its record first (FlushLocked: nothing is written if its bytes are already the record), so
+// the LMCache publish (O_EXCL temp, write, close, link, unlink temp) journals one PUT under the final
+// name and the temp's own commit is discarded by its unlink. Directories -> EPERM (as Linux); a symlink
+// gets a new symlink with the same target.
+void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  auto* fs = FS(req);
+  if (NameTooLong(newname)) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  auto n = fs->store->GetInode(ino);
+  if (!n.ok()) return Reply(req, n.status(), ErrCtx::kInode);
+  if (S_ISDIR(n->attr.mode)) return (void)fuse_reply_err(req, EPERM);
+  if (S_ISLNK(n->attr.mode)) {
+    auto target = fs->store->ReadLink(ino);
+    if (!target.ok()) return Reply(req, target.status());
+    auto r = fs->store->Symlink(newparent, newname, *target, n->attr.uid, n->attr.gid);
+    if (!r.ok()) return Reply(req, r.status());
+    return (void)fs->ReplyEntry(req, *r);
+  }
+  if (!S_ISREG(n->attr.mode)) return (void)fuse_reply_err(req, EPERM);
+  std::shared_ptr<Inode> in = fs->Get(ino);
+  std::shared_ptr<Version> v;
+  if (in) {
+    std::lock_guard<std::mutex> g(in->mu);
+    if (in->unlinked) return (void)fuse_reply_err(req, ENOENT);
+    v = in->primary;
+  }
+  Result<Node> r = Status::OK();
+  if (v) {
+    std::lock_guard<std::mutex> io(v->io_mu);  // the record stays this version's (pinned) until linked
+    Status s = fs->FlushLocked(*in, *v);
+    if (!s.ok()) return Reply(req, s);
+    if (fs->IsUnlinked(*in)) return (void)fuse_reply_err(req, ENOENT);
+    Attr a;
+    {
+      std::shared_lock<std::shared_mutex> vg(v->mu);
+      a = v->attr;
+      a.size = v->data.size();
+    }
+    const Location loc = a.size == 0 ? Location{} : v->record;
+    a.ino = ino;
+    r = fs->store->Link(ino, &loc, &a, newparent, newname);
+  } else {
+    r = fs->store->Link(ino, nullptr, nullptr, newparent, newname);
+  }
+  if (!r.ok()) return Reply(req, r.status());
+  fs->ReplyEntry(req, *r);
 }
 
 void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t) {

@@ -449,8 +449,10 @@ Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) 
     }
     if (why.empty()) {
       sum.live_files++;
-      sum.live_bytes += l.length;
-      live_keys.emplace(l.segment.node, l.segment.generation, l.segment.seq, l.record_offset);
+      // A record with several names (link(2)) counts its bytes once.
+      if (live_keys.emplace(l.segment.node, l.segment.generation, l.segment.seq, l.record_offset).second) {
+        sum.live_bytes += l.length;
+      }
       continue;
     }
     FsckFinding f;

@@ -48,7 +48,8 @@ EXCLUDED = {
     "st_nlink(dir)": "directory link counts are not maintained by kvfs (index-only directories)",
     "st_size(dir)": "directory sizes are file-system specific (trace README)",
     "dir rename": "kvfs may answer EXDEV to a directory rename (docs/design.md §3); not generated",
-    "link/symlink": "hard links are refused with EPERM (docs/design.md §3); not generated",
+    "link/symlink": "link(2) makes a second file over the same record, st_nlink stays 1 (docs/semantics.md §2); "
+        "not generated (tests/integration/link_publish_test.py)",
     "O_DIRECT": "kvfs accepts any alignment where ext4 says EINVAL (docs/design.md §4); covered in connectors_test",
     "statfs": "capacity numbers are global kvfs accounting, not the backing fs's",
     "lseek on a directory fd": "directory offsets are file-system specific cookies (ext4: EINVAL past the "

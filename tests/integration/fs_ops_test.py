@@ -254,9 +254,14 @@ class BasicOps(MountedTestCase):
         os.unlink(self.p("ln"))
         self.assertFalse(os.path.lexists(self.p("ln")))
 
-    def test_link_refused(self):
+    def test_link(self):
+        # a second file over the same content (docs/semantics.md §2 "link"; link_publish_test has the rest)
         kf.write_file(self.p("a"), b"1")
-        self.assertErrno(errno.EPERM, os.link, self.p("a"), self.p("b"))
+        os.link(self.p("a"), self.p("b"))
+        self.assertEqual(kf.read_file(self.p("b")), b"1")
+        self.assertErrno(errno.EEXIST, os.link, self.p("a"), self.p("b"))
+        os.mkdir(self.p("d"))
+        self.assertErrno(errno.EPERM, os.link, self.p("d"), self.p("d2"))
 
     def test_mknod(self):
         os.mknod(self.p("reg"), 0o600 | stat.S_IFREG)

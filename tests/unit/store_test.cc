@@ -445,6 +445,57 @@ TEST_F(StoreTest, StagedReplacementDiscardedBeforeCommitJournalsTheRemoval) {
 
 // breaker-1 item 4: xattrs set while a file is staged (open for writing, a temp before its rename) reach
 // the journal with the file's PUT; a new version of a committed file keeps them in a rebuilt index too.
+// link(2) (docs/semantics.md §2 "link"): a second committed file over the same record, from a staged
+// version's record (the publish: temp unlinked before its commit) or from committed content; EEXIST on
+// an existing name; the record is live while any name refers to it; both survive a rebuild.
+TEST_F(StoreTest, LinkSharesTheRecordUntilTheLastNameGoes) {
+  OpenStore();
+  const std::string c1 = Pattern(70000, 1), c2 = Pattern(5000, 2);
+  auto t = store_->CreateFile(kRootIno, "k.tmp", S_IFREG | 0644, 0, 0, true);
+  ASSERT_TRUE(t.ok());
+  auto l1 = store_->WriteRecord(t->attr.ino, {c1});
+  ASSERT_TRUE(l1.ok());
+  Attr a1 = t->attr;
+  a1.size = c1.size();
+  ASSERT_TRUE(store_->SetXattr(t->attr.ino, "user.k", "v", 0).ok());
+  auto f = store_->Link(t->attr.ino, &*l1, &a1, kRootIno, "k");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_TRUE(f->committed);
+  EXPECT_NE(f->attr.ino, t->attr.ino);
+  EXPECT_EQ(store_->Link(t->attr.ino, &*l1, &a1, kRootIno, "k").status().ToErrno(), EEXIST);
+  ASSERT_TRUE(store_->Unlink(kRootIno, "k.tmp", nullptr).ok());  // staged: dropped, nothing journaled
+  EXPECT_TRUE(ReadAll(kRootIno, "k") == c1);
+  auto x = store_->GetXattr(f->attr.ino, "user.k");
+  ASSERT_TRUE(x.ok());
+  EXPECT_EQ(*x, "v");
+  // from committed content
+  const uint64_t a = WriteFile(kRootIno, "a", c2);
+  EXPECT_EQ(store_->Link(a, nullptr, nullptr, kRootIno, "k").status().ToErrno(), EEXIST);
+  ASSERT_TRUE(store_->Link(a, nullptr, nullptr, kRootIno, "b").ok());
+  EXPECT_EQ(store_->GetStats().live_bytes, c1.size() + 2 * c2.size());  // once per name
+  ASSERT_TRUE(store_->Unlink(kRootIno, "a", nullptr).ok());
+  EXPECT_TRUE(ReadAll(kRootIno, "b") == c2);
+  ASSERT_TRUE(store_->Close().ok());
+  store_.reset();
+  auto online = DumpIndex();
+  fs::remove_all(index_);
+  OpenStore();
+  ASSERT_TRUE(store_->Close().ok());
+  store_.reset();
+  auto rebuilt = DumpIndex();
+  EXPECT_TRUE(online == rebuilt);
+  EXPECT_EQ(rebuilt.count("/k.tmp") + rebuilt.count("/a"), 0u);
+  OpenStore();
+  EXPECT_TRUE(ReadAll(kRootIno, "k") == c1);
+  EXPECT_TRUE(ReadAll(kRootIno, "b") == c2);
+  ASSERT_TRUE(store_->Unlink(kRootIno, "k", nullptr).ok());
+  ASSERT_TRUE(store_->Unlink(kRootIno, "b", nullptr).ok());
+  const StoreStats st = store_->GetStats();
+  EXPECT_EQ(st.live_bytes, 0u);
+  ASSERT_FALSE(st.nodes.empty());
+  EXPECT_EQ(st.nodes.front().live_bytes, 0u);  // every segment's bytes are dead
+}
+
 TEST_F(StoreTest, XattrsOfStagedFilesAndNewVersionsSurviveRebuild) {
   OpenStore();
   auto stage = [&](const std::string& name, const std::string& content) {
