@@ -33,17 +33,22 @@ BufferPool::Block BufferPool::Get(size_t size) {
   if (cap < kMinPooled) {
     void* p = nullptr;
     if (posix_memalign(&p, kAlignment, cap) != 0) return {};
-    return {static_cast<char*>(p), cap};
+    return {static_cast<char*>(p), cap, true};
   }
   {
     std::lock_guard<std::mutex> g(mu_);
-    for (auto& [c, list] : free_) {
-      if (c != cap || list.empty()) continue;
-      Block b = list.back();
-      list.pop_back();
-      stats_.reused++;
-      stats_.free_bytes -= cap;
-      return b;
+    for (auto& fc : free_) {
+      if (fc.capacity != cap) continue;
+      for (int t = 1; t >= 0; --t) {  // touched blocks first
+        auto& list = fc.lists[t];
+        if (list.empty()) continue;
+        Block b = list.back();
+        list.pop_back();
+        stats_.reused++;
+        if (!b.touched) stats_.reused_untouched++;
+        stats_.free_bytes -= cap;
+        return b;
+      }
     }
     stats_.fresh++;
     stats_.fresh_bytes += cap;
@@ -52,7 +57,7 @@ BufferPool::Block BufferPool::Get(size_t size) {
   // first touch (and an O_DIRECT read into the block then pins present pages: no mmap-lock convoy).
   void* p = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (p == MAP_FAILED) return {};
-  return {static_cast<char*>(p), cap};
+  return {static_cast<char*>(p), cap, false};
 }
 
 void BufferPool::Release(Block b) {
@@ -74,9 +79,9 @@ void BufferPool::Put(Block b) {
       out.push_back(b);
     } else {
       auto it = std::lower_bound(free_.begin(), free_.end(), b.capacity,
-                                 [](const auto& e, size_t c) { return e.first < c; });
-      if (it == free_.end() || it->first != b.capacity) it = free_.insert(it, {b.capacity, {}});
-      it->second.push_back(b);
+                                 [](const FreeClass& e, size_t c) { return e.capacity < c; });
+      if (it == free_.end() || it->capacity != b.capacity) it = free_.insert(it, FreeClass{b.capacity, {}});
+      it->lists[b.touched ? 1 : 0].push_back(b);
       stats_.free_bytes += b.capacity;
       // Over the limit: drop the least recently returned blocks of the largest classes first.
       if (stats_.free_bytes > limit_) TrimLocked(limit_, &out);
@@ -86,17 +91,20 @@ void BufferPool::Put(Block b) {
 }
 
 void BufferPool::TrimLocked(size_t keep_bytes, std::vector<Block>* out) {
-  for (auto it = free_.rbegin(); it != free_.rend() && stats_.free_bytes > keep_bytes; ++it) {
-    auto& list = it->second;
-    // Oldest first (front of the LIFO list): the block returned last stays warm.
-    size_t n = 0;
-    while (n < list.size() && stats_.free_bytes > keep_bytes) {
-      out->push_back(list[n]);
-      stats_.free_bytes -= list[n].capacity;
-      stats_.released++;
-      n++;
+  // Untouched blocks first (a touched one saved the first-touch cost of its pages), largest classes
+  // first, and in each list the least recently returned first (the block returned last stays warm).
+  for (int t = 0; t <= 1; ++t) {
+    for (auto it = free_.rbegin(); it != free_.rend() && stats_.free_bytes > keep_bytes; ++it) {
+      auto& list = it->lists[t];
+      size_t n = 0;
+      while (n < list.size() && stats_.free_bytes > keep_bytes) {
+        out->push_back(list[n]);
+        stats_.free_bytes -= list[n].capacity;
+        stats_.released++;
+        n++;
+      }
+      list.erase(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(n));
     }
-    list.erase(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(n));
   }
 }
 

@@ -14,6 +14,14 @@
 // class keeps a LIFO free list (the most recently used block, the one most likely still in the CPU's
 // caches, goes out first). Smaller blocks come from posix_memalign / free (the heap keeps those).
 //
+// Touched or not: a block remembers whether its pages were ever accessed from user mode since they were
+// mapped (Block::touched; the owner says so when it gives the block back). A block only the kernel wrote
+// and read (an O_DIRECT load verified through blockstore/kernel_copy.h and replied to FUSE) stays
+// untouched; a staging chunk (memcpy'd into) is touched. Get hands out touched blocks first (they cost
+// nothing more to touch again); the read path verifies an untouched block through a kernel copy
+// instead of in place (on the dev VM the first user access to each page of a mapping costs a
+// hypervisor trap, ~3 s of CPU per GB). Trimming releases untouched blocks first.
+//
 // Memory bound: free blocks held by the pool total at most limit() bytes (default kDefaultLimit); a
 // block returned over the limit is unmapped at once, so the pool never holds more than limit() of
 // memory nobody uses, and memory a burst needed goes back to the system when the burst ends. Trim(n)
@@ -39,10 +47,12 @@ class BufferPool {
   struct Block {
     char* data = nullptr;
     size_t capacity = 0;  // bytes usable at data; >= the size asked for; 4 KiB multiple
+    bool touched = false; // its pages were accessed from user mode since they were mapped
   };
 
   struct Stats {
     uint64_t reused = 0;       // Get answered from a free list
+    uint64_t reused_untouched = 0;  // of those, blocks never accessed from user mode
     uint64_t fresh = 0;        // Get that mapped (or allocated) new memory
     uint64_t fresh_bytes = 0;  // bytes of those
     uint64_t released = 0;     // blocks unmapped because the pool was over its limit (or trimmed)
@@ -58,9 +68,12 @@ class BufferPool {
   BufferPool& operator=(const BufferPool&) = delete;
 
   // A block of at least `size` bytes (size 0 is treated as 1), 4 KiB aligned, contents unspecified
-  // (a reused block holds old bytes), every page present.
+  // (a reused block holds old bytes), every page present. A touched free block of the class if there is
+  // one, else an untouched one, else a fresh mapping (touched = false). Blocks under kMinPooled come
+  // from the heap and say touched.
   Block Get(size_t size);
-  // Gives a block from Get back. Null blocks are ignored.
+  // Gives a block from Get back; b.touched is what the caller knows (set it when user code read or
+  // wrote the pages, or may have). Null blocks are ignored.
   void Put(Block b);
 
   // The capacity Get(size) hands out.
@@ -78,8 +91,13 @@ class BufferPool {
 
   mutable std::mutex mu_;
   size_t limit_;
-  // Free blocks by class capacity, ascending (a handful of classes in use at a time).
-  std::vector<std::pair<size_t, std::vector<Block>>> free_;
+  // Free blocks by class capacity, ascending (a handful of classes in use at a time); per class the
+  // untouched [0] and touched [1] blocks, each a LIFO list.
+  struct FreeClass {
+    size_t capacity;
+    std::vector<Block> lists[2];
+  };
+  std::vector<FreeClass> free_;
   Stats stats_;
 };
 

@@ -34,6 +34,7 @@ class DeadlineFile : public BackingFile {
           return tmp;
         });
     if (!r.ok()) return r.status();
+    (*r)->MarkTouched();
     memcpy(buf, (*r)->data(), (*r)->size());
     *got = (*r)->size();
     return Status::OK();
@@ -47,6 +48,7 @@ class DeadlineFile : public BackingFile {
     for (const auto& op : ops) {
       auto b = ValueBuffer::Allocate(op.len);
       if (!b) return Status::IOError("write: out of memory", ENOMEM);
+      b->MarkTouched();
       if (op.len) memcpy(b->data(), op.data, op.len);
       copies->emplace_back(op.offset, std::move(b));
     }

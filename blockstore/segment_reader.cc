@@ -6,6 +6,8 @@
 #include <cstring>
 #include <memory>
 
+#include "blockstore/kernel_copy.h"
+
 namespace kvfs {
 namespace {
 
@@ -127,18 +129,52 @@ Status ReadMetaImpl(BackingFile* f, uint64_t off, uint64_t limit, RecordMeta* m,
   return Status::OK();
 }
 
-// Verifies blocks [b0, b1] held in buf (buf = start of block b0) against meta.
-Status VerifyBlocks(const BackingFile* f, const RecordMeta& m, const char* buf, uint64_t b0, uint64_t b1) {
+Status BlockMismatch(const BackingFile* f, const RecordMeta& m, uint64_t i) {
+  return Status::Corruption("segment " + At(f, m.value_offset + i * B) + ": value block " + std::to_string(i) +
+                            " of record @" + std::to_string(m.record_offset) + " (" + m.path + ") checksum mismatch");
+}
+
+// Verifies blocks [b0, b1] held in buf (buf = start of block b0) against meta. in_place = false: buf
+// is a freshly loaded buffer that user code never accessed; it is hashed from kernel copies into a
+// reused window (blockstore/kernel_copy.h) so its pages are never accessed from user mode.
+Status VerifyBlocks(const BackingFile* f, const RecordMeta& m, const char* buf, uint64_t b0, uint64_t b1,
+                    bool in_place = true) {
   const uint64_t len = m.value_len();
-  for (uint64_t i = b0; i <= b1; ++i) {
-    const uint64_t n = std::min<uint64_t>(B, len - i * B);
-    if (format::Hash64(buf + (i - b0) * B, n) != m.checksums[i]) {
-      return Status::Corruption("segment " + At(f, m.value_offset + i * B) + ": value block " + std::to_string(i) +
-                                " of record @" + std::to_string(m.record_offset) + " (" + m.path +
-                                ") checksum mismatch");
+  if (in_place) {
+    for (uint64_t i = b0; i <= b1; ++i) {
+      const uint64_t n = std::min<uint64_t>(B, len - i * B);
+      if (format::Hash64(buf + (i - b0) * B, n) != m.checksums[i]) return BlockMismatch(f, m, i);
     }
+    return Status::OK();
   }
-  return Status::OK();
+  const uint64_t total = std::min((b1 + 1) * B, len) - b0 * B;
+  uint64_t bad = UINT64_MAX;
+  VisitThroughKernel(buf, total, B, [&](size_t off, const char* p, size_t n) {
+    for (size_t j = 0; j < n; j += B) {
+      const uint64_t i = b0 + (off + j) / B;
+      if (format::Hash64(p + j, std::min<uint64_t>(B, n - j)) != m.checksums[i]) {
+        bad = i;
+        return false;
+      }
+    }
+    return true;
+  });
+  return bad == UINT64_MAX ? Status::OK() : BlockMismatch(f, m, bad);
+}
+
+// ParseMeta of the metadata prefix of a loaded buffer: in place when user code may have touched it,
+// else from a kernel copy (as VerifyBlocks).
+Status ParseLoadedMeta(const BackingFile* f, const ValueBuffer& vb, size_t avail, uint64_t off, RecordMeta* m) {
+  ScanStop why;
+  uint64_t need = 0;
+  if (vb.touched()) return ParseMeta(f, vb.base(), avail, off, m, &why, &need);
+  thread_local std::string copy;
+  copy.resize(avail);
+  VisitThroughKernel(vb.base(), avail, kAlignment, [&](size_t o, const char* p, size_t n) {
+    std::memcpy(copy.data() + o, p, n);
+    return true;
+  });
+  return ParseMeta(f, copy.data(), avail, off, m, &why, &need);
 }
 
 }  // namespace
@@ -218,7 +254,8 @@ Result<RecordMeta> ReadLocMeta(BackingFile* file, const Location& loc) {
 
 // Blocks [b0, b1] of the value read into buf (buf = value byte b0 * B; the caller guarantees room for
 // AlignUp of the blocks' bytes). *n = value bytes of the blocks. Corruption on a short read or mismatch.
-Status ReadBlocksInto(BackingFile* file, const RecordMeta& m, uint64_t b0, uint64_t b1, char* buf, uint64_t* n) {
+Status ReadBlocksInto(BackingFile* file, const RecordMeta& m, uint64_t b0, uint64_t b1, char* buf, uint64_t* n,
+                      bool in_place = true) {
   const uint64_t want = std::min((b1 + 1) * B, m.value_len()) - b0 * B;
   size_t r = 0;
   KVFS_RETURN_IF_ERROR(file->Read(m.value_offset + b0 * B, AlignUp(want), buf, &r));
@@ -226,7 +263,7 @@ Status ReadBlocksInto(BackingFile* file, const RecordMeta& m, uint64_t b0, uint6
     return Status::Corruption("segment " + At(file, m.value_offset + b0 * B + r) + ": file ends inside the value of record @" +
                               std::to_string(m.record_offset));
   }
-  KVFS_RETURN_IF_ERROR(VerifyBlocks(file, m, buf, b0, b1));
+  KVFS_RETURN_IF_ERROR(VerifyBlocks(file, m, buf, b0, b1, in_place));
   *n = want;
   return Status::OK();
 }
@@ -307,15 +344,15 @@ Result<std::shared_ptr<ValueBuffer>> LoadWholeValue(BackingFile* file, const Loc
   size_t r = 0;
   KVFS_RETURN_IF_ERROR(file->Read(loc.record_offset, read_len, vb->base(), &r));
   RecordMeta m;
-  ScanStop why;
-  uint64_t need = 0;
-  KVFS_RETURN_IF_ERROR(ParseMeta(file, vb->base(), std::min<uint64_t>(r, delta), loc.record_offset, &m, &why, &need));
+  KVFS_RETURN_IF_ERROR(ParseLoadedMeta(file, *vb, std::min<uint64_t>(r, delta), loc.record_offset, &m));
   KVFS_RETURN_IF_ERROR(CheckLoc(file, loc, m));
   if (r < delta + loc.length) {
     return Status::Corruption("segment " + At(file, loc.record_offset + r) + ": file ends inside the value of record @" +
                               std::to_string(loc.record_offset));
   }
-  if (loc.length > 0) KVFS_RETURN_IF_ERROR(VerifyBlocks(file, m, vb->data(), 0, m.checksums.size() - 1));
+  if (loc.length > 0) {
+    KVFS_RETURN_IF_ERROR(VerifyBlocks(file, m, vb->data(), 0, m.checksums.size() - 1, vb->touched()));
+  }
   return vb;
 }
 
@@ -338,15 +375,13 @@ Result<std::shared_ptr<ValueBuffer>> ReadValueRange(BackingFile* file, const Loc
     size_t r = 0;
     KVFS_RETURN_IF_ERROR(file->Read(loc.record_offset, delta + AlignUp(want), vb->base(), &r));
     RecordMeta m;
-    ScanStop why;
-    uint64_t need = 0;
-    KVFS_RETURN_IF_ERROR(ParseMeta(file, vb->base(), std::min<uint64_t>(r, delta), loc.record_offset, &m, &why, &need));
+    KVFS_RETURN_IF_ERROR(ParseLoadedMeta(file, *vb, std::min<uint64_t>(r, delta), loc.record_offset, &m));
     KVFS_RETURN_IF_ERROR(CheckLoc(file, loc, m));
     if (r < delta + want) {
       return Status::Corruption("segment " + At(file, loc.record_offset + r) + ": file ends inside the value of record @" +
                                 std::to_string(loc.record_offset));
     }
-    KVFS_RETURN_IF_ERROR(VerifyBlocks(file, m, vb->data(), 0, b1));
+    KVFS_RETURN_IF_ERROR(VerifyBlocks(file, m, vb->data(), 0, b1, vb->touched()));
     vb->SetWindow(delta + offset, n);
     if (meta_out) *meta_out = std::move(m);
     return vb;
@@ -372,7 +407,7 @@ Result<std::shared_ptr<ValueBuffer>> ReadValueRange(BackingFile* file, const Rec
   auto vb = ValueBuffer::Allocate(want);
   if (!vb) return Status::IOError("segment reader: out of memory", ENOMEM);
   uint64_t have = 0;
-  KVFS_RETURN_IF_ERROR(ReadBlocksInto(file, m, b0, b1, vb->base(), &have));
+  KVFS_RETURN_IF_ERROR(ReadBlocksInto(file, m, b0, b1, vb->base(), &have, vb->touched()));
   vb->SetWindow(offset - b0 * B, n);
   return vb;
 }

@@ -4,7 +4,10 @@
 // Every read is 4 KiB aligned (offset, length, memory) so the file may be opened with O_DIRECT, which
 // is how a node reads a peer's segment on NFS (docs/design.md §2). Every value byte handed out has been verified
 // against its 64 KiB block checksum; a mismatch is Status::Corruption naming the segment file and the
-// offset, and the output bytes are not returned (zeroed, *got = 0).
+// offset, and the output bytes are not returned (zeroed, *got = 0). A loader that reads into a
+// ValueBuffer user code never touched (ValueBuffer::touched() false: a fresh pool block) parses and
+// verifies it from kernel copies (blockstore/kernel_copy.h), so the buffer's pages are never accessed
+// from user mode (on the dev VM the first such access costs a hypervisor trap per page).
 //
 // Thread safety: free functions are safe to call concurrently (each uses a thread-local scratch buffer);
 // a SegmentScanner is used by one thread at a time.

@@ -238,6 +238,10 @@ struct StoreStats {
   // The data path's buffer pool (blockstore/buffer_pool.h): blocks handed out again vs freshly mapped,
   // bytes mapped fresh, and (gauge) free bytes it holds for reuse (at most its limit, 256 MiB).
   uint64_t pool_reused = 0, pool_fresh = 0, pool_fresh_bytes = 0, pool_free_bytes = 0;
+  uint64_t pool_reused_untouched = 0;  // reused blocks never accessed from user mode
+  // Loaded bytes verified (and metadata parsed) from kernel copies, not in place (blockstore/kernel_copy.h),
+  // and the loads that fell back to in place because the kernel refused.
+  uint64_t verify_kernel_copy_bytes = 0, verify_kernel_copy_fallbacks = 0;
   uint64_t checksum_failures = 0;
   uint64_t backing_metadata_ops = 0, backing_syncs = 0, backing_bytes_written = 0, backing_bytes_read = 0;
   uint64_t backing_files_created = 0;

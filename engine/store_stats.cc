@@ -9,6 +9,7 @@
 #include "engine/store_impl.h"
 
 #include "blockstore/buffer_pool.h"
+#include "blockstore/kernel_copy.h"
 
 namespace kvfs {
 
@@ -104,6 +105,10 @@ StoreStats StoreImpl::GetStats() {
   s.pool_fresh = pool.fresh;
   s.pool_fresh_bytes = pool.fresh_bytes;
   s.pool_free_bytes = pool.free_bytes;
+  s.pool_reused_untouched = pool.reused_untouched;
+  const KernelCopyStats kc = GetKernelCopyStats();
+  s.verify_kernel_copy_bytes = kc.bytes;
+  s.verify_kernel_copy_fallbacks = kc.fallbacks;
   s.cache_bytes = cache_.Usage();
   s.checksum_failures = checksum_failures_;
   auto& c = env_->counters();

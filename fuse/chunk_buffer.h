@@ -45,9 +45,10 @@
 
 namespace kvfs {
 
-// One 1 MiB staging chunk from the buffer pool; returns it to the pool when destroyed.
+// One 1 MiB staging chunk from the buffer pool; returns it to the pool when destroyed (touched: writes
+// copy into it).
 struct PooledChunkDeleter {
-  void operator()(char* p) const { BufferPool::Default().Put({p, BufferPool::ClassCapacity(1ull << 20)}); }
+  void operator()(char* p) const { BufferPool::Default().Put({p, BufferPool::ClassCapacity(1ull << 20), true}); }
 };
 using ChunkPtr = std::unique_ptr<char, PooledChunkDeleter>;
 inline ChunkPtr NewChunk() { return ChunkPtr(BufferPool::Default().Get(1ull << 20).data); }

@@ -114,7 +114,10 @@ std::string StatsToJson(const StatsSnapshot& snap) {
   j["buffer_pool"] = {{"reused", st.pool_reused},
                       {"fresh", st.pool_fresh},
                       {"fresh_bytes", st.pool_fresh_bytes},
-                      {"free_bytes", st.pool_free_bytes}};
+                      {"free_bytes", st.pool_free_bytes},
+                      {"reused_untouched", st.pool_reused_untouched},
+                      {"kernel_copy_bytes", st.verify_kernel_copy_bytes},
+                      {"kernel_copy_fallbacks", st.verify_kernel_copy_fallbacks}};
   j["checksum_failures"] = st.checksum_failures;
   j["backing_metadata_ops"] = st.backing_metadata_ops;
   j["backing_syncs"] = st.backing_syncs;
@@ -314,6 +317,14 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
         st.pool_fresh_bytes);
   e.One("kvfs_buffer_pool_free_bytes", "gauge", "Free bytes the buffer pool holds for reuse (at most 256 MiB).",
         st.pool_free_bytes);
+  e.One("kvfs_buffer_pool_reused_untouched_total", "counter",
+        "Data-path buffers handed out again that user code had never accessed.", st.pool_reused_untouched);
+  e.One("kvfs_read_verify_kernel_copy_bytes_total", "counter",
+        "Loaded bytes verified from kernel copies instead of in place (never-touched buffers).",
+        st.verify_kernel_copy_bytes);
+  e.One("kvfs_read_verify_kernel_copy_fallbacks_total", "counter",
+        "Verifications that fell back to in place because the kernel refused the copy.",
+        st.verify_kernel_copy_fallbacks);
   e.One("kvfs_checksum_failures_total", "counter", "Reads that failed their checksum (answered EIO).",
         st.checksum_failures);
 

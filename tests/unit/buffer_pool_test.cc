@@ -115,5 +115,58 @@ TEST(BufferPoolTest, ValueBuffersReturnTheirMemoryToTheDefaultPool) {
   EXPECT_EQ(BufferPool::Default().GetStats().reused, before.reused + 1);
 }
 
+TEST(BufferPoolTest, RemembersWhichBlocksUserCodeTouchedAndHandsThoseOutFirst) {
+  BufferPool pool(64ull << 20);
+  auto fresh = pool.Get(1u << 20);
+  EXPECT_FALSE(fresh.touched);  // a fresh mapping: populated, never accessed from user mode
+  auto other = pool.Get(1u << 20);
+  other.touched = true;  // its owner wrote into it
+  char* const touched_block = other.data;
+  pool.Put(other);
+  pool.Put(fresh);  // returned last, but untouched
+  auto a = pool.Get(1u << 20);
+  EXPECT_EQ(a.data, touched_block);
+  EXPECT_TRUE(a.touched);
+  auto b = pool.Get(1u << 20);
+  EXPECT_FALSE(b.touched);
+  auto st = pool.GetStats();
+  EXPECT_EQ(st.reused, 2u);
+  EXPECT_EQ(st.reused_untouched, 1u);
+  pool.Put(a);
+  pool.Put(b);
+  // Trimming gives back the untouched block first (the touched one already paid its first touches).
+  pool.Trim(1u << 20);
+  auto c = pool.Get(1u << 20);
+  EXPECT_EQ(c.data, touched_block);
+  EXPECT_TRUE(c.touched);
+  EXPECT_EQ(pool.GetStats().free_bytes, 0u);
+  pool.Put(c);
+  // The bound holds whatever the mix.
+  std::vector<BufferPool::Block> blocks;
+  for (int i = 0; i < 12; ++i) blocks.push_back(pool.Get(4u << 20));
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    blocks[i].touched = i % 2 == 0;
+    pool.Put(blocks[i]);
+  }
+  EXPECT_LE(pool.GetStats().free_bytes, 64ull << 20);
+}
+
+TEST(BufferPoolTest, ValueBuffersCarryTheTouchedMarkBackToThePool) {
+  BufferPool::Default().Trim(0);
+  char* p = nullptr;
+  {
+    auto v = ValueBuffer::Allocate(5u << 20);
+    ASSERT_TRUE(v);
+    EXPECT_FALSE(v->touched());
+    v->MarkTouched();
+    p = v->base();
+  }
+  auto v2 = ValueBuffer::Allocate(5u << 20);
+  EXPECT_EQ(v2->base(), p);
+  EXPECT_TRUE(v2->touched());
+  auto copy = ValueBuffer::Copy(std::string(300000, 'x'));
+  EXPECT_TRUE(copy->touched());  // memcpy'd into
+}
+
 }  // namespace
 }  // namespace kvfs

@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "blockstore/env.h"
+#include "blockstore/buffer_pool.h"
 #include "blockstore/fault_env.h"
+#include "blockstore/kernel_copy.h"
 #include "blockstore/format.h"
 #include "blockstore/segment_reader.h"
 #include "blockstore/node_dir.h"
@@ -574,6 +576,67 @@ TEST_F(SegmentTest, TruncationAt200RandomOffsetsKeepsExactlyCompleteRecords) {
           EXPECT_EQ(sc.stop_reason(), ScanStop::kTruncated) << sc.stop_status().ToString();
         }
         for (size_t k = 0; k < n; k += 7) ExpectValue(f->get(), recs[k].loc, recs[k].value);
+      }
+    }
+  }
+}
+
+// A load into never-touched memory (a fresh pool block) is verified from kernel copies, one into a block
+// user code touched is verified in place, and with the kernel copy refused in place too: every way
+// hands out the right bytes, and a flipped byte is Corruption with no bytes handed out.
+TEST_F(SegmentTest, LoadsVerifyUntouchedBuffersThroughKernelCopies) {
+  auto w = NewWriter({});
+  Appended a{"/v", MakeValue(2359296, 5), 5, {}};
+  a.loc = *w->Append(a.path, a.stamp, {a.value});
+  Appended big{"/big", MakeValue(9u << 20, 6), 6, {}};
+  big.loc = *w->Append(big.path, big.stamp, {big.value});
+  ASSERT_TRUE(w->Close().ok());
+  const std::string path = SegPath(a.loc.segment);
+  OpenOptions o;
+  o.direct = true;
+  auto f = Env::Posix()->Open(path, o);
+  if (!f.ok()) f = Env::Posix()->Open(path, OpenOptions{});  // a file system without O_DIRECT
+  ASSERT_TRUE(f.ok());
+  const uint64_t piece = 4u << 20;
+  auto load = [&](bool whole) -> Result<std::shared_ptr<ValueBuffer>> {
+    return whole ? LoadWholeValue(f->get(), a.loc) : ReadValueRange(f->get(), big.loc, piece, piece);
+  };
+  for (int mode = 0; mode < 3; ++mode) {  // 0: untouched, 1: touched block, 2: untouched, kernel refuses
+    for (bool whole : {true, false}) {
+      for (bool corrupt : {false, true}) {
+        const Appended& r = whole ? a : big;
+        const uint64_t flip = whole ? 1234567 : piece + 3 * kChecksumBlock + 17;
+        if (corrupt) FlipByte(path, r.loc.value_offset + flip);
+        BufferPool::Default().Trim(0);  // the next block is a fresh mapping: untouched
+        if (mode == 1) {
+          // A touched free block of the class the load asks for.
+          const size_t need = whole ? a.loc.value_offset - a.loc.record_offset + a.value.size() : piece;
+          auto b = BufferPool::Default().Get(need);
+          b.touched = true;
+          BufferPool::Default().Put(b);
+        }
+        SetKernelCopyDisabledForTest(mode == 2);
+        const KernelCopyStats before = GetKernelCopyStats();
+        auto v = load(whole);
+        const KernelCopyStats after = GetKernelCopyStats();
+        SetKernelCopyDisabledForTest(false);
+        if (corrupt) {
+          EXPECT_TRUE(v.status().IsCorruption()) << mode << whole << v.status().ToString();
+          FlipByte(path, r.loc.value_offset + flip);  // restore
+        } else {
+          ASSERT_TRUE(v.ok()) << v.status().ToString();
+          EXPECT_TRUE((*v)->view() == (whole ? std::string_view(a.value) : std::string_view(big.value).substr(piece, piece)));
+          EXPECT_EQ((*v)->touched(), mode == 1);  // a kernel-verified buffer stays untouched
+        }
+        if (mode == 0 && !corrupt) {
+          EXPECT_GE(after.bytes - before.bytes, whole ? a.value.size() : piece);
+        }
+        if (mode != 0) {
+          EXPECT_EQ(after.bytes, before.bytes);
+        }
+        if (mode == 2) {
+          EXPECT_GT(after.fallbacks, before.fallbacks);
+        }
       }
     }
   }
