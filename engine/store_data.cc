@@ -149,15 +149,9 @@ Status StoreImpl::CommitFile(uint64_t ino, const Location& loc, const Attr& attr
   if (!path.ok()) return path.status();
   JournalEntry put = JournalEntry::Put(*path, loc, ToEntryAttrs(n->attr), stamp);
   // The file's xattrs travel with its content (set while it was staged, or kept by a new version).
-  put.xattrs.emplace();
-  auto names = index_->ListXattr(ino);
-  if (!names.ok()) return names.status();
-  std::sort(names->begin(), names->end());
-  for (auto& name : *names) {
-    auto v = index_->GetXattr(ino, name);
-    if (!v.ok()) return v.status();
-    put.xattrs->emplace_back(std::move(name), std::move(*v));
-  }
+  auto xattrs = SortedXattrs(ino);
+  if (!xattrs.ok()) return xattrs.status();
+  put.xattrs = std::move(*xattrs);
   EnqueueLocked(std::move(put));
   if (track_hits_ && !loc.empty() && OwnSegment(loc.segment)) {
     std::lock_guard<std::mutex> h(hits_mu_);
@@ -404,4 +398,19 @@ Status StoreImpl::ReadImpl(const Location& loc, uint64_t offset, size_t len, cha
   return Status::OK();
 }
 
+Result<std::vector<std::pair<std::string, std::string>>> StoreImpl::SortedXattrs(uint64_t ino) {
+  auto names = index_->ListXattr(ino);
+  if (!names.ok()) return names.status();
+  std::sort(names->begin(), names->end());
+  std::vector<std::pair<std::string, std::string>> xattrs;
+  xattrs.reserve(names->size());
+  for (auto& name : *names) {
+    auto v = index_->GetXattr(ino, name);
+    if (!v.ok()) return v.status();
+    xattrs.emplace_back(std::move(name), std::move(*v));
+  }
+  return xattrs;
+}
+
 }  // namespace kvfs
+

@@ -344,6 +344,8 @@ class StoreImpl final : public Store {
   Status GoneOr(const Location& loc, Status s);  // a read failure of a dropped/vanished segment -> NotFound
   void NotifyListener(const std::vector<ApplyResult::Changed>& changed);
   bool OwnSegment(const SegmentId& id) const { return id.node == opts_.node_id; }
+  // A file's xattrs sorted by name, as its journaled PUT carries them (commit, link).
+  Result<std::vector<std::pair<std::string, std::string>>> SortedXattrs(uint64_t ino);
 
   bool evict_enabled_ = false;
   bool track_hits_ = false;

@@ -160,16 +160,9 @@ Result<Node> StoreImpl::Link(uint64_t ino, const Location* loc, const Attr* attr
   op.attr = a;
   op.attr.mode = S_IFREG | (a.mode & 07777);
   op.stamp = stamp;
-  std::vector<std::pair<std::string, std::string>> xattrs;
-  auto names = index_->ListXattr(ino);
-  if (!names.ok()) return names.status();
-  std::sort(names->begin(), names->end());
-  for (auto& name : *names) {
-    auto v = index_->GetXattr(ino, name);
-    if (!v.ok()) return v.status();
-    xattrs.emplace_back(std::move(name), std::move(*v));
-  }
-  op.xattrs = xattrs;
+  auto xattrs = SortedXattrs(ino);
+  if (!xattrs.ok()) return xattrs.status();
+  op.xattrs = *xattrs;
   auto r = index_->ApplyBatch(std::span<const ApplyOp>(&op, 1), opts_.node_id);
   if (!r.ok()) return r.status();
   if (r->changed.empty() || r->changed.back().new_ino == 0) {
@@ -178,7 +171,7 @@ Result<Node> StoreImpl::Link(uint64_t ino, const Location* loc, const Attr* attr
   auto n = index_->GetInode(r->changed.back().new_ino);
   if (!n.ok()) return n.status();
   JournalEntry put = JournalEntry::Put(*path, l_loc, ToEntryAttrs(n->attr), stamp);
-  put.xattrs = std::move(xattrs);
+  put.xattrs = std::move(*xattrs);
   EnqueueLocked(std::move(put));
   if (track_hits_ && !l_loc.empty() && OwnSegment(l_loc.segment)) {
     // Reinsertion follows the newest name of the record (a publish unlinks the temp name next).
