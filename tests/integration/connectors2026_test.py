@@ -29,11 +29,9 @@ import errno
 import fcntl
 import mmap
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 import zlib
@@ -386,31 +384,9 @@ class Statvfs(MountedCase):
 
 
 @kf.skip_unless_fuse
-class XattrAfterRename(unittest.TestCase):
+class XattrAfterRename(kf.SharedBackingCase):
     NAME = "user.vllm_kv_crc32"
-
-    def setUp(self):
-        self.root = tempfile.mkdtemp(prefix="kvfs-c26-")
-        self.backing = os.path.join(self.root, "backing")
-        os.mkdir(self.backing)
-        self.stack = contextlib.ExitStack()
-
-    def tearDown(self):
-        self.stack.close()
-        if os.environ.get("KVFS_TEST_KEEP"):
-            sys.stderr.write("connectors2026_test: keeping %s\n" % self.root)
-        else:
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def node(self, name):
-        class Spec:
-            pass
-        s = Spec()
-        s.backing = self.backing
-        s.index = os.path.join(self.root, "idx-" + name)
-        s.mnt = os.path.join(self.root, "mnt-" + name)
-        os.makedirs(s.mnt, exist_ok=True)
-        return s
+    PREFIX = "kvfs-c26-"
 
     def mount(self, name, stack=None):
         mnt, _, _ = (stack or self.stack).enter_context(

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -235,3 +236,35 @@ def skip_unless_fuse(testcase_cls):
     if not fuse_available():
         return unittest.skip("needs /dev/fuse and fusermount3")(testcase_cls)
     return testcase_cls
+
+
+class SharedBackingCase(unittest.TestCase):
+    """Several nodes over one backing directory in a temp root: node(name) gives the paths of one node
+    (backing, index, mnt, root) for mounted(); mounts go on self.stack, closed (unmounted) in tearDown.
+    KVFS_TEST_KEEP keeps the root."""
+
+    PREFIX = "kvfs-nodes-"
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix=self.PREFIX)
+        self.backing = os.path.join(self.root, "backing")
+        os.mkdir(self.backing)
+        self.stack = contextlib.ExitStack()
+
+    def tearDown(self):
+        self.stack.close()
+        if os.environ.get("KVFS_TEST_KEEP"):
+            sys.stderr.write("%s: keeping %s\n" % (type(self).__name__, self.root))
+        else:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def node(self, name):
+        class Spec:
+            pass
+        s = Spec()
+        s.backing = self.backing
+        s.index = os.path.join(self.root, "idx-" + name)
+        s.mnt = os.path.join(self.root, "mnt-" + name)
+        s.root = self.root
+        os.makedirs(s.mnt, exist_ok=True)
+        return s

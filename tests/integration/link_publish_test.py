@@ -21,11 +21,9 @@ Environment: kvfs_fixture's KVFS_BINARY, KVFS_TEST_KEEP, KVFS_TEST_LOG.
 import contextlib
 import errno
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
@@ -192,30 +190,8 @@ class LinkPublish(unittest.TestCase):
 
 
 @kf.skip_unless_fuse
-class LinkAcrossNodesAndCrash(unittest.TestCase):
-    def setUp(self):
-        self.root = tempfile.mkdtemp(prefix="kvfs-link-")
-        self.backing = os.path.join(self.root, "backing")
-        os.mkdir(self.backing)
-        self.stack = contextlib.ExitStack()
-
-    def tearDown(self):
-        self.stack.close()
-        if os.environ.get("KVFS_TEST_KEEP"):
-            sys.stderr.write("link_publish_test: keeping %s\n" % self.root)
-        else:
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def node(self, name):
-        class Spec:
-            pass
-        s = Spec()
-        s.backing = self.backing
-        s.index = os.path.join(self.root, "idx-" + name)
-        s.mnt = os.path.join(self.root, "mnt-" + name)
-        s.root = self.root
-        os.makedirs(s.mnt, exist_ok=True)
-        return s
+class LinkAcrossNodesAndCrash(kf.SharedBackingCase):
+    PREFIX = "kvfs-link-"
 
     def test_peer_sees_final(self):
         a, _, _ = self.stack.enter_context(
