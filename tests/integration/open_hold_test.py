@@ -102,6 +102,17 @@ class OpenHoldTest(unittest.TestCase):
             else:
                 os.environ[k] = v
 
+    def assert_reads_whole(self, fd, m, data, reader):
+        """The held file reads back whole through its fd (read(2) or O_DIRECT) or its mapping m; its
+        page cache is dropped first, so the reads reach the daemon."""
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        if m is not None:
+            self.assertIsNone(check_mapping(m, data))
+        else:
+            got = read_all(fd, reader == "direct")
+            self.assertEqual(len(got), SIZE)
+            self.assertTrue(got == data, "wrong bytes")
+
     def churn(self, mnt, tag):
         """Writes and deletes files until two more dead segments were dropped and unlinked."""
         base = kf.stats(mnt)["eviction"]["segments_unlinked"]
@@ -148,13 +159,7 @@ class OpenHoldTest(unittest.TestCase):
                     write_synced(other, os.urandom(64 * 1024))
                     os.rename(other, path)
                 self.churn(mnt, reader + lose)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # reads must reach the daemon
-                if m is not None:
-                    self.assertIsNone(check_mapping(m, data))
-                else:
-                    got = read_all(fd, reader == "direct")
-                    self.assertEqual(len(got), SIZE)
-                    self.assertTrue(got == data, "wrong bytes")
+                self.assert_reads_whole(fd, m, data, reader)
                 st = kf.stats(mnt)["eviction"]
                 self.assertGreaterEqual(st["segments_pinned"], 1, st)
                 self.assertGreater(st.get("segment_bytes_pinned", 1), 0, st)
@@ -209,13 +214,7 @@ class OpenHoldTest(unittest.TestCase):
                 self.assertGreaterEqual(held["records_held_open"], 1, held)
                 os.unlink(path)
                 self.churn(mnt, "pending" + reader)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                if m is not None:
-                    self.assertIsNone(check_mapping(m, data))
-                else:
-                    got = read_all(fd, reader == "direct")
-                    self.assertEqual(len(got), SIZE)
-                    self.assertTrue(got == data, "wrong bytes")
+                self.assert_reads_whole(fd, m, data, reader)
             finally:
                 if m is not None:
                     m.close()
