@@ -209,6 +209,7 @@ void StoreImpl::EvictLoop() {
     evict_wake_ = false;
     l.unlock();
     EvictOnce();
+    FlushAtimes(false);  // the reads' atime notes, about a second after the first (Store::NoteRead)
     l.lock();
   }
 }

@@ -48,6 +48,7 @@ struct StoreOptions {
   // file system refuses O_DIRECT.
   bool direct_io = true;
   bool force_takeover = false;          // take over the node directory even if its owner looks alive
+  bool atime = true;                    // reads update atime with relatime rules (Store::NoteRead); false = noatime
   uint32_t heartbeat_interval_ms = 5000;  // HEARTBEAT rewrite period (5 backing ops each)
   uint32_t peer_poll_ms = 200;          // how often peers' journals are tailed (0 = never); backs off
                                         // to 4x for idle peers
@@ -243,6 +244,7 @@ struct StoreStats {
   // and the loads that fell back to in place because the kernel refused.
   uint64_t verify_kernel_copy_bytes = 0, verify_kernel_copy_fallbacks = 0;
   uint64_t checksum_failures = 0;
+  uint64_t atime_updates = 0;  // reads' atime notes journaled (Store::NoteRead), since the mount
   uint64_t backing_metadata_ops = 0, backing_syncs = 0, backing_bytes_written = 0, backing_bytes_read = 0;
   uint64_t backing_files_created = 0;
   uint64_t peers = 0, peer_entries_applied = 0, peer_polls = 0;
@@ -335,6 +337,18 @@ class Store {
   // Updates the masked attributes (kSetSize only changes the recorded size of a *staged* file or is used
   // together with CommitFile; data is the FUSE layer's business). Journals SETATTR for committed inodes.
   virtual Result<Attr> SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) = 0;
+  // atime with relatime rules (docs/semantics.md §4 "Times"): the FUSE layer calls this when a handle
+  // that can read opens committed content; `attr` is what it opened. If attr's atime is not after its
+  // mtime or its ctime, or is a day old, `ino` is noted as read now. A note costs no index access: it is
+  // kept in memory (PendingAtime answers it at once) and journaled as a SETATTR of atime alone (ctime
+  // unchanged) in one batch about a second later (the evictor thread) and at Close, so peers and the
+  // next mount see it; a crash loses the notes of that last second. No-op with StoreOptions::atime off.
+  // Returns true if this call noted a new atime (the caller then drops the kernel's cached attributes).
+  // Thread-safe.
+  virtual bool NoteRead(uint64_t ino, const Attr& attr) = 0;
+  // The atime noted by NoteRead for ino and not journaled yet, else 0. Thread-safe; lock-free when no
+  // note is pending.
+  virtual int64_t PendingAtime(uint64_t ino) = 0;
   // Moves the committed regular file `ino` to a fresh inode number (docs/design.md §3: new content gets a new
   // number; the FUSE layer calls it before a writer starts a new version of a committed file, so the
   // kernel's page cache and i_size of the old number stay those of the old content). Same name, content,

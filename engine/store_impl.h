@@ -137,6 +137,8 @@ class StoreImpl final : public Store {
   Result<Node> Link(uint64_t ino, const Location* loc, const Attr* attr, uint64_t new_parent,
                     std::string_view new_name) override;
   Result<Attr> SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) override;
+  bool NoteRead(uint64_t ino, const Attr& attr) override;
+  int64_t PendingAtime(uint64_t ino) override;
   Status ReadDir(uint64_t dir, uint64_t after, const std::function<bool(const DirEntry&)>& fn) override {
     return index_->ReadDir(dir, after, fn);
   }
@@ -405,6 +407,16 @@ class StoreImpl final : public Store {
   std::atomic<uint64_t> segments_dropped_{0}, segment_bytes_dropped_{0}, segments_unlinked_{0};
   std::atomic<uint64_t> records_reinserted_{0}, bytes_reinserted_{0}, writer_waits_{0}, nospace_events_{0};
   std::atomic<uint64_t> segments_sealed_early_{0}, segments_retired_{0};
+
+  // atime notes (NoteRead, store_namespace.cc): inode -> atime of a read not journaled yet. FlushAtimes
+  // journals them (SetAttr of atime) from the evictor thread once the oldest is kAtimeFlushDelay old,
+  // and all of them at Close. Lock order: atime_mu_ is a leaf (never held while SetAttr runs).
+  void FlushAtimes(bool all);
+  std::mutex atime_mu_;
+  std::unordered_map<uint64_t, int64_t> atime_notes_;
+  std::chrono::steady_clock::time_point atime_oldest_{};
+  std::atomic<size_t> atime_pending_{0};      // atime_notes_.size(), read without the lock
+  std::atomic<uint64_t> atime_updates_{0};    // notes journaled since the mount
 };
 
 }  // namespace kvfs

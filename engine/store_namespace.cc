@@ -188,10 +188,74 @@ Result<Attr> StoreImpl::SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) {
   const bool journaled = n->committed || S_ISDIR(n->attr.mode);
   const uint64_t stamp = journaled ? hlc_.Now() : 0;
   auto a = index_->SetAttr(ino, attr, mask, stamp);
+  if (a.ok() && (mask & kSetAtime) && atime_pending_.load(std::memory_order_acquire) != 0) {
+    // An explicit atime (utimensat, or FlushAtimes itself) replaces a read's note not journaled yet.
+    std::lock_guard<std::mutex> g(atime_mu_);
+    atime_notes_.erase(ino);
+    atime_pending_.store(atime_notes_.size(), std::memory_order_release);
+  }
   if (!a.ok() || !journaled || ino == kRootIno) return a;
   auto path = index_->FullPath(ino);
   if (path.ok()) EnqueueLocked(JournalEntry::Setattr(*path, ToEntryAttrs(*a), mask, stamp));
   return a;
+}
+
+namespace {
+// relatime (mount(8)): a read updates atime when atime is not after mtime or ctime, or is a day old.
+constexpr int64_t kRelatimeAgeNs = 24ll * 3600 * 1000 * 1000 * 1000;
+constexpr auto kAtimeFlushDelay = std::chrono::seconds(1);
+}  // namespace
+
+bool StoreImpl::NoteRead(uint64_t ino, const Attr& a) {
+  if (!opts_.atime || !S_ISREG(a.mode)) return false;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  if (a.atime_ns > a.mtime_ns && a.atime_ns > a.ctime_ns && now - a.atime_ns < kRelatimeAgeNs) return false;
+  std::lock_guard<std::mutex> l(atime_mu_);
+  if (atime_notes_.empty()) atime_oldest_ = std::chrono::steady_clock::now();
+  // A second read before the flush changes nothing under relatime (the first made atime > mtime).
+  if (!atime_notes_.try_emplace(ino, now).second) return false;
+  atime_pending_.store(atime_notes_.size(), std::memory_order_release);
+  return true;
+}
+
+int64_t StoreImpl::PendingAtime(uint64_t ino) {
+  if (atime_pending_.load(std::memory_order_acquire) == 0) return 0;
+  std::lock_guard<std::mutex> l(atime_mu_);
+  auto it = atime_notes_.find(ino);
+  return it == atime_notes_.end() ? 0 : it->second;
+}
+
+// Journals the pending notes: SETATTR of atime alone (the dentry's stamp, which decides between
+// versions of a name, is untouched; ctime too). The notes stay answerable by PendingAtime until their
+// SetAttr is in the index. A file unlinked or replaced since its read has nothing left to update.
+void StoreImpl::FlushAtimes(bool all) {
+  std::vector<std::pair<uint64_t, int64_t>> notes;
+  {
+    std::lock_guard<std::mutex> l(atime_mu_);
+    if (atime_notes_.empty()) return;
+    if (!all && std::chrono::steady_clock::now() - atime_oldest_ < kAtimeFlushDelay) return;
+    notes.assign(atime_notes_.begin(), atime_notes_.end());
+  }
+  uint64_t done = 0;
+  for (const auto& [ino, t] : notes) {
+    Attr a;
+    a.atime_ns = t;
+    auto r = SetAttr(ino, a, kSetAtime);
+    if (r.ok()) {
+      done++;
+    } else if (!r.status().IsNotFound()) {
+      LogLimited(spdlog::level::warn, "atime-flush", "kvfs: atime of inode {}: {}", ino, r.status().ToString());
+    }
+  }
+  atime_updates_ += done;
+  std::lock_guard<std::mutex> l(atime_mu_);
+  for (const auto& [ino, t] : notes) {
+    auto it = atime_notes_.find(ino);
+    if (it != atime_notes_.end() && it->second == t) atime_notes_.erase(it);
+  }
+  atime_oldest_ = std::chrono::steady_clock::now();  // later notes: at most one more delay
+  atime_pending_.store(atime_notes_.size(), std::memory_order_release);
 }
 
 // A staged file's xattrs are journaled with its PUT (the PUT carries the whole set), not one by one: an

@@ -275,6 +275,7 @@ void StoreImpl::StopThreads() {
 
 Status StoreImpl::Close() {
   if (closed_) return Status::OK();
+  FlushAtimes(true);  // journaled by the Sync below
   StopEvictor();  // no reinsertion may race with Segments()->Close()
   Status s = Sync();
   if (!s.ok()) {

@@ -98,6 +98,7 @@ StoreStats StoreImpl::GetStats() {
   s.cache_hits = cache_hits_;
   s.cache_misses = cache_misses_;
   s.read_loaded_bytes = read_loaded_bytes_;
+  s.atime_updates = atime_updates_;
   s.probation_reads = probation_reads_;
   s.probation_bytes = admission_.probation_bytes();
   const BufferPool::Stats pool = BufferPool::Default().GetStats();

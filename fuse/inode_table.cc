@@ -256,6 +256,7 @@ Status KvfsFs::Impl::GetAttr(uint64_t ino, Attr* out, double* timeout) {
   }
   *out = n->attr;
   out->ino = ino;
+  out->atime_ns = std::max(out->atime_ns, store->PendingAtime(ino));
   bool cacheable = S_ISDIR(out->mode) || S_ISLNK(out->mode) || n->committed;
   if (in) {
     std::lock_guard<std::mutex> g(in->mu);
@@ -276,6 +277,7 @@ bool KvfsFs::Impl::ReplyEntry(fuse_req_t req, const Node& n, bool fresh_only) {
   e.ino = n.attr.ino;
   e.generation = 0;
   Attr a = n.attr;
+  a.atime_ns = std::max(a.atime_ns, store->PendingAtime(a.ino));
   double at = (S_ISDIR(a.mode) || S_ISLNK(a.mode) || n.committed) ? opts.attr_timeout_s : 0;
   {
     std::unique_lock<std::mutex> g(in->mu);

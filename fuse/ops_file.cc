@@ -67,6 +67,12 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
       } else {
         h->loc = n->location;
         h->size = n->attr.size;
+        // atime, relatime rules: noted at the open, so reads the page cache answers count too; the
+        // kernel's cached attributes (attr_timeout) are dropped, attributes only (offset -1), so the
+        // next stat asks. Safe from a worker: no inode or page lock is taken for it.
+        if (n->committed && fs->store->NoteRead(in->ino, n->attr) && fs->session.get()) {
+          fuse_lowlevel_notify_inval_inode(fs->session.get(), in->ino, -1, 0);
+        }
       }
       // Held until RELEASE: unlinking or replacing the file, or its segment's reclamation, does not
       // take the bytes from this handle (or a mapping of it), as on a local fs. Already dropped (a

@@ -119,6 +119,7 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                       {"kernel_copy_bytes", st.verify_kernel_copy_bytes},
                       {"kernel_copy_fallbacks", st.verify_kernel_copy_fallbacks}};
   j["checksum_failures"] = st.checksum_failures;
+  j["atime_updates"] = st.atime_updates;
   j["backing_metadata_ops"] = st.backing_metadata_ops;
   j["backing_syncs"] = st.backing_syncs;
   j["backing_bytes_written"] = st.backing_bytes_written;

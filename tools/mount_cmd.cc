@@ -293,6 +293,12 @@ int RunMount(MountArgs a) {
     std::string err;
     if (!CheckFuseOptions(fopts, &err)) Die(kExitUsage, err);
   }
+  // atime (docs/semantics.md §4): relatime unless -o noatime (the last of atime/noatime/relatime/
+  // strictatime given wins; strictatime is served as relatime).
+  for (const auto& o : fopts) {
+    if (o == "noatime") so.atime = false;
+    if (o == "atime" || o == "relatime" || o == "strictatime") so.atime = true;
+  }
   // What would make the FUSE mount fail, found before the store opens (a new node generation, maybe a new
   // index) and before the daemon forks: such a mount leaves nothing behind.
   if (std::string why = FuseMountProblem(fopts, a.mountpoint); !why.empty()) Die(kExitUsage, why);

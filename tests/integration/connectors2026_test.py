@@ -19,6 +19,10 @@
                    and --index-dir, same backing) sees it within a few seconds.
   FsyncDir         fsync of a directory descriptor returns 0; renames made before it survive SIGKILL of
                    the daemon + remount.
+  Atime            the llm-d evictor's rule (keep files read in the last hour): a read updates st_atime
+                   with relatime rules (once after each change, or when a day old), also when the page
+                   cache answers the read, ctime and mtime unchanged; a second node sees it, a remount
+                   keeps it; -o noatime turns it off.
 
 Environment: kvfs_fixture's KVFS_BINARY, KVFS_TEST_KEEP, KVFS_TEST_LOG.
 """
@@ -462,6 +466,76 @@ class XattrAfterRename(kf.SharedBackingCase):
                 return False
         self.assertTrue(wait_for(seen, 10.0), "node b: no xattr on %s" % fb)
         self.assertEqual(kf.read_file(fb), data)
+
+
+@kf.skip_unless_fuse
+class Atime(kf.SharedBackingCase):
+    PREFIX = "kvfs-c26-atime-"
+
+    def mount(self, name, stack=None, **extra):
+        mnt, _, _ = (stack or self.stack).enter_context(
+            kf.mounted(backing=self.node(name), node_id=name, peer_poll_ms=200, group_commit_ms=20, **extra))
+        return mnt
+
+    def publish(self, mnt, key, data):
+        d = os.path.join(mnt, "kv")
+        os.makedirs(d, exist_ok=True)
+        tmp = os.path.join(d, key + ".tmp")
+        final = os.path.join(d, key + ".bin")
+        kf.write_file(tmp, data, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        os.rename(tmp, final)
+        return final
+
+    def test_read_updates_atime_relatime_seen_by_peer_and_remount(self):
+        data = pattern("atime", 300 * KIB + 7)
+        with contextlib.ExitStack() as a_stack:
+            a = self.mount("a", a_stack)
+            final = self.publish(a, "k1", data)
+            st0 = os.stat(final)
+            self.assertLessEqual(st0.st_atime_ns, max(st0.st_mtime_ns, st0.st_ctime_ns))  # never read yet
+            time.sleep(0.05)
+            t_read = time.time_ns()
+            self.assertEqual(kf.read_file(final), data)
+            st1 = os.stat(final)
+            self.assertGreaterEqual(st1.st_atime_ns, t_read)
+            self.assertGreater(st1.st_atime_ns, st1.st_mtime_ns)
+            self.assertEqual(st1.st_mtime_ns, st0.st_mtime_ns)
+            self.assertEqual(st1.st_ctime_ns, st0.st_ctime_ns)  # an atime update is not a change
+            # relatime: read again within the day, after no change: atime stays
+            time.sleep(0.05)
+            self.assertEqual(kf.read_file(final), data)
+            self.assertEqual(os.stat(final).st_atime_ns, st1.st_atime_ns)
+
+            # A read the page cache answers (the pages are cached from the reads above) counts too:
+            # make atime older than mtime again with utimensat, then read without any READ request.
+            os.utime(final, ns=(st1.st_mtime_ns - 10**10, st1.st_mtime_ns))
+            st2 = os.stat(final)
+            self.assertEqual(st2.st_atime_ns, st1.st_mtime_ns - 10**10)
+            t_read2 = time.time_ns()
+            with open(final, "rb") as f:
+                self.assertEqual(f.read(), data)
+            st3 = os.stat(final)
+            self.assertGreaterEqual(st3.st_atime_ns, t_read2)
+            self.assertEqual(st3.st_ctime_ns, st2.st_ctime_ns)
+
+            # a second node sees the read's atime once it is journaled (about a second) and tailed
+            b = self.mount("b")
+            fb = os.path.join(b, "kv", "k1.bin")
+            self.assertTrue(wait_for(lambda: os.path.exists(fb) and os.stat(fb).st_atime_ns == st3.st_atime_ns, 10.0),
+                            "node b: atime %s, want %s" % (os.stat(fb).st_atime_ns if os.path.exists(fb) else None,
+                                                          st3.st_atime_ns))
+        # a clean remount of node a keeps it
+        a = self.mount("a")
+        self.assertEqual(os.stat(os.path.join(a, "kv", "k1.bin")).st_atime_ns, st3.st_atime_ns)
+
+    def test_noatime(self):
+        a = self.mount("a", o="noatime")
+        final = self.publish(a, "k2", pattern("noatime", 5000))
+        st0 = os.stat(final)
+        time.sleep(0.05)
+        self.assertEqual(kf.read_file(final), pattern("noatime", 5000))
+        time.sleep(1.5)  # past the journaling delay
+        self.assertEqual(os.stat(final).st_atime_ns, st0.st_atime_ns)
 
 
 @kf.skip_unless_fuse

@@ -861,5 +861,72 @@ TEST_F(StoreTest, SecondOpenOfALiveNodeIsBusy) {
   ASSERT_TRUE((*a)->Close().ok());
 }
 
+
+// atime, relatime rules (docs/semantics.md §4 "Times"): a read of content whose atime is not after its
+// mtime and ctime is noted, answered at once (PendingAtime), journaled as a SETATTR of atime alone and
+// so kept by a clean reopen and by an index rebuilt from the journals; a read of content whose atime is
+// already newer (and less than a day old) is not noted.
+TEST_F(StoreTest, ReadsUpdateAtimeWithRelatimeRulesThroughTheJournal) {
+  OpenStore();
+  WriteFile(kRootIno, "a", Pattern(4096, 1));
+  WriteFile(kRootIno, "b", Pattern(4096, 2));
+  ASSERT_TRUE(store_->Sync().ok());
+  auto a = store_->Lookup(kRootIno, "a");
+  auto b = store_->Lookup(kRootIno, "b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  const Attr before = a->attr;
+  EXPECT_EQ(store_->PendingAtime(before.ino), 0);
+  const int64_t t0 = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  EXPECT_TRUE(store_->NoteRead(before.ino, before));
+  const int64_t noted = store_->PendingAtime(before.ino);
+  EXPECT_GE(noted, t0);
+  EXPECT_FALSE(store_->NoteRead(before.ino, before));  // one note per file until it is journaled
+  EXPECT_EQ(store_->PendingAtime(before.ino), noted);
+
+  Attr recent = b->attr;  // read an hour ago, after its last change: relatime leaves it
+  recent.mtime_ns = recent.ctime_ns = t0 - 2 * 3600ll * 1000000000;
+  recent.atime_ns = t0 - 3600ll * 1000000000;
+  EXPECT_FALSE(store_->NoteRead(recent.ino, recent));
+  recent.atime_ns = t0 - 25 * 3600ll * 1000000000;  // a day old: updated again
+  recent.mtime_ns = recent.ctime_ns = t0 - 26 * 3600ll * 1000000000;
+  EXPECT_TRUE(store_->NoteRead(recent.ino, recent));
+  const int64_t noted_b = store_->PendingAtime(recent.ino);
+
+  CloseStore();  // journals the notes
+  OpenStore();   // the index is reused
+  a = store_->Lookup(kRootIno, "a");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->attr.atime_ns, noted);
+  EXPECT_EQ(a->attr.mtime_ns, before.mtime_ns);
+  EXPECT_EQ(a->attr.ctime_ns, before.ctime_ns);  // an atime update is not a change
+  EXPECT_EQ(store_->PendingAtime(a->attr.ino), 0);
+  EXPECT_FALSE(store_->NoteRead(a->attr.ino, a->attr));  // atime is now after mtime and ctime
+  EXPECT_EQ(store_->GetStats().atime_updates, 0u);       // counted per mount
+  CloseStore();
+
+  fs::remove_all(index_);  // rebuilt from the journals (and the snapshot): the SETATTRs are in them
+  OpenStore();
+  a = store_->Lookup(kRootIno, "a");
+  b = store_->Lookup(kRootIno, "b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->attr.atime_ns, noted);
+  EXPECT_EQ(b->attr.atime_ns, noted_b);
+  EXPECT_EQ(ReadAll(kRootIno, "a"), Pattern(4096, 1));
+}
+
+// StoreOptions::atime off (-o noatime): nothing is noted.
+TEST_F(StoreTest, NoatimeNotesNothing) {
+  StoreOptions o = Options();
+  o.atime = false;
+  auto s = Store::Open(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  store_ = std::move(*s);
+  WriteFile(kRootIno, "a", Pattern(100, 1));
+  auto a = store_->Lookup(kRootIno, "a");
+  ASSERT_TRUE(a.ok());
+  EXPECT_FALSE(store_->NoteRead(a->attr.ino, a->attr));
+  EXPECT_EQ(store_->PendingAtime(a->attr.ino), 0);
+}
+
 }  // namespace
 }  // namespace kvfs
