@@ -215,13 +215,16 @@ void StoreImpl::EvictLoop() {
 }
 
 uint64_t StoreImpl::PeerSegmentBytes() {
-  uint64_t sum = 0;
+  std::vector<SegmentInfo> segs;
   Status s = index_->ListSegments([&](const SegmentInfo& si) {
-    if (si.id.node == opts_.node_id || si.state == SegmentState::kDropped) return true;
-    sum += PeerSegmentEstimate(si.state == SegmentState::kSealed, si.live_bytes, opts_.segment_size);
+    if (si.id.node != opts_.node_id && si.state != SegmentState::kDropped) segs.push_back(si);
     return true;
   });
   if (!s.ok()) spdlog::warn("kvfs: listing segments for the global watermark: {}", s.ToString());
+  std::map<std::string, NodeSegmentStats> nodes;
+  PeerSegmentSizes(segs, kPeerSegmentStatsPerEvictTick, kPeerOpenSegmentRestat, &nodes);
+  uint64_t sum = 0;
+  for (const auto& [node, n] : nodes) sum += n.segment_bytes;
   return sum;
 }
 

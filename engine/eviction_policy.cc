@@ -1,4 +1,4 @@
-// Eviction policy (engine/eviction_policy.h): limits, targets, peer estimates, reinsertion choice.
+// Eviction policy (engine/eviction_policy.h): limits, targets, reinsertion choice.
 // Pure functions; no I/O, no locks. Callers: engine/capacity.cc, engine/store_stats.cc, unit tests.
 #include "engine/eviction_policy.h"
 

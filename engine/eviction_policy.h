@@ -4,7 +4,6 @@
 //  * EvictionLimits: per-node high/low watermarks and hard limit from the capacity, the global
 //    watermarks, validated.
 //  * EvictionTarget / EmergencyTarget: how many bytes this node keeps after a round.
-//  * PeerSegmentEstimate: a peer segment's bytes as the global watermark counts them.
 //  * ChooseReinsertions: which live records of a segment about to be dropped are appended again.
 //  * ShouldSealActiveEarly: on a full export, whether the active segment is sealed now to be reclaimed.
 //  * AutoSegmentSize: the segment size of a mount that does not give one, from the export's size.
@@ -55,12 +54,6 @@ uint64_t EvictionTarget(const EvictionLimits& limits, uint64_t node_bytes, uint6
 // backing's free bytes, or nullptr when unknown (statfs failed). Returns min(target, that).
 uint64_t EmergencyTarget(const EvictionLimits& limits, uint64_t target, uint64_t node_bytes,
                          const uint64_t* avail, uint64_t pending_unlink_bytes);
-
-// A peer's segment for the global watermark (no backing I/O): sealed -> max(segment_size, live bytes),
-// open -> live bytes.
-inline uint64_t PeerSegmentEstimate(bool sealed, uint64_t live_bytes, uint64_t segment_size) {
-  return sealed ? std::max(segment_size, live_bytes) : live_bytes;
-}
 
 // The export is full and the active segment (segment_bytes written so far, live_bytes of committed
 // files in it) is mostly dead: sealed now, it can be reclaimed as a dead segment once its last live

@@ -108,10 +108,13 @@ struct PeerChanges {
 //    segments), the oldest evictable segments (sealed, or of an older generation; never one holding a
 //    pinned record, see ReleaseRecordPin) are dropped, oldest
 //    (generation, seq) first (FIFO), until node bytes <= low = high - max(segment_size, capacity / 8).
-//  * Global: global bytes = node bytes + for every peer segment the index knows and has not seen
-//    dropped: sealed -> max(segment_size, live bytes), open -> live bytes (from their SEAL/DROP/PUT
-//    entries; no backing I/O). Over the high watermark, this node drops its proportional share
-//    (node bytes / global bytes) of the excess over the low watermark.
+//  * Global: global bytes = node bytes + the size of every peer segment file the index knows and has
+//    not seen dropped, from a stat of the file (a peer's segment size may differ from this node's): a
+//    sealed one stat'ed once and kept, an open one at most once a second, at most 64 stats per evictor
+//    round (shared with GetStats' sizes, NodeSegmentStats); a segment not sized yet counts its live
+//    bytes (a lower bound: a joining node evicts late rather than too much). Over the high watermark,
+//    this node drops its proportional share (node bytes / global bytes) of the excess over the low
+//    watermark.
 //  * Hard limit: a WriteRecord that would take node bytes + segments awaiting unlink + records in
 //    flight over capacity + segment_size waits (up to writer_wait_ms) for the evictor, then NoSpace.
 //    So the node's segment files stay under capacity + 2 segments.
@@ -177,9 +180,10 @@ struct BackingOpCounts {
 //     unlinking = dropped and waiting for their unlink after the peers' grace period) and the sum of
 //     their sizes (sealed: file size; active: end of its last record); estimated = false.
 //   A peer: the segments this index knows (dropped ones excluded), sized by a stat of each file (a sealed
-//     one once, then kept; StoreImpl::PeerSegmentSizes: at most 256 stats per call); a segment not sized
-//     yet (over that bound, or its stat failed) counts its live bytes, a lower bound, and sets
-//     estimated. (The global watermark still estimates without I/O: engine/eviction_policy.h.)
+//     one once, then kept; an open one at every call; StoreImpl::PeerSegmentSizes: at most 256 stats
+//     per call); a segment not sized yet (over that bound, or its stat failed) counts its live bytes (or
+//     its last stat if larger), a lower bound, and sets estimated. The global watermark sizes peers'
+//     segments with the same code and cache.
 // live_bytes / files: sizes and number of the committed files whose content is in them (the payload).
 // dead_bytes = segment_bytes - live_bytes (0 if negative): bytes on the export no file uses (record
 // metadata and 4 KiB padding, deleted and rewritten files, provisional spills, unlinking segments).

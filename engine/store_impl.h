@@ -316,13 +316,24 @@ class StoreImpl final : public Store {
   std::atomic<uint64_t> cache_hits_{0}, cache_misses_{0};
   std::atomic<uint64_t> read_loaded_bytes_{0};  // bytes the read path loaded from the export (per byte)
 
-  // ---- stats (store_stats.cc) ----
-  // Adds the sizes of peers' segment files (segs: peers' segments the index knows, not dropped) to
-  // their nodes' segment_bytes; sets estimated for a node with a segment not sized.
-  void PeerSegmentSizes(const std::vector<SegmentInfo>& segs, std::map<std::string, NodeSegmentStats>* nodes);
+  // ---- peers' segment sizes (store_stats.cc), for `kvfs stats` and the global watermark ----
+  // Adds the sizes of peers' segment files (segs: every peer segment the index knows, not dropped) to
+  // their nodes' segment_bytes, with at most max_stats stats; sets estimated for a node with a segment
+  // not sized this call. A peer's open segment stat'ed less than open_max_age ago counts that size
+  // (0: stat'ed at every call). Shared by GetStats (kPeerSegmentStatsPerCall, 0) and the evictor
+  // (PeerSegmentBytes: kPeerSegmentStatsPerEvictTick, kPeerOpenSegmentRestat), and so is the cache.
+  void PeerSegmentSizes(const std::vector<SegmentInfo>& segs, size_t max_stats,
+                        std::chrono::milliseconds open_max_age, std::map<std::string, NodeSegmentStats>* nodes);
   static constexpr size_t kPeerSegmentStatsPerCall = 256;
-  std::mutex peer_sizes_mu_;                      // held by PeerSegmentSizes (GetStats may run concurrently)
-  std::map<SegmentId, uint64_t> peer_seg_sizes_;  // peers' sealed segment files' sizes (immutable), from stat
+  static constexpr size_t kPeerSegmentStatsPerEvictTick = 64;
+  static constexpr std::chrono::milliseconds kPeerOpenSegmentRestat{1000};
+  struct PeerSegSize {
+    uint64_t bytes = 0;
+    bool sealed = false;  // stat'ed after its seal: the size never changes
+    std::chrono::steady_clock::time_point at;
+  };
+  std::mutex peer_sizes_mu_;  // held by PeerSegmentSizes (GetStats and the evictor may run concurrently)
+  std::map<SegmentId, PeerSegSize> peer_seg_sizes_;  // the last stat of each peer segment file still listed
 
   // ---- capacity and eviction (store.h "Capacity and eviction") ----
   Status InitEviction();
@@ -336,6 +347,9 @@ class StoreImpl final : public Store {
   void NoteNoSpace();
   void EvictLoop();
   void EvictOnce();
+  // All peers' segment bytes for the global watermark: PeerSegmentSizes over the index's peer segments
+  // (a sealed one stat'ed once, an open one at most every kPeerOpenSegmentRestat, at most
+  // kPeerSegmentStatsPerEvictTick stats per call; not sized yet: its live bytes, a lower bound).
   uint64_t PeerSegmentBytes();
   // Returns the bytes freed net of reinsertion (0 if the store is closing: then nothing is dropped).
   uint64_t DropSegment(const SegmentId& seg, bool reinsert);

@@ -45,39 +45,43 @@ Status StoreImpl::StatFs(uint64_t* live_bytes, uint64_t* files, uint64_t* backin
 }
 
 // A peer's segment files are sized by a stat of each (the file's size is what it occupies; the peer's
-// segment size may differ from this node's). Sealed files never change: their sizes are kept
-// (peer_seg_sizes_) and each is stat'ed once; open ones (the peer's active segment, usually one per
-// peer) at every call. At most kPeerSegmentStatsPerCall stats per call (a joining node that knows
-// thousands of peer segments spreads them over its first calls); a segment not sized yet counts its
-// live bytes (a lower bound: never more than is on the export) and marks the node's figures estimated.
-// A file already gone (dropped by its node, the DROP not applied here yet) counts 0 bytes.
-void StoreImpl::PeerSegmentSizes(const std::vector<SegmentInfo>& segs, std::map<std::string, NodeSegmentStats>* nodes) {
+// segment size may differ from this node's: adapted to the export, or given by flag). Sealed files never
+// change: their sizes are kept (peer_seg_sizes_) and each is stat'ed once; open ones (the peer's active
+// segment, usually one per peer) again once their last stat is open_max_age old. At most max_stats
+// stats per call (a joining node that knows thousands of peer segments spreads them over its first
+// calls); a segment not sized this call counts max(its live bytes, its last stat): a lower bound (a
+// file only grows until its seal), never more than is on the export; it marks the node's figures
+// estimated. A file already gone (dropped by its node, the DROP not applied here yet) counts 0 bytes.
+void StoreImpl::PeerSegmentSizes(const std::vector<SegmentInfo>& segs, size_t max_stats,
+                                 std::chrono::milliseconds open_max_age,
+                                 std::map<std::string, NodeSegmentStats>* nodes) {
   std::lock_guard<std::mutex> l(peer_sizes_mu_);
-  std::map<SegmentId, uint64_t> kept;
+  const auto now = std::chrono::steady_clock::now();
+  std::map<SegmentId, PeerSegSize> kept;
   size_t stats = 0;
   for (const auto& si : segs) {
     NodeSegmentStats& n = (*nodes)[si.id.node];
     const bool sealed = si.state == SegmentState::kSealed;
-    if (sealed) {
-      auto it = peer_seg_sizes_.find(si.id);
-      if (it != peer_seg_sizes_.end()) {
-        n.segment_bytes += it->second;
-        kept.emplace(it->first, it->second);
-        continue;
-      }
+    auto it = peer_seg_sizes_.find(si.id);
+    const PeerSegSize* known = it != peer_seg_sizes_.end() ? &it->second : nullptr;
+    if (known && (known->sealed || (!sealed && now - known->at < open_max_age))) {
+      n.segment_bytes += known->bytes;
+      kept.emplace(si.id, *known);
+      continue;
     }
-    if (stats < kPeerSegmentStatsPerCall) {
+    if (stats < max_stats) {
       stats++;
       auto info = env_->Stat(SegmentFilePath(opts_.backing_dir, si.id));
-      if (info.ok() || info.status().IsNotFound()) {
-        const uint64_t size = info.ok() ? info->size : 0;
-        n.segment_bytes += size;
-        if (sealed && info.ok()) kept.emplace(si.id, size);
+      if (info.ok()) {
+        n.segment_bytes += info->size;
+        kept.emplace(si.id, PeerSegSize{info->size, sealed, now});
         continue;
       }
+      if (info.status().IsNotFound()) continue;
     }
-    n.segment_bytes += si.live_bytes;
+    n.segment_bytes += std::max(si.live_bytes, known ? known->bytes : 0);
     n.estimated = true;
+    if (known) kept.emplace(si.id, *known);
   }
   peer_seg_sizes_ = std::move(kept);  // segments no longer listed (dropped) are forgotten
 }
@@ -180,7 +184,7 @@ StoreStats StoreImpl::GetStats() {
     return true;
   });
   if (!ls.ok()) spdlog::warn("kvfs: listing segments for stats: {}", ls.ToString());
-  PeerSegmentSizes(peer_segs, &nodes);
+  PeerSegmentSizes(peer_segs, kPeerSegmentStatsPerCall, std::chrono::milliseconds(0), &nodes);
   {
     NodeSegmentStats& own = nodes[opts_.node_id];
     own.estimated = false;

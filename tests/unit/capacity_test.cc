@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -299,6 +300,97 @@ TEST_F(CapacityTest, GlobalWatermarkEvictsThisNodesShare) {
   uint64_t live = 0, files = 0, total = 0, avail = 0;
   ASSERT_TRUE(store_->StatFs(&live, &files, &total, &avail).ok());
   EXPECT_EQ(live + avail, std::max<uint64_t>(live, 12 * kSeg));
+}
+
+
+// Peers' segments are sized as their files are, whatever segment size the peer runs. Node A ran 1 MiB
+// segments: 10 sealed segments, ~10 MiB. Node B runs 4 MiB segments under a global high watermark of
+// 24 MiB and writes ~12 MiB: ~22 MiB on the export, under the watermark, so B drops nothing. (Sizing
+// A's segments with B's segment size counted 10 x 4 = 40 MiB and made B drop its own files.)
+TEST_F(CapacityTest, GlobalWatermarkSizesPeersSmallerSegmentsByTheirFiles) {
+  node_ = "node-a";
+  Open(Options());
+  for (int i = 0; i < 140; ++i) ASSERT_NO_FATAL_FAILURE(WriteFile(Name(i), Content(Name(i), kChunk, 7)));
+  CloseStore();
+  const uint64_t a_bytes = SegmentBytes();
+  ASSERT_GE(a_bytes, 9 * kSeg);
+  ASSERT_LE(a_bytes, 11 * kSeg);
+  node_ = "node-b";
+  index_ = root_ + "/index-b";
+  segment_size_ = 4 * kSeg;
+  StoreOptions o = CapOptions(0, 0);
+  o.global_high_watermark_bytes = 24 * kSeg;
+  o.global_low_watermark_bytes = 20 * kSeg;
+  Open(o);
+  for (int i = 0; i < 160; ++i) {
+    ASSERT_NO_FATAL_FAILURE(WriteFile("b-" + std::to_string(i), Content("b-" + std::to_string(i), kChunk, 7)));
+  }
+  ASSERT_TRUE(store_->Sync().ok());
+  Settle();
+  auto st = store_->GetStats();
+  ASSERT_GE(st.node_segment_bytes, 11 * kSeg);
+  ASSERT_LE(a_bytes + st.node_segment_bytes, 23 * kSeg);
+  EXPECT_EQ(st.segments_dropped, 0u);
+  for (int i = 0; i < 160; ++i) {
+    Status s;
+    const std::string name = "b-" + std::to_string(i);
+    EXPECT_EQ(ReadAll(name, &s), Content(name, kChunk, 7)) << name << ": " << s.ToString();
+  }
+  // kvfs stats agrees: A's segments by their files' sizes.
+  ASSERT_EQ(st.nodes.size(), 2u);
+  EXPECT_EQ(st.nodes[1].node, "node-a");
+  EXPECT_EQ(st.nodes[1].segment_bytes, a_bytes);
+  EXPECT_FALSE(st.nodes[1].estimated);
+  // A's sealed segments were sized once: the evictor's rounds (10 a second) stat none of them again.
+  const uint64_t stats_before = store_->GetStats().backing_ops.stat;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  EXPECT_LE(store_->GetStats().backing_ops.stat - stats_before, 2u);  // a heartbeat's stat of OWNER at most
+}
+
+// The other way round: node A ran 4 MiB segments and deleted all but one file of each, so its 3 sealed
+// segments hold ~12 MiB on the export with little live data (a segment with a live file keeps its dead
+// bytes). Node B runs 1 MiB segments under a global high watermark of 16 MiB (low 12 MiB) and writes
+// 6 MiB: ~18 MiB on the export, so B drops its share (6/18 of the 6 MiB excess: ~2 MiB). (Sizing A's
+// segments with B's 1 MiB counted ~3 MiB for A and dropped nothing.)
+TEST_F(CapacityTest, GlobalWatermarkSizesPeersLargerSegmentsByTheirFiles) {
+  node_ = "node-a";
+  segment_size_ = 4 * kSeg;
+  Open(Options());
+  // ~3 segments' worth; the first file of each segment stays, the rest is deleted.
+  std::vector<int> kept;
+  std::set<SegmentId> seen;
+  for (int i = 0; i < 160; ++i) {
+    const Location loc = WriteFile(Name(i), Content(Name(i), kChunk, 7));
+    if (seen.insert(loc.segment).second) kept.push_back(i);
+  }
+  ASSERT_GE(kept.size(), 3u);
+  ASSERT_TRUE(store_->Sync().ok());
+  for (int i = 0; i < 160; ++i) {
+    if (std::find(kept.begin(), kept.end(), i) == kept.end()) {
+      ASSERT_TRUE(store_->Unlink(kRootIno, Name(i), nullptr).ok());
+    }
+  }
+  CloseStore();
+  const uint64_t a_bytes = SegmentBytes();
+  ASSERT_GE(a_bytes, 11 * kSeg);
+  node_ = "node-b";
+  index_ = root_ + "/index-b";
+  segment_size_ = kSeg;
+  StoreOptions o = CapOptions(0, 0);
+  o.global_high_watermark_bytes = 16 * kSeg;
+  o.global_low_watermark_bytes = 12 * kSeg;
+  Open(o);
+  for (int i = 0; i < 84; ++i) {
+    ASSERT_NO_FATAL_FAILURE(WriteFile("b-" + std::to_string(i), Content("b-" + std::to_string(i), kChunk, 7)));
+  }
+  ASSERT_TRUE(store_->Sync().ok());
+  Settle();
+  auto st = store_->GetStats();
+  EXPECT_GE(st.segments_dropped, 1u);
+  EXPECT_LE(a_bytes + st.node_segment_bytes, 16 * kSeg);
+  EXPECT_TRUE(store_->Lookup(kRootIno, "b-0").status().IsNotFound());
+  EXPECT_TRUE(store_->Lookup(kRootIno, "b-83").ok());
+  for (int i : kept) ReadOk(i);  // A's files, never dropped by B
 }
 
 

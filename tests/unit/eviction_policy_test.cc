@@ -88,12 +88,6 @@ TEST(EvictionPolicyTest, EmergencyDropsAtLeastOneSegmentAndMakesRoomForTwo) {
   EXPECT_EQ(EmergencyTarget(l, kNoEvictionTarget, 50 * kMiB, &avail, 0), 0u);
 }
 
-TEST(EvictionPolicyTest, PeerSegmentEstimate) {
-  EXPECT_EQ(PeerSegmentEstimate(true, 10, 64 * kMiB), 64 * kMiB);       // sealed: at least a segment
-  EXPECT_EQ(PeerSegmentEstimate(true, 100 * kMiB, 64 * kMiB), 100 * kMiB);  // one large record
-  EXPECT_EQ(PeerSegmentEstimate(false, 10, 64 * kMiB), 10u);           // open: live bytes
-}
-
 TEST(EvictionPolicyTest, ReinsertionTakesHotRecordsMostHitsFirstWithinTheBudget) {
   std::unordered_map<uint64_t, uint32_t> hits{{0, 1}, {4096, 5}, {8192, 0}, {12288, 5}, {16384, 2}};
   auto plan = ChooseReinsertions(hits, 2, 0.5, 64 * kMiB);
