@@ -19,6 +19,9 @@
                    and --index-dir, same backing) sees it within a few seconds.
   FsyncDir         fsync of a directory descriptor returns 0; renames made before it survive SIGKILL of
                    the daemon + remount.
+  DeepTrie         VAST VUA's trie: 200 nested directory levels made and walked with openat(dirfd, ...)
+                   (mkdir, O_EXCL create, rename, read relative to a directory fd); the file reads back
+                   by its 600-character path, after a remount and from an index rebuilt from the journals.
   Atime            the llm-d evictor's rule (keep files read in the last hour): a read updates st_atime
                    with relatime rules (once after each change, or when a day old), also when the page
                    cache answers the read, ctime and mtime unchanged; a second node sees it, a remount
@@ -33,6 +36,7 @@ import errno
 import fcntl
 import mmap
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -466,6 +470,45 @@ class XattrAfterRename(kf.SharedBackingCase):
                 return False
         self.assertTrue(wait_for(seen, 10.0), "node b: no xattr on %s" % fb)
         self.assertEqual(kf.read_file(fb), data)
+
+
+@kf.skip_unless_fuse
+class DeepTrie(kf.SharedBackingCase):
+    PREFIX = "kvfs-c26-trie-"
+    LEVELS = 200
+
+    def test_200_levels_by_dirfd(self):
+        names = ["%02x" % (lvl % 256) for lvl in range(self.LEVELS)]
+        data = pattern("trie", 64 * KIB + 3)
+        spec = self.node("a")
+        with kf.mounted(backing=spec, node_id="a") as (mnt, _, _):
+            fds = [os.open(mnt, os.O_RDONLY | os.O_DIRECTORY)]
+            try:
+                for name in names:
+                    os.mkdir(name, 0o755, dir_fd=fds[-1])
+                    fds.append(os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fds[-1]))
+                fd = os.open("chunk.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=fds[-1])
+                os.write(fd, data)
+                os.close(fd)
+                os.rename("chunk.tmp", "chunk.bin", src_dir_fd=fds[-1], dst_dir_fd=fds[-1])
+                fd = os.open("chunk.bin", os.O_RDONLY, dir_fd=fds[-1])
+                try:
+                    self.assertEqual(os.read(fd, len(data) + 1), data)
+                finally:
+                    os.close(fd)
+                self.assertEqual(os.listdir(fds[-1]), ["chunk.bin"])
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            path = os.path.join(mnt, *names, "chunk.bin")
+            self.assertEqual(len(path) - len(mnt), 3 * self.LEVELS + len("/chunk.bin"))
+            self.assertEqual(kf.read_file(path), data)
+            self.assertEqual(sum(len(f) for _, _, f in os.walk(mnt)), 1)
+        with kf.mounted(backing=spec, node_id="a") as (mnt, _, _):  # the same index
+            self.assertEqual(kf.read_file(os.path.join(mnt, *names, "chunk.bin")), data)
+        shutil.rmtree(spec.index)  # rebuilt from the journals
+        with kf.mounted(backing=spec, node_id="a") as (mnt, _, _):
+            self.assertEqual(kf.read_file(os.path.join(mnt, *names, "chunk.bin")), data)
 
 
 @kf.skip_unless_fuse
