@@ -169,6 +169,12 @@ std::string PeersFilePath(std::string_view backing, std::string_view node) {
 std::string SegmentDirPath(std::string_view backing, std::string_view node) {
   return Join(NodeDirPath(backing, node), "seg");
 }
+std::string HoldsDirPath(std::string_view backing, std::string_view holder) {
+  return Join(NodeDirPath(backing, holder), "holds");
+}
+std::string HoldDirPath(std::string_view backing, std::string_view holder, std::string_view owner) {
+  return Join(HoldsDirPath(backing, holder), owner);
+}
 
 std::string SegmentFileName(uint64_t generation, uint64_t seq) {
   return Pad20(generation) + "-" + Pad20(seq) + ".kseg";

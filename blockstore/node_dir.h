@@ -9,6 +9,10 @@
 //   <backing>/.kvfs/v1/nodes/<node>/peers
 //   <backing>/.kvfs/v1/nodes/<node>/seg/<gen>-<seq>.kseg      e.g.
 //   00000000000000000003-00000000000000000001.kseg
+//   <backing>/.kvfs/v1/nodes/<node>/holds/<owner>/<gen>-<seq>.kseg   empty: <node> has a file of <owner>'s
+//                                                              segment open (engine/peer_holds.cc); <owner>
+//                                                              defers the unlink of that segment after its
+//                                                              DROP while <node> is live
 //
 // Zero padding makes lexicographic order = numeric order (a sorted listing is in (gen, seq) order).
 // Bump kFormatVersion (and the directory name v1 only for a layout change) if any of this changes.
@@ -70,6 +74,9 @@ std::string OwnerFilePath(std::string_view backing, std::string_view node);
 std::string HeartbeatFilePath(std::string_view backing, std::string_view node);
 std::string PeersFilePath(std::string_view backing, std::string_view node);
 std::string SegmentDirPath(std::string_view backing, std::string_view node);
+std::string HoldsDirPath(std::string_view backing, std::string_view holder);  // <holder>/holds
+// <holder>/holds/<owner>: holder's markers of owner's segments (named SegmentFileName(gen, seq)).
+std::string HoldDirPath(std::string_view backing, std::string_view holder, std::string_view owner);
 
 std::string SegmentFileName(uint64_t generation, uint64_t seq);  // "<gen20>-<seq20>.kseg"
 std::string JournalFileName(uint64_t generation, uint64_t n);    // "journal-<gen20>-<n20>"

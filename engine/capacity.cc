@@ -258,6 +258,7 @@ void StoreImpl::ReclaimDeadSegments(bool full) {
 }
 
 void StoreImpl::EvictOnce() {
+  SweepPeerHolds(false);
   UnlinkDue(false);
   bool emergency;
   {
@@ -498,10 +499,34 @@ void StoreImpl::UnlinkDue(bool all) {
     if (idle && !reserve_present_) EnsureReserve();
     return;
   }
-  // The DROP entries must be durable before the files go (a rebuild must not point into them).
+  // The DROP entries must be durable before the files go (a rebuild must not point into them), and
+  // before the peers' hold markers are listed (peer_holds.cc: the order the holders rely on).
   Status s = Sync();
+  std::set<SegmentId> held;
+  if (s.ok()) {
+    std::vector<SegmentId> ids;
+    for (const auto& d : due) ids.push_back(d.id);
+    bool complete = true;
+    held = SegmentsHeldByPeers(ids, &complete);
+    if (!complete) {
+      LogLimited(spdlog::level::warn, "peer-hold-list",
+                 "kvfs: could not list the peers' hold markers; the unlink of {} dropped segment(s) waits",
+                 due.size());
+      held.insert(ids.begin(), ids.end());
+    }
+  }
   std::vector<Dropping> retry;
   for (auto& d : due) {
+    if (held.count(d.id)) {
+      // A live peer has a file of it open: the unlink waits (re-checked every second).
+      {
+        std::lock_guard<std::mutex> l(cap_mu_);
+        if (held_by_peers_.emplace(d.id, d.bytes).second) unlinks_deferred_by_peers_++;
+      }
+      d.due = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      retry.push_back(d);
+      continue;
+    }
     Status r = s;
     if (r.ok()) {
       {
@@ -525,6 +550,7 @@ void StoreImpl::UnlinkDue(bool all) {
     }
     std::lock_guard<std::mutex> l(cap_mu_);
     dropping_bytes_ -= d.bytes;
+    held_by_peers_.erase(d.id);
   }
   {
     std::lock_guard<std::mutex> l(cap_mu_);

@@ -330,6 +330,13 @@ Status PeerTailer::RefreshAll() {
   return first;
 }
 
+Status PeerTailer::PollNow(const std::string& node) {
+  if (node == opts_.node) return Status::OK();
+  std::lock_guard<std::mutex> l(mu_);
+  uint64_t changed = 0;
+  return PollPeer(node, &peers_[node], &changed);
+}
+
 void PeerTailer::RequestRefresh() {
   if (opts_.poll_interval.count() == 0) return;
   {

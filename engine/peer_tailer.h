@@ -103,6 +103,10 @@ class PeerTailer {
 
   // Lists the nodes and polls every peer now. Returns the first poll's error (the others still run).
   Status RefreshAll();
+  // Polls `node`'s journal now, on the caller's thread (waits for a poll in progress), and applies what
+  // is new: everything the peer made durable before this call started is applied when it returns OK
+  // (engine/peer_holds.cc relies on it). Cost: one listing of the node's directory + the journal read.
+  Status PollNow(const std::string& node);
   // Asks the peer thread for an early poll of every known peer (a lookup miss may mean a peer just
   // wrote the name). Rate-limited to one per poll_interval / 4; never blocks on a poll.
   void RequestRefresh();

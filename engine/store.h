@@ -100,7 +100,8 @@ struct PeerChanges {
 //    (every file in it deleted or rewritten), evictable for 10 s, is dropped like an evicted one (DROP,
 //    grace, unlink), so deleted and rewritten bytes are reclaimed without a capacity. A handle opened
 //    before its file was deleted or replaced here holds its segment (PinRecord) until it is closed;
-//    one opened on a peer reads ENOENT once this node dropped the segment.
+//    one opened on a peer holds it through its marker (engine/peer_holds.cc): after the DROP its unlink
+//    waits while a live peer marks it (StoreStats::segments_held_by_peers).
 //    Segments holding pinned records (ReleaseRecordPin, PinRecord) are never "dead" here.
 //  * Node bytes = sizes of this node's segment files (sealed: file size; active: end of its last
 //    record), excluding dropped segments that wait for their unlink.
@@ -128,8 +129,9 @@ struct PeerChanges {
 //    least (1 - reinsert_max_fraction) of its segment. Costs ~50 bytes of memory per committed file of
 //    this mount (location -> inode) and per read record.
 //  * Drop = index ApplyDrop + journal DROP{segment} (its files become ENOENT at once, here and on
-//    peers when they apply it), then after drop_grace_ms a durable journal, this node's fds of the
-//    segment closed, and one unlink. Dropped segments whose unlink a crash interrupted are unlinked
+//    peers when they apply it), then after drop_grace_ms a durable journal, a listing of the live
+//    peers' hold markers (engine/peer_holds.cc: a marked segment waits, re-checked every second), this
+//    node's fds of the segment closed, and one unlink. Dropped segments whose unlink a crash interrupted are unlinked
 //    after the grace period at the next Open.
 //  * A read of a segment that was dropped or vanished (unlinked, ESTALE) is NotFound (ENOENT).
 //  * CommitFile of a record whose segment was dropped meanwhile: NoSpace.
@@ -264,6 +266,17 @@ struct StoreStats {
   // Gauges: segments holding a pinned record (written, not committed yet; or held by an open handle /
   // copy-on-write base, PinRecord), never dropped; this node's bytes in them; records held by handles.
   uint64_t segments_pinned = 0, segment_bytes_pinned = 0, records_held_open = 0;
+  // Across nodes (docs/semantics.md §6.10 "Across nodes", engine/peer_holds.cc). As a holder: gauges
+  // peer_segments_held (peers' segments with a record held by a handle here) and peer_hold_markers (this
+  // node's markers on the export: those plus the ones lingering 5 s after their last hold); counters
+  // peer_hold_markers_created and peer_hold_checks_failed (a marker that could not be created or an
+  // owner's journal that could not be read: that hold has no guarantee). As an owner: gauges
+  // segments_held_by_peers / segment_bytes_held_by_peers (dropped segments whose unlink waits for a live
+  // peer's hold; their bytes are in no other figure of this node but the unlinking segments); counter
+  // unlinks_deferred_by_peers (dropped segments found held by a peer at least once).
+  uint64_t peer_segments_held = 0, peer_hold_markers = 0, peer_hold_markers_created = 0,
+           peer_hold_checks_failed = 0;
+  uint64_t segments_held_by_peers = 0, segment_bytes_held_by_peers = 0, unlinks_deferred_by_peers = 0;
   BackingOpCounts backing_ops;
   // Segments on the export now: this node first (exact), then peers by id (their files' sizes); never empty.
   // The totals over all nodes: SumSegmentStats(nodes).
@@ -409,8 +422,10 @@ class Store {
   // write pin, the segment is then never dropped here (dead space, capacity, watermark) until every
   // PinRecord of that record is matched by an UnpinRecord (counted: several handles of one record).
   // NotFound if the segment was already dropped (the caller answers ENOENT: a cache miss). A peer's
-  // segment is counted too but only this node's drops honour it: the peer may still drop it (reads
-  // then fail NotFound, never wrong bytes). Separate from the write pins: ReleaseRecordPin never
+  // segment is held on the export: its first hold creates this node's marker of it and reads the
+  // owner's journal (a drop found there is NotFound), and the owner does not unlink it while this node
+  // is live and marks it (engine/peer_holds.cc; the marker may be missing after a backing failure, then
+  // reads may fail NotFound, never wrong bytes). Separate from the write pins: ReleaseRecordPin never
   // releases a PinRecord. Empty loc: OK, nothing pinned. Thread-safe.
   virtual Status PinRecord(const Location& loc) = 0;
   virtual void UnpinRecord(const Location& loc) = 0;

@@ -59,9 +59,9 @@ void StoreImpl::ReleaseRecordPin(const Location& loc) {
 Status StoreImpl::PinRecord(const Location& loc) {
   if (loc.empty()) return Status::OK();
   if (!OwnSegment(loc.segment)) {
-    // A peer's segment: only its owner drops it; refuse one the index already knows dropped.
-    auto st = index_->GetSegment(loc.segment);
-    if (st.ok() && st->state == SegmentState::kDropped) return Status::NotFound("segment dropped (evicted)");
+    // A peer's segment: only its owner drops it. Held on the export (a marker the owner checks before
+    // it unlinks the segment, peer_holds.cc); refused if the owner has dropped it already.
+    KVFS_RETURN_IF_ERROR(HoldPeerSegment(loc.segment));
   }
   std::lock_guard<std::mutex> l(cap_mu_);
   // Same critical section as DropSegment's check and mark: either the drop saw this pin, or this
@@ -78,6 +78,7 @@ void StoreImpl::UnpinRecord(const Location& loc) {
     std::lock_guard<std::mutex> l(cap_mu_);
     auto h = held_records_.find({loc.segment, loc.record_offset});
     if (h == held_records_.end()) return;
+    if (!OwnSegment(loc.segment)) UnholdPeerSegment(loc.segment);  // takes peer_holds_mu_ (a leaf)
     if (--h->second == 0) held_records_.erase(h);
     auto it = pins_.find(loc.segment);
     if (it != pins_.end() && --it->second == 0) {

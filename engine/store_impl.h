@@ -12,6 +12,8 @@
 //   capacity.cc          capacity and eviction: the evictor thread, drops, reinsertion, RESERVE (its
 //                        decisions: eviction_policy.h)
 //   store_stats.cc       StatFs and GetStats
+//   peer_holds.cc        holds of peers' segments on the export (markers under holds/), and the owner's
+//                        check of its peers' markers before it unlinks a dropped segment
 //
 // Thread safety: every public method may be called concurrently. Where two mutexes are held together,
 // ns_mu_ is taken first (then cap_mu_, hits_mu_, files_mu_, or the committer's in EnqueueLocked); the others are
@@ -431,6 +433,37 @@ class StoreImpl final : public Store {
   std::chrono::steady_clock::time_point atime_oldest_{};
   std::atomic<size_t> atime_pending_{0};      // atime_notes_.size(), read without the lock
   std::atomic<uint64_t> atime_updates_{0};    // notes journaled since the mount
+
+  // ---- holds of peers' segments (peer_holds.cc; docs/semantics.md §6.10 "Across nodes") ----
+  // PinRecord of a record in a peer's segment: its marker <node>/holds/<owner>/<segment file name> on
+  // the export (created if absent, before the owner's journal is read and the drop checked), so that
+  // the owner defers the unlink of the segment after a DROP while this node is live. NotFound when the
+  // segment is dropped (the hold is not taken).
+  Status HoldPeerSegment(const SegmentId& seg);
+  void UnholdPeerSegment(const SegmentId& seg);
+  // Removes the markers not held for kPeerHoldLinger (all: every marker not held, at once). Evictor
+  // thread and Close.
+  void SweepPeerHolds(bool all);
+  // At mount: removes this node's markers left by an earlier generation (it holds nothing yet).
+  void ClearOwnHoldMarkers();
+  // The owner's side: which of `segs` (this node's dropped segments) a live peer holds (a marker under
+  // its holds/<this node>/). *complete = false if a listing failed (the caller keeps them all).
+  std::set<SegmentId> SegmentsHeldByPeers(const std::vector<SegmentId>& segs, bool* complete);
+  struct PeerHold {
+    std::mutex mu;        // held across the marker's I/O and the owner's journal read (one at a time)
+    bool marker = false;  // the marker exists (mu)
+    uint64_t count = 0;   // PinRecords of records in the segment not matched by an UnpinRecord (peer_holds_mu_)
+    std::chrono::steady_clock::time_point released{};  // when count went to 0 (peer_holds_mu_)
+  };
+  std::mutex peer_holds_mu_;  // a leaf, or taken inside a PeerHold's mu
+  std::map<SegmentId, std::shared_ptr<PeerHold>> peer_holds_;
+  std::vector<std::string> hold_check_nodes_;  // nodes listed by the last SegmentsHeldByPeers (evictor thread)
+  std::set<std::string> hold_dirs_made_;  // owners whose holds/<owner>/ this mount made (peer_holds_mu_)
+  std::atomic<uint64_t> peer_hold_markers_{0};  // gauge: markers of this node on the export
+  std::atomic<uint64_t> peer_hold_markers_created_{0}, peer_hold_checks_failed_{0};
+  // Owner side (cap_mu_): dropped segments whose unlink waits for a live peer's hold, with their bytes.
+  std::map<SegmentId, uint64_t> held_by_peers_;
+  std::atomic<uint64_t> unlinks_deferred_by_peers_{0};
 };
 
 }  // namespace kvfs

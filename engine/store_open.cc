@@ -142,6 +142,7 @@ Status StoreImpl::Init() {
   }
   committer_.Start();
   node_dir_->StartHeartbeat(std::chrono::milliseconds(opts_.heartbeat_interval_ms));
+  ClearOwnHoldMarkers();  // an earlier generation's holds of peers' segments (peer_holds.cc)
   KVFS_RETURN_IF_ERROR(StartPeerTailer());
   KVFS_RETURN_IF_ERROR(InitEviction());
   KVFS_RETURN_IF_ERROR(StartCheckpointer());
@@ -277,6 +278,7 @@ Status StoreImpl::Close() {
   if (closed_) return Status::OK();
   FlushAtimes(true);  // journaled by the Sync below
   StopEvictor();  // no reinsertion may race with Segments()->Close()
+  SweepPeerHolds(true);  // every hold of a peer's segment was released with the last handle
   Status s = Sync();
   if (!s.ok()) {
     // Entries are owed to the journal (a full or failing backing store). The evictor is stopped, so

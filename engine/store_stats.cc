@@ -144,7 +144,17 @@ StoreStats StoreImpl::GetStats() {
       if (t != own_segs_.end()) s.segment_bytes_pinned += t->second.bytes;
     }
     for (const auto& [k, n] : held_records_) s.records_held_open += n;
+    s.segments_held_by_peers = held_by_peers_.size();
+    for (const auto& [id, bytes] : held_by_peers_) s.segment_bytes_held_by_peers += bytes;
   }
+  {
+    std::lock_guard<std::mutex> l(peer_holds_mu_);
+    for (const auto& [id, h] : peer_holds_) s.peer_segments_held += h->count > 0 ? 1 : 0;
+  }
+  s.peer_hold_markers = peer_hold_markers_;
+  s.peer_hold_markers_created = peer_hold_markers_created_;
+  s.peer_hold_checks_failed = peer_hold_checks_failed_;
+  s.unlinks_deferred_by_peers = unlinks_deferred_by_peers_;
   s.nospace_events = nospace_events_;
   s.segments_sealed_early = segments_sealed_early_;
   s.segments_retired = segments_retired_;

@@ -143,7 +143,14 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                    {"segments_retired", st.segments_retired},
                    {"segments_pinned", st.segments_pinned},
                    {"segment_bytes_pinned", st.segment_bytes_pinned},
-                   {"records_held_open", st.records_held_open}};
+                   {"records_held_open", st.records_held_open},
+                   {"peer_segments_held", st.peer_segments_held},
+                   {"peer_hold_markers", st.peer_hold_markers},
+                   {"peer_hold_markers_created", st.peer_hold_markers_created},
+                   {"peer_hold_checks_failed", st.peer_hold_checks_failed},
+                   {"segments_held_by_peers", st.segments_held_by_peers},
+                   {"segment_bytes_held_by_peers", st.segment_bytes_held_by_peers},
+                   {"unlinks_deferred_by_peers", st.unlinks_deferred_by_peers}};
   j["config"] = {{"capacity_bytes", st.capacity_bytes},
                  {"evict_high_bytes", st.evict_high_bytes},
                  {"evict_low_bytes", st.evict_low_bytes},

@@ -7,12 +7,14 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "blockstore/env.h"
 #include "blockstore/node_dir.h"
+#include "engine/peer_holds.h"
 #include "index/hlc.h"
 #include "index/journal.h"
 #include "index/journal_format.h"
@@ -64,7 +66,7 @@ Result<NodeInfo> Inspect(Env* env, const std::string& backing, const std::string
   Status s = env->GetChildren(dir, &names);
   if (!s.ok()) return s;
   for (const auto& name : names) {
-    if (name == "OWNER" || name == "PURGED" || name == "seg") continue;
+    if (name == "OWNER" || name == "PURGED" || name == "seg" || name == "holds") continue;
     n.files.push_back(name);
     uint64_t g, k;
     if (ParseJournalFileName(name, &g, &k)) {
@@ -89,6 +91,17 @@ Result<NodeInfo> Inspect(Env* env, const std::string& backing, const std::string
     n.segments++;
     n.segment_ids.push_back(id);
   }
+  // Its hold markers of other nodes' segments (engine/peer_holds.h), files before their directories.
+  std::vector<std::string> owners;
+  if (env->GetChildren(HoldsDirPath(backing, node), &owners).ok()) {
+    for (const auto& owner : owners) {
+      std::vector<std::string> marks;
+      env->GetChildren(HoldDirPath(backing, node, owner), &marks);
+      for (const auto& m : marks) n.files.push_back("holds/" + owner + "/" + m);
+    }
+    for (const auto& owner : owners) n.files.push_back("holds/" + owner);
+    n.files.push_back("holds");
+  }
   // State.
   const HostIdentity self = HostIdentity::Current();
   const int64_t timeout_ns = kNodeHeartbeatTimeoutMs * 1000000;
@@ -103,7 +116,8 @@ Result<NodeInfo> Inspect(Env* env, const std::string& backing, const std::string
     }
   }
   if (live) n.state = "live";
-  else if (n.purged_mark && n.segments == 0 && n.journal_files == 0) n.state = "purged";
+  // (segments left: files a live node held open at the purge; a new purge removes them)
+  else if (n.purged_mark && n.journal_files == 0) n.state = "purged";
   else if (n.retired_mark) n.state = "retired";
   else if (n.owner && n.owner->released) n.state = "released";
   else n.state = "dead";
@@ -197,7 +211,7 @@ int Purge(Env* env, const std::string& backing, const NodeInfo& n, bool force, u
   if (n.state == "released" && !force) {
     return Fail(kExitUsage, Describe(n) + " (unmounted cleanly, it may come back): retire it first or use --force");
   }
-  if (n.state == "purged") {
+  if (n.state == "purged" && n.segments == 0) {
     std::printf("node %s is already purged\n", n.id.c_str());
     return kExitOk;
   }
@@ -237,9 +251,34 @@ int Purge(Env* env, const std::string& backing, const NodeInfo& n, bool force, u
     std::fflush(stdout);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(grace_ms));
+  // A segment that a live node has a file of open (its hold marker, engine/peer_holds.h) stays: that
+  // node read the DROPs above when it made its marker, or its marker is listed here (the mounts' rule,
+  // docs/semantics.md §6.10 "Across nodes"). A later purge removes it.
+  // A reader that has just closed its files keeps its marker for 5 s: held segments are looked at again
+  // every second for up to 10 s before they are kept.
+  bool complete = true;
+  std::vector<std::string> holders;
+  std::set<SegmentId> held;
+  for (int waited = 0;; waited++) {
+    holders.clear();
+    held = SegmentsHeldByLivePeers(env, backing, n.id, again->segment_ids, &complete, nullptr, &holders);
+    if ((complete && held.empty()) || waited >= 10) break;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  if (!complete) {
+    return Fail(kExitFail, "cannot list the other nodes' hold markers of node '" + n.id +
+                               "' segments; nothing removed (run kvfs node purge again)");
+  }
+  std::set<std::string> kept;
+  uint64_t kept_bytes = 0;
+  for (const auto& id : held) {
+    kept.insert("seg/" + SegmentFileName(id.generation, id.seq));
+    auto st = env->Stat(SegmentFilePath(backing, id));
+    if (st.ok()) kept_bytes += st->size;
+  }
   // Remove everything but OWNER; segments first (peers that missed the DROPs then get ENOENT on read).
   const std::string dir = (*nd)->dir();
-  uint64_t removed = 0, bytes = again->segment_bytes + again->journal_bytes + again->snapshot_bytes;
+  uint64_t removed = 0, bytes = again->segment_bytes + again->journal_bytes + again->snapshot_bytes - kept_bytes;
   std::vector<std::string> order;
   for (const auto& f : again->files) if (f.rfind("seg/", 0) == 0) order.push_back(f);
   for (const auto& f : again->files) if (f.rfind("seg/", 0) != 0 && f != "HEARTBEAT") order.push_back(f);
@@ -254,6 +293,7 @@ int Purge(Env* env, const std::string& backing, const NodeInfo& n, bool force, u
   }
   (void)drop_journal;
   for (const auto& f : order) {
+    if (kept.count(f)) continue;
     Status r = env->Remove(dir + "/" + f);
     if (!r.ok() && !r.IsNotFound()) return Fail(kExitFail, "removing " + dir + "/" + f + ": " + r.ToString());
     removed++;
@@ -268,11 +308,18 @@ int Purge(Env* env, const std::string& backing, const NodeInfo& n, bool force, u
   env->SyncDir(dir);
   if (json) {
     nlohmann::json j{{"node", n.id}, {"purged", true}, {"segments_dropped", again->segment_ids.size()},
-                     {"files_removed", removed}, {"bytes_removed", bytes}, {"generation", (*nd)->generation()}};
+                     {"files_removed", removed}, {"bytes_removed", bytes}, {"segments_kept", held.size()}, {"generation", (*nd)->generation()}};
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("node %s purged: %llu file(s), %llu bytes removed\n", n.id.c_str(),
                 static_cast<unsigned long long>(removed), static_cast<unsigned long long>(bytes));
+  }
+  if (!held.empty()) {
+    std::string who;
+    for (const auto& h : holders) who += (who.empty() ? "" : ", ") + h;
+    std::fprintf(stderr, "kvfs: kept %zu segment file(s) of node '%s' that live node(s) %s have files of open; "
+                         "run kvfs node purge again once they are closed\n",
+                 held.size(), n.id.c_str(), who.c_str());
   }
   return kExitOk;
 }

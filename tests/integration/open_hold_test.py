@@ -14,6 +14,9 @@ After the close, the hold is released (stats: records_held_open 0) and the segme
 test_opened_before_commit_*: the handle is opened while the file's commit is pending (a 1.5 s commit
 delay), reads the staged version, and holds the committed record from the commit on (before: nothing
 held, ENOENT / SIGBUS once the version was spilled to that record and its segment dropped).
+PeerHoldTest: the same across two mounts over one backing directory (node B reads node A's file while A
+unlinks it and drops its segment; B's hold marker makes A keep the segment file), and `kvfs node purge`
+of a dead A keeps a segment that a live B holds.
 """
 import json
 import mmap
@@ -235,6 +238,122 @@ for _reader in ("read", "direct", "mmap", "rdwr"):
         def _test(self, reader=_reader, lose=_lose):
             self.run_case(reader, lose)
         setattr(OpenHoldTest, "test_%s_%s" % (_reader, _lose), _test)
+
+
+@kf.skip_unless_fuse
+class PeerHoldTest(kf.SharedBackingCase):
+    """Across nodes (#16): node B reads node A's file, A unlinks it and drops its segment (dead-segment
+    reclamation after 200 ms, 2 MiB segments, the grace period's default rule 2 x --peer-poll-ms + 0.5 s
+    = 0.7 s), and B, holding the file open through read(2), O_DIRECT or a mapping, reads every byte
+    after A has dropped and unlinked two later segments (so the grace period of the victim's segment
+    has long passed). B holds the segment on the export (a marker under its node directory) and A defers
+    the unlink while B lives; after B's last close A unlinks it. Before: B's reads got ENOENT and the
+    mapping SIGBUS once A unlinked the segment file."""
+
+    PREFIX = "kvfs-peerhold-"
+
+    def setUp(self):
+        super().setUp()
+        self.saved = {k: os.environ.get(k) for k in ("KVFS_TEST_DEAD_SEGMENT_AGE_MS", "KVFS_TEST_DROP_GRACE_MS")}
+        os.environ["KVFS_TEST_DEAD_SEGMENT_AGE_MS"] = "200"
+        os.environ.pop("KVFS_TEST_DROP_GRACE_MS", None)  # the default rule: 2 x 100 + 500 ms
+
+    def tearDown(self):
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        super().tearDown()
+
+    def mount(self, name):
+        mnt, _, _ = self.stack.enter_context(
+            kf.mounted(backing=self.node(name), node_id=name, segment_size="2MiB", cache_size="1MiB",
+                       peer_poll_ms=100, group_commit_ms=20))
+        return mnt
+
+    def run_peer_case(self, reader):
+        a = self.mount("A")
+        b = self.mount("B")
+        data = os.urandom(SIZE)
+        write_synced(os.path.join(a, "victim"), data)
+        pb = os.path.join(b, "victim")
+        self.assertTrue(wait_for(lambda: os.path.exists(pb) and os.stat(pb).st_size == SIZE), "not seen on B")
+        flags = os.O_RDONLY | (os.O_DIRECT if reader == "direct" else 0)
+        fd = os.open(pb, flags)
+        m = None
+        try:
+            if reader == "mmap":
+                m = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+                self.assertEqual(m[:PAGE], data[:PAGE])
+            else:
+                self.assertEqual(read_all(fd, reader == "direct")[:PAGE], data[:PAGE])
+            os.unlink(os.path.join(a, "victim"))
+            self.assertTrue(wait_for(lambda: not os.path.exists(pb)), "unlink not seen on B")
+            OpenHoldTest.churn(self, a, "peer" + reader)
+            OpenHoldTest.assert_reads_whole(self, fd, m, data, reader)
+            sb = kf.stats(b)["eviction"]
+            self.assertEqual(sb.get("peer_segments_held"), 1, sb)
+            sa = kf.stats(a)["eviction"]
+            self.assertEqual(sa.get("segments_held_by_peers"), 1, sa)
+            self.assertGreater(sa.get("segment_bytes_held_by_peers", 0), 0, sa)
+        finally:
+            if m is not None:
+                m.close()
+            os.close(fd)
+        # B's last close: its marker goes after its linger, and A unlinks the segment.
+        self.assertTrue(wait_for(lambda: kf.stats(b)["eviction"]["peer_segments_held"] == 0),
+                        kf.stats(b)["eviction"])
+        self.assertTrue(wait_for(lambda: kf.stats(a)["eviction"]["segments_held_by_peers"] == 0),
+                        kf.stats(a)["eviction"])
+        self.assertTrue(wait_for(lambda: kf.stats(b)["eviction"]["peer_hold_markers"] == 0),
+                        kf.stats(b)["eviction"])
+
+    def test_purge_keeps_a_segment_a_live_peer_holds(self):
+        """`kvfs node purge` of a dead node A keeps the segment files that a live node B has files of
+        open (B's markers), says so, and removes them in a later purge once B has closed them. Before:
+        the purge removed them and B's reads got ENOENT."""
+        a_spec = self.node("A")
+        a_ctx = kf.mounted(backing=a_spec, node_id="A", segment_size="2MiB", cache_size="1MiB",
+                           peer_poll_ms=100, group_commit_ms=20)
+        a, _, aproc = a_ctx.__enter__()
+        try:
+            b = self.mount("B")
+            data = os.urandom(SIZE)
+            write_synced(os.path.join(a, "victim"), data)
+            pb = os.path.join(b, "victim")
+            self.assertTrue(wait_for(lambda: os.path.exists(pb) and os.stat(pb).st_size == SIZE))
+            fd = os.open(pb, os.O_RDONLY)
+            try:
+                self.assertEqual(os.pread(fd, PAGE, 0), data[:PAGE])
+                aproc.send_signal(signal.SIGKILL)  # A crashes: same host, pid gone -> dead
+                aproc.wait()
+            except BaseException:
+                os.close(fd)
+                raise
+        finally:
+            a_ctx.__exit__(None, None, None)
+        try:
+            r = kf.run_kvfs("node", "purge", "--node", "A", "--backing", self.backing, "--grace-ms", "500",
+                            timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("kept 1 segment file(s) of node 'A'", r.stderr)
+            self.assertIn("B", r.stderr)
+            OpenHoldTest.assert_reads_whole(self, fd, None, data, "read")
+        finally:
+            os.close(fd)
+        self.assertTrue(wait_for(lambda: kf.stats(b)["eviction"]["peer_hold_markers"] == 0))
+        r = kf.run_kvfs("node", "purge", "--node", "A", "--backing", self.backing, "--grace-ms", "500",
+                        timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("kept", r.stderr)
+        self.assertEqual(os.listdir(os.path.join(self.backing, ".kvfs", "v1", "nodes", "A", "seg")), [])
+
+
+for _reader in ("read", "direct", "mmap"):
+    def _phtest(self, reader=_reader):
+        self.run_peer_case(reader)
+    setattr(PeerHoldTest, "test_peer_%s_after_drop" % _reader, _phtest)
 
 
 @kf.skip_unless_fuse

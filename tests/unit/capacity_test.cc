@@ -498,6 +498,91 @@ TEST_F(CapacityTest, HeldRecordSurvivesDeadSegmentReclamationUntilReleased) {
   EXPECT_TRUE(store_->PinRecord(held).IsNotFound());  // dropped: a new holder is refused
 }
 
+// #16 across nodes (engine/peer_holds.cc): node B holds a record of node A's segment (PinRecord: a
+// marker under B's holds/A/); A drops the segment (the file unlinked, dead-segment reclamation) and
+// defers its unlink while B is live and holds it (segments_held_by_peers); B reads every byte before and
+// after applying the DROP; after B's release and the marker's linger A unlinks it. And the race: B pins
+// a record of a segment A has dropped (DROP durable) that B has not applied yet: the first hold reads
+// A's journal after creating the marker, so it answers NotFound (before: OK, and its reads ENOENT once
+// A unlinked the file).
+TEST_F(CapacityTest, PeerHoldDefersTheOwnersUnlinkAndSeesAnUnappliedDrop) {
+  StoreOptions oa = CapOptions(0, /*min_hits=*/0);
+  oa.dead_segment_age_ms = 100;
+  Open(oa);
+  StoreOptions ob = oa;
+  ob.node_id = "node-b";
+  ob.index_dir = root_ + "/index-b";
+  auto bs = Store::Open(ob);
+  ASSERT_TRUE(bs.ok()) << bs.status().ToString();
+  std::unique_ptr<Store> b = std::move(*bs);
+  auto churn = [&](int from) {  // seals and kills two segments' worth of A's files
+    for (int i = from; i < from + 45; ++i) {
+      WriteFile(Name(i), Content(Name(i), kChunk, 7));
+      ASSERT_TRUE(store_->Unlink(kRootIno, Name(i), nullptr).ok());
+    }
+    ASSERT_TRUE(store_->Sync().ok());
+  };
+  auto wait = [&](const std::function<bool()>& pred) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!pred() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return pred();
+  };
+  const std::string content = Content(Name(0), kChunk, 7);
+  const Location held = WriteFile(Name(0), content);
+  WriteFile("other", Content("other", kChunk, 7));  // same segment
+  ASSERT_TRUE(store_->Sync().ok());
+  ASSERT_TRUE(b->RefreshPeers().ok());
+  auto other = b->Lookup(kRootIno, "other");
+  ASSERT_TRUE(other.ok());
+  ASSERT_EQ(other->location.segment, held.segment);
+  ASSERT_TRUE(b->PinRecord(held).ok());
+  const std::string marker = HoldDirPath(backing_, "node-b", node_) + "/" +
+                             SegmentFileName(held.segment.generation, held.segment.seq);
+  EXPECT_TRUE(fs::exists(marker));
+  EXPECT_EQ(b->GetStats().peer_segments_held, 1u);
+  ASSERT_TRUE(store_->Unlink(kRootIno, Name(0), nullptr).ok());
+  ASSERT_TRUE(store_->Unlink(kRootIno, "other", nullptr).ok());
+  churn(100);
+  ASSERT_TRUE(wait([&] { return store_->GetStats().segments_held_by_peers == 1; }));
+  ASSERT_TRUE(wait([&] { return store_->GetStats().segments_unlinked >= 2; }));
+  auto st = store_->GetStats();
+  EXPECT_GT(st.segment_bytes_held_by_peers, 0u);
+  EXPECT_EQ(st.unlinks_deferred_by_peers, 1u);
+  ASSERT_TRUE(fs::exists(SegPath(held)));
+  for (int pass = 0; pass < 2; ++pass) {  // before and after B applied the DROP
+    std::string got(content.size(), '\0');
+    size_t n = 0;
+    ASSERT_TRUE(b->ReadUncached(held, 0, got.size(), got.data(), &n).ok()) << pass;
+    ASSERT_EQ(n, content.size());
+    EXPECT_TRUE(got == content) << pass;
+    ASSERT_TRUE(b->RefreshPeers().ok());
+  }
+  EXPECT_TRUE(b->PinRecord(other->location).IsNotFound());  // B knows the drop: a new hold is refused
+  b->UnpinRecord(held);
+  EXPECT_EQ(b->GetStats().peer_segments_held, 0u);
+  // B's marker goes 5 s after the release (its evictor's sweep), then A unlinks the segment.
+  ASSERT_TRUE(wait([&] { return !fs::exists(SegPath(held)); }));
+  EXPECT_FALSE(fs::exists(marker));
+  EXPECT_EQ(store_->GetStats().segments_held_by_peers, 0u);
+  EXPECT_EQ(b->GetStats().peer_hold_markers, 0u);
+
+  // The race: A drops a segment and unlinks it; B has not applied the DROP when it pins a record of it.
+  const Location late = WriteFile(Name(1), Content(Name(1), kChunk, 7));
+  ASSERT_TRUE(store_->Sync().ok());
+  ASSERT_TRUE(b->RefreshPeers().ok());
+  ASSERT_TRUE(b->Lookup(kRootIno, Name(1)).ok());
+  ASSERT_TRUE(store_->Unlink(kRootIno, Name(1), nullptr).ok());
+  churn(200);
+  ASSERT_TRUE(wait([&] { return !fs::exists(SegPath(late)); }));
+  ASSERT_TRUE(b->Lookup(kRootIno, Name(1)).ok());  // not applied yet: B still has the name
+  EXPECT_TRUE(b->PinRecord(late).IsNotFound());
+  EXPECT_TRUE(b->Lookup(kRootIno, Name(1)).status().IsNotFound());  // the hold's journal read applied it
+  EXPECT_EQ(b->GetStats().peer_segments_held, 0u);
+  EXPECT_TRUE(b->Close().ok());
+}
+
 // #16: the same under capacity eviction: a held record's segment is skipped by FIFO eviction.
 TEST_F(CapacityTest, HeldRecordSurvivesCapacityEvictionUntilReleased) {
   const uint64_t cap = 8 * kSeg;
