@@ -153,7 +153,11 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
 
 void KvfsFs::Impl::AddReaderLocked(Version& v, Location* unpin) {
   v.readers++;
-  // Committed before this reader came: it did not see the reader, so the reader takes the hold. A
+  HoldCommittedLocked(v, unpin);
+}
+
+void KvfsFs::Impl::HoldCommittedLocked(Version& v, Location* unpin) {
+  // Committed before this handle came: the commit did not see it, so the handle takes the hold. A
   // segment dropped meanwhile (unlinked and reclaimed already) cannot be held: the version's RAM
   // chunks still read, a reference to that record reads ENOENT.
   if (v.committed_loc.empty() || v.held == v.committed_loc) return;
@@ -248,6 +252,13 @@ Status KvfsFs::Impl::FinishRelease(const std::shared_ptr<Inode>& in, const std::
     if (!s.ok() || v->writers != 0 || in->unlinked || v->superseded || round >= 8) break;
     std::shared_lock<std::shared_mutex> vg(v->mu);
     if (v->committed_gen == v->gen && v->committed_attr_gen == v->attr_gen) break;
+  }
+  // TEST ONLY (KVFS_TEST_AFTER_COMMIT_DELAY_MS): the window between the commit and the version leaving
+  // `writing`, in which a writable open still joins the committed version (open_hold_test); widened
+  // for the first version committed by the daemon only (the committer thread waits meanwhile).
+  static std::atomic<bool> test_delayed{false};  // once per process: the first committed version only
+  if (opts.test_after_commit_delay_ms > 0 && s.ok() && !test_delayed.exchange(true)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(opts.test_after_commit_delay_ms));
   }
   // Removed before the version leaves `writing` (the name would show a staged 0-byte file meanwhile).
   if (!s.ok() && !unl) Unpublish(in, v, s);

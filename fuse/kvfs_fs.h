@@ -64,6 +64,10 @@ struct FsOptions {
   // TEST ONLY (KVFS_TEST_READ_DELAY_MS): every READ handler waits this long (ms) before it answers, so a
   // test sees whether the requests of one read(2) are in the daemon at once (FsStats::reads_in_flight_max).
   uint32_t test_read_delay_ms = 0;
+  // TEST ONLY (KVFS_TEST_AFTER_COMMIT_DELAY_MS): the last release of the daemon's first committed version
+  // waits this long (ms) after its commit before the version leaves the inode's versions being written,
+  // so a test can open (join) it in that window (tests/integration/open_hold_test.py test_writer_joins_committed_version).
+  uint32_t test_after_commit_delay_ms = 0;
   // Staging memory budget, bytes: RAM held by the bytes of files being written (docs/design.md §4). A write
   // that would take it over the budget first spills the staged chunks of the version holding the most
   // RAM to a provisional record in the active segment (Store::WriteProvisionalRecord) and keeps only

@@ -481,6 +481,10 @@ struct KvfsFs::Impl {
   // releases (Store::UnpinRecord) after dropping the lock.
   void AddReaderLocked(Version& v, Location* unpin);
   void DropReaderLocked(Version& v, Location* unpin);
+  // v's committed record held for its handles (Version::held) if it is committed and not held yet:
+  // readers (AddReaderLocked) and a writer that joins a committed version (AcquireWritable). Under the
+  // Inode's mu. *unpin: an older hold the caller releases.
+  void HoldCommittedLocked(Version& v, Location* unpin);
 
   // The last release of a version that could not be published (failed close/fsync or commit): the
   // name goes back to what it was before the open (docs/semantics.md): a staged file's name is removed

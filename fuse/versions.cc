@@ -91,6 +91,13 @@ Result<std::shared_ptr<Version>> KvfsFs::Impl::AcquireWritableOnce(
   }
   auto join = [&](const std::shared_ptr<Version>& v) {
     v->writers++;
+    // A version committed with no handle left, not yet out of `writing` (its last release is between
+    // its commit and the end of FinishRelease): its chunks may be references to the committed record (a
+    // spill of a recorded version), which its commit held for nobody. This writer holds it, as a reader
+    // does (released with the version's last handle, FinishRelease). Under in->mu, like HoldBase.
+    Location unpin;
+    HoldCommittedLocked(*v, &unpin);
+    store->UnpinRecord(unpin);
     if (std::find(in->writing.begin(), in->writing.end(), v) == in->writing.end()) in->writing.push_back(v);
     return v;
   };

@@ -451,6 +451,10 @@ int RunMount(MountArgs a) {
   if (const char* d = std::getenv("KVFS_TEST_LOOKUP_DELAY_MS")) fo.test_lookup_delay_ms = static_cast<uint32_t>(std::atoi(d));
   // TEST ONLY: KVFS_TEST_READ_DELAY_MS delays every READ reply (FsOptions).
   if (const char* d = std::getenv("KVFS_TEST_READ_DELAY_MS")) fo.test_read_delay_ms = static_cast<uint32_t>(std::atoi(d));
+  // TEST ONLY: KVFS_TEST_AFTER_COMMIT_DELAY_MS widens the window after a version's commit (FsOptions).
+  if (const char* d = std::getenv("KVFS_TEST_AFTER_COMMIT_DELAY_MS")) {
+    fo.test_after_commit_delay_ms = static_cast<uint32_t>(std::atoi(d));
+  }
   // The FUSE mount first, the store after: a mount that fails (the kernel or fusermount3 refuses it,
   // /dev/fuse) has then taken no node generation and created no index. Until the loop answers the
   // kernel's INIT, requests to the mount wait (a long index rebuild included) instead of reaching the

@@ -227,6 +227,51 @@ class OpenHoldTest(unittest.TestCase):
         finally:
             ctx.__exit__(None, None, None)
 
+    def test_writer_joins_committed_version(self):
+        """A writable open that joins a version committed with no handle left (between its deferred
+        commit and the version leaving the inode's versions being written: KVFS_TEST_AFTER_COMMIT_DELAY_MS
+        widens that window to 3 s for the daemon's first commit) holds the committed record: the version is then spilled (the 4 MiB
+        staging budget is exceeded by another file), so its bytes are references to that record; the
+        name is unlinked and the segment's neighbours dropped; every byte reads back through the O_RDWR
+        handle. Before: the joining writer held nothing and its reads got ENOENT."""
+        env = {"KVFS_TEST_AFTER_COMMIT_DELAY_MS": "3000"}
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            ctx = kf.mounted(segment_size="2MiB", cache_size="1MiB", staging_size="4MiB")
+            mnt = ctx.__enter__()[0]
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        try:
+            data = os.urandom(SIZE)
+            path = os.path.join(mnt, "victim")
+            committed = kf.stats(mnt)["fuse"]["versions_committed"]
+            kf.write_file(path, data)  # close: the deferred commit runs 5 ms later, then waits 3 s
+            self.assertTrue(wait_for(lambda: kf.stats(mnt)["fuse"]["versions_committed"] > committed, 2.0))
+            held = kf.stats(mnt)["eviction"]["records_held_open"]
+            fd = os.open(path, os.O_RDWR)  # joins the committed version (still being released)
+            try:
+                self.assertEqual(kf.stats(mnt)["eviction"]["records_held_open"], held + 1,
+                                 "the joining writer holds the committed record")
+                filler = os.path.join(mnt, "filler")
+                kf.write_file(filler, os.urandom(5 * MiB))  # over the budget: the victim's RAM is spilled
+                os.unlink(filler)
+                os.unlink(path)
+                self.churn(mnt, "join")
+                got = read_all(fd, False)
+                self.assertEqual(len(got), SIZE)
+                self.assertTrue(got == data, "wrong bytes")
+            finally:
+                os.close(fd)
+            self.assertTrue(wait_for(lambda: kf.stats(mnt)["eviction"]["records_held_open"] == 0),
+                            kf.stats(mnt)["eviction"])
+        finally:
+            ctx.__exit__(None, None, None)
+
 
 for _reader in ("read", "direct", "mmap"):
     def _ptest(self, reader=_reader):
