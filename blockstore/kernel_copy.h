@@ -12,9 +12,12 @@
 // copied by the kernel into a window that user mode already touched cost a memcpy (~0.3 s/GB measured,
 // vs ~3 s/GB). On bare metal or with hardware-assisted paging (EPT/NPT) there is no such trap: the pages
 // an O_DIRECT read filled are already mapped, hashing them in place would cost ~0.13 s/GB, and the kernel
-// copy is extra work (~0.3 s/GB measured here, so ~0.2 s/GB more than in place). Choosing the path per
-// machine (a mount-time probe of the first-touch cost) is left to do (#15); a buffer already touched from
-// user mode (BufferPool tracks it) is verified in place everywhere.
+// copy is extra work (~0.3 s/GB measured here, so ~0.2 s/GB more than in place). So the path is chosen per
+// machine: `kvfs mount --verify-copy auto` (the default) runs ProbeVerifyCopy once at mount (a few ms:
+// hashes fresh MAP_POPULATE pages in place, the same pages again, and fresh pages through the kernel
+// copy) and ChooseVerifyCopy picks the cheaper path for never-touched buffers; `kernel` / `inplace`
+// force one (SetVerifyCopy; the read path asks VerifyUntouchedThroughKernel). A buffer already touched
+// from user mode (BufferPool tracks it) is verified in place everywhere.
 //
 // How: vmsplice(2) of the source range into a per-thread pipe (page references, no copy), then read(2)
 // from the pipe into the thread's window (the one copy, by the kernel, into user-touched memory). When
@@ -29,6 +32,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <string_view>
 
 namespace kvfs {
 
@@ -50,5 +55,55 @@ KernelCopyStats GetKernelCopyStats();
 
 // Tests: when true, every call takes the fallback (in-place) path.
 void SetKernelCopyDisabledForTest(bool disabled);
+
+// ---- Which path verifies a value loaded into never-touched memory (per process) ----
+
+// --verify-copy: auto (probe at mount), kernel, inplace.
+enum class VerifyCopyMode : uint8_t { kAuto, kKernel, kInPlace };
+// "auto" | "kernel" | "inplace" (also "in-place", "in_place"); false for anything else.
+bool ParseVerifyCopyMode(std::string_view s, VerifyCopyMode* out);
+const char* VerifyCopyModeName(VerifyCopyMode m);  // "auto" | "kernel" | "inplace"
+
+// What ProbeVerifyCopy measured: seconds of CPU per GB (1e9 bytes) of hashing (XXH3, 64 KiB blocks, as
+// the read path does) on each path; the best of `rounds` rounds of `bytes` each.
+struct VerifyCopyProbe {
+  double in_place_fresh_s_per_gb = 0;    // fresh MAP_POPULATE pages hashed in place (their first user touch)
+  double in_place_touched_s_per_gb = 0;  // the same pages hashed again (touched: the steady-state cost)
+  double kernel_copy_s_per_gb = 0;       // fresh pages hashed through the kernel copy (vmsplice + read)
+  bool kernel_copy_works = false;        // the kernel copy ran without a fallback
+  uint64_t bytes = 0;                    // per path and round
+  int rounds = 0;
+  double elapsed_ms = 0;                 // the whole probe, wall time
+};
+// Runs on the calling thread (its kernel-copy pipe and window are made if they were not); does not move
+// GetKernelCopyStats. Two fresh mappings of `bytes` per round, unmapped before it returns.
+VerifyCopyProbe ProbeVerifyCopy(size_t bytes = 512 * 1024, int rounds = 4);
+
+// The decision (a pure function of the figures): the kernel copy when it works and costs less than
+// kKernelCopyAdvantage of hashing fresh pages in place (a clear win: on a guest with shadow paging
+// ~0.3 vs ~3 s/GB); in place otherwise (bare metal, EPT/NPT: ~0.13 in place vs ~0.3 s/GB through the
+// copy), and when a figure is missing (0: below the clock's resolution).
+inline constexpr double kKernelCopyAdvantage = 0.8;
+bool ChooseVerifyCopy(const VerifyCopyProbe& p);
+
+// The process's choice (default: kernel, mode kernel, not probed: what a program that never calls
+// SetVerifyCopy gets, e.g. kvfs-fsck).
+struct VerifyCopyChoice {
+  VerifyCopyMode mode = VerifyCopyMode::kKernel;  // as asked
+  bool kernel = true;                             // what never-touched buffers use
+  bool probed = false;                            // probe holds figures (mode auto)
+  VerifyCopyProbe probe;
+};
+// mode kernel / inplace: that path, no probe. mode auto: probes (on a short-lived thread of its own, so
+// the probe's pipe and window are freed) and chooses. Returns the choice, also set process-wide.
+VerifyCopyChoice ConfigureVerifyCopy(VerifyCopyMode mode);
+void SetVerifyCopy(const VerifyCopyChoice& c);
+VerifyCopyChoice GetVerifyCopy();
+// The read path's question, cheap (one relaxed atomic load): verify a never-touched buffer through a
+// kernel copy (true) or in place (false)?
+bool VerifyUntouchedThroughKernel();
+// One line for the log: "kernel copy (auto: in place 3.05 s/GB on fresh pages, 0.13 s/GB touched; kernel
+// copy 0.31 s/GB; probe 4 x 512 KiB, 9.8 ms)".
+std::string DescribeVerifyCopy(const VerifyCopyChoice& c);
 
 }  // namespace kvfs

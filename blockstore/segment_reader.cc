@@ -162,6 +162,16 @@ Status VerifyBlocks(const BackingFile* f, const RecordMeta& m, const char* buf, 
   return bad == UINT64_MAX ? Status::OK() : BlockMismatch(f, m, bad);
 }
 
+// Whether a loader verifies vb in place: user code touched it already, or the process verifies
+// never-touched buffers in place (kernel_copy.h VerifyUntouchedThroughKernel: --verify-copy); then it
+// is touched from now on (the pool learns it at the free). Call before ParseLoadedMeta.
+bool VerifyInPlace(ValueBuffer& vb) {
+  if (vb.touched()) return true;
+  if (VerifyUntouchedThroughKernel()) return false;
+  vb.MarkTouched();
+  return true;
+}
+
 // ParseMeta of the metadata prefix of a loaded buffer: in place when user code may have touched it,
 // else from a kernel copy (as VerifyBlocks).
 Status ParseLoadedMeta(const BackingFile* f, const ValueBuffer& vb, size_t avail, uint64_t off, RecordMeta* m) {
@@ -343,6 +353,7 @@ Result<std::shared_ptr<ValueBuffer>> LoadWholeValue(BackingFile* file, const Loc
   const uint64_t read_len = delta + AlignUp(loc.length);
   size_t r = 0;
   KVFS_RETURN_IF_ERROR(file->Read(loc.record_offset, read_len, vb->base(), &r));
+  const bool in_place = VerifyInPlace(*vb);
   RecordMeta m;
   KVFS_RETURN_IF_ERROR(ParseLoadedMeta(file, *vb, std::min<uint64_t>(r, delta), loc.record_offset, &m));
   KVFS_RETURN_IF_ERROR(CheckLoc(file, loc, m));
@@ -351,7 +362,7 @@ Result<std::shared_ptr<ValueBuffer>> LoadWholeValue(BackingFile* file, const Loc
                               std::to_string(loc.record_offset));
   }
   if (loc.length > 0) {
-    KVFS_RETURN_IF_ERROR(VerifyBlocks(file, m, vb->data(), 0, m.checksums.size() - 1, vb->touched()));
+    KVFS_RETURN_IF_ERROR(VerifyBlocks(file, m, vb->data(), 0, m.checksums.size() - 1, in_place));
   }
   return vb;
 }
@@ -374,6 +385,7 @@ Result<std::shared_ptr<ValueBuffer>> ReadValueRange(BackingFile* file, const Loc
     if (!vb) return Status::IOError("segment reader: out of memory", ENOMEM);
     size_t r = 0;
     KVFS_RETURN_IF_ERROR(file->Read(loc.record_offset, delta + AlignUp(want), vb->base(), &r));
+    const bool in_place = VerifyInPlace(*vb);
     RecordMeta m;
     KVFS_RETURN_IF_ERROR(ParseLoadedMeta(file, *vb, std::min<uint64_t>(r, delta), loc.record_offset, &m));
     KVFS_RETURN_IF_ERROR(CheckLoc(file, loc, m));
@@ -381,7 +393,7 @@ Result<std::shared_ptr<ValueBuffer>> ReadValueRange(BackingFile* file, const Loc
       return Status::Corruption("segment " + At(file, loc.record_offset + r) + ": file ends inside the value of record @" +
                                 std::to_string(loc.record_offset));
     }
-    KVFS_RETURN_IF_ERROR(VerifyBlocks(file, m, vb->data(), 0, b1, vb->touched()));
+    KVFS_RETURN_IF_ERROR(VerifyBlocks(file, m, vb->data(), 0, b1, in_place));
     vb->SetWindow(delta + offset, n);
     if (meta_out) *meta_out = std::move(m);
     return vb;
@@ -407,7 +419,7 @@ Result<std::shared_ptr<ValueBuffer>> ReadValueRange(BackingFile* file, const Rec
   auto vb = ValueBuffer::Allocate(want);
   if (!vb) return Status::IOError("segment reader: out of memory", ENOMEM);
   uint64_t have = 0;
-  KVFS_RETURN_IF_ERROR(ReadBlocksInto(file, m, b0, b1, vb->base(), &have, vb->touched()));
+  KVFS_RETURN_IF_ERROR(ReadBlocksInto(file, m, b0, b1, vb->base(), &have, VerifyInPlace(*vb)));
   vb->SetWindow(offset - b0 * B, n);
   return vb;
 }

@@ -7,7 +7,9 @@
 // offset, and the output bytes are not returned (zeroed, *got = 0). A loader that reads into a
 // ValueBuffer user code never touched (ValueBuffer::touched() false: a fresh pool block) parses and
 // verifies it from kernel copies (blockstore/kernel_copy.h), so the buffer's pages are never accessed
-// from user mode (on the dev VM the first such access costs a hypervisor trap per page).
+// from user mode (on a guest with shadow paging the first such access costs a hypervisor trap per
+// page) -- unless the process verifies in place (VerifyUntouchedThroughKernel false: --verify-copy
+// inplace, or auto where the probe found no trap); then it hashes in place and marks the buffer touched.
 //
 // Thread safety: free functions are safe to call concurrently (each uses a thread-local scratch buffer);
 // a SegmentScanner is used by one thread at a time.

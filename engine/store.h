@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "blockstore/env.h"
+#include "blockstore/kernel_copy.h"
 #include "blockstore/status.h"
 #include "blockstore/types.h"
 #include "blockstore/value_buffer.h"
@@ -249,6 +250,9 @@ struct StoreStats {
   // Loaded bytes verified (and metadata parsed) from kernel copies, not in place (blockstore/kernel_copy.h),
   // and the loads that fell back to in place because the kernel refused.
   uint64_t verify_kernel_copy_bytes = 0, verify_kernel_copy_fallbacks = 0;
+  // How values loaded into never-touched memory are verified (--verify-copy: the mode asked, the path
+  // used, and the mount-time probe's figures when the mode is auto; blockstore/kernel_copy.h).
+  VerifyCopyChoice verify_copy;
   uint64_t checksum_failures = 0;
   uint64_t atime_updates = 0;  // reads' atime notes journaled (Store::NoteRead), since the mount
   uint64_t backing_metadata_ops = 0, backing_syncs = 0, backing_bytes_written = 0, backing_bytes_read = 0;

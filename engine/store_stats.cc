@@ -114,6 +114,7 @@ StoreStats StoreImpl::GetStats() {
   const KernelCopyStats kc = GetKernelCopyStats();
   s.verify_kernel_copy_bytes = kc.bytes;
   s.verify_kernel_copy_fallbacks = kc.fallbacks;
+  s.verify_copy = GetVerifyCopy();
   s.cache_bytes = cache_.Usage();
   s.checksum_failures = checksum_failures_;
   auto& c = env_->counters();

@@ -118,6 +118,24 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                       {"reused_untouched", st.pool_reused_untouched},
                       {"kernel_copy_bytes", st.verify_kernel_copy_bytes},
                       {"kernel_copy_fallbacks", st.verify_kernel_copy_fallbacks}};
+  {
+    // --verify-copy: what was asked, the path never-touched buffers take, and the mount's probe.
+    const VerifyCopyChoice& vc = st.verify_copy;
+    nlohmann::json v = {{"mode", VerifyCopyModeName(vc.mode)},
+                        {"path", vc.kernel ? "kernel" : "inplace"},
+                        {"probed", vc.probed},
+                        {"description", DescribeVerifyCopy(vc)}};
+    if (vc.probed) {
+      v["probe"] = {{"in_place_fresh_s_per_gb", vc.probe.in_place_fresh_s_per_gb},
+                    {"in_place_touched_s_per_gb", vc.probe.in_place_touched_s_per_gb},
+                    {"kernel_copy_s_per_gb", vc.probe.kernel_copy_s_per_gb},
+                    {"kernel_copy_works", vc.probe.kernel_copy_works},
+                    {"bytes", vc.probe.bytes},
+                    {"rounds", vc.probe.rounds},
+                    {"elapsed_ms", vc.probe.elapsed_ms}};
+    }
+    j["verify_copy"] = std::move(v);
+  }
   j["checksum_failures"] = st.checksum_failures;
   j["atime_updates"] = st.atime_updates;
   j["backing_metadata_ops"] = st.backing_metadata_ops;

@@ -111,6 +111,10 @@ int main(int argc, char** argv) {
                     "stderr); rotated by size");
   mount->add_option("--log-max-size", ma.log_max_size,
                     "rotate the log file at this size, keeping 4 old ones (<log>.1.log ...; default 64MiB)");
+  mount->add_option("--verify-copy", ma.verify_copy,
+                    "how a value loaded into never-touched memory is verified: auto (default: a few-ms probe at "
+                    "mount picks the cheaper), kernel (hash a kernel copy: cheaper where the first touch of a "
+                    "page traps to the hypervisor), inplace (hash it where it is)");
   mount->add_option("--metrics-listen", ma.metrics_listen,
                     "serve Prometheus metrics at http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 (default off)");
 

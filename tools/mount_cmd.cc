@@ -34,6 +34,7 @@
 
 #include "blockstore/deadline_env.h"
 #include "blockstore/format.h"
+#include "blockstore/kernel_copy.h"
 #include "blockstore/node_dir.h"
 #include "engine/eviction_policy.h"
 #include "engine/store.h"
@@ -282,6 +283,10 @@ int RunMount(MountArgs a) {
     }
     kvfs::SetBackingModes(*m);  // before anything is created (index dir, node dir, log)
   }
+  kvfs::VerifyCopyMode verify_copy = kvfs::VerifyCopyMode::kAuto;
+  if (!kvfs::ParseVerifyCopyMode(a.verify_copy, &verify_copy)) {
+    Die(kExitUsage, "--verify-copy '" + a.verify_copy + "': must be auto, kernel or inplace");
+  }
   kvfs::ListenAddress metrics_addr;
   if (!a.metrics_listen.empty()) {
     std::string err;
@@ -490,6 +495,9 @@ int RunMount(MountArgs a) {
   if (const char* d = std::getenv("KVFS_TEST_STORE_OPEN_DELAY_MS")) {
     std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(d)));
   }
+  // How loads into never-touched memory are verified (blockstore/kernel_copy.h): forced, or a probe of a
+  // few ms (after the fork: it runs on a thread of its own). Before the store opens, which may read.
+  const kvfs::VerifyCopyChoice verify_choice = kvfs::ConfigureVerifyCopy(verify_copy);
   auto opened = kvfs::Store::Open(so);
   if (!opened.ok()) {
     fs.reset();  // unmounts
@@ -525,6 +533,7 @@ int RunMount(MountArgs a) {
   std::unique_ptr<kvfs::Store> store = std::move(*opened);
   fs->AttachStore(store.get());
   spdlog::info("kvfs: {}", a.segment_size_note);  // after the open: a refused mount prints its one line only
+  spdlog::info("kvfs: verify copy: {}", kvfs::DescribeVerifyCopy(verify_choice));
   if (report_fd >= 0) {
     // Daemon: stdin and stdout off the terminal (stderr is already the log file, see the fork).
     int devnull = open("/dev/null", O_RDWR);

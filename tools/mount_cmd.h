@@ -51,6 +51,7 @@ struct MountArgs {
   std::string backing_mode;  // octal file mode of what kvfs creates on the export; empty = 0600 (0700 dirs)
   std::string log_file;      // empty: <index_dir>.log for a daemon, stderr in the foreground
   std::string log_max_size = "64MiB";
+  std::string verify_copy = "auto";  // auto | kernel | inplace (blockstore/kernel_copy.h)
   std::string segment_size_note;  // how the segment size was chosen (RunMount logs it once the store is open)
   std::string segment_size_short;  // the same, short, for the line a daemonised mount prints on success
   bool quiet = false;              // --quiet: no line on success (the mount(8) helper form sets it)

@@ -113,6 +113,9 @@ int RunStats(const std::string& mp_in, bool json) {
                 (unsigned long long)bp.value("fresh_bytes", uint64_t{0}),
                 (unsigned long long)bp.value("free_bytes", uint64_t{0}));
   }
+  if (j.contains("verify_copy")) {  // how loads into never-touched memory are verified (--verify-copy)
+    std::printf("verify copy            %s\n", j["verify_copy"].value("description", std::string()).c_str());
+  }
   std::printf("checksum failures      %llu\n", (unsigned long long)u("checksum_failures"));
   std::printf("backing metadata ops   %llu\n", (unsigned long long)u("backing_metadata_ops"));
   std::printf("backing syncs          %llu\n", (unsigned long long)u("backing_syncs"));

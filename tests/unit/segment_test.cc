@@ -582,8 +582,9 @@ TEST_F(SegmentTest, TruncationAt200RandomOffsetsKeepsExactlyCompleteRecords) {
 }
 
 // A load into never-touched memory (a fresh pool block) is verified from kernel copies, one into a block
-// user code touched is verified in place, and with the kernel copy refused in place too: every way
-// hands out the right bytes, and a flipped byte is Corruption with no bytes handed out.
+// user code touched is verified in place, with the kernel copy refused in place too, and with
+// --verify-copy inplace (SetVerifyCopy) in place, the buffer touched from then on: every way hands out
+// the right bytes, and a flipped byte is Corruption with no bytes handed out.
 TEST_F(SegmentTest, LoadsVerifyUntouchedBuffersThroughKernelCopies) {
   auto w = NewWriter({});
   Appended a{"/v", MakeValue(2359296, 5), 5, {}};
@@ -601,7 +602,8 @@ TEST_F(SegmentTest, LoadsVerifyUntouchedBuffersThroughKernelCopies) {
   auto load = [&](bool whole) -> Result<std::shared_ptr<ValueBuffer>> {
     return whole ? LoadWholeValue(f->get(), a.loc) : ReadValueRange(f->get(), big.loc, piece, piece);
   };
-  for (int mode = 0; mode < 3; ++mode) {  // 0: untouched, 1: touched block, 2: untouched, kernel refuses
+  // 0: untouched, 1: touched block, 2: untouched, kernel refuses, 3: untouched, verify copy in place
+  for (int mode = 0; mode < 4; ++mode) {
     for (bool whole : {true, false}) {
       for (bool corrupt : {false, true}) {
         const Appended& r = whole ? a : big;
@@ -616,17 +618,19 @@ TEST_F(SegmentTest, LoadsVerifyUntouchedBuffersThroughKernelCopies) {
           BufferPool::Default().Put(b);
         }
         SetKernelCopyDisabledForTest(mode == 2);
+        if (mode == 3) SetVerifyCopy(VerifyCopyChoice{VerifyCopyMode::kInPlace, /*kernel=*/false});
         const KernelCopyStats before = GetKernelCopyStats();
         auto v = load(whole);
         const KernelCopyStats after = GetKernelCopyStats();
         SetKernelCopyDisabledForTest(false);
+        SetVerifyCopy(VerifyCopyChoice{});
         if (corrupt) {
           EXPECT_TRUE(v.status().IsCorruption()) << mode << whole << v.status().ToString();
           FlipByte(path, r.loc.value_offset + flip);  // restore
         } else {
           ASSERT_TRUE(v.ok()) << v.status().ToString();
           EXPECT_TRUE((*v)->view() == (whole ? std::string_view(a.value) : std::string_view(big.value).substr(piece, piece)));
-          EXPECT_EQ((*v)->touched(), mode == 1);  // a kernel-verified buffer stays untouched
+          EXPECT_EQ((*v)->touched(), mode == 1 || mode == 3);  // a kernel-verified buffer stays untouched
         }
         if (mode == 0 && !corrupt) {
           EXPECT_GE(after.bytes - before.bytes, whole ? a.value.size() : piece);
@@ -636,6 +640,9 @@ TEST_F(SegmentTest, LoadsVerifyUntouchedBuffersThroughKernelCopies) {
         }
         if (mode == 2) {
           EXPECT_GT(after.fallbacks, before.fallbacks);
+        }
+        if (mode == 3) {
+          EXPECT_EQ(after.fallbacks, before.fallbacks);
         }
       }
     }
