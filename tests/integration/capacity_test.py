@@ -16,6 +16,10 @@ Run: KVFS_BINARY=build/tools/kvfs python3 tests/integration/capacity_test.py [-v
                                  ENOSPC, statfs still shows the backing's size; after rm the dead segments
                                  are reclaimed and writes succeed again; a remount of the full backing
                                  works and its files can be deleted.
+  GlobalWatermarkTest            two nodes on one backing, 1 MiB and 4 MiB segments, one --high-watermark:
+                                 peers' segments count by their files' sizes, so ~22 MiB on the export
+                                 under a 24 MiB watermark evicts nothing (counting the 1 MiB node's
+                                 segments at the other's 4 MiB made it drop its own files).
 """
 import errno
 import mmap
@@ -408,6 +412,49 @@ class FullBackingTest(unittest.TestCase):
                             "free after rm: %d" % self.free_bytes(mnt))
             write_file(os.path.join(mnt, "after"), content("after")[:SMALL])
             self.assertEqual(read_plain(os.path.join(mnt, "after")), content("after")[:SMALL])
+
+
+@unittest.skipUnless(kf.fuse_available(), "needs /dev/fuse and fusermount3")
+class GlobalWatermarkTest(kf.SharedBackingCase):
+    def mount(self, name, seg):
+        return self.stack.enter_context(kf.mounted(
+            self.node(name), node_id=name, segment_size=seg, high_watermark="24MiB", low_watermark="20MiB",
+            cache_size="64MiB", peer_poll_ms=100, log_level="warn"))[0]
+
+    def test_peers_with_another_segment_size_count_by_their_files(self):
+        small = 256 * 1024
+        data = {"a-%02d" % i: os.urandom(small) for i in range(40)}  # ~10 MiB in 1 MiB segments
+        a = self.mount("a", "1MiB")
+        for name, d in data.items():
+            write_file(os.path.join(a, name), d)
+        b = self.mount("b", "4MiB")
+        for i in range(12):  # 12 MiB in 4 MiB segments: ~22 MiB on the export in all
+            name = "b-%02d" % i
+            data[name] = os.urandom(MiB)
+            write_file(os.path.join(b, name), data[name])
+        a_segs = os.path.join(self.backing, ".kvfs", "v1", "nodes", "a", "seg")
+        on_disk = lambda: sum(os.stat(os.path.join(a_segs, f)).st_size for f in os.listdir(a_segs))
+        # B's evictor runs every 100 ms and sees A's sealed segments at once (replayed at its mount).
+        deadline = time.time() + 10
+        while True:
+            st = kf.stats(b)
+            peer = [n for n in st["nodes"] if n["node"] == "a"]
+            if peer and not peer[0]["estimated"] and peer[0]["segment_bytes"] >= on_disk() - MiB:
+                break
+            self.assertLess(time.time(), deadline, st["nodes"])
+            time.sleep(0.1)
+        time.sleep(1.0)  # ten more evictor rounds
+        st_b, st_a = kf.stats(b), kf.stats(a)
+        self.assertLess(on_disk() + st_b["export"]["node"]["segment_bytes"], 24 * MiB)
+        self.assertEqual(st_b["eviction"]["segments_dropped"], 0)
+        self.assertEqual(st_a["eviction"]["segments_dropped"], 0)
+        for name, d in data.items():  # every file, on both nodes
+            self.assertTrue(read_plain(os.path.join(b, name)) == d, name)
+        deadline = time.time() + 10
+        while not all(os.path.exists(os.path.join(a, n)) for n in data) and time.time() < deadline:
+            time.sleep(0.1)
+        for name, d in data.items():
+            self.assertTrue(read_plain(os.path.join(a, name)) == d, name)
 
 
 if __name__ == "__main__":
