@@ -16,6 +16,8 @@
 # of wall time, and under valgrind a phase takes ~50x longer than natively, so compare idle Ir/s x phase
 # seconds with the phase's Ir before reading small differences. Counts are user space only: page faults,
 # kernel copies and FUSE's kernel side are not in them (daemon CPU s/GB from kvfs-bench covers those).
+# The load's verify path is fixed, not probed (a probe under valgrind would time valgrind): --verify-copy
+# kernel, the path the figures in docs/benchmarks.md were counted with; VERIFY_COPY=inplace counts the other.
 #
 # Prints Ir per stored chunk, Ir per loaded chunk, idle Ir/s and the seconds of each phase, plus one
 # machine-readable line "instr_per_chunk store=... load=... idle_per_s=...". It unmounts and kills only
@@ -49,7 +51,8 @@ trap cleanup EXIT
 start_daemon() {  # tag
   valgrind --tool=callgrind --callgrind-out-file="$work/cg.$1.%p" \
     "$kvfs" mount "$mnt" --backing "$work/backing" --index-dir "$work/idx" --node-id instr \
-    --foreground --log-level warn --peer-poll-ms 0 >"$work/daemon.$1.log" 2>&1 &
+    --foreground --log-level warn --peer-poll-ms 0 --verify-copy "${VERIFY_COPY:-kernel}" \
+    >"$work/daemon.$1.log" 2>&1 &
   pid=$!
   for _ in $(seq 600); do
     mountpoint -q "$mnt" && return 0
