@@ -50,7 +50,7 @@ struct StoreOptions {
   bool direct_io = true;
   bool force_takeover = false;          // take over the node directory even if its owner looks alive
   bool atime = true;                    // reads update atime with relatime rules (Store::NoteRead); false = noatime
-  uint32_t heartbeat_interval_ms = 5000;  // HEARTBEAT rewrite period (5 backing ops each)
+  uint32_t heartbeat_interval_ms = 5000;  // HEARTBEAT period (a stat of OWNER, an in-place write + fdatasync)
   uint32_t peer_poll_ms = 200;          // how often peers' journals are tailed (0 = never); backs off
                                         // to 4x for idle peers
   bool peer_direct_io = false;          // read peers' journals with O_DIRECT (NFS: see growth at once)
