@@ -68,6 +68,9 @@ struct FsOptions {
   // waits this long (ms) after its commit before the version leaves the inode's versions being written,
   // so a test can open (join) it in that window (tests/integration/open_hold_test.py test_writer_joins_committed_version).
   uint32_t test_after_commit_delay_ms = 0;
+  // TEST ONLY (KVFS_TEST_UNLINK_MARK_DELAY_MS): unlink and rename wait this long (ms) between the Store
+  // call and marking the inode that lost its name (open_hold_test OpenDuringUnlinkTest).
+  uint32_t test_unlink_mark_delay_ms = 0;
   // Staging memory budget, bytes: RAM held by the bytes of files being written (docs/design.md §4). A write
   // that would take it over the budget first spills the staged chunks of the version holding the most
   // RAM to a provisional record in the active segment (Store::WriteProvisionalRecord) and keeps only

@@ -58,6 +58,7 @@
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
@@ -274,6 +275,34 @@ struct KvfsFs::Impl {
   // destroyed in reverse order, and ~Version unregisters from staging.
   Staging staging;
 
+  // Unlinks and renames in flight on this node, from before their Store call until the inode that lost
+  // its name is marked (MarkUnlinked): a read-only OPEN whose inode is gone from the index waits for the
+  // ones that started before it looked (WaitUnlinksBefore) and only then looks at Inode::unlinked, so a
+  // name removed on this node just before the OPEN is always seen as such (the doomed inode opens) and
+  // never answered ESTALE. Tickets, not a lock: later unlinks never make the OPEN wait. unlink_mu is a
+  // leaf.
+  std::mutex unlink_mu;
+  std::condition_variable unlink_cv;
+  uint64_t unlink_next = 1;           // the next ticket (unlink_mu)
+  std::set<uint64_t> unlink_inflight;  // tickets of unlinks/renames not marked yet (unlink_mu)
+  uint64_t BeginUnlink() {
+    std::lock_guard<std::mutex> g(unlink_mu);
+    unlink_inflight.insert(unlink_next);
+    return unlink_next++;
+  }
+  void EndUnlink(uint64_t ticket) {
+    {
+      std::lock_guard<std::mutex> g(unlink_mu);
+      unlink_inflight.erase(ticket);
+    }
+    unlink_cv.notify_all();
+  }
+  // Waits until every unlink/rename begun before this call has marked its inode.
+  void WaitUnlinksBefore() {
+    std::unique_lock<std::mutex> g(unlink_mu);
+    const uint64_t limit = unlink_next;
+    unlink_cv.wait(g, [&] { return unlink_inflight.empty() || *unlink_inflight.begin() >= limit; });
+  }
   std::mutex table_mu;
   std::unordered_map<uint64_t, std::shared_ptr<Inode>> table;
   std::atomic<uint64_t> next_seq{1};
@@ -479,6 +508,11 @@ struct KvfsFs::Impl {
   // A read-only handle starts / stops reading staged version v (under its Inode's mu): Version::readers,
   // and the hold of its committed record (Version::held) for such handles. *unpin: a hold the caller
   // releases (Store::UnpinRecord) after dropping the lock.
+  void TestUnlinkMarkDelay() {  // TEST ONLY (FsOptions::test_unlink_mark_delay_ms)
+    if (opts.test_unlink_mark_delay_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(opts.test_unlink_mark_delay_ms));
+    }
+  }
   void AddReaderLocked(Version& v, Location* unpin);
   void DropReaderLocked(Version& v, Location* unpin);
   // v's committed record held for its handles (Version::held) if it is committed and not held yet:

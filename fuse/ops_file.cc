@@ -54,6 +54,13 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
     fs->store->UnpinRecord(unpin);
     if (!h->version) {
       auto n = fs->store->GetInode(in->ino);
+      if (n.status().IsNotFound()) {
+        // An unlink or rename over on this node may have removed the name and not marked the inode
+        // yet: wait for those in flight (Impl::WaitUnlinksBefore). Before, such an OPEN was answered
+        // ESTALE, and the kernel's retry could meet the next rename over the name the same way: open(2)
+        // failed ESTALE (once in 10 minutes of tests/stress/open_hold_stress.py).
+        fs->WaitUnlinksBefore();
+      }
       if (!n.ok()) {
         // Replaced or unlinked by this node between the kernel's LOOKUP and this OPEN: like a local
         // fs, open the doomed inode and read the version it last had (its record is still in its

@@ -70,8 +70,11 @@ void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   auto* fs = FS(req);
   uint64_t ino = 0;
+  const uint64_t ticket = fs->BeginUnlink();  // until the inode is marked (OpenHandle)
   Status s = fs->store->Unlink(parent, name, &ino);
+  fs->TestUnlinkMarkDelay();
   if (s.ok()) fs->MarkUnlinked(ino, parent, name);
+  fs->EndUnlink(ticket);
   Reply(req, s);
 }
 
@@ -98,9 +101,12 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
     auto src = fs->store->Lookup(parent, name);
     if (src.ok() && S_ISREG(src->attr.mode)) fs->AddFresh(src->attr.ino, /*virgin=*/false);
   }
+  const uint64_t ticket = fs->BeginUnlink();  // until the inode is marked (OpenHandle)
   Status s = fs->store->Rename(parent, name, newparent, newname, flags, &replaced);
+  fs->TestUnlinkMarkDelay();
   // The destination's old inode lost its name: its staged versions are discarded, its readers go on.
   if (s.ok() && replaced != 0) fs->MarkUnlinked(replaced, newparent, newname);
+  fs->EndUnlink(ticket);
   Reply(req, s);
 }
 

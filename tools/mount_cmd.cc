@@ -457,6 +457,10 @@ int RunMount(MountArgs a) {
   // TEST ONLY: KVFS_TEST_READ_DELAY_MS delays every READ reply (FsOptions).
   if (const char* d = std::getenv("KVFS_TEST_READ_DELAY_MS")) fo.test_read_delay_ms = static_cast<uint32_t>(std::atoi(d));
   // TEST ONLY: KVFS_TEST_AFTER_COMMIT_DELAY_MS widens the window after a version's commit (FsOptions).
+  // TEST ONLY: KVFS_TEST_UNLINK_MARK_DELAY_MS widens unlink's and rename's window (FsOptions).
+  if (const char* d = std::getenv("KVFS_TEST_UNLINK_MARK_DELAY_MS")) {
+    fo.test_unlink_mark_delay_ms = static_cast<uint32_t>(std::atoi(d));
+  }
   if (const char* d = std::getenv("KVFS_TEST_AFTER_COMMIT_DELAY_MS")) {
     fo.test_after_commit_delay_ms = static_cast<uint32_t>(std::atoi(d));
   }

@@ -18,6 +18,7 @@ PeerHoldTest: the same across two mounts over one backing directory (node B read
 unlinks it and drops its segment; B's hold marker makes A keep the segment file), and `kvfs node purge`
 of a dead A keeps a segment that a live B holds.
 """
+import errno
 import json
 import mmap
 import os
@@ -283,6 +284,56 @@ for _reader in ("read", "direct", "mmap", "rdwr"):
         def _test(self, reader=_reader, lose=_lose):
             self.run_case(reader, lose)
         setattr(OpenHoldTest, "test_%s_%s" % (_reader, _lose), _test)
+
+
+@kf.skip_unless_fuse
+class OpenDuringUnlinkTest(unittest.TestCase):
+    """A read-only open racing an unlink or a rename over the name on this node (#16, the `ESTALE` of
+    tests/stress/open_hold_stress.py): the daemon removed the name from its index and had not yet marked
+    the inode that lost it when the OPEN of that inode (looked up just before) arrived, so the OPEN
+    was answered ESTALE, and the kernel's retry could meet the next rename over the name the same way:
+    open(2) failed ESTALE. KVFS_TEST_UNLINK_MARK_DELAY_MS widens that window to 300 ms. Now the OPEN
+    waits for the unlinks and renames in flight and opens the doomed inode (its last content, as a local
+    fs does). The test: an open(2) of a name whose unlink is inside that window; before, its OPEN got
+    ESTALE and the kernel's retry ENOENT (the double race of the stress, a retry that meets the next
+    rename over, is too rare to provoke on purpose)."""
+
+    def setUp(self):
+        self.saved = os.environ.get("KVFS_TEST_UNLINK_MARK_DELAY_MS")
+        os.environ["KVFS_TEST_UNLINK_MARK_DELAY_MS"] = "300"
+
+    def tearDown(self):
+        if self.saved is None:
+            os.environ.pop("KVFS_TEST_UNLINK_MARK_DELAY_MS", None)
+        else:
+            os.environ["KVFS_TEST_UNLINK_MARK_DELAY_MS"] = self.saved
+
+    def test_open_during_unlink_reads_the_doomed_file(self):
+        import threading
+        with kf.mounted() as (mnt, _, _):
+            path = os.path.join(mnt, "f")
+            data = os.urandom(300000)
+            write_synced(path, data)
+            time.sleep(0.1)
+            os.stat(path)  # the kernel caches the dentry: the open below goes straight to OPEN
+            t = threading.Thread(target=os.unlink, args=(path,))
+            t.start()
+            time.sleep(0.1)  # inside the daemon's unlink, between the index and the mark
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError as e:
+                t.join()
+                self.fail("open during the unlink: %s" % errno_name(e))
+            t.join()
+            try:
+                self.assertEqual(read_all(fd, False), data)
+            finally:
+                os.close(fd)
+
+
+def errno_name(e):
+    import errno as _errno
+    return _errno.errorcode.get(e.errno, str(e.errno))
 
 
 @kf.skip_unless_fuse

@@ -17,8 +17,8 @@ pattern), unlink names and rename one final name over another. Every file is uni
 starts with a 24-byte tag (file id, block index, file size) followed by bytes of a random base buffer,
 so a block of another file, another offset or zeros is told apart from the right one.
 Readers (one process per kind: read(2) with the page cache dropped, O_DIRECT, mmap) open final names
-(ENOENT at open is legitimate: unlinked, renamed away or evicted; ESTALE at open is counted apart, see
-docs/semantics.md Known bugs), keep up to 4 files open each for
+(ENOENT at open is legitimate: unlinked, renamed away or evicted; ESTALE at open is counted apart: once
+in 10 minutes before the fix under Fixed in docs/semantics.md Known bugs), keep up to 4 files open each for
 0.2-3 s while the writers go on, read random blocks meanwhile and every byte before the close, and
 compare each with the file's expected bytes. Counted as failures: EIO or any other error of a read
 after a successful open, ENOENT after the open, a size that differs from the file's, wrong bytes, and
@@ -237,8 +237,9 @@ def reader_main(kind, mnt, names, max_size, stop_at, counts, seed):
                     if e.errno == errno.ENOENT:
                         c["open_enoent"] += 1
                     elif e.errno == errno.ESTALE:
-                        # Not a hold failure (nothing was open yet), but not a documented answer for a
-                        # read-only open on one node either (docs/semantics.md Known bugs): counted.
+                        # Not a hold failure (nothing was open yet), and not a documented answer for a
+                        # read-only open on one node either (its cause is fixed: docs/semantics.md,
+                        # Fixed under Known bugs): counted apart, to see if another cause remains.
                         c["open_estale"] += 1
                         if len(c["first_failures"]) < 5:
                             c["first_failures"].append("(not counted as a failure) %s open %s: %s" %
