@@ -445,6 +445,27 @@ class PeerHoldTest(kf.SharedBackingCase):
         self.assertNotIn("kept", r.stderr)
         self.assertEqual(os.listdir(os.path.join(self.backing, ".kvfs", "v1", "nodes", "A", "seg")), [])
 
+    def test_cross_node_stress(self):
+        """tests/stress/open_hold_stress.py with its writers on node A (a 48 MiB --capacity, 4 MiB
+        segments: eviction and dead-segment reclamation all the time) and its readers on node B
+        (--read-mnt): every byte B opened is verified, no EIO, no ENOENT after an open, no SIGBUS.
+        KVFS_HOLD_STRESS_SECONDS sets the length (default 12)."""
+        a, _, _ = self.stack.enter_context(
+            kf.mounted(backing=self.node("A"), node_id="A", segment_size="4MiB", capacity="48MiB",
+                       cache_size="8MiB", staging_size="4MiB", peer_poll_ms=100, group_commit_ms=20,
+                       log_level="warn"))
+        b = self.mount("B")
+        seconds = os.environ.get("KVFS_HOLD_STRESS_SECONDS", "12")
+        script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "stress",
+                              "open_hold_stress.py")
+        r = subprocess.run([sys.executable, script, a, seconds, "--read-mnt", b, "--json"], capture_output=True,
+                           text=True, timeout=float(seconds) + 300)
+        sys.stderr.write("\n" + r.stdout[-3000:] + r.stderr[-3000:])
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        out = json.loads(r.stdout)
+        self.assertGreater(out["readers"]["files_verified"], 0, out)
+        self.assertGreater(out["segments_unlinked"], 0, out)
+
 
 for _reader in ("read", "direct", "mmap"):
     def _phtest(self, reader=_reader):

@@ -2,7 +2,12 @@
 """Stress: readers keep files open while writers churn, unlink and rename over them, and eviction runs
 (issue #16 part 1; docs/semantics.md §6.10 "An open file keeps its bytes until its last close").
 
-Usage: open_hold_stress.py MNT SECONDS [--writers 2] [--names 24] [--max-size 3MiB] [--json]
+Usage: open_hold_stress.py MNT SECONDS [--writers 2] [--names 24] [--max-size 3MiB] [--read-mnt MNT2] [--json]
+
+--read-mnt: the readers open the names on another mount over the same backing directory (another node,
+docs/semantics.md §6.10 "Across nodes"): node B holds node A's segments while A evicts them. There,
+ENOENT and ESTALE at open are both legitimate (a peer's replacement: §6.5), and the names appear one peer
+poll after A publishes them.
 
 Run it on a kvfs mount with a small --capacity and --segment-size, so that eviction and dead-segment
 reclamation run all the time, and the smallest --staging-size (4MiB) with a longer commit delay, so that
@@ -303,6 +308,7 @@ def main():
     ap.add_argument("--writers", type=int, default=2)
     ap.add_argument("--names", type=int, default=24)
     ap.add_argument("--max-size", default="3MiB")
+    ap.add_argument("--read-mnt", default=None, help="readers open the names here (another node's mount)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     max_size = parse_size(a.max_size)
@@ -323,7 +329,8 @@ def main():
     def start_reader(kind):
         nonlocal seed
         seed += 1
-        p = ctx.Process(target=reader_main, args=(kind, a.mnt, names, max_size, stop_at, counts, seed))
+        p = ctx.Process(target=reader_main, args=(kind, a.read_mnt or a.mnt, names, max_size, stop_at, counts,
+                                                  seed))
         p.start()
         readers[kind] = p
 
@@ -384,6 +391,7 @@ def main():
         "segments_dropped": ev_a.get("segments_dropped", 0) - ev_b.get("segments_dropped", 0),
         "segments_unlinked": ev_a.get("segments_unlinked", 0) - ev_b.get("segments_unlinked", 0),
         "eviction_after": ev_a,
+        "reader_node_eviction_after": stats(a.read_mnt).get("eviction", {}) if a.read_mnt else None,
         "first_failures": first[:10],
     }
     failures = (total.get("eio", 0) + total.get("enoent_after_open", 0) + total.get("other_errors", 0) +
