@@ -744,6 +744,46 @@ Result<S3ListPage> S3Client::List(const std::string& prefix, const std::string& 
   return page;
 }
 
+Result<S3ListPage> S3Client::ListDelimited(const std::string& prefix, const std::string& continuation_token,
+                                           uint32_t max_keys) {
+  max_keys = std::clamp<uint32_t>(max_keys, 1, 1000);
+  Request req;
+  req.key = "";
+  // Parameters in sorted order (the canonical query SigV4 signs).
+  if (!continuation_token.empty()) req.query = "continuation-token=" + S3Encode(continuation_token, false) + "&";
+  req.query += "delimiter=%2F&list-type=2&max-keys=" + std::to_string(max_keys);
+  if (!prefix.empty()) req.query += "&prefix=" + S3Encode(prefix, false);
+  Response resp;
+  KVFS_RETURN_IF_ERROR(Perform(S3Op::kList, req, &resp));
+  tinyxml2::XMLDocument doc;
+  const tinyxml2::XMLElement* root = nullptr;
+  if (doc.Parse(resp.body.data(), resp.body.size()) == tinyxml2::XML_SUCCESS) root = doc.RootElement();
+  if (!root || std::string_view(root->Name()) != "ListBucketResult") {
+    return Fail(S3Op::kList, Status::IOError("s3 GET " + config_.bucket +
+                                             "?delimiter=/&list-type=2: the answer is not a ListBucketResult"));
+  }
+  S3ListPage page;
+  page.truncated = std::string_view(S3ElementText(root, "IsTruncated")) == "true";
+  if (page.truncated) page.next_token = S3ElementText(root, "NextContinuationToken");
+  for (const tinyxml2::XMLElement* c = root->FirstChildElement("Contents"); c;
+       c = c->NextSiblingElement("Contents")) {
+    S3ObjectInfo o;
+    o.key = S3ElementText(c, "Key");
+    o.size = std::strtoull(S3ElementText(c, "Size"), nullptr, 10);
+    o.etag = S3ElementText(c, "ETag");
+    page.objects.push_back(std::move(o));
+  }
+  for (const tinyxml2::XMLElement* c = root->FirstChildElement("CommonPrefixes"); c;
+       c = c->NextSiblingElement("CommonPrefixes")) {
+    page.common_prefixes.push_back(S3ElementText(c, "Prefix"));
+  }
+  if (page.truncated && page.next_token.empty()) {
+    return Fail(S3Op::kList, Status::IOError("s3 list " + config_.bucket + "/" + prefix +
+                                             ": truncated page without NextContinuationToken"));
+  }
+  return page;
+}
+
 Status S3Client::CreateBucket() {
   Request req;
   req.method = "PUT";

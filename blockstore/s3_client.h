@@ -122,6 +122,10 @@ struct S3ObjectInfo {
 struct S3ListPage {
   std::vector<S3ObjectInfo> objects;  // in key order (UTF-8 binary order), all > start_after
   bool truncated = false;             // more keys follow: list again with start_after = objects.back().key
+  // ListDelimited only: the "directories" (CommonPrefixes, each ending in '/') and the token of the next
+  // page (NextContinuationToken; empty when not truncated).
+  std::vector<std::string> common_prefixes;
+  std::string next_token;
 };
 
 struct S3PutOptions {
@@ -161,6 +165,10 @@ class S3Client {
   // max_keys (1..1000) in one request.
   Result<S3ListPage> List(const std::string& prefix, const std::string& start_after,
                           uint32_t max_keys = 1000);
+  // ListObjectsV2 with delimiter '/': the objects directly under prefix (a "directory" ending in '/') and
+  // its subdirectories (common_prefixes), one page; continue with next_token (empty: the first page).
+  Result<S3ListPage> ListDelimited(const std::string& prefix, const std::string& continuation_token,
+                                   uint32_t max_keys = 1000);
   // PUT Bucket (tests and first setup). OK if this account already owns it.
   Status CreateBucket();
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "blockstore/object_store.h"
+#include "blockstore/s3_env.h"
 #include "tests/s3/object_store_contract.h"
 
 namespace kvfs {
@@ -566,6 +567,159 @@ TEST_F(S3ClientTest, ObjectStoreContract) {
   auto all = shared->List("", "", 1000);
   ASSERT_TRUE(all.ok());
   for (const auto& o : all->objects) EXPECT_EQ(o.key.rfind("kvfs/", 0), 0u) << o.key;
+}
+
+TEST_F(S3ClientTest, ListDelimitedDirectoriesAndPages) {
+  for (const char* k : {"p/a", "p/b", "p/d1/x", "p/d1/y", "p/d2/z", "p/e", "q/other"}) {
+    ASSERT_TRUE(client_->Put(k, k).ok()) << k;
+  }
+  std::vector<std::string> objects, dirs;
+  std::string token;
+  int pages = 0;
+  do {
+    auto page = client_->ListDelimited("p/", token, 2);
+    ASSERT_TRUE(page.ok()) << page.status().ToString();
+    for (const auto& o : page->objects) objects.push_back(o.key);
+    for (const auto& d : page->common_prefixes) dirs.push_back(d);
+    token = page->next_token;
+    pages++;
+  } while (!token.empty() && pages < 10);
+  EXPECT_EQ(objects, (std::vector<std::string>{"p/a", "p/b", "p/e"}));
+  EXPECT_EQ(dirs, (std::vector<std::string>{"p/d1/", "p/d2/"}));
+  EXPECT_EQ(pages, 3);  // 5 entries, 2 per page
+  auto empty = client_->ListDelimited("nothing/", "");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->objects.empty() && empty->common_prefixes.empty() && !empty->truncated);
+}
+
+// The tiered Env of an S3 mount (blockstore/s3_env.h): which files reach the bucket and when, reads of
+// what is only in the bucket, merged listings, uploads and prefix publications.
+TEST_F(S3ClientTest, S3TierEnvStagesUploadsAndReadsBack) {
+  char tmpl[] = "/tmp/kvfs-s3env-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl;
+  std::shared_ptr<S3Client> shared(std::move(client_));
+  S3TierEnv env(shared, "pre/", root);
+  const std::string node = root + "/.kvfs/v1/nodes/a";
+  ASSERT_TRUE(env.CreateDirs(node + "/seg").ok());
+  EXPECT_EQ(env.KindOf(node + "/seg/00000000000000000001-00000000000000000001.kseg"), S3TierEnv::Kind::kStaged);
+  EXPECT_EQ(env.KindOf(node + "/journal-00000000000000000001-00000000000000000000"), S3TierEnv::Kind::kStaged);
+  EXPECT_EQ(env.KindOf(node + "/OWNER.tmp"), S3TierEnv::Kind::kLocal);
+  EXPECT_EQ(env.KindOf(node + "/RESERVE"), S3TierEnv::Kind::kLocal);
+  EXPECT_EQ(env.KindOf(node + "/OWNER"), S3TierEnv::Kind::kThrough);
+  EXPECT_EQ(env.KindOf("/elsewhere/x"), S3TierEnv::Kind::kOutside);
+  EXPECT_EQ(env.KeyOf(node + "/OWNER"), "pre/.kvfs/v1/nodes/a/OWNER");
+
+  // A "through" file: in the bucket after WriteFileAtomic (temp + rename); the temp file never is.
+  ASSERT_TRUE(env.WriteFileAtomic(node + "/OWNER", "owner=1\n").ok());
+  auto owner = shared->GetAll("pre/.kvfs/v1/nodes/a/OWNER");
+  ASSERT_TRUE(owner.ok()) << owner.status().ToString();
+  EXPECT_EQ(*owner, "owner=1\n");
+  EXPECT_TRUE(shared->Head("pre/.kvfs/v1/nodes/a/OWNER.tmp").status().IsNotFound());
+  // ... and after each Sync of a file open for writing; O_EXCL sees the object.
+  {
+    OpenOptions o;
+    o.write = o.create = o.exclusive = true;
+    auto f = env.Open(root + "/.kvfs/v1/FORMAT", o);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    ASSERT_TRUE((*f)->Write(0, "format\n", 7).ok());
+    EXPECT_TRUE(shared->Head("pre/.kvfs/v1/FORMAT").status().IsNotFound());  // not before the Sync
+    ASSERT_TRUE((*f)->Sync().ok());
+    EXPECT_EQ(shared->Head("pre/.kvfs/v1/FORMAT")->size, 7u);
+    ASSERT_EQ(unlink((root + "/.kvfs/v1/FORMAT").c_str()), 0);
+    EXPECT_TRUE(env.Open(root + "/.kvfs/v1/FORMAT", o).status().IsExists());
+  }
+
+  // A staged segment: local only until UploadStaged, which removes the staged copy.
+  const std::string seg = node + "/seg/00000000000000000001-00000000000000000001.kseg";
+  const std::string data = RandomBytes(300'000, 7);
+  {
+    OpenOptions o;
+    o.write = o.create = o.exclusive = true;
+    auto f = env.Open(seg, o);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE((*f)->Write(0, data.data(), data.size()).ok());
+    ASSERT_TRUE((*f)->Sync().ok());
+  }
+  EXPECT_TRUE(shared->Head(env.KeyOf(seg)).status().IsNotFound());
+  ASSERT_TRUE(env.UploadStaged(seg).ok());
+  EXPECT_EQ(access(seg.c_str(), F_OK), -1);
+  EXPECT_EQ(shared->Head(env.KeyOf(seg))->size, data.size());
+  EXPECT_TRUE(env.UploadStaged(seg).IsNotFound());
+  {
+    // Read back through the Env: ranged GETs.
+    const uint64_t gets = shared->counters().Requests(S3Op::kGet);
+    auto f = env.Open(seg, OpenOptions{});
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    std::string buf(1000, '\0');
+    size_t got = 0;
+    ASSERT_TRUE((*f)->Read(123'456, buf.size(), buf.data(), &got).ok());
+    EXPECT_EQ(got, buf.size());
+    EXPECT_EQ(buf, data.substr(123'456, 1000));
+    ASSERT_TRUE((*f)->Read(299'500, buf.size(), buf.data(), &got).ok());
+    EXPECT_EQ(got, 500u);
+    EXPECT_EQ(shared->counters().Requests(S3Op::kGet), gets + 2);
+    EXPECT_EQ((*f)->Write(0, "x", 1).ToErrno(), EROFS);
+  }
+  EXPECT_EQ(env.Stat(seg)->size, data.size());
+
+  // A journal file: published as prefixes.
+  const std::string journal = node + "/journal-00000000000000000001-00000000000000000000";
+  {
+    OpenOptions o;
+    o.write = o.create = true;
+    auto f = env.Open(journal, o);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE((*f)->Write(0, "0123456789", 10).ok());
+    ASSERT_TRUE((*f)->Sync().ok());
+  }
+  EXPECT_TRUE(shared->Head(env.KeyOf(journal)).status().IsNotFound());
+  ASSERT_TRUE(env.PublishPrefix(journal, 4).ok());
+  EXPECT_EQ(*shared->GetAll(env.KeyOf(journal)), "0123");
+  ASSERT_TRUE(env.PublishPrefix(journal, 10).ok());
+  EXPECT_EQ(*shared->GetAll(env.KeyOf(journal)), "0123456789");
+
+  // A fresh staging directory over the same bucket: listings, Stat and reads come from the bucket.
+  char tmpl2[] = "/tmp/kvfs-s3env-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl2), nullptr);
+  const std::string root2 = tmpl2;
+  S3TierEnv env2(shared, "pre/", root2);
+  const std::string node2 = root2 + "/.kvfs/v1/nodes/a";
+  std::vector<std::string> names;
+  ASSERT_TRUE(env2.GetChildren(root2 + "/.kvfs/v1/nodes", &names).ok());
+  EXPECT_EQ(names, std::vector<std::string>{"a"});
+  ASSERT_TRUE(env2.GetChildren(node2, &names).ok());
+  EXPECT_EQ(names, (std::vector<std::string>{"OWNER", "journal-00000000000000000001-00000000000000000000", "seg"}));
+  EXPECT_TRUE(env2.GetChildren(root2 + "/nothing", &names).IsNotFound());
+  auto st = env2.Stat(node2 + "/seg");
+  ASSERT_TRUE(st.ok());
+  EXPECT_TRUE(st->is_dir);
+  EXPECT_EQ(access((node2 + "/seg").c_str(), F_OK), 0);  // made in the staging directory too
+  EXPECT_TRUE(env2.Stat(node2 + "/missing").status().IsNotFound());
+  std::string text;
+  ASSERT_TRUE(env2.ReadFileToString(node2 + "/journal-00000000000000000001-00000000000000000000",
+                                    &text).ok());
+  EXPECT_EQ(text, "0123456789");
+  uint64_t total = 0, avail = 0;
+  ASSERT_TRUE(env2.StatFs(root2, &total, &avail).ok());
+  EXPECT_EQ(total, kS3TotalBytes);
+  // Remove: the staged copy and the object.
+  ASSERT_TRUE(env2.Remove(node2 + "/seg/00000000000000000001-00000000000000000001.kseg").ok());
+  EXPECT_TRUE(shared->Head(env.KeyOf(seg)).status().IsNotFound());
+  std::string cmd = "rm -rf '" + root + "' '" + root2 + "'";
+  ASSERT_EQ(system(cmd.c_str()), 0);
+}
+
+TEST(S3UrlTest, ParsesBucketAndPrefix) {
+  std::string b, p;
+  ASSERT_TRUE(ParseS3Url("s3://bkt/a/b/", &b, &p).ok());
+  EXPECT_EQ(b, "bkt");
+  EXPECT_EQ(p, "a/b/");
+  ASSERT_TRUE(ParseS3Url("s3://bkt", &b, &p).ok());
+  EXPECT_EQ(p, "");
+  EXPECT_TRUE(ParseS3Url("/mnt/x", &b, &p).IsInvalidArgument());
+  EXPECT_TRUE(ParseS3Url("s3:///x", &b, &p).IsInvalidArgument());
+  EXPECT_TRUE(ParseS3Url("s3://b//x", &b, &p).IsInvalidArgument());
 }
 
 // ---- no server needed ----

@@ -1,0 +1,255 @@
+// S3TierEnv (blockstore/s3_env.h).
+#include "blockstore/s3_env.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+namespace kvfs {
+namespace {
+
+std::string_view S3EnvBaseName(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+bool S3EnvEndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// An object open for reading: every Read is one ranged GET.
+class S3ObjectFile final : public BackingFile {
+ public:
+  S3ObjectFile(S3Client* client, std::string key, std::string path, uint64_t size)
+      : client_(client), key_(std::move(key)), path_(std::move(path)), size_(size) {}
+  Status Read(uint64_t offset, size_t n, void* buf, size_t* got) override {
+    *got = 0;
+    if (n == 0) return Status::OK();
+    return client_->Get(key_, offset, n, buf, got);
+  }
+  Status Write(std::span<const WriteOp>) override { return ReadOnly(); }
+  Status Sync() override { return Status::OK(); }
+  Status Truncate(uint64_t) override { return ReadOnly(); }
+  Result<uint64_t> Size() override {
+    auto h = client_->Head(key_);
+    if (!h.ok()) return h.status();
+    size_ = h->size;
+    return size_;
+  }
+  const std::string& path() const override { return path_; }
+
+ private:
+  Status ReadOnly() const {
+    return Status::IOError(path_ + ": object in the bucket is read-only (s3 key " + key_ + ")", EROFS);
+  }
+  S3Client* const client_;
+  const std::string key_, path_;
+  uint64_t size_;
+};
+
+// A "through" file open for writing: local writes; each Sync() PUTs the whole local file.
+class S3ThroughFile final : public BackingFile {
+ public:
+  S3ThroughFile(S3TierEnv* env, std::unique_ptr<BackingFile> local) : env_(env), local_(std::move(local)) {}
+  Status Read(uint64_t offset, size_t n, void* buf, size_t* got) override { return local_->Read(offset, n, buf, got); }
+  Status Write(std::span<const WriteOp> ops) override { return local_->Write(ops); }
+  Status Sync() override {
+    KVFS_RETURN_IF_ERROR(local_->Sync());
+    return env_->PutLocal(local_->path());
+  }
+  Status Truncate(uint64_t size) override { return local_->Truncate(size); }
+  Result<uint64_t> Size() override { return local_->Size(); }
+  const std::string& path() const override { return local_->path(); }
+
+ private:
+  S3TierEnv* const env_;
+  std::unique_ptr<BackingFile> local_;
+};
+
+}  // namespace
+
+Status ParseS3Url(const std::string& url, std::string* bucket, std::string* prefix) {
+  constexpr std::string_view kScheme = "s3://";
+  if (url.rfind(kScheme, 0) != 0) return Status::InvalidArgument("'" + url + "' is not an s3://BUCKET/PREFIX URL");
+  std::string rest = url.substr(kScheme.size());
+  const size_t slash = rest.find('/');
+  *bucket = rest.substr(0, slash);
+  std::string p = slash == std::string::npos ? "" : rest.substr(slash + 1);
+  while (!p.empty() && p.back() == '/') p.pop_back();
+  if (bucket->empty()) return Status::InvalidArgument("'" + url + "': no bucket name (s3://BUCKET/PREFIX)");
+  if (p.find("//") != std::string::npos || p.rfind('/', 0) == 0) {
+    return Status::InvalidArgument("'" + url + "': empty path component in the prefix");
+  }
+  *prefix = p.empty() ? "" : p + "/";
+  return Status::OK();
+}
+
+S3TierEnv::S3TierEnv(std::shared_ptr<S3Client> client, std::string key_prefix, std::string staging_root,
+                     Env* local)
+    : client_(std::move(client)), prefix_(std::move(key_prefix)), root_(std::move(staging_root)), local_(local) {}
+
+S3TierEnv::Kind S3TierEnv::KindOf(const std::string& path) const {
+  if (path.size() < root_.size() || path.compare(0, root_.size(), root_) != 0 ||
+      (path.size() > root_.size() && path[root_.size()] != '/')) {
+    return Kind::kOutside;
+  }
+  const std::string_view base = S3EnvBaseName(path);
+  if (S3EnvEndsWith(base, ".tmp") || base == "RESERVE") return Kind::kLocal;
+  if (base.rfind("journal-", 0) == 0) return Kind::kStaged;
+  if (S3EnvEndsWith(base, ".kseg") && path.find("/seg/") != std::string::npos) return Kind::kStaged;
+  return Kind::kThrough;
+}
+
+std::string S3TierEnv::KeyOf(const std::string& path) const {
+  if (path.size() <= root_.size() + 1) return prefix_;
+  return prefix_ + path.substr(root_.size() + 1);
+}
+
+Status S3TierEnv::PutLocal(const std::string& path) {
+  auto f = local_->Open(path, OpenOptions{});
+  if (!f.ok()) return f.status();
+  auto size = (*f)->Size();
+  if (!size.ok()) return size.status();
+  return client_->PutFile(KeyOf(path), f->get(), *size);
+}
+
+Result<std::unique_ptr<BackingFile>> S3TierEnv::Open(const std::string& path, const OpenOptions& opts) {
+  const Kind kind = KindOf(path);
+  if (kind == Kind::kOutside || kind == Kind::kLocal) return local_->Open(path, opts);
+  if (opts.write) {
+    if (kind == Kind::kThrough && opts.create && opts.exclusive) {
+      auto h = client_->Head(KeyOf(path));
+      if (h.ok()) return Status::Exists("open(O_EXCL) " + path + ": the object exists (s3 key " + KeyOf(path) + ")");
+      if (!h.status().IsNotFound()) return h.status();
+    }
+    auto f = local_->Open(path, opts);
+    if (!f.ok() || kind != Kind::kThrough) return f;
+    return std::unique_ptr<BackingFile>(new S3ThroughFile(this, std::move(*f)));
+  }
+  OpenOptions lo = opts;
+  auto f = local_->Open(path, lo);
+  if (!f.ok() && lo.direct && f.status().ToErrno() == EINVAL) {
+    lo.direct = false;  // a staging file system without O_DIRECT (tmpfs)
+    f = local_->Open(path, lo);
+  }
+  if (f.ok() || !f.status().IsNotFound()) return f;
+  const std::string key = KeyOf(path);
+  auto h = client_->Head(key);
+  if (!h.ok()) {
+    if (h.status().IsNotFound()) return Status::NotFound("open " + path + ": not staged and no object " + key);
+    return h.status();
+  }
+  return std::unique_ptr<BackingFile>(new S3ObjectFile(client_.get(), key, path, h->size));
+}
+
+Status S3TierEnv::CreateDir(const std::string& path) { return local_->CreateDir(path); }
+
+Status S3TierEnv::Rename(const std::string& from, const std::string& to) {
+  KVFS_RETURN_IF_ERROR(local_->Rename(from, to));
+  const Kind kt = KindOf(to), kf = KindOf(from);
+  if (kt == Kind::kThrough) KVFS_RETURN_IF_ERROR(PutLocal(to));
+  if (kt == Kind::kStaged) {
+    return Status::NotSupported("rename onto a staged file " + to + " on an s3 backing");
+  }
+  if (kf == Kind::kThrough || kf == Kind::kStaged) return client_->Delete(KeyOf(from));
+  return Status::OK();
+}
+
+Status S3TierEnv::Remove(const std::string& path) {
+  const Kind kind = KindOf(path);
+  Status s = local_->Remove(path);
+  if (kind == Kind::kOutside || kind == Kind::kLocal) return s;
+  if (!s.ok() && !s.IsNotFound()) return s;
+  // S3 answers a DELETE the same whether or not the key existed: a missing staged file is OK here.
+  return client_->Delete(KeyOf(path));
+}
+
+Status S3TierEnv::GetChildren(const std::string& dir, std::vector<std::string>* names) {
+  names->clear();
+  if (KindOf(dir) == Kind::kOutside) return local_->GetChildren(dir, names);
+  std::vector<std::string> local;
+  Status ls = local_->GetChildren(dir, &local);
+  if (!ls.ok() && !ls.IsNotFound()) return ls;
+  std::set<std::string> all(local.begin(), local.end());
+  std::string prefix = KeyOf(dir);
+  if (!prefix.empty() && prefix.back() != '/') prefix += '/';
+  std::string token;
+  bool any = false;
+  do {
+    auto page = client_->ListDelimited(prefix, token);
+    if (!page.ok()) return page.status();
+    for (const auto& o : page->objects) {
+      if (o.key.size() > prefix.size()) all.insert(o.key.substr(prefix.size()));
+      any = true;
+    }
+    for (const auto& p : page->common_prefixes) {
+      if (p.size() > prefix.size() + 1) all.insert(p.substr(prefix.size(), p.size() - prefix.size() - 1));
+      any = true;
+    }
+    token = page->next_token;
+  } while (!token.empty());
+  if (!ls.ok() && !any) return ls;  // NotFound: neither staged nor in the bucket
+  names->assign(all.begin(), all.end());
+  return Status::OK();
+}
+
+Result<FileInfo> S3TierEnv::Stat(const std::string& path) {
+  auto st = local_->Stat(path);
+  const Kind kind = KindOf(path);
+  if (st.ok() || !st.status().IsNotFound() || kind == Kind::kOutside || kind == Kind::kLocal) return st;
+  const std::string key = KeyOf(path);
+  auto h = client_->Head(key);
+  if (h.ok()) {
+    FileInfo fi;
+    fi.size = h->size;
+    return fi;
+  }
+  if (!h.status().IsNotFound()) return h.status();
+  auto page = client_->ListDelimited(key + "/", "", 1);
+  if (!page.ok()) return page.status();
+  if (page->objects.empty() && page->common_prefixes.empty()) return st.status();
+  // A directory of the bucket exists in the staging directory too, so that files can be created in it
+  // (Env::CreateDirs stops at the first directory Stat finds).
+  KVFS_RETURN_IF_ERROR(local_->CreateDirs(path));
+  FileInfo fi;
+  fi.is_dir = true;
+  return fi;
+}
+
+Status S3TierEnv::SyncDir(const std::string& dir) { return local_->SyncDir(dir); }
+
+Status S3TierEnv::StatFs(const std::string& path, uint64_t* total_bytes, uint64_t* avail_bytes) {
+  if (KindOf(path) == Kind::kOutside) return local_->StatFs(path, total_bytes, avail_bytes);
+  *total_bytes = kS3TotalBytes;
+  *avail_bytes = kS3TotalBytes;
+  return Status::OK();
+}
+
+Status S3TierEnv::UploadStaged(const std::string& path) {
+  auto f = local_->Open(path, OpenOptions{});
+  if (!f.ok()) return f.status();
+  auto size = (*f)->Size();
+  if (!size.ok()) return size.status();
+  KVFS_RETURN_IF_ERROR(client_->PutFile(KeyOf(path), f->get(), *size));
+  f->reset();
+  Status r = local_->Remove(path);
+  return r.IsNotFound() ? Status::OK() : r;
+}
+
+Status S3TierEnv::PublishPrefix(const std::string& path, uint64_t len) {
+  auto f = local_->Open(path, OpenOptions{});
+  if (!f.ok()) return f.status();
+  return client_->PutFile(KeyOf(path), f->get(), len);
+}
+
+Status S3TierEnv::ListStaged(const std::string& dir, std::vector<std::string>* names) {
+  return local_->GetChildren(dir, names);
+}
+
+Result<uint64_t> S3TierEnv::StagedSize(const std::string& path) {
+  auto st = local_->Stat(path);
+  if (!st.ok()) return st.status();
+  return st->size;
+}
+
+}  // namespace kvfs
