@@ -246,6 +246,15 @@ Status S3TierEnv::ListStaged(const std::string& dir, std::vector<std::string>* n
   return local_->GetChildren(dir, names);
 }
 
+Status S3TierEnv::SetAsideStaged(const std::string& path) { return local_->Rename(path, path + ".obsolete"); }
+
+Result<uint64_t> S3TierEnv::PublishedSize(const std::string& path) {
+  auto h = client_->Head(KeyOf(path));
+  if (h.ok()) return h->size;
+  if (h.status().IsNotFound()) return uint64_t{0};
+  return h.status();
+}
+
 Result<uint64_t> S3TierEnv::StagedSize(const std::string& path) {
   auto st = local_->Stat(path);
   if (!st.ok()) return st.status();

@@ -48,6 +48,11 @@ class ObjectTier {
   virtual Status PublishPrefix(const std::string& path, uint64_t len) = 0;
   // Names in the staging directory `dir` only (no bucket listing). NotFound if dir does not exist.
   virtual Status ListStaged(const std::string& dir, std::vector<std::string>* names) = 0;
+  // Renames the staged file at path to path + ".obsolete" in the staging directory only (the bucket is
+  // left alone): leftovers a later mount from another staging directory made obsolete.
+  virtual Status SetAsideStaged(const std::string& path) = 0;
+  // Size of path's object in the bucket; 0 when there is none.
+  virtual Result<uint64_t> PublishedSize(const std::string& path) = 0;
   // Size of the staged file at path. NotFound if none.
   virtual Result<uint64_t> StagedSize(const std::string& path) = 0;
   virtual const S3Counters& s3_counters() const = 0;
@@ -74,6 +79,8 @@ class S3TierEnv : public Env, public ObjectTier {
   Status UploadStaged(const std::string& path) override;
   Status PublishPrefix(const std::string& path, uint64_t len) override;
   Status ListStaged(const std::string& dir, std::vector<std::string>* names) override;
+  Status SetAsideStaged(const std::string& path) override;
+  Result<uint64_t> PublishedSize(const std::string& path) override;
   Result<uint64_t> StagedSize(const std::string& path) override;
   const S3Counters& s3_counters() const override { return client_->counters(); }
 

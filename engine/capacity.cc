@@ -101,6 +101,7 @@ void StoreImpl::StopEvictor() {
 }
 
 void StoreImpl::OnSealed(const SealedSegment& seg) {
+  TierSegmentSealed(seg.id);  // an S3 backing: queued for its upload (store_tier.cc)
   if (!evict_enabled_) return;
   {
     std::lock_guard<std::mutex> l(cap_mu_);
@@ -500,8 +501,10 @@ void StoreImpl::UnlinkDue(bool all) {
     return;
   }
   // The DROP entries must be durable before the files go (a rebuild must not point into them), and
-  // before the peers' hold markers are listed (peer_holds.cc: the order the holders rely on).
+  // before the peers' hold markers are listed (peer_holds.cc: the order the holders rely on). On an S3
+  // backing also published (a remount from the bucket, or a peer, must not point into a deleted object).
   Status s = Sync();
+  if (s.ok() && opts_.tier) s = TierPublishedThrough(journal_->synced_position());
   std::set<SegmentId> held;
   if (s.ok()) {
     std::vector<SegmentId> ids;

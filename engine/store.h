@@ -30,6 +30,7 @@
 
 #include "blockstore/env.h"
 #include "blockstore/kernel_copy.h"
+#include "blockstore/s3_env.h"
 #include "blockstore/status.h"
 #include "blockstore/types.h"
 #include "blockstore/value_buffer.h"
@@ -50,6 +51,11 @@ struct StoreOptions {
   bool direct_io = true;
   bool force_takeover = false;          // take over the node directory even if its owner looks alive
   bool atime = true;                    // reads update atime with relatime rules (Store::NoteRead); false = noatime
+  // An object tier behind env (an S3 backing: env is an S3TierEnv over a local staging directory, and
+  // backing_dir is that directory). Then sealed segments are uploaded and the journal is published up to
+  // the last entry whose segments are all in the bucket (engine/store_tier.cc, docs/s3.md); periodic
+  // checkpoints are off (the snapshot at a clean Close stays). nullptr: a POSIX backing, as before.
+  ObjectTier* tier = nullptr;
   uint32_t heartbeat_interval_ms = 5000;  // HEARTBEAT period (a stat of OWNER, an in-place write + fdatasync)
   uint32_t peer_poll_ms = 200;          // how often peers' journals are tailed (0 = never); backs off
                                         // to 4x for idle peers
@@ -282,6 +288,13 @@ struct StoreStats {
            peer_hold_checks_failed = 0;
   uint64_t segments_held_by_peers = 0, segment_bytes_held_by_peers = 0, unlinks_deferred_by_peers = 0;
   BackingOpCounts backing_ops;
+  // An S3 backing (StoreOptions::tier; docs/s3.md): HTTP requests sent by type (S3OpName: put, get, head,
+  // delete, list, multipart parts...; retries included: what a site is billed for), segments uploaded,
+  // sealed segments waiting for their upload, journal publications, failed uploads/publications, bytes.
+  bool s3 = false;
+  std::vector<std::pair<std::string, uint64_t>> s3_requests;
+  uint64_t s3_requests_total = 0, s3_segments_uploaded = 0, s3_segments_pending = 0, s3_journal_publications = 0;
+  uint64_t s3_failures = 0, s3_bytes_sent = 0, s3_bytes_received = 0;
   // Segments on the export now: this node first (exact), then peers by id (their files' sizes); never empty.
   // The totals over all nodes: SumSegmentStats(nodes).
   std::vector<NodeSegmentStats> nodes;

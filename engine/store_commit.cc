@@ -68,7 +68,8 @@ Status StoreImpl::CommitRound(std::vector<JournalEntry>* batch, Status* lost) {
   // 3. The journal entries, durable. Once appended, the journal writer owns them: a failed Sync keeps
   // their bytes and rewrites them at the next one, so they are not re-queued here (no duplicates).
   journal_entries_ += batch->size();
-  for (const auto& e : *batch) journal_->Append(e);
+  // An S3 backing: TierNoteAppended keeps the segments each entry needs in the bucket before it is published.
+  for (const auto& e : *batch) TierNoteAppended(e, journal_->Append(e));
   appended_unsynced_ += batch->size();
   batch->clear();
   if (journal_->synced_position() == journal_->appended_position()) {
@@ -78,6 +79,8 @@ Status StoreImpl::CommitRound(std::vector<JournalEntry>* batch, Status* lost) {
   KVFS_RETURN_IF_ERROR(journal_->Sync());
   appended_unsynced_ = 0;
   group_commits_++;
+  // 4. An S3 backing: the uploader thread publishes the journal behind the segment uploads (store_tier.cc).
+  TierNoteSynced(journal_->synced_position());
   return Status::OK();
 }
 

@@ -365,6 +365,48 @@ class StoreImpl final : public Store {
   // A file's xattrs sorted by name, as its journaled PUT carries them (commit, link).
   Result<std::vector<std::pair<std::string, std::string>>> SortedXattrs(uint64_t ino);
 
+  // ---- object tier (store_tier.cc; opts_.tier set: an S3 backing) ----
+  // Uploads every queued sealed segment in order (stops at the first failure, logged); then publishes
+  // this generation's journal up to the last synced entry such that it and every entry before it have
+  // their segments in the bucket. force: publish even if the last publication was less than
+  // kTierPublishInterval ago.
+  void TierRound(bool force);
+  // Close: TierRound until nothing is queued (a few tries); the error if something stays unpublished.
+  Status TierFlush();
+  // OK once this generation's journal is published through pos (after a TierRound); Busy otherwise.
+  // UnlinkDue: a dropped segment's object is deleted only after its DROP is published.
+  Status TierPublishedThrough(const JournalPosition& pos);
+  // Init: staged segments of earlier generations uploaded, staged journals of earlier generations published.
+  Status TierRecover();
+  void TierSegmentSealed(const SegmentId& id);  // leader thread (OnSealed / OnRetired)
+  // The uploader thread: TierRound when woken (a seal, a synced round) and at least every second
+  // (a publication due, an upload to retry). Started by Init, stopped by StopThreads.
+  void TierStart();
+  void TierStop();
+  void TierWake();
+  std::thread tier_thread_;
+  std::condition_variable tier_cv_;  // with tier_mu_
+  bool tier_stop_ = false, tier_wake_ = false;  // guarded by tier_mu_
+  // Every entry appended to the journal (CommitRound, Close) with its end position: the own segments it
+  // points into; then the synced position once a journal Sync succeeded.
+  void TierNoteAppended(const JournalEntry& e, const JournalPosition& end);
+  void TierNoteSynced(const JournalPosition& synced);
+  bool TierUploadedLocked(const SegmentId& id) const;  // requires tier_mu_
+  struct TierItem {
+    JournalPosition end;
+    std::vector<SegmentId> refs;
+  };
+  std::mutex tier_mu_;  // lock order: leaf (never held across I/O)
+  std::deque<SegmentId> tier_pending_;       // sealed/retired own segments not uploaded yet, oldest first
+  std::set<SegmentId> tier_uploaded_;        // own segments of this generation in the bucket
+  std::vector<TierItem> tier_unsynced_;    // entries appended, not synced yet: end, segments needed
+  std::deque<TierItem> tier_rounds_;       // entries synced, not published yet (journal order)
+  JournalPosition tier_published_;           // this generation's journal is in the bucket up to here
+  std::mutex tier_io_mu_;                    // one TierRound at a time
+  std::chrono::steady_clock::time_point tier_last_publish_{};
+  bool tier_failing_ = false;                // the last upload/publication failed (log once per streak)
+  std::atomic<uint64_t> tier_segments_uploaded_{0}, tier_journal_publications_{0}, tier_failures_{0};
+
   bool evict_enabled_ = false;
   bool track_hits_ = false;
   EvictionLimits limits_;  // set by InitEviction (eviction_policy.h)

@@ -43,6 +43,12 @@ Status StoreImpl::Init() {
   if (opts_.backing_dir.empty()) return Status::InvalidArgument("no backing directory given");
   if (opts_.node_id.empty()) opts_.node_id = DefaultNodeId();
   KVFS_RETURN_IF_ERROR(ValidateNodeId(opts_.node_id));
+  if (opts_.tier) {
+    // An S3 backing: a snapshot is only taken at a clean Close, after the journal it covers is published
+    // (a periodic one could reach the bucket ahead of its segments; docs/s3.md "The first slice: a tiered Env").
+    opts_.checkpoint_entries = 0;
+    opts_.checkpoint_interval_ms = 0;
+  }
   if (opts_.segment_size < (1ull << 20) || opts_.segment_size % kAlignment != 0) {
     return Status::InvalidArgument("segment size must be a multiple of 4 KiB and at least 1 MiB");
   }
@@ -82,6 +88,9 @@ Status StoreImpl::Init() {
   spdlog::info("kvfs: node {} generation {} ({})", opts_.node_id, node_dir_->generation(),
                node_dir_->takeover_reason());
 
+  // An S3 backing: what a crash left in the staging directory goes to the bucket first (or aside, if
+  // another mount took over since), before any journal is read.
+  KVFS_RETURN_IF_ERROR(TierRecover());
   bool rebuild = !idx.ok() || (*idx)->Created() || !(*idx)->WasCleanlyClosed();
   if (!rebuild && IndexPredatesPurge(env_, opts_.backing_dir, opts_.node_id, idx->get())) {
     spdlog::warn("kvfs: node {} was purged after index {} was last used; rebuilding", opts_.node_id, io.dir);
@@ -125,6 +134,7 @@ Status StoreImpl::Init() {
   auto jw = JournalWriter::Open(jo);
   if (!jw.ok()) return jw.status();
   journal_ = std::move(*jw);
+  tier_published_ = JournalPosition{jo.generation, jo.first_file_number, 0};
 
   {
     std::lock_guard<std::mutex> l(ns_mu_);
@@ -141,6 +151,7 @@ Status StoreImpl::Init() {
     startup_seals_.clear();
   }
   committer_.Start();
+  TierStart();
   node_dir_->StartHeartbeat(std::chrono::milliseconds(opts_.heartbeat_interval_ms));
   ClearOwnHoldMarkers();  // an earlier generation's holds of peers' segments (peer_holds.cc)
   KVFS_RETURN_IF_ERROR(StartPeerTailer());
@@ -272,6 +283,7 @@ void StoreImpl::StopThreads() {
   if (node_dir_) node_dir_->StopHeartbeat();
   if (tailer_) tailer_->Stop();
   committer_.Stop();
+  TierStop();
 }
 
 Status StoreImpl::Close() {
@@ -307,9 +319,14 @@ Status StoreImpl::Close() {
   if (s.ok()) s = Segments()->Close();
   std::vector<JournalEntry> sealed;
   for (const auto& seg : Segments()->TakeSealed()) sealed.push_back(JournalEntry::Seal(seg.id, hlc_.Now()));
-  for (auto& e : sealed) journal_->Append(e);
+  for (auto& e : sealed) TierNoteAppended(e, journal_->Append(e));
   if (s.ok()) s = journal_->Sync();
   for (const auto& e : sealed) index_->SetSegmentState(e.segment, SegmentState::kSealed);
+  if (s.ok() && opts_.tier) {
+    // An S3 backing: every sealed segment uploaded and the journal published before the snapshot
+    // (which a remount from the bucket may read instead of the journal).
+    s = TierFlush();
+  }
   if (s.ok() && checkpointer_) {
     // Clean unmount: a snapshot of everything journaled since the last one, and our final read positions.
     closing_ = true;
@@ -317,6 +334,17 @@ Status StoreImpl::Close() {
     if (!c.ok()) spdlog::error("kvfs: checkpoint at unmount: {}", c.ToString());
     c = checkpointer_->PublishPeers(false);
     if (!c.ok()) spdlog::warn("kvfs: peers file at unmount: {}", c.ToString());
+  }
+  if (s.ok() && opts_.tier) s = TierFlush();  // what the checkpoint appended (journal rotation)
+  if (s.ok() && opts_.tier) {
+    const S3Counters& c = opts_.tier->s3_counters();
+    spdlog::info("kvfs: s3: {} segment(s) uploaded, {} journal publication(s); requests put={} get={} head={} "
+                 "delete={} list={} multipart={}/{}/{} total={}; bytes sent {} received {}",
+                 tier_segments_uploaded_.load(), tier_journal_publications_.load(), c.Requests(S3Op::kPut),
+                 c.Requests(S3Op::kGet), c.Requests(S3Op::kHead), c.Requests(S3Op::kDelete), c.Requests(S3Op::kList),
+                 c.Requests(S3Op::kCreateMultipart), c.Requests(S3Op::kUploadPart),
+                 c.Requests(S3Op::kCompleteMultipart), c.TotalRequests(), c.bytes_sent.load(),
+                 c.bytes_received.load());
   }
   if (s.ok()) {
     // The index holds this node's entries up to here: the next mount applies only what follows

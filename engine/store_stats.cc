@@ -159,6 +159,21 @@ StoreStats StoreImpl::GetStats() {
   s.nospace_events = nospace_events_;
   s.segments_sealed_early = segments_sealed_early_;
   s.segments_retired = segments_retired_;
+  if (opts_.tier) {
+    const S3Counters& c = opts_.tier->s3_counters();
+    s.s3 = true;
+    for (size_t i = 0; i < S3Counters::kOps; i++) {
+      s.s3_requests.emplace_back(S3OpName(static_cast<S3Op>(i)), c.requests[i].load());
+    }
+    s.s3_requests_total = c.TotalRequests();
+    s.s3_bytes_sent = c.bytes_sent.load();
+    s.s3_bytes_received = c.bytes_received.load();
+    s.s3_segments_uploaded = tier_segments_uploaded_.load();
+    s.s3_journal_publications = tier_journal_publications_.load();
+    s.s3_failures = tier_failures_.load();
+    std::lock_guard<std::mutex> l(tier_mu_);
+    s.s3_segments_pending = tier_pending_.size();
+  }
   auto& b = s.backing_ops;
   b.open = c.open;
   b.create = c.create;

@@ -178,6 +178,18 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                  {"cache_size_bytes", st.cache_capacity_bytes},
                  {"staging_budget_bytes", f.staging_budget}};
   j["backing_fs"] = {{"ok", st.backing_fs_ok}, {"size_bytes", st.backing_fs_size}, {"avail_bytes", st.backing_fs_avail}};
+  if (st.s3) {
+    nlohmann::json req = nlohmann::json::object();
+    for (const auto& [op, n] : st.s3_requests) req[op] = n;
+    req["total"] = st.s3_requests_total;
+    j["s3"] = {{"requests", req},
+               {"segments_uploaded", st.s3_segments_uploaded},
+               {"segments_pending", st.s3_segments_pending},
+               {"journal_publications", st.s3_journal_publications},
+               {"failures", st.s3_failures},
+               {"bytes_sent", st.s3_bytes_sent},
+               {"bytes_received", st.s3_bytes_received}};
+  }
   j["recovery"] = {{"own_entries_applied", st.recovery_entries},
                    {"cuts", st.recovery_cuts},
                    {"seals", st.recovery_seals}};
@@ -447,6 +459,17 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
         st.segments_sealed_early);
   e.One("kvfs_segments_retired_total", "counter",
         "Segments retired unsealed because their seal could not be written (full export).", st.segments_retired);
+  if (st.s3) {
+    e.Family("kvfs_s3_requests_total", "counter", "S3 requests sent to the bucket, by type (retries included).");
+    for (const auto& [op, n] : st.s3_requests) e.Sample("kvfs_s3_requests_total", Label("op", op), n);
+    e.One("kvfs_s3_segments_uploaded_total", "counter", "Sealed segments uploaded to the bucket.", st.s3_segments_uploaded);
+    e.One("kvfs_s3_segments_pending", "gauge", "Sealed segments staged locally, waiting for their upload.",
+          st.s3_segments_pending);
+    e.One("kvfs_s3_journal_publications_total", "counter", "Journal prefixes published to the bucket.",
+          st.s3_journal_publications);
+    e.One("kvfs_s3_failures_total", "counter", "Failed segment uploads and journal publications (retried).",
+          st.s3_failures);
+  }
   return std::move(e.str());
 }
 

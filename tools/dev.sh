@@ -85,7 +85,8 @@ case "${1:-}" in
       > s3-tests.log 2>&1) &
     s3_pid=$!
     echo "== $(date +%T) integration tests =="
-    (cd build && ctest --output-on-failure --timeout 900 -j2)
+    # py_s3_mount_test (kvfs over a bucket) starts its own Ceph RGW: a missing server fails here too.
+    (cd build && KVFS_S3_REQUIRED=${KVFS_S3_REQUIRED:-1} ctest --output-on-failure --timeout 900 -j2)
     if wait "$s3_pid"; then
       grep -E "tests passed|PASSED|SKIPPED" build-asan/s3-tests.log
     else

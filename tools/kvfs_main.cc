@@ -50,7 +50,16 @@ int main(int argc, char** argv) {
                     "threads=64, direct-io=true, o=allow_other; a [mount] section is optional); flags on the "
                     "command line win");
   mount->add_option("mountpoint", ma.mountpoint, "where to mount")->required();
-  mount->add_option("--backing", ma.backing, "the backing directory (the shared export)")->required();
+  mount->add_option("--backing", ma.backing,
+                    "the backing directory (the shared export), or s3://BUCKET/PREFIX (an S3 bucket: with "
+                    "--s3-endpoint and --s3-staging)")->required();
+  mount->add_option("--s3-endpoint", ma.s3_endpoint, "S3 endpoint URL, e.g. https://s3.example.com:10443");
+  mount->add_option("--s3-region", ma.s3_region, "S3 region signed into requests (default us-east-1)");
+  mount->add_flag("--s3-path-style", ma.s3_path_style, "path-style S3 URLs (ENDPOINT/BUCKET/KEY) instead of virtual-hosted");
+  mount->add_option("--s3-ca", ma.s3_ca, "PEM CA bundle to trust for the S3 endpoint's TLS certificate");
+  mount->add_option("--s3-staging", ma.s3_staging,
+                    "local directory for what is not in the bucket yet (the active segment, the journal until "
+                    "its publication); keep it across restarts: a crash leaves unpublished data there");
   mount->add_option("--node-id", ma.node_id, "this node's id (default: host name)");
   mount->add_option("--index-dir", ma.index_dir,
                     "local RocksDB index directory (default /var/lib/kvfs/<hash-of-backing>-<node>)");

@@ -36,6 +36,7 @@
 #include "blockstore/format.h"
 #include "blockstore/kernel_copy.h"
 #include "blockstore/node_dir.h"
+#include "blockstore/s3_env.h"
 #include "engine/eviction_policy.h"
 #include "engine/store.h"
 #include "fuse/kvfs_fs.h"
@@ -145,6 +146,10 @@ void Report(int fd, int code, const std::string& msg) {
 
 // weakly_canonical without throwing: a path under a directory this user may not search (the default
 // /var/lib/kvfs for a non-root user) is taken lexically; the open that follows reports the real error.
+// Segment size of an S3 backing when --segment-size is not given: one object per sealed segment, uploaded
+// whole in one PUT (the client's multipart threshold is 64 MiB), reasonably quick publication.
+constexpr uint64_t kS3DefaultSegmentSize = 64ull << 20;
+
 std::string CanonicalOrLexical(const std::string& p) {
   std::error_code ec;
   std::filesystem::path c = std::filesystem::weakly_canonical(p, ec);
@@ -155,6 +160,18 @@ std::string CanonicalOrLexical(const std::string& p) {
 
 int RunMount(MountArgs a) {
   // ---- checks the user can fix: exit 2 with one line ----
+  if (a.backing.rfind("s3://", 0) == 0) {
+    // An S3 backing: the engine works under the staging directory through an S3TierEnv (docs/s3.md).
+    std::string bucket, prefix;
+    if (kvfs::Status u = kvfs::ParseS3Url(a.backing, &bucket, &prefix); !u.ok()) Die(kExitUsage, "--backing " + u.message());
+    if (a.s3_endpoint.empty()) Die(kExitUsage, "--backing " + a.backing + " needs --s3-endpoint URL");
+    if (a.s3_staging.empty()) Die(kExitUsage, "--backing " + a.backing + " needs --s3-staging DIR (a local directory)");
+    if (!IsDir(a.s3_staging)) Die(kExitUsage, "--s3-staging '" + a.s3_staging + "' does not exist or is not a directory");
+    a.s3_url = a.backing;
+    a.backing = a.s3_staging;
+  } else if (!a.s3_endpoint.empty() || !a.s3_staging.empty() || !a.s3_ca.empty() || a.s3_path_style) {
+    Die(kExitUsage, "--s3-* options need --backing s3://BUCKET/PREFIX");
+  }
   if (!IsDir(a.backing)) Die(kExitUsage, "backing directory '" + a.backing + "' does not exist or is not a directory");
   if (!IsDir(a.mountpoint)) Die(kExitUsage, "mountpoint '" + a.mountpoint + "' does not exist or is not a directory");
   a.backing = RealPath(a.backing);
@@ -245,7 +262,12 @@ int RunMount(MountArgs a) {
   if (so.global_high_watermark_bytes && so.global_low_watermark_bytes >= so.global_high_watermark_bytes) {
     Die(kExitUsage, "--low-watermark must be below --high-watermark");
   }
-  if (a.segment_size.empty()) {
+  if (a.segment_size.empty() && !a.s3_url.empty()) {
+    so.segment_size = kS3DefaultSegmentSize;
+    a.segment_size_short = HumanSize(so.segment_size) + " (default for s3)";
+    a.segment_size_note = "segment size " + HumanSize(so.segment_size) +
+                          " (the default for an s3 backing: one object per sealed segment; --segment-size sets it)";
+  } else if (a.segment_size.empty()) {
     // Not given: from the size of what kvfs may use (engine/eviction_policy.h AutoSegmentSize,
     // docs/operations.md "Sizing"): the export's size, or a smaller --capacity / --high-watermark.
     uint64_t usable = 0;
@@ -359,8 +381,9 @@ int RunMount(MountArgs a) {
       // One line on success (--quiet, and the mount(8) helper form, print nothing): where, which node,
       // the segment size chosen and where the daemon logs.
       if (!a.quiet) {
+        const std::string over = a.s3_url.empty() ? a.backing : a.s3_url + " (staging " + a.backing + ")";
         std::printf("kvfs: mounted %s over %s: node %s, segment size %s, log %s\n", a.mountpoint.c_str(),
-                    a.backing.c_str(), so.node_id.c_str(), a.segment_size_short.c_str(), a.log_file.c_str());
+                    over.c_str(), so.node_id.c_str(), a.segment_size_short.c_str(), a.log_file.c_str());
         std::fflush(stdout);
       }
       return 0;
@@ -430,7 +453,31 @@ int RunMount(MountArgs a) {
     if (!bs.ok()) return fail(kExitUsage, bs.message());
   }
 
-  if (a.backing_deadline_ms > 0) {
+  std::unique_ptr<kvfs::S3TierEnv> s3_env;
+  if (!a.s3_url.empty()) {
+    // Created after the fork (libcurl handles). One listing checks the endpoint, the credentials and the
+    // bucket before anything is written.
+    kvfs::S3Config cfg;
+    std::string prefix;
+    (void)kvfs::ParseS3Url(a.s3_url, &cfg.bucket, &prefix);
+    cfg.endpoint = a.s3_endpoint;
+    cfg.region = a.s3_region;
+    cfg.path_style = a.s3_path_style;
+    cfg.ca_file = a.s3_ca;
+    if (a.backing_deadline_ms > 0) cfg.deadline_ms = a.backing_deadline_ms;
+    auto creds = kvfs::S3Credentials::FromEnvironment();
+    if (!creds.ok()) return fail(kExitUsage, "s3 credentials: " + creds.status().message());
+    cfg.credentials = *creds;
+    auto client = kvfs::S3Client::Create(cfg);
+    if (!client.ok()) return fail(kExitUsage, "s3: " + client.status().message());
+    std::shared_ptr<kvfs::S3Client> shared(std::move(*client));
+    auto probe = shared->ListDelimited(prefix, "", 1);
+    if (!probe.ok()) return fail(kExitFail, "s3 " + a.s3_url + " at " + a.s3_endpoint + ": " + probe.status().ToString());
+    s3_env = std::make_unique<kvfs::S3TierEnv>(shared, prefix, a.backing, base_env);
+    so.env = s3_env.get();
+    so.tier = s3_env.get();
+    spdlog::info("kvfs: s3 backing {} at {} (staging {})", a.s3_url, a.s3_endpoint, a.backing);
+  } else if (a.backing_deadline_ms > 0) {
     // Every backing request gets a deadline: a hung export becomes EIO for the caller (docs/design.md §7).
     // Created here, after the fork (its worker threads would not survive it); lives until exit.
     kvfs::DeadlineEnvOptions dopts;

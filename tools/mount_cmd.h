@@ -55,6 +55,12 @@ struct MountArgs {
   std::string segment_size_note;  // how the segment size was chosen (RunMount logs it once the store is open)
   std::string segment_size_short;  // the same, short, for the line a daemonised mount prints on success
   bool quiet = false;              // --quiet: no line on success (the mount(8) helper form sets it)
+  // An S3 backing (--backing s3://BUCKET/PREFIX, docs/s3.md): endpoint URL, region, path-style
+  // addressing, a CA bundle, and the local staging directory (the active segment, sealed segments until
+  // their upload, the journal until its publication, copies of the small files).
+  std::string s3_endpoint, s3_region = "us-east-1", s3_ca, s3_staging;
+  bool s3_path_style = false;
+  std::string s3_url;  // set by RunMount: the s3:// URL (a.backing becomes the staging directory)
 };
 
 // Runs `kvfs mount`: the exit code of the command (0 mounted: the parent of a daemon returns at once, a

@@ -1,0 +1,404 @@
+"""kvfs over an S3 bucket (`kvfs mount --backing s3://BUCKET/PREFIX`, docs/s3.md), against a real S3
+server: Ceph RADOS Gateway on loopback, started by tests/s3/s3_server.sh (KVFS_S3_SERVER names it; CMake
+sets it). Without the Ceph packages the test skips with a message, unless KVFS_S3_REQUIRED=1 (CI), where
+that fails. KVFS_S3_ENDPOINT (+ AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) uses a server already up.
+
+What it checks, one node: connector-style writes (temp file + rename of 2.25 MiB files in nested dirs,
+exists checks, reads) byte-exact; sealed segments become objects and leave the staging directory; after
+an unmount, a remount with an EMPTY staging directory and a FRESH index directory reads every file back
+byte-exact from the bucket alone. Prints the S3 requests per chunk (the daemon's counters, logged at
+unmount).
+"""
+import datetime
+import errno
+import hashlib
+import hmac
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.parse
+import urllib.request
+import xml.etree.ElementTree as ET
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kvfs_fixture import kvfs_binary, mounted, skip_unless_fuse, stats  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SERVER = os.environ.get("KVFS_S3_SERVER", os.path.join(os.path.dirname(HERE), "s3", "s3_server.sh"))
+CHUNK = 2304 * 1024  # 2.25 MiB, a vLLM-style chunk file
+
+
+class S3:
+    """The few S3 calls the test makes itself (create bucket, list), signed with SigV4 (stdlib only)."""
+
+    def __init__(self, endpoint, access, secret, region="us-east-1"):
+        self.endpoint, self.access, self.secret, self.region = endpoint.rstrip("/"), access, secret, region
+
+    def request(self, method, path, query=None):
+        u = urllib.parse.urlsplit(self.endpoint)
+        query = sorted((query or {}).items())
+        qs = "&".join("%s=%s" % (urllib.parse.quote(k, safe="-_.~"), urllib.parse.quote(v, safe="-_.~"))
+                      for k, v in query)
+        now = datetime.datetime.now(datetime.timezone.utc)
+        amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+        payload = hashlib.sha256(b"").hexdigest()
+        headers = {"host": u.netloc, "x-amz-content-sha256": payload, "x-amz-date": amz_date}
+        signed = ";".join(sorted(headers))
+        canonical = "\n".join([method, urllib.parse.quote(path, safe="/-_.~"), qs] +
+                              ["%s:%s" % (k, headers[k]) for k in sorted(headers)] + ["", signed, payload])
+        scope = "%s/%s/s3/aws4_request" % (day, self.region)
+        to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+        key = ("AWS4" + self.secret).encode()
+        for part in (day, self.region, "s3", "aws4_request"):
+            key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+        sig = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+        headers["Authorization"] = "AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, Signature=%s" % (
+            self.access, scope, signed, sig)
+        req = urllib.request.Request(self.endpoint + path + ("?" + qs if qs else ""), method=method, headers=headers)
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.read()
+
+    def create_bucket(self, bucket):
+        self.request("PUT", "/" + bucket)
+
+    def list(self, bucket, prefix):
+        """Every (key, size) under prefix."""
+        out, token = [], None
+        while True:
+            q = {"list-type": "2", "prefix": prefix}
+            if token:
+                q["continuation-token"] = token
+            root = ET.fromstring(self.request("GET", "/" + bucket, q))
+            ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+            for c in root.findall(ns + "Contents"):
+                out.append((c.find(ns + "Key").text, int(c.find(ns + "Size").text)))
+            if root.findtext(ns + "IsTruncated") != "true":
+                return out
+            token = root.findtext(ns + "NextContinuationToken")
+
+
+_server = {}
+
+
+def s3_server():
+    """Starts the server once per process (or takes KVFS_S3_ENDPOINT); {} plus 'skip' when unavailable."""
+    if _server:
+        return _server
+    if os.environ.get("KVFS_S3_ENDPOINT"):
+        _server.update(endpoint=os.environ["KVFS_S3_ENDPOINT"], access=os.environ.get("AWS_ACCESS_KEY_ID", ""),
+                       secret=os.environ.get("AWS_SECRET_ACCESS_KEY", ""), dir=None)
+        return _server
+    d = tempfile.mkdtemp(prefix="kvfs-s3-server-")
+    r = subprocess.run(["bash", SERVER, "start", d], capture_output=True, text=True, timeout=300)
+    kv = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+    if r.returncode != 0 or "S3_ENDPOINT" not in kv:
+        subprocess.run(["bash", SERVER, "stop", d], capture_output=True, timeout=120)
+        shutil.rmtree(d, ignore_errors=True)
+        _server.update(skip="tests/s3/s3_server.sh start failed (%d): %s" % (r.returncode, (r.stderr or r.stdout).strip()[-500:]))
+        return _server
+    _server.update(endpoint=kv["S3_ENDPOINT"], access=kv["AWS_ACCESS_KEY_ID"], secret=kv["AWS_SECRET_ACCESS_KEY"], dir=d)
+    return _server
+
+
+def stop_s3_server():
+    d = _server.get("dir")
+    if d:
+        subprocess.run(["bash", SERVER, "stop", d], capture_output=True, timeout=120)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def chunk_bytes(i, n=CHUNK):
+    seed = hashlib.sha256(b"kvfs-s3-%d" % i).digest()
+    return (seed * (n // len(seed) + 1))[:n]
+
+
+def s3_requests(log_path):
+    """The S3 counters of the last unmount logged in log_path: {'put': N, ..., 'total': N}."""
+    with open(log_path, errors="replace") as f:
+        lines = [l for l in f if "kvfs: s3:" in l and "requests put=" in l]
+    if not lines:
+        return None
+    return {k: int(v) for k, v in re.findall(r"\b(put|get|head|delete|list|total)=(\d+)", lines[-1])}
+
+
+def s3_stats(mnt):
+    """The daemon's S3 counters (kvfs stats --json: "s3")."""
+    return stats(mnt)["s3"]
+
+
+@skip_unless_fuse
+class S3MountTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        srv = s3_server()
+        if "skip" in srv:
+            if os.environ.get("KVFS_S3_REQUIRED") == "1":
+                raise RuntimeError("KVFS_S3_REQUIRED=1 but no S3 server: " + srv["skip"])
+            raise unittest.SkipTest(srv["skip"])
+        cls.srv = srv
+        cls.s3 = S3(srv["endpoint"], srv["access"], srv["secret"])
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="kvfs-s3-mount-")
+        self.bucket = "kvfs-" + os.path.basename(self.root).lower().replace("_", "-")[-20:].strip("-")
+        self.s3.create_bucket(self.bucket)
+        self.env = dict(os.environ, AWS_ACCESS_KEY_ID=self.srv["access"], AWS_SECRET_ACCESS_KEY=self.srv["secret"])
+
+    def tearDown(self):
+        if os.environ.get("KVFS_TEST_KEEP"):
+            sys.stderr.write("keeping %s\n" % self.root)
+        else:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def node(self, name, staging_name=None):
+        class Spec:
+            pass
+        s = Spec()
+        s.backing = "s3://%s/kv" % self.bucket
+        s.index = os.path.join(self.root, "idx-" + name)
+        s.mnt = os.path.join(self.root, "mnt-" + name)
+        s.staging = os.path.join(self.root, staging_name or ("staging-" + name))
+        s.log = os.path.join(self.root, "log-" + name + ".log")
+        os.makedirs(s.mnt, exist_ok=True)
+        os.makedirs(s.staging, exist_ok=True)
+        return s
+
+    def mount(self, n, **flags):
+        os.environ.update(self.env)  # the daemon takes its credentials from the environment
+        return mounted(backing=n, s3_endpoint=self.srv["endpoint"], s3_staging=n.staging, s3_path_style=True,
+                       log_file=n.log, node_id="a", log_level=os.environ.get("KVFS_TEST_LOG_LEVEL", "info"), **flags)
+
+    def staged_segments(self, n):
+        out = []
+        for d, _, files in os.walk(n.staging):
+            out += [os.path.join(d, f) for f in files if f.endswith(".kseg")]
+        return out
+
+    def test_store_remount_from_bucket_alone(self):
+        files = {}
+        a = self.node("a", "staging-1")
+        # KVFS_S3_CHUNKS / KVFS_S3_SEGMENT scale the run for figures (default: 12 chunks, 8 MiB segments).
+        chunks = int(os.environ.get("KVFS_S3_CHUNKS", "12"))
+        segment = os.environ.get("KVFS_S3_SEGMENT", "8MiB")
+        with self.mount(a, segment_size=segment) as (mnt, _, _):
+            at_mount = s3_stats(mnt)
+            for i in range(chunks):
+                d = os.path.join(mnt, "vllm", "model-%d" % (i % 3), "layer-%02d" % (i % 4))
+                os.makedirs(d, exist_ok=True)
+                rel = os.path.relpath(os.path.join(d, "chunk-%03d.bin" % i), mnt)
+                path = os.path.join(mnt, rel)
+                self.assertFalse(os.path.exists(path))  # the connector's exists check before a store
+                tmp = path + ".tmp"
+                with open(tmp, "wb") as f:
+                    f.write(chunk_bytes(i))
+                os.rename(tmp, path)
+                files[rel] = chunk_bytes(i)
+                self.assertTrue(os.path.exists(path))
+            # The sealed segments are uploaded by the uploader thread (woken by each seal) and leave the
+            # staging directory; only the active one stays there.
+            self.assertTrue(self.wait_for(lambda: s3_stats(mnt)["segments_pending"] == 0))
+            self.assertTrue(self.wait_for(lambda: len(self.staged_segments(a)) == 1), self.staged_segments(a))
+            stored = s3_stats(mnt)
+            self.assertEqual(stored["failures"], 0)
+            for rel, data in files.items():
+                with open(os.path.join(mnt, rel), "rb") as f:
+                    self.assertEqual(f.read(), data, rel)
+        # After the unmount: every segment is an object, none is left in the staging directory.
+        keys = self.s3.list(self.bucket, "kv/")
+        segs = [k for k, _ in keys if k.endswith(".kseg")]
+        journals = [k for k, _ in keys if "/journal-" in k]
+        if (chunks, segment) == (12, "8MiB"):
+            self.assertEqual(len(segs), 4, keys)  # 3 chunks per segment
+        self.assertTrue(journals, keys)
+        self.assertIn("kv/.kvfs/v1/FORMAT", [k for k, _ in keys])
+        self.assertEqual(self.staged_segments(a), [])
+        at_unmount = s3_requests(a.log)
+        self.assertIsNotNone(at_unmount, "no s3 counter line in " + a.log)
+
+        # A fresh index and an EMPTY staging directory: everything comes from the bucket.
+        b = self.node("b", "staging-2")
+        with self.mount(b) as (mnt, _, _):
+            at_remount = s3_stats(mnt)
+            for rel, data in files.items():
+                self.assertTrue(os.path.exists(os.path.join(mnt, rel)), rel)
+                with open(os.path.join(mnt, rel), "rb") as f:
+                    self.assertEqual(f.read(), data, rel)
+            self.assertEqual(sorted(os.listdir(os.path.join(mnt, "vllm"))), ["model-0", "model-1", "model-2"])
+            loaded = s3_stats(mnt)
+            self.assertEqual(sorted(os.listdir(b.staging + "/.kvfs/v1/nodes/a/seg")), [])  # nothing staged
+        gets = loaded["requests"]["get"] - at_remount["requests"]["get"]
+        self.assertGreaterEqual(gets, len(files))  # every value came from the bucket (ranged GETs)
+        self.assertEqual(loaded["bytes_received"] - at_remount["bytes_received"] >= len(files) * CHUNK, True)
+
+        def per_chunk(after, before):
+            d = {k: after["requests"][k] - before["requests"][k] for k in after["requests"]}
+            d = {k: v for k, v in d.items() if v}
+            return "%s = %.2f per chunk" % (d, d.get("total", 0) / len(files))
+        print("\n%d x 2.25 MiB chunks, segment %s (%d segment objects). S3 requests:" % (len(files), segment, len(segs)))
+        print("  mount (fresh bucket):              %s" % {k: v for k, v in at_mount["requests"].items() if v})
+        print("  store (exists, write, rename, exists; uploads): %s" % per_chunk(stored, at_mount))
+        print("  whole first mount incl. read-back and unmount: %s" % at_unmount)
+        print("  remount, fresh index + empty staging: %s" % {k: v for k, v in at_remount["requests"].items() if v})
+        print("  cold read of every chunk from the bucket: %s" % per_chunk(loaded, at_remount))
+
+    def wait_for(self, cond, timeout=20.0):
+        deadline = time.time() + timeout
+        while not cond():
+            if time.time() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    def crash_with_a_staged_segment(self, a):
+        """Stores 12 chunks (3 per 8 MiB segment: segments 1-3 sealed and uploaded, 4 active and staged),
+        waits for the uploads and the publication, then SIGKILLs the daemon. Returns {path: bytes}."""
+        files = {}
+        with self.mount(a, segment_size="8MiB") as (mnt, _, proc):
+            os.makedirs(os.path.join(mnt, "kv"))
+            for i in range(12):
+                rel = "kv/chunk-%03d.bin" % i
+                with open(os.path.join(mnt, rel + ".tmp"), "wb") as f:
+                    f.write(chunk_bytes(i))
+                os.rename(os.path.join(mnt, rel + ".tmp"), os.path.join(mnt, rel))
+                files[rel] = chunk_bytes(i)
+            segs = lambda: [k for k, _ in self.s3.list(self.bucket, "kv/") if k.endswith(".kseg")]
+            self.assertTrue(self.wait_for(lambda: len(segs()) == 3), segs())
+            self.assertTrue(self.wait_for(lambda: len(self.staged_segments(a)) == 1), self.staged_segments(a))
+            self.assertTrue(self.wait_for(lambda: s3_stats(mnt)["segments_pending"] == 0))
+            time.sleep(2.0)  # the uploader publishes what the uploads made publishable within a second
+            proc.send_signal(signal.SIGKILL)  # the pid the fixture started
+            proc.wait()
+        return files
+
+    def read_all(self, mnt, files):
+        """The names under kv/ (each must be one of files and read back byte-exact)."""
+        seen = sorted(os.listdir(os.path.join(mnt, "kv")))
+        for name in seen:
+            rel = "kv/" + name
+            self.assertIn(rel, files)
+            with open(os.path.join(mnt, rel), "rb") as f:
+                self.assertEqual(f.read(), files[rel], rel)  # visible => readable, byte-exact
+        return seen
+
+    def test_crash_then_remount_from_the_bucket_alone(self):
+        """A node killed with its active segment not uploaded: a remount from the bucket alone (empty staging,
+        fresh index) sees exactly the files whose segments are objects, byte-exact, none pointing at the
+        missing segment. Its old staging directory's leftovers are obsolete after that takeover: set aside,
+        never published under the new generation."""
+        a = self.node("a", "staging-1")
+        files = self.crash_with_a_staged_segment(a)
+        published = self.s3.list(self.bucket, "kv/")
+        b = self.node("b", "staging-2")
+        with self.mount(b) as (mnt, _, _):
+            seen = self.read_all(mnt, files)
+        self.assertGreaterEqual(len(seen), 6, seen)
+        for i in range(9, 12):
+            self.assertNotIn("chunk-%03d.bin" % i, seen)  # segment 4 never reached the bucket
+        print("\nafter a crash, from the bucket alone: %d of %d files (the rest were in the staged segment)"
+              % (len(seen), len(files)))
+        self.assertEqual([k for k, _ in published if k.endswith(".kseg")],
+                         [k for k, _ in self.s3.list(self.bucket, "kv/") if k.endswith(".kseg")])
+        c = self.node("c", "staging-1")
+        with self.mount(c) as (mnt, _, _):
+            self.assertEqual(self.read_all(mnt, files), seen)
+        self.assertEqual(self.staged_segments(c), [])
+        aside = [f for f in os.listdir(c.staging + "/.kvfs/v1/nodes/a/seg") if f.endswith(".obsolete")]
+        self.assertEqual(len(aside), 1, aside)
+        with open(c.log) as f:
+            self.assertIn("was mounted from another staging directory since", f.read())
+        self.assertFalse(any(k.endswith("-00000000000000000004.kseg") for k, _ in self.s3.list(self.bucket, "kv/")))
+
+    def test_crash_then_remount_with_its_staging_directory(self):
+        """The same node killed with its active segment staged, remounted with its staging directory (and a
+        fresh index): the leftovers are uploaded and published first, every file is back; then from the
+        bucket alone too."""
+        a = self.node("a", "staging-1")
+        files = self.crash_with_a_staged_segment(a)
+        c = self.node("c", "staging-1")
+        with self.mount(c) as (mnt, _, _):
+            self.assertEqual(len(self.read_all(mnt, files)), len(files))
+        self.assertEqual(self.staged_segments(c), [])
+        d = self.node("d", "staging-3")
+        with self.mount(d) as (mnt, _, _):
+            self.assertEqual(len(self.read_all(mnt, files)), len(files))
+
+    def test_gateway_down_then_back(self):
+        """The S3 gateway stops while a node stores: writes keep working and staged files read locally (a
+        file only in the bucket: EIO, never wrong bytes), the failed uploads are counted and retried; once
+        the gateway is back everything is uploaded and published, and a remount from the bucket alone
+        reads every file."""
+        if not self.srv.get("dir"):
+            self.skipTest("external server (KVFS_S3_ENDPOINT): not stopped by the tests")
+        files = {}
+        a = self.node("a", "staging-1")
+
+        def store(mnt, lo, hi):
+            for i in range(lo, hi):
+                rel = "kv/chunk-%03d.bin" % i
+                with open(os.path.join(mnt, rel + ".tmp"), "wb") as f:
+                    f.write(chunk_bytes(i))
+                os.rename(os.path.join(mnt, rel + ".tmp"), os.path.join(mnt, rel))
+                files[rel] = chunk_bytes(i)
+
+        gateway = lambda cmd: subprocess.run(["bash", SERVER, cmd, self.srv["dir"]], capture_output=True,
+                                             text=True, timeout=120)
+        with self.mount(a, segment_size="8MiB", backing_deadline_ms=2000) as (mnt, _, _):
+            os.makedirs(os.path.join(mnt, "kv"))
+            store(mnt, 0, 6)
+            self.assertTrue(self.wait_for(lambda: s3_stats(mnt)["segments_uploaded"] >= 1))
+            r = gateway("stop-rgw")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            try:
+                store(mnt, 6, 12)  # seals segments 2 and 3: their uploads fail
+                self.assertTrue(self.wait_for(lambda: s3_stats(mnt)["failures"] > 0, timeout=30))
+                self.assertGreaterEqual(s3_stats(mnt)["segments_pending"], 1)
+                for i in range(12):
+                    rel = "kv/chunk-%03d.bin" % i
+                    try:
+                        with open(os.path.join(mnt, rel), "rb") as f:
+                            self.assertEqual(f.read(), files[rel], rel)
+                    except OSError as e:
+                        # Segment 1 is only in the bucket: EIO while the gateway is down, never wrong bytes.
+                        # Segments 2-4 are staged (uploads failing, or active): read locally.
+                        self.assertEqual((i < 3, e.errno), (True, errno.EIO), rel)
+            finally:
+                r = gateway("start-rgw")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertTrue(self.wait_for(lambda: s3_stats(mnt)["segments_pending"] == 0, timeout=60))
+        with open(a.log) as f:
+            log = f.read()
+        self.assertIn("kvfs: s3: upload or journal publication failed", log)
+        self.assertIn("kvfs: s3: uploads work again", log)
+        b = self.node("b", "staging-2")
+        with self.mount(b) as (mnt, _, _):
+            self.assertEqual(len(self.read_all(mnt, files)), 12)
+
+    def test_usage_errors(self):
+        a = self.node("u")
+        r = subprocess.run([kvfs_binary(), "mount", a.mnt, "--backing", a.backing,
+                            "--index-dir", a.index, "--foreground"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--s3-endpoint", r.stderr)
+        r = subprocess.run([kvfs_binary(), "mount", a.mnt, "--backing", a.backing,
+                            "--index-dir", a.index, "--foreground", "--s3-endpoint", self.srv["endpoint"],
+                            "--s3-staging", a.staging, "--s3-path-style"],
+                           capture_output=True, text=True, timeout=60,
+                           env=dict(self.env, AWS_SECRET_ACCESS_KEY="wrong-secret"))
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("s3", r.stderr)
+        self.assertFalse(os.listdir(a.staging))
+
+
+def tearDownModule():
+    stop_s3_server()
+
+
+if __name__ == "__main__":
+    unittest.main()
