@@ -486,7 +486,7 @@ struct KvfsFs::Impl {
   Result<std::shared_ptr<Version>> AcquireWritableOnce(const std::shared_ptr<Inode>& in, bool trunc,
                                                        const fuse_ctx* ctx, bool need_content, bool retry,
                                                        bool inplace,
-                                                       std::vector<std::shared_ptr<Version>>* settle);
+                                                       std::vector<std::shared_ptr<Version>>* settle, bool waited);
 
   // Sets v's size (setattr, truncate by name, fallocate): spills first when growing over the budget,
   // and after, when a large growth took staging over it (its zeros go to the backing store).

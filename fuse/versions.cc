@@ -19,10 +19,18 @@ Result<std::shared_ptr<Version>> KvfsFs::Impl::AcquireWritable(const std::shared
                                                                bool trunc, const fuse_ctx* ctx,
                                                                bool need_content, bool retry) {
   const bool inplace = retry && UndoRenumber(in);
+  bool waited = false;
   for (int attempt = 0;; ++attempt) {
     std::vector<std::shared_ptr<Version>> settle;
     auto r = AcquireWritableOnce(in, trunc, ctx, need_content, retry, inplace,
-                                 attempt < 2 ? &settle : nullptr);
+                                 attempt < 2 ? &settle : nullptr, waited);
+    if (!r.ok() && r.status().IsBusy() && !waited) {
+      // The inode is gone from the index and not marked: an unlink or rename of this node may be
+      // between the two (Impl::WaitUnlinksBefore). Wait for those, then look again.
+      WaitUnlinksBefore();
+      waited = true;
+      continue;
+    }
     if (settle.empty()) return r;
     // O_TRUNC while the versions of the inode are only waiting for their deferred commit (all
     // writers closed): commit them now, so the new version starts on a committed, idle inode, i.e.
@@ -81,7 +89,7 @@ bool KvfsFs::Impl::UndoRenumber(const std::shared_ptr<Inode>& in) {
 
 Result<std::shared_ptr<Version>> KvfsFs::Impl::AcquireWritableOnce(
     const std::shared_ptr<Inode>& in, bool trunc, const fuse_ctx* ctx, bool need_content, bool retry,
-    bool inplace, std::vector<std::shared_ptr<Version>>* settle) {
+    bool inplace, std::vector<std::shared_ptr<Version>>* settle, bool waited) {
   std::lock_guard<std::mutex> g(in->mu);
   // Newest version being written or being committed by its last release (still in `writing`).
   std::shared_ptr<Version> newest;
@@ -129,6 +137,9 @@ Result<std::shared_ptr<Version>> KvfsFs::Impl::AcquireWritableOnce(
     // which the open answers with ESTALE, so the kernel looks the name up again.
     // On the kernel's retry, the number was live at its LOOKUP just now: the unlink or replacement
     // (on this node before its flag is set, or a peer's) came during this open, so it is doomed too.
+    if (n.status().IsNotFound() && !retry && !waited && !in->unlinked && !in->renumbered) {
+      return Status::Busy("inode gone, not marked: an unlink may be in flight");  // AcquireWritable waits
+    }
     if (n.status().IsNotFound() && retry && !in->renumbered) in->unlinked = true;
     if (!n.status().IsNotFound() || !in->unlinked || in->renumbered || in->pc_handles != 0 ||
         in->last_attr.ino != in->ino) {

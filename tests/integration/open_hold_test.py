@@ -309,6 +309,14 @@ class OpenDuringUnlinkTest(unittest.TestCase):
             os.environ["KVFS_TEST_UNLINK_MARK_DELAY_MS"] = self.saved
 
     def test_open_during_unlink_reads_the_doomed_file(self):
+        self.open_during_unlink(os.O_RDONLY)
+
+    def test_writable_open_during_unlink_opens_the_doomed_file(self):
+        # docs/semantics.md §6.5: a writable open is not failed by local races (an unlinked number opens
+        # as a doomed inode); the same window answered it ESTALE, and the retry ENOENT.
+        self.open_during_unlink(os.O_RDWR)
+
+    def open_during_unlink(self, flags):
         import threading
         with kf.mounted() as (mnt, _, _):
             path = os.path.join(mnt, "f")
@@ -320,7 +328,7 @@ class OpenDuringUnlinkTest(unittest.TestCase):
             t.start()
             time.sleep(0.1)  # inside the daemon's unlink, between the index and the mark
             try:
-                fd = os.open(path, os.O_RDONLY)
+                fd = os.open(path, flags)
             except OSError as e:
                 t.join()
                 self.fail("open during the unlink: %s" % errno_name(e))
