@@ -170,10 +170,11 @@ class S3MountTest(unittest.TestCase):
         os.makedirs(s.staging, exist_ok=True)
         return s
 
-    def mount(self, n, **flags):
+    def mount(self, n, node_id="a", **flags):
         os.environ.update(self.env)  # the daemon takes its credentials from the environment
         return mounted(backing=n, s3_endpoint=self.srv["endpoint"], s3_staging=n.staging, s3_path_style=True,
-                       log_file=n.log, node_id="a", log_level=os.environ.get("KVFS_TEST_LOG_LEVEL", "info"), **flags)
+                       log_file=n.log, node_id=node_id, log_level=os.environ.get("KVFS_TEST_LOG_LEVEL", "info"),
+                       **flags)
 
     def staged_segments(self, n):
         out = []
@@ -379,6 +380,39 @@ class S3MountTest(unittest.TestCase):
         b = self.node("b", "staging-2")
         with self.mount(b) as (mnt, _, _):
             self.assertEqual(len(self.read_all(mnt, files)), 12)
+
+    def test_two_nodes_share_one_bucket(self):
+        """Node A stores; node B (its own node id, staging directory and index) mounted on the same bucket
+        reads A's files once A's segments are uploaded and its journal published, byte-exact; files A stores
+        later appear on B after their segment's seal and upload (B tails A's published journal)."""
+        files = {}
+        a, b = self.node("a", "staging-a"), self.node("b", "staging-b")
+
+        def store(mnt, lo, hi):
+            for i in range(lo, hi):
+                rel = "kv/chunk-%03d.bin" % i
+                with open(os.path.join(mnt, rel + ".tmp"), "wb") as f:
+                    f.write(chunk_bytes(i))
+                os.rename(os.path.join(mnt, rel + ".tmp"), os.path.join(mnt, rel))
+                files[rel] = chunk_bytes(i)
+
+        with self.mount(a, node_id="a", segment_size="8MiB") as (ma, _, _):
+            os.makedirs(os.path.join(ma, "kv"))
+            store(ma, 0, 7)  # segments 1 and 2 sealed (3 chunks each), chunk 6 in the active segment 3
+            self.assertTrue(self.wait_for(lambda: s3_stats(ma)["segments_uploaded"] == 2))
+            time.sleep(2.0)  # the publication behind the uploads
+            with self.mount(b, node_id="b", peer_poll_ms=100) as (mb, _, _):
+                seen = self.read_all(mb, files)
+                self.assertEqual(seen, ["chunk-%03d.bin" % i for i in range(6)])  # not chunk 6: unpublished
+                store(ma, 7, 12)  # seals segment 3 (chunks 6-8); 9-11 in the active segment 4
+                self.assertTrue(self.wait_for(lambda: s3_stats(ma)["segments_uploaded"] == 3))
+                self.assertTrue(self.wait_for(lambda: "chunk-008.bin" in os.listdir(os.path.join(mb, "kv"))))
+                seen = self.read_all(mb, files)
+                self.assertEqual(seen, ["chunk-%03d.bin" % i for i in range(9)])
+            # A's unmount seals and publishes the rest; B, mounted again (its clean index), tails it.
+        with self.mount(b, node_id="b") as (mb, _, _):
+            self.assertTrue(self.wait_for(lambda: len(os.listdir(os.path.join(mb, "kv"))) == 12))
+            self.assertEqual(self.read_all(mb, files), sorted(os.path.basename(r) for r in files))
 
     def test_usage_errors(self):
         a = self.node("u")
