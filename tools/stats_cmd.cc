@@ -143,6 +143,26 @@ int RunStats(const std::string& mp_in, bool json) {
     }
     std::printf("backing ops by kind   %s\n", line.empty() ? " none" : line.c_str());
   }
+  if (j.contains("s3") && j["s3"].is_object()) {
+    // An S3 backing (docs/s3.md): requests by type (what a site is billed for), uploads, publications.
+    const auto& s3 = j["s3"];
+    std::string line;
+    if (s3.contains("requests") && s3["requests"].is_object()) {
+      for (const auto& [op, n] : s3["requests"].items()) {
+        if (op != "total" && n.is_number_unsigned() && n.get<uint64_t>() > 0) {
+          line += " " + op + "=" + std::to_string(n.get<uint64_t>());
+        }
+      }
+    }
+    std::printf("s3 requests            %llu:%s\n",
+                (unsigned long long)(s3.contains("requests") ? s3["requests"].value("total", uint64_t{0}) : 0),
+                line.empty() ? " none" : line.c_str());
+    std::printf("s3 segments uploaded   %llu (%llu waiting), %llu journal publications, %llu failures\n",
+                (unsigned long long)s3.value("segments_uploaded", uint64_t{0}),
+                (unsigned long long)s3.value("segments_pending", uint64_t{0}),
+                (unsigned long long)s3.value("journal_publications", uint64_t{0}),
+                (unsigned long long)s3.value("failures", uint64_t{0}));
+  }
   if (j.contains("eviction")) {
     const auto& e = j["eviction"];
     std::printf("evicted segments       %llu (%llu bytes)\n", (unsigned long long)e.value("segments_dropped", uint64_t{0}),

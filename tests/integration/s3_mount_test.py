@@ -208,6 +208,9 @@ class S3MountTest(unittest.TestCase):
             self.assertTrue(self.wait_for(lambda: len(self.staged_segments(a)) == 1), self.staged_segments(a))
             stored = s3_stats(mnt)
             self.assertEqual(stored["failures"], 0)
+            text = subprocess.run([kvfs_binary(), "stats", mnt], capture_output=True, text=True, timeout=60).stdout
+            self.assertRegex(text, r"s3 requests +\d+: .*put=\d+")
+            self.assertRegex(text, r"s3 segments uploaded +\d+ \(0 waiting\)")
             for rel, data in files.items():
                 with open(os.path.join(mnt, rel), "rb") as f:
                     self.assertEqual(f.read(), data, rel)

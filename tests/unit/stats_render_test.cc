@@ -179,6 +179,35 @@ TEST(StatsRender, NoBackingFsGaugesWhenStatvfsFailed) {
   EXPECT_EQ(ParseSamples(text).count("kvfs_backing_fs_size_bytes"), 0u);  // no sample, not a false 0
 }
 
+// An S3 backing (docs/s3.md): the "s3" object and kvfs_s3_* only then.
+TEST(StatsRender, S3CountersOnlyForAnS3Backing) {
+  StatsSnapshot s = Sample();
+  EXPECT_FALSE(nlohmann::json::parse(StatsToJson(s)).contains("s3"));
+  EXPECT_EQ(StatsToPrometheus(s).find("kvfs_s3_"), std::string::npos);
+  s.store.s3 = true;
+  s.store.s3_requests = {{"put", 5}, {"get", 12}, {"head", 4}};
+  s.store.s3_requests_total = 21;
+  s.store.s3_segments_uploaded = 3;
+  s.store.s3_segments_pending = 1;
+  s.store.s3_journal_publications = 2;
+  s.store.s3_failures = 7;
+  auto j = nlohmann::json::parse(StatsToJson(s));
+  EXPECT_EQ(j["s3"]["requests"]["put"], 5);
+  EXPECT_EQ(j["s3"]["requests"]["get"], 12);
+  EXPECT_EQ(j["s3"]["requests"]["total"], 21);
+  EXPECT_EQ(j["s3"]["segments_uploaded"], 3);
+  EXPECT_EQ(j["s3"]["segments_pending"], 1);
+  EXPECT_EQ(j["s3"]["journal_publications"], 2);
+  EXPECT_EQ(j["s3"]["failures"], 7);
+  auto m = ParseSamples(StatsToPrometheus(s));
+  EXPECT_EQ(m["kvfs_s3_requests_total{op=\"put\"}"], 5);
+  EXPECT_EQ(m["kvfs_s3_requests_total{op=\"head\"}"], 4);
+  EXPECT_EQ(m["kvfs_s3_segments_uploaded_total"], 3);
+  EXPECT_EQ(m["kvfs_s3_segments_pending"], 1);
+  EXPECT_EQ(m["kvfs_s3_journal_publications_total"], 2);
+  EXPECT_EQ(m["kvfs_s3_failures_total"], 7);
+}
+
 TEST(StatsRender, JsonKeepsTheStatsKeys) {
   auto j = nlohmann::json::parse(StatsToJson(Sample()));
   EXPECT_EQ(j["pid"], 42);
