@@ -346,11 +346,13 @@ void PeerTailer::RequestRefresh() {
     // peer's group commit has had time to make its entry durable.
     followup_at_ = now + 2 * opts_.group_commit_interval + std::chrono::milliseconds(10);
     followup_pending_ = true;
-    if (now - last_early_poll_ < std::chrono::milliseconds(std::max<int64_t>(1, opts_.poll_interval.count() / 4))) {
-      return;
+    followup_moved_ = true;  // the loop may be waiting for a later deadline
+    if (!early_polled_ ||
+        now - last_early_poll_ >= std::chrono::milliseconds(std::max<int64_t>(1, opts_.poll_interval.count() / 4))) {
+      early_polled_ = true;
+      last_early_poll_ = now;
+      wake_ = true;
     }
-    last_early_poll_ = now;
-    wake_ = true;
   }
   cv_.notify_one();
 }
@@ -365,9 +367,14 @@ void PeerTailer::Loop() {
     bool early = false;
     {
       std::unique_lock<std::mutex> l(wake_mu_);
-      auto until = clock::now() + interval;
-      if (followup_pending_ && followup_at_ < until) until = followup_at_;
-      cv_.wait_until(l, until, [&] { return stop_ || wake_; });
+      const auto regular = clock::now() + interval;
+      for (;;) {  // until the regular poll, a follow-up or a wake; a follow-up set meanwhile moves it
+        auto until = regular;
+        if (followup_pending_ && followup_at_ < until) until = followup_at_;
+        followup_moved_ = false;
+        cv_.wait_until(l, until, [&] { return stop_ || wake_ || followup_moved_; });
+        if (stop_ || wake_ || clock::now() >= until) break;
+      }
       if (stop_) return;
       early = wake_;
       if (followup_pending_ && clock::now() >= followup_at_) {

@@ -159,6 +159,8 @@ class PeerTailer {
   bool wake_ = false, stop_ = false;
   std::chrono::steady_clock::time_point last_early_poll_{}, followup_at_{};
   bool followup_pending_ = false;
+  bool early_polled_ = false;    // last_early_poll_ is set (steady_clock's epoch is the boot)
+  bool followup_moved_ = false;  // RequestRefresh set followup_at_: the loop recomputes its deadline
   std::thread thread_;
 
   std::atomic<uint64_t> entries_applied_{0}, polls_{0};

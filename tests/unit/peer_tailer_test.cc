@@ -417,6 +417,28 @@ TEST_F(PeerTailerTest, ThreadPollsEarlyOnRequest) {
   EXPECT_EQ(tailer_->GetStats().entries_applied, 1u);
 }
 
+// A refresh asked within a quarter interval of the last early poll polls no earlier, but its follow-up
+// poll (after the peer's group commit) still comes, also while the thread waits for a far regular poll
+// (before: the thread slept on to the regular poll, an hour here; and a first refresh within a quarter
+// interval of the machine's boot was taken for a repeated one and never polled early).
+TEST_F(PeerTailerTest, RepeatedRefreshStillGetsItsFollowUpPoll) {
+  CloseB();
+  OpenB(kHour);
+  tailer_->Start();
+  tailer_->RequestRefresh();  // an early poll (nothing new) and its follow-up
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  WriteFile("e2", Content("e2", 4096, 15));
+  ASSERT_TRUE(store_->Sync().ok());
+  tailer_->RequestRefresh();  // within 15 min of the first: only the follow-up
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!b_index_->Lookup(kRootIno, "e2").ok() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(b_index_->Lookup(kRootIno, "e2").ok());
+  tailer_->Stop();
+  EXPECT_EQ(tailer_->GetStats().entries_applied, 1u);
+}
+
 // Without an interval there is no thread: RequestRefresh polls nothing. The tailer never reads its own
 // node's journal.
 TEST_F(PeerTailerTest, NoThreadWithoutIntervalAndNeverItsOwnJournal) {
