@@ -31,6 +31,9 @@ struct Config {
   unsigned lookup_batch = 128;
   unsigned repeat = 1;
   int64_t fill_bytes = 0;  // load_full's cache filler (kvfs mode): -1 = auto (1.25x kvfs's --cache-size), 0 = no load_full
+  unsigned ranks = 4;        // vllm-tp-pwrite: writer threads per chunk
+  uint64_t file_bytes = 0;   // vllm-slotfile: slot file size (0 = max(chunks x chunk bytes, 64 MiB))
+  unsigned trie_depth = 16;  // vua-trie: chunks per sequence (the trie's depth)
   std::string phase_hook;  // sh -c "HOOK PROFILE MODE PHASE begin|end" around every phase (test bed RPC counts)
 };
 

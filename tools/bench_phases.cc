@@ -192,6 +192,8 @@ json PhaseJson(PhaseResult& r) {
   b["ops_per_unit"] = per;
   b["metadata_ops_per_unit"] = static_cast<double>(d("metadata_ops")) / static_cast<double>(std::max<uint64_t>(1, r.units));
   b["syncs_per_unit"] = static_cast<double>(d("syncs")) / static_cast<double>(std::max<uint64_t>(1, r.units));
+  b["bytes_written_per_unit"] = static_cast<double>(d("bytes_written")) / static_cast<double>(std::max<uint64_t>(1, r.units));
+  b["bytes_read_per_unit"] = static_cast<double>(d("bytes_read")) / static_cast<double>(std::max<uint64_t>(1, r.units));
   j["backing"] = b;
   // CPU seconds the phase cost (clock ticks: 10 ms resolution), and per GB moved: what a CPU-bound run
   // on a shared machine is limited by, less sensitive to the other load than MB/s.
@@ -238,6 +240,10 @@ json RunMode(const Config& cfg, const Profile& p, size_t size, const std::string
   try {
     stack.Up();
     Ctx c{stack.Root(), size, 0x5eed0000ull ^ static_cast<uint64_t>(NowNs())};
+    c.chunks = cfg.chunks;
+    c.ranks = cfg.ranks;
+    c.file_bytes = cfg.file_bytes;
+    c.trie_depth = cfg.trie_depth;
     {
       Recorder rec;
       t_rec = &rec;
@@ -273,6 +279,7 @@ json RunMode(const Config& cfg, const Profile& p, size_t size, const std::string
     phases["lookup"] = PhaseJson(lookup);
     json remount_stats;
     if (cfg.cold_load) {
+      if (p.release) p.release(c);  // what the profile keeps open (fd caches) closes before the restart
       if (kvfs) out["kvfs_stats_before_remount"] = stack.KvfsStats();
       stack.Remount();
       c.root = stack.Root();
@@ -307,6 +314,7 @@ json RunMode(const Config& cfg, const Profile& p, size_t size, const std::string
           return fsz;
         }, fsz, stack);
       }
+      if (p.release) p.release(c);
       stack.Remount();
       c.root = stack.Root();
       if (kvfs) {
@@ -326,6 +334,7 @@ json RunMode(const Config& cfg, const Profile& p, size_t size, const std::string
       phases["load_full"] = PhaseJson(full);
     }
     out["phases"] = phases;
+    if (p.release) p.release(c);
     if (kvfs) {
       out["kvfs_stats"] = stack.KvfsStats();
       stack.hwm_kb = std::max(stack.hwm_kb, VmHwmKb(stack.kvfs_pid));
@@ -338,6 +347,12 @@ json RunMode(const Config& cfg, const Profile& p, size_t size, const std::string
   } catch (const std::exception& e) {
     out["ok"] = false;
     out["error"] = e.what();
+    if (p.release) {
+      try {
+        p.release(Ctx{});
+      } catch (const std::exception&) {  // a close that fails after a failure: the stack goes down anyway
+      }
+    }
     stack.Down();
   }
   fs::remove_all(stack.base);

@@ -19,6 +19,10 @@ struct Ctx {
   std::string root;
   size_t size = 0;
   uint64_t salt = 0;
+  uint64_t chunks = 0;       // chunks stored per run (--chunks): ids 0..chunks-1
+  unsigned ranks = 4;        // vllm-tp-pwrite: writer threads per chunk (--ranks)
+  uint64_t file_bytes = 0;   // vllm-slotfile: size of the slot file (--file-bytes; 0 = max(chunks x size, 64 MiB))
+  unsigned trie_depth = 16;  // vua-trie: chunks per sequence = deepest level (--trie-depth)
 };
 
 struct Profile {
@@ -29,12 +33,19 @@ struct Profile {
   std::function<void(const Ctx&, uint64_t id, char* buf)> store;  // buf: aligned, size bytes, filled
   std::function<void(const Ctx&, uint64_t id, char* buf)> load;   // fills buf (size bytes)
   std::function<bool(const Ctx&, uint64_t id)> exists;            // one lookup probe
+  // Closes what the profile keeps open across calls (dynamo-g4's fd cache, vllm-slotfile's long-lived
+  // fd): called before every client restart and before the stack goes down. Empty for most profiles.
+  std::function<void(const Ctx&)> release = nullptr;
+  // Prints backing bytes written / read per chunk in the report (the profiles whose cost in bytes, not
+  // in metadata operations, is the point: vllm-slotfile's whole-file copy per version).
+  bool bytes_per_unit = false;
 };
 
 // LMCache fs: its 28 B header before the data (a chunk must be larger).
 inline constexpr size_t kLmcHeader = 28;
 
-// Every profile, in the order of docs/design.md §10 (--profile all).
+// Every profile, in the order of docs/design.md §10, then the 2026 patterns (lmcache-link, dynamo-g4,
+// vua-trie, vllm-tp-pwrite, vllm-slotfile; docs/benchmarks.md "Profiles") (--profile all).
 std::vector<Profile> Profiles();
 
 }  // namespace kvfs::bench

@@ -79,6 +79,13 @@ void PrintProfile(const json& pj) {
                  Fmt(a["backing"]["bytes_read"].get<double>() / 1e6, 0)).c_str(),
                 (Fmt(b["backing"]["bytes_written"].get<double>() / 1e6, 0) + " / " +
                  Fmt(b["backing"]["bytes_read"].get<double>() / 1e6, 0)).c_str());
+    if (pj.value("bytes_per_unit", false)) {  // the 2026 profiles: backing bytes per chunk (exact counts)
+      std::printf("   %-26s %14s %14s\n", (std::string(ph) + " backing B w / r /unit").c_str(),
+                  (Fmt(a["backing"].value("bytes_written_per_unit", 0.0), 0) + " / " +
+                   Fmt(a["backing"].value("bytes_read_per_unit", 0.0), 0)).c_str(),
+                  (Fmt(b["backing"].value("bytes_written_per_unit", 0.0), 0) + " / " +
+                   Fmt(b["backing"].value("bytes_read_per_unit", 0.0), 0)).c_str());
+    }
     if (a.contains("cpu_s_per_gb") && b.contains("cpu_s_per_gb")) {
       std::printf("   %-26s %14.2f %14.2f %7.2fx\n", (std::string(ph) + " CPU s/GB (all procs)").c_str(),
                   a["cpu_s_per_gb"].get<double>(), b["cpu_s_per_gb"].get<double>(),

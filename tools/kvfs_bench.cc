@@ -4,6 +4,7 @@
 //              [--hit-ratio 0.5] [--latency-us 500] [--data-mbps 0] [--modes direct,ceiling,kvfs,tmpfs]
 //              [--work DIR] [--tmpfs DIR] [--build DIR] [--json FILE] [--no-cold-load] [--no-progress]
 //              [--repeat R] [--fill-bytes auto|B] [--kvfs-arg ARG]... [--nfsim-arg ARG]... [--ceiling-arg ARG]...
+//              [--ranks R (vllm-tp-pwrite)] [--file-bytes B (vllm-slotfile)] [--trie-depth D (vua-trie)]
 //
 // For every profile and mode it builds a fresh stack under --work (default /var/tmp/kvfs-bench):
 //   src/   the "NFS server's disk" (a real directory)
@@ -63,7 +64,10 @@ namespace {
                "  [--lookup-batch N (128)] [--no-cold-load] [--no-progress] [--kvfs-arg A]... [--nfsim-arg A]...\n"
                "  [--ceiling-arg A]... (added to the ceiling's kvfs-nfsim --latency-us 0)\n"
                "  [--phase-hook CMD (run as: sh -c 'CMD PROFILE MODE PHASE begin|end')]\n"
-               "profiles: vllm llmd lmcache-fs lmcache-nixl sglang-file sglang-nixl creates\n");
+               "  [--ranks R (4: vllm-tp-pwrite writers per chunk)] [--file-bytes B (vllm-slotfile: slot file size;\n"
+               "   default max(chunks x chunk bytes, 64MiB))] [--trie-depth D (16: vua-trie chunks per sequence = levels)]\n"
+               "profiles: vllm llmd lmcache-fs lmcache-nixl sglang-file sglang-nixl creates\n"
+               "  lmcache-link dynamo-g4 vua-trie vllm-tp-pwrite vllm-slotfile\n");
   std::exit(2);
 }
 
@@ -113,12 +117,16 @@ int main(int argc, char** argv) {
       cfg.fill_bytes = v == "auto" ? -1 : static_cast<int64_t>(ParseSizeOr(v, 0));
     }
     else if (a == "--phase-hook") cfg.phase_hook = val();
+    else if (a == "--ranks") cfg.ranks = static_cast<unsigned>(std::stoul(val()));
+    else if (a == "--file-bytes") cfg.file_bytes = ParseSizeOr(val(), 0);
+    else if (a == "--trie-depth") cfg.trie_depth = static_cast<unsigned>(std::stoul(val()));
     else if (a == "-h" || a == "--help") Usage(nullptr);
     else Usage(("unknown argument " + a).c_str());
   }
   if (cfg.threads == 0 || cfg.chunks == 0 || cfg.lookup_batch == 0 || cfg.repeat == 0) {
     Usage("threads, chunks, lookup batch and repeat must be > 0");
   }
+  if (cfg.ranks == 0 || cfg.trie_depth == 0) Usage("ranks and trie depth must be > 0");
   for (auto& m : cfg.modes) {
     if (m != "direct" && m != "kvfs" && m != "tmpfs" && m != "ceiling") {
       Usage(("unknown mode " + m + " (direct, ceiling, kvfs, tmpfs)").c_str());
@@ -158,6 +166,13 @@ int main(int argc, char** argv) {
     if (p.name == "lmcache-fs" && size <= kLmcHeader) Usage("lmcache-fs needs more than 28 bytes");
     json pj = {{"profile", p.name}, {"what", p.what}, {"chunks", cfg.chunks}, {"chunk_bytes", size},
                {"threads", cfg.threads}, {"hit_ratio", cfg.hit_ratio}, {"latency_us", cfg.latency_us}};
+    if (p.bytes_per_unit) pj["bytes_per_unit"] = true;  // the report prints backing bytes per chunk
+    if (p.name == "vllm-tp-pwrite") pj["ranks"] = cfg.ranks;
+    if (p.name == "vua-trie") pj["trie_depth"] = cfg.trie_depth;
+    if (p.name == "vllm-slotfile") {
+      pj["file_bytes"] = cfg.file_bytes ? (cfg.file_bytes + size - 1) / size * size
+                                        : (std::max<uint64_t>(cfg.chunks * size, 64ull << 20) + size - 1) / size * size;
+    }
     // --repeat: the modes run interleaved (direct, ceiling, kvfs, direct, ...), so slow drifts of the
     // machine's load hit every mode alike. "modes" is the first run (what bench_plot.py reads).
     json runs = json::array();
