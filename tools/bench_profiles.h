@@ -1,7 +1,8 @@
 // kvfs-bench's profiles: one per connector row of docs/design.md §10 (vLLM, llm-d, LMCache fs and nixl,
-// SGLang file and nixl) plus "creates", each the connector's exact syscall sequence for init, store,
-// load and one lookup probe (traces in tests/data/traces), issued through tools/bench_io.h. Called by
-// RunMode (tools/bench_phases.cc) and main (tools/kvfs_bench.cc, which picks them by name).
+// SGLang file and nixl) plus "creates" and the 2026 patterns (docs/benchmarks.md "Profiles"), each the
+// connector's exact syscall sequence for init, store, load and one lookup probe (traces in
+// tests/data/traces), issued through tools/bench_io.h. Called by RunMode (tools/bench_phases.cc) and
+// main (tools/kvfs_bench.cc, which picks them by name).
 //
 // Thread safety: Profiles() returns fresh values; store/load/exists run on many threads at once (each
 // chunk id on one thread), init on one thread before them.
