@@ -379,7 +379,9 @@ class Store {
   // next mount see it; a crash loses the notes of that last second. No-op with StoreOptions::atime off.
   // Returns true if this call noted a new atime (the caller then drops the kernel's cached attributes).
   // Thread-safe.
-  virtual bool NoteRead(uint64_t ino, const Attr& attr) = 0;
+  // committed: attr is committed content (the note is stamped now); false: a closed version whose commit
+  // is pending (stamped when journaled, after that commit).
+  virtual bool NoteRead(uint64_t ino, const Attr& attr, bool committed = true) = 0;
   // The atime noted by NoteRead for ino and not journaled yet, else 0. Thread-safe; lock-free when no
   // note is pending.
   virtual int64_t PendingAtime(uint64_t ino) = 0;

@@ -139,7 +139,7 @@ class StoreImpl final : public Store {
   Result<Node> Link(uint64_t ino, const Location* loc, const Attr* attr, uint64_t new_parent,
                     std::string_view new_name) override;
   Result<Attr> SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) override;
-  bool NoteRead(uint64_t ino, const Attr& attr) override;
+  bool NoteRead(uint64_t ino, const Attr& attr, bool committed = true) override;
   int64_t PendingAtime(uint64_t ino) override;
   Status ReadDir(uint64_t dir, uint64_t after, const std::function<bool(const DirEntry&)>& fn) override {
     return index_->ReadDir(dir, after, fn);
@@ -470,8 +470,14 @@ class StoreImpl final : public Store {
   // journals them (SetAttr of atime) from the evictor thread once the oldest is kAtimeFlushDelay old,
   // and all of them at Close. Lock order: atime_mu_ is a leaf (never held while SetAttr runs).
   void FlushAtimes(bool all);
+  // SetAttr with the caller's HLC stamp (0: a new one); FlushAtimes passes the read's (kSetAtimeOfRead).
+  Result<Attr> SetAttrStamped(uint64_t ino, const Attr& attr, uint32_t mask, uint64_t stamp);
+  struct AtimeNote {
+    int64_t atime_ns = 0;
+    uint64_t stamp = 0;  // HLC at the read: orders it against utimensat and new versions (inode.h); 0: at the flush
+  };
   std::mutex atime_mu_;
-  std::unordered_map<uint64_t, int64_t> atime_notes_;
+  std::unordered_map<uint64_t, AtimeNote> atime_notes_;
   std::chrono::steady_clock::time_point atime_oldest_{};
   std::atomic<size_t> atime_pending_{0};      // atime_notes_.size(), read without the lock
   std::atomic<uint64_t> atime_updates_{0};    // notes journaled since the mount

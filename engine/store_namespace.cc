@@ -182,11 +182,16 @@ Result<Node> StoreImpl::Link(uint64_t ino, const Location* loc, const Attr* attr
 }
 
 Result<Attr> StoreImpl::SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) {
+  return SetAttrStamped(ino, attr, mask & ~static_cast<uint32_t>(kSetAtimeOfRead), 0);
+}
+
+Result<Attr> StoreImpl::SetAttrStamped(uint64_t ino, const Attr& attr, uint32_t mask, uint64_t given) {
   std::lock_guard<std::mutex> l(ns_mu_);
   auto n = index_->GetInode(ino);
   if (!n.ok()) return n.status();
   const bool journaled = n->committed || S_ISDIR(n->attr.mode);
-  const uint64_t stamp = journaled ? hlc_.Now() : 0;
+  if ((mask & kSetAtimeOfRead) && !journaled) return Status::Exists("not committed");  // a new version
+  const uint64_t stamp = given ? given : journaled ? hlc_.Now() : 0;
   auto a = index_->SetAttr(ino, attr, mask, stamp);
   if (a.ok() && (mask & kSetAtime) && atime_pending_.load(std::memory_order_acquire) != 0) {
     // An explicit atime (utimensat, or FlushAtimes itself) replaces a read's note not journaled yet.
@@ -206,7 +211,7 @@ constexpr int64_t kRelatimeAgeNs = 24ll * 3600 * 1000 * 1000 * 1000;
 constexpr auto kAtimeFlushDelay = std::chrono::seconds(1);
 }  // namespace
 
-bool StoreImpl::NoteRead(uint64_t ino, const Attr& a) {
+bool StoreImpl::NoteRead(uint64_t ino, const Attr& a, bool committed) {
   if (!opts_.atime || !S_ISREG(a.mode)) return false;
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::system_clock::now().time_since_epoch()).count();
@@ -214,7 +219,7 @@ bool StoreImpl::NoteRead(uint64_t ino, const Attr& a) {
   std::lock_guard<std::mutex> l(atime_mu_);
   if (atime_notes_.empty()) atime_oldest_ = std::chrono::steady_clock::now();
   // A second read before the flush changes nothing under relatime (the first made atime > mtime).
-  if (!atime_notes_.try_emplace(ino, now).second) return false;
+  if (!atime_notes_.try_emplace(ino, AtimeNote{now, committed ? hlc_.Now() : 0}).second) return false;
   atime_pending_.store(atime_notes_.size(), std::memory_order_release);
   return true;
 }
@@ -223,14 +228,14 @@ int64_t StoreImpl::PendingAtime(uint64_t ino) {
   if (atime_pending_.load(std::memory_order_acquire) == 0) return 0;
   std::lock_guard<std::mutex> l(atime_mu_);
   auto it = atime_notes_.find(ino);
-  return it == atime_notes_.end() ? 0 : it->second;
+  return it == atime_notes_.end() ? 0 : it->second.atime_ns;
 }
 
 // Journals the pending notes: SETATTR of atime alone (the dentry's stamp, which decides between
 // versions of a name, is untouched; ctime too). The notes stay answerable by PendingAtime until their
 // SetAttr is in the index. A file unlinked or replaced since its read has nothing left to update.
 void StoreImpl::FlushAtimes(bool all) {
-  std::vector<std::pair<uint64_t, int64_t>> notes;
+  std::vector<std::pair<uint64_t, AtimeNote>> notes;
   {
     std::lock_guard<std::mutex> l(atime_mu_);
     if (atime_notes_.empty()) return;
@@ -240,11 +245,11 @@ void StoreImpl::FlushAtimes(bool all) {
   uint64_t done = 0;
   for (const auto& [ino, t] : notes) {
     Attr a;
-    a.atime_ns = t;
-    auto r = SetAttr(ino, a, kSetAtime);
+    a.atime_ns = t.atime_ns;
+    auto r = SetAttrStamped(ino, a, kSetAtime | kSetAtimeOfRead, t.stamp);
     if (r.ok()) {
       done++;
-    } else if (!r.status().IsNotFound()) {
+    } else if (!r.status().IsNotFound() && !r.status().IsExists()) {  // not: gone, or changed since the read
       LogLimited(spdlog::level::warn, "atime-flush", "kvfs: atime of inode {}: {}", ino, r.status().ToString());
     }
   }
@@ -252,7 +257,7 @@ void StoreImpl::FlushAtimes(bool all) {
   std::lock_guard<std::mutex> l(atime_mu_);
   for (const auto& [ino, t] : notes) {
     auto it = atime_notes_.find(ino);
-    if (it != atime_notes_.end() && it->second == t) atime_notes_.erase(it);
+    if (it != atime_notes_.end() && it->second.stamp == t.stamp && it->second.atime_ns == t.atime_ns) atime_notes_.erase(it);
   }
   atime_oldest_ = std::chrono::steady_clock::now();  // later notes: at most one more delay
   atime_pending_.store(atime_notes_.size(), std::memory_order_release);
@@ -290,6 +295,15 @@ Result<Node> StoreImpl::Renumber(uint64_t ino, uint64_t to) {
   std::lock_guard<std::mutex> l(ns_mu_);
   auto n = index_->Renumber(ino, to);
   if (!n.ok()) return n.status();
+  if (atime_pending_.load(std::memory_order_acquire) != 0) {  // a read's note follows the file
+    std::lock_guard<std::mutex> g(atime_mu_);
+    auto it = atime_notes_.find(ino);
+    if (it != atime_notes_.end()) {
+      const AtimeNote note = it->second;
+      atime_notes_.erase(it);
+      atime_notes_[n->attr.ino] = note;
+    }
+  }
   const Location& loc = n->location;
   if (track_hits_ && !loc.empty() && OwnSegment(loc.segment)) {
     std::lock_guard<std::mutex> h(hits_mu_);

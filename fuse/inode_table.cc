@@ -229,6 +229,7 @@ Status KvfsFs::Impl::GetAttr(uint64_t ino, Attr* out, double* timeout) {
   if (in) {
     std::lock_guard<std::mutex> g(in->mu);
     if (StagedAttr(*in, out)) {
+      out->atime_ns = std::max(out->atime_ns, store->PendingAtime(ino));
       in->last_attr = *out;
       *timeout = 0;
       return Status::OK();
@@ -282,6 +283,7 @@ bool KvfsFs::Impl::ReplyEntry(fuse_req_t req, const Node& n, bool fresh_only) {
   {
     std::unique_lock<std::mutex> g(in->mu);
     if (StagedAttr(*in, &a)) {
+      a.atime_ns = std::max(a.atime_ns, store->PendingAtime(a.ino));
       at = 0;
     } else if (fresh_only && S_ISREG(n.attr.mode) && !n.committed) {
       g.unlock();

@@ -47,6 +47,14 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
     {
       std::lock_guard<std::mutex> g(in->mu);
       h->version = in->primary;  // a file being written (visibly): read the staged bytes (POSIX)
+      // Closed, its commit pending (commit_delay_ms): a read of the file as it is (atime, relatime).
+      if (h->version && h->version->writers == 0) {
+        Attr va;
+        KvfsFs::Impl::VersionAttr(*h->version, &va);
+        if (fs->store->NoteRead(in->ino, va, /*committed=*/false) && fs->session.get()) {
+          fuse_lowlevel_notify_inval_inode(fs->session.get(), in->ino, -1, 0);
+        }
+      }
       // Counted as its reader: if the version is (or gets) committed, its record is held for this
       // handle until RELEASE, as for a reader of committed content (docs/semantics.md §6.10).
       if (h->version) fs->AddReaderLocked(*h->version, &unpin);

@@ -150,6 +150,7 @@ Result<std::shared_ptr<Version>> KvfsFs::Impl::AcquireWritableOnce(
     // read its last version whole, through direct_io).
     auto v = NewVersion(in->ino, /*hidden=*/trunc, /*direct=*/false);
     a = in->last_attr;
+    a.atime_ns = std::max(a.atime_ns, store->PendingAtime(in->ino));  // a read's note not journaled yet
     a.nlink = 0;
     if (trunc || !need_content || !in->last_committed || in->last_loc.empty()) {
       if (trunc && a.size != 0) a.mtime_ns = a.ctime_ns = now;
@@ -214,6 +215,7 @@ Result<std::shared_ptr<Version>> KvfsFs::Impl::AcquireWritableOnce(
   }
   a = n->attr;
   a.ino = in->ino;
+  a.atime_ns = std::max(a.atime_ns, store->PendingAtime(in->ino));  // a read's note not journaled yet
   if (trunc) {
     // In place (inplace): a visible version, as a local fs truncates the file under its readers.
     bool committed = n.ok() && n->committed && !inplace;

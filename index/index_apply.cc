@@ -348,6 +348,7 @@ struct Applier {
     if (!r.ok()) return r.status();
     if (!*r) return false;
     InodeRec n = **r;
+    if ((op.mask & kSetAtimeOfRead) && !(op.stamp > n.stamp)) return false;  // changed since the read
     ApplyAttrMask(&n.attr, op.attr, op.mask);
     if (op.stamp > n.stamp) n.stamp = op.stamp, n.stamp_node = node;
     KVFS_RETURN_IF_ERROR(o.UpdateRec(**r, n));

@@ -39,6 +39,11 @@ enum SetAttrMask : uint32_t {
   kSetAtime = 1u << 4,
   kSetMtime = 1u << 5,
   kSetCtime = 1u << 6,
+  // With kSetAtime: the atime of a read (relatime, Store::NoteRead), journaled about a second after the
+  // read with the read's stamp. Applied only if that stamp is newer than the inode's last change (its
+  // record's stamp: its version's PUT, the last SETATTR): a utimensat or a new version that came after
+  // the read, on any node, is never overwritten by it. (Older binaries ignore the bit: plain kSetAtime.)
+  kSetAtimeOfRead = 1u << 7,
 };
 
 struct DirEntry {

@@ -341,8 +341,11 @@ Result<Attr> IndexDb::SetAttr(uint64_t ino, const Attr& attr, uint32_t mask, uin
   auto r = o.MustRec(ino);
   if (!r.ok()) return r.status();
   InodeRec n = *r;
+  if ((mask & kSetAtimeOfRead) && !(stamp > r->stamp)) {
+    return Status::Exists("changed since the read");  // kSetAtimeOfRead: see inode.h
+  }
   ApplyAttrMask(&n.attr, attr, mask);
-  if (stamp) n.stamp = stamp, n.stamp_node = impl_->node;
+  if (stamp && stamp > n.stamp) n.stamp = stamp, n.stamp_node = impl_->node;
   KVFS_RETURN_IF_ERROR(o.UpdateRec(*r, n));
   KVFS_RETURN_IF_ERROR(t.Commit());
   return n.attr;

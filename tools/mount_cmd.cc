@@ -322,10 +322,12 @@ int RunMount(MountArgs a) {
   }
   // atime (docs/semantics.md §4): relatime unless -o noatime (the last of atime/noatime/relatime/
   // strictatime given wins; strictatime is served as relatime).
-  for (const auto& o : fopts) {
+  for (const auto& o : a.fuse_opts) {
     if (o == "noatime") so.atime = false;
     if (o == "atime" || o == "relatime" || o == "strictatime") so.atime = true;
   }
+  // A read-only mount never updates atime (as Linux).
+  if (std::find(fopts.begin(), fopts.end(), "ro") != fopts.end()) so.atime = false;
   // What would make the FUSE mount fail, found before the store opens (a new node generation, maybe a new
   // index) and before the daemon forks: such a mount leaves nothing behind.
   if (std::string why = FuseMountProblem(fopts, a.mountpoint); !why.empty()) Die(kExitUsage, why);

@@ -571,6 +571,59 @@ class Atime(kf.SharedBackingCase):
         a = self.mount("a")
         self.assertEqual(os.stat(os.path.join(a, "kv", "k1.bin")).st_atime_ns, st3.st_atime_ns)
 
+    def test_explicit_atime_after_a_peers_read_wins_everywhere(self):
+        # B reads, then A sets atime explicitly: the read's note (journaled ~1 s after the read, with
+        # the read's stamp) must not overwrite the later utimensat on either node.
+        a = self.mount("a")
+        b = self.mount("b")
+        names = ["x%d" % i for i in range(6)]
+        for n in names:
+            self.publish(a, n, pattern(n, 1000))
+        for n in names:
+            fb = os.path.join(b, "kv", n + ".bin")
+            self.assertTrue(wait_for(lambda fb=fb: os.path.exists(fb), 10.0))
+        for i, n in enumerate(names):
+            self.assertEqual(kf.read_file(os.path.join(b, "kv", n + ".bin")), pattern(n, 1000))
+            os.utime(os.path.join(a, "kv", n + ".bin"), ns=(3000 * 10**9 + i, 4000 * 10**9))
+        time.sleep(3)  # B's notes journaled and tailed by A; A's SETATTRs tailed by B
+        for i, n in enumerate(names):
+            for m in (a, b):
+                st = os.stat(os.path.join(m, "kv", n + ".bin"))
+                self.assertEqual(st.st_atime_ns, 3000 * 10**9 + i, (m, n))
+
+    def test_writable_open_right_after_a_read_keeps_its_atime(self):
+        a = self.mount("a")
+        f1 = self.publish(a, "w1", pattern("w1", 100000))
+        f2 = self.publish(a, "w2", pattern("w2", 100000))
+        for f in (f1, f2):
+            os.utime(f, ns=(1000 * 10**9, 2000 * 10**9))
+        t_read = time.time_ns()
+        for f in (f1, f2):
+            with open(f, "rb") as fh:
+                fh.read(10)
+        os.close(os.open(f1, os.O_RDWR))  # a writer that writes nothing (the file moves to a new number)
+        os.truncate(f2, 100000)           # a new version of the same content and size
+        time.sleep(1.6)                   # past the journaling delay
+        for f in (f1, f2):
+            st = os.stat(f)
+            self.assertGreaterEqual(st.st_atime_ns, t_read, f)
+
+    def test_ro_mount_and_atime_flags(self):
+        spec_a = self.mount("a")
+        f = self.publish(spec_a, "r1", pattern("r1", 5000))
+        os.utime(f, ns=(1000 * 10**9, 2000 * 10**9))
+        self.stack.close()
+        self.stack = contextlib.ExitStack()
+        # fstab lines carry relatime / nodiratime / lazytime: accepted (libfuse does not know them)
+        for opts in ("relatime,nodiratime", "strictatime", "lazytime,noexec"):
+            with kf.mounted(backing=self.node("a"), node_id="a", o=opts) as (mnt, _, _):
+                self.assertEqual(kf.read_file(os.path.join(mnt, "kv", "r1.bin")), pattern("r1", 5000))
+        with kf.mounted(backing=self.node("a"), node_id="a", o="ro") as (mnt, _, _):
+            st0 = os.stat(os.path.join(mnt, "kv", "r1.bin"))
+            self.assertEqual(kf.read_file(os.path.join(mnt, "kv", "r1.bin")), pattern("r1", 5000))
+            time.sleep(1.5)
+            self.assertEqual(os.stat(os.path.join(mnt, "kv", "r1.bin")).st_atime_ns, st0.st_atime_ns)
+
     def test_noatime(self):
         a = self.mount("a", o="noatime")
         final = self.publish(a, "k2", pattern("noatime", 5000))

@@ -26,4 +26,11 @@ TEST(MountFuseOptions, OnlyAnExplicitOptOutDropsIt) {
 }
 
 }  // namespace
+// atime flags libfuse does not know are dropped (kvfs keeps atime itself); alone they leave the defaults.
+TEST(MountFuseOptions, AtimeFlagsLibfuseDoesNotKnowAreDropped) {
+  EXPECT_EQ(MountFuseOptions({"relatime", "noexec", "nodiratime"}), (V{"noexec", "default_permissions"}));
+  EXPECT_EQ(MountFuseOptions({"strictatime"}), (V{"allow_other", "default_permissions"}));
+  EXPECT_EQ(MountFuseOptions({"noatime", "lazytime"}), (V{"noatime", "default_permissions"}));
+}
+
 }  // namespace kvfs
