@@ -71,6 +71,30 @@ const char* S3ElementText(const tinyxml2::XMLElement* parent, const char* name) 
   return t ? t : "";
 }
 
+// A ListObjectsV2 answer (ListBucketResult): objects, common prefixes (with a delimiter), truncation
+// and the continuation token. False if the body is not one.
+bool ParseListPage(const std::string& body, S3ListPage* page) {
+  tinyxml2::XMLDocument doc;
+  if (doc.Parse(body.data(), body.size()) != tinyxml2::XML_SUCCESS) return false;
+  const tinyxml2::XMLElement* root = doc.RootElement();
+  if (!root || std::string_view(root->Name()) != "ListBucketResult") return false;
+  page->truncated = std::string_view(S3ElementText(root, "IsTruncated")) == "true";
+  if (page->truncated) page->next_token = S3ElementText(root, "NextContinuationToken");
+  for (const tinyxml2::XMLElement* c = root->FirstChildElement("Contents"); c;
+       c = c->NextSiblingElement("Contents")) {
+    S3ObjectInfo o;
+    o.key = S3ElementText(c, "Key");
+    o.size = std::strtoull(S3ElementText(c, "Size"), nullptr, 10);
+    o.etag = S3ElementText(c, "ETag");
+    page->objects.push_back(std::move(o));
+  }
+  for (const tinyxml2::XMLElement* c = root->FirstChildElement("CommonPrefixes"); c;
+       c = c->NextSiblingElement("CommonPrefixes")) {
+    page->common_prefixes.push_back(S3ElementText(c, "Prefix"));
+  }
+  return true;
+}
+
 // Transport failures worth another attempt (the server may be restarting, a connection was dropped).
 bool S3RetryableCurl(CURLcode rc) {
   switch (rc) {
@@ -724,22 +748,10 @@ Result<S3ListPage> S3Client::List(const std::string& prefix, const std::string& 
   if (!start_after.empty()) req.query += "&start-after=" + S3Encode(start_after, false);
   Response resp;
   KVFS_RETURN_IF_ERROR(Perform(S3Op::kList, req, &resp));
-  tinyxml2::XMLDocument doc;
-  const tinyxml2::XMLElement* root = nullptr;
-  if (doc.Parse(resp.body.data(), resp.body.size()) == tinyxml2::XML_SUCCESS) root = doc.RootElement();
-  if (!root || std::string_view(root->Name()) != "ListBucketResult") {
+  S3ListPage page;
+  if (!ParseListPage(resp.body, &page)) {
     return Fail(S3Op::kList, Status::IOError("s3 GET " + config_.bucket +
                                              "?list-type=2: the answer is not a ListBucketResult"));
-  }
-  S3ListPage page;
-  page.truncated = std::string_view(S3ElementText(root, "IsTruncated")) == "true";
-  for (const tinyxml2::XMLElement* c = root->FirstChildElement("Contents"); c;
-       c = c->NextSiblingElement("Contents")) {
-    S3ObjectInfo o;
-    o.key = S3ElementText(c, "Key");
-    o.size = std::strtoull(S3ElementText(c, "Size"), nullptr, 10);
-    o.etag = S3ElementText(c, "ETag");
-    page.objects.push_back(std::move(o));
   }
   return page;
 }
@@ -755,27 +767,10 @@ Result<S3ListPage> S3Client::ListDelimited(const std::string& prefix, const std:
   if (!prefix.empty()) req.query += "&prefix=" + S3Encode(prefix, false);
   Response resp;
   KVFS_RETURN_IF_ERROR(Perform(S3Op::kList, req, &resp));
-  tinyxml2::XMLDocument doc;
-  const tinyxml2::XMLElement* root = nullptr;
-  if (doc.Parse(resp.body.data(), resp.body.size()) == tinyxml2::XML_SUCCESS) root = doc.RootElement();
-  if (!root || std::string_view(root->Name()) != "ListBucketResult") {
+  S3ListPage page;
+  if (!ParseListPage(resp.body, &page)) {
     return Fail(S3Op::kList, Status::IOError("s3 GET " + config_.bucket +
                                              "?delimiter=/&list-type=2: the answer is not a ListBucketResult"));
-  }
-  S3ListPage page;
-  page.truncated = std::string_view(S3ElementText(root, "IsTruncated")) == "true";
-  if (page.truncated) page.next_token = S3ElementText(root, "NextContinuationToken");
-  for (const tinyxml2::XMLElement* c = root->FirstChildElement("Contents"); c;
-       c = c->NextSiblingElement("Contents")) {
-    S3ObjectInfo o;
-    o.key = S3ElementText(c, "Key");
-    o.size = std::strtoull(S3ElementText(c, "Size"), nullptr, 10);
-    o.etag = S3ElementText(c, "ETag");
-    page.objects.push_back(std::move(o));
-  }
-  for (const tinyxml2::XMLElement* c = root->FirstChildElement("CommonPrefixes"); c;
-       c = c->NextSiblingElement("CommonPrefixes")) {
-    page.common_prefixes.push_back(S3ElementText(c, "Prefix"));
   }
   if (page.truncated && page.next_token.empty()) {
     return Fail(S3Op::kList, Status::IOError("s3 list " + config_.bucket + "/" + prefix +
