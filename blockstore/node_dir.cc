@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cinttypes>
 #include <cstdio>
+#include <random>
 #include <ctime>
 #include <fstream>
 #include <map>
@@ -226,7 +227,7 @@ Status ValidateNodeId(std::string_view node) {
 
 std::string FormatInfo::Serialize() const {
   return "kvfs-format\nversion=" + std::to_string(version) + "\nalignment=" + std::to_string(alignment) +
-         "\n";
+         "\n" + (id.empty() ? "" : "id=" + id + "\n");
 }
 
 Result<FormatInfo> FormatInfo::Parse(std::string_view text) {
@@ -235,6 +236,7 @@ Result<FormatInfo> FormatInfo::Parse(std::string_view text) {
   FormatInfo f;
   if (!ParseNum(kv, "version", &f.version)) return Status::Corruption("FORMAT: missing or bad version");
   if (!ParseNum(kv, "alignment", &f.alignment)) return Status::Corruption("FORMAT: missing or bad alignment");
+  if (auto it = kv.find("id"); it != kv.end()) f.id = it->second;
   return f;
 }
 
@@ -260,7 +262,13 @@ Result<FormatInfo> EnsureFormat(Env* env, const std::string& backing) {
   const std::string path = FormatFilePath(backing);
   Status s = env->CreateDirs(root);
   if (!s.ok()) return IsPermissionError(s) ? NotWritable(backing, s) : s;
-  const FormatInfo mine;
+  FormatInfo mine;
+  {
+    std::random_device rd;  // getrandom(2)
+    char hex[33];
+    std::snprintf(hex, sizeof(hex), "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+    mine.id = hex;
+  }
   {
     OpenOptions o;
     o.write = o.create = o.exclusive = true;
@@ -543,6 +551,7 @@ Result<std::unique_ptr<NodeDir>> NodeDir::Acquire(NodeDirOptions opts) {
   }
 
   std::unique_ptr<NodeDir> nd(new NodeDir());
+  nd->format_id_ = fmt->id;
   nd->env_ = env;
   nd->backing_ = backing;
   nd->node_ = opts.node_id;

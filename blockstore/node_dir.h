@@ -99,6 +99,11 @@ Status ValidateNodeId(std::string_view node);
 struct FormatInfo {
   uint32_t version = kFormatVersion;
   uint64_t alignment = kAlignment;
+  // This backing store's identity: 32 random hex digits made with FORMAT ("" in a FORMAT written
+  // before ids existed). An index remembers the id it was built for (IndexDb::BackingId) and is
+  // rebuilt when they differ: a backing wiped and formatted again, or an index dir reused for another
+  // backing, must never serve the old index's Locations over new segments (wrong bytes).
+  std::string id;
   std::string Serialize() const;
   static Result<FormatInfo> Parse(std::string_view text);  // Corruption if malformed
 };
@@ -223,6 +228,7 @@ class NodeDir {
   // Why Acquire could take over ("fresh", "released", "owner pid 123 gone", "heartbeat 41.0 s old",
   // "force") and the record it replaced, if any.
   const std::string& takeover_reason() const { return reason_; }
+  const std::string& format_id() const { return format_id_; }  // FormatInfo::id of the backing
   const std::optional<OwnerRecord>& previous_owner() const { return previous_; }
 
   // Rewrites HEARTBEAT with the current wall clock (Env::WriteFileAtomic: 5 backing operations).
@@ -256,6 +262,7 @@ class NodeDir {
   Env* env_ = nullptr;
   std::string backing_, node_, dir_;
   uint64_t generation_ = 0;
+  std::string format_id_;
   OwnerRecord self_record_;
   std::string reason_;
   std::optional<OwnerRecord> previous_;

@@ -92,6 +92,17 @@ Status StoreImpl::Init() {
   // another mount took over since), before any journal is read.
   KVFS_RETURN_IF_ERROR(TierRecover());
   bool rebuild = !idx.ok() || (*idx)->Created() || !(*idx)->WasCleanlyClosed();
+  const std::string& backing_id = node_dir_->format_id();
+  if (!rebuild && !backing_id.empty()) {
+    // An index built over another backing store (or over this one before it was wiped and formatted
+    // again) holds Locations into segments that are not these: never serve them.
+    auto have = (*idx)->BackingId();
+    if (!have.ok() || *have != backing_id) {
+      spdlog::warn("kvfs: index {} was built for another backing store (FORMAT id {}, the index's '{}'); rebuilding",
+                   io.dir, backing_id, have.ok() ? *have : have.status().ToString());
+      rebuild = true;
+    }
+  }
   if (!rebuild && IndexPredatesPurge(env_, opts_.backing_dir, opts_.node_id, idx->get())) {
     spdlog::warn("kvfs: node {} was purged after index {} was last used; rebuilding", opts_.node_id, io.dir);
     rebuild = true;
@@ -112,6 +123,7 @@ Status StoreImpl::Init() {
     KVFS_RETURN_IF_ERROR(CatchUpOwnJournal());
   }
   KVFS_RETURN_IF_ERROR(RecoverSegments());
+  if (!backing_id.empty()) KVFS_RETURN_IF_ERROR(index_->SetBackingId(backing_id));
   KVFS_RETURN_IF_ERROR(index_->MarkOpen());
   hlc_.SetFloor(index_->HlcFloor());
 

@@ -149,6 +149,14 @@ Status Fsck::RebuildInto(const std::string& dir, const std::string& node, uint64
     KVFS_RETURN_IF_ERROR(ReplayNode(env_, opts_.backing_dir, n, idx->get(), &r));
   }
   *files = (*idx)->GetStats().files;
+  {
+    // The index belongs to this backing store (its FORMAT id): the mount checks it (engine/store_open.cc).
+    std::string text;
+    KVFS_RETURN_IF_ERROR(env_->ReadFileToString(FormatFilePath(opts_.backing_dir), &text));
+    auto fi = FormatInfo::Parse(text);
+    if (!fi.ok()) return fi.status();
+    if (!fi->id.empty()) KVFS_RETURN_IF_ERROR((*idx)->SetBackingId(fi->id));
+  }
   KVFS_RETURN_IF_ERROR((*idx)->MarkClean());
   return (*idx)->Close();
 }

@@ -258,6 +258,19 @@ Status IndexDb::MarkOpen() {
   return ToStatus(impl_->db->Put(wo, impl_->H(kMeta), kMetaClean, "0"), "mark open");
 }
 
+Result<std::string> IndexDb::BackingId() const {
+  std::string v;
+  bool found = false;
+  KVFS_RETURN_IF_ERROR(impl_->DbGet(kMeta, kMetaBackingId, &v, &found));
+  return found ? v : std::string();
+}
+
+Status IndexDb::SetBackingId(const std::string& id) {
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  return ToStatus(impl_->db->Put(wo, impl_->H(kMeta), kMetaBackingId, id), "set backing id");
+}
+
 Status IndexDb::MarkClean() {
   KVFS_RETURN_IF_ERROR(SyncWal());  // refused after a failed write: the next mount rebuilds
   rocksdb::WriteOptions wo;

@@ -196,6 +196,9 @@ class IndexDb {
   bool Created() const { return created_; }         // the index did not exist before this Open
   bool WasCleanlyClosed() const { return was_clean_; }  // as read at Open (false for a new index)
   Status MarkOpen();   // sets the dirty flag (synced)
+  // The backing store's FORMAT id this index was built for ("" if never set: an index of an older kvfs).
+  Result<std::string> BackingId() const;
+  Status SetBackingId(const std::string& id);  // synced
   Status MarkClean();  // flushes the WAL, sets the clean flag (synced)
   Status SyncWal();    // makes every write so far durable in the local WAL
   const std::string& node_id() const { return node_id_; }

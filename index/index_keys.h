@@ -71,6 +71,7 @@ inline constexpr char kMetaNode[] = "node";
 inline constexpr char kMetaInoLimit[] = "ino_limit";
 inline constexpr char kMetaHlc[] = "hlc";
 inline constexpr char kMetaClean[] = "clean";
+inline constexpr char kMetaBackingId[] = "backing_id";  // FormatInfo::id the index was built for
 inline constexpr char kMetaStats[] = "stats";
 inline constexpr char kMetaAppliedPrefix[] = "applied/";
 

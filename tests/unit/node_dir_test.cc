@@ -99,7 +99,11 @@ TEST_F(NodeDirTest, FreshTakeoverIsGenerationOne) {
   ASSERT_TRUE(nd.ok()) << nd.status().ToString();
   EXPECT_EQ((*nd)->generation(), 1u);
   EXPECT_EQ((*nd)->takeover_reason(), "fresh");
-  EXPECT_EQ(Get(FormatFilePath(dir_)), "kvfs-format\nversion=1\nalignment=4096\n");
+  const std::string format = Get(FormatFilePath(dir_));
+  ASSERT_EQ(format.size(), std::string("kvfs-format\nversion=1\nalignment=4096\nid=\n").size() + 32) << format;
+  EXPECT_EQ(format.substr(0, 40), "kvfs-format\nversion=1\nalignment=4096\nid=");
+  EXPECT_EQ((*nd)->format_id(), format.substr(40, 32));
+  EXPECT_EQ(format.find_first_not_of("0123456789abcdef", 40), 72u);  // 32 hex digits, then the newline
   auto owner = OwnerRecord::Parse(Get(OwnerFilePath(dir_, "n1")));
   ASSERT_TRUE(owner.ok());
   const HostIdentity me = HostIdentity::Current();

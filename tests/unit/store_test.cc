@@ -928,5 +928,27 @@ TEST_F(StoreTest, NoatimeNotesNothing) {
   EXPECT_EQ(store_->PendingAtime(a->attr.ino), 0);
 }
 
+// An index is tied to the backing store it was built for (FORMAT's id): after the backing is wiped and
+// formatted again, the old index is rebuilt, never served over the new segments (before: its names
+// came back with the bytes of the new files at their Locations).
+TEST_F(StoreTest, IndexOfAWipedBackingIsRebuilt) {
+  OpenStore();
+  WriteFile(kRootIno, "a", Pattern(147456, 1));
+  WriteFile(kRootIno, "b", Pattern(147456, 2));
+  CloseStore();
+  fs::remove_all(backing_);
+  fs::create_directories(backing_);
+  OpenStore();  // the same index dir, a new FORMAT
+  EXPECT_TRUE(store_->Lookup(kRootIno, "a").status().IsNotFound());
+  WriteFile(kRootIno, "c", Pattern(147456, 3));
+  WriteFile(kRootIno, "d", Pattern(147456, 4));
+  CloseStore();
+  OpenStore();
+  EXPECT_TRUE(store_->Lookup(kRootIno, "a").status().IsNotFound());
+  EXPECT_TRUE(store_->Lookup(kRootIno, "b").status().IsNotFound());
+  EXPECT_EQ(ReadAll(kRootIno, "c"), Pattern(147456, 3));
+  EXPECT_EQ(ReadAll(kRootIno, "d"), Pattern(147456, 4));
+}
+
 }  // namespace
 }  // namespace kvfs
