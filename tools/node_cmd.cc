@@ -1,6 +1,7 @@
 // `kvfs node list | retire | purge` (tools/node_cmd.h).
 #include "tools/node_cmd.h"
 
+#include <filesystem>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -329,7 +330,12 @@ int Purge(Env* env, const std::string& backing, const NodeInfo& n, bool force, u
 int RunNodeCommand(const std::string& sub, const std::string& backing_in, const std::string& node, bool json,
                    bool force, uint32_t grace_ms) {
   Env* env = Env::Posix();
-  std::string backing = backing_in;
+  if (backing_in.rfind("s3://", 0) == 0) {
+    return Fail(kExitUsage, "'" + backing_in + "': kvfs node works on a backing directory; S3 backings are not "
+                            "supported by it yet (docs/s3.md)");
+  }
+  // Relative paths as kvfs mount takes them.
+  std::string backing = std::filesystem::absolute(backing_in).lexically_normal().string();
   while (backing.size() > 1 && backing.back() == '/') backing.pop_back();
   Status s = CheckBackingDir(env, backing);
   if (!s.ok()) return Fail(kExitUsage, s.message());

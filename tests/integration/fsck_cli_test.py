@@ -96,7 +96,8 @@ class FsckExitCodes(unittest.TestCase):
     def test_2_usage(self):
         for args, needle in (((self.b.backing, "--bogus"), "--bogus"), ((), "missing BACKING"),
                              ((self.b.root,), "kvfs"), ((self.b.backing, "--node", "nope"), "nope"),
-                             ((self.b.backing, "--backing-mode", "0400"), "--backing-mode")):
+                             ((self.b.backing, "--backing-mode", "0400"), "--backing-mode"),
+                             (("s3://bucket/prefix",), "S3 backings are not supported")):
             r = fsck(*args)
             self.assertEqual(r.returncode, 2, (args, r.stdout, r.stderr))
             self.assertIn(needle, r.stderr, args)
