@@ -125,6 +125,7 @@ struct Staging {
   std::atomic<int64_t> ram_bytes{0};      // RAM chunks of all staged versions (ChunkBuffer::capacity)
   std::atomic<int64_t> spilled_bytes{0};  // provisional records written for versions still staged
   std::atomic<uint64_t> spills{0}, spilled_total{0}, spill_errors{0}, whole_record_commits{0};
+  std::atomic<uint64_t> flushes_deferred{0};  // FLUSHes that left the record to another writer's (OpFlush)
   std::atomic<uint64_t> streamed_commits{0};  // records written by streaming a partly spilled version
   Store* store = nullptr;  // ReleaseRecordPin of a version's records when it is gone
   std::mutex mu;  // guards versions
@@ -190,6 +191,11 @@ struct Version {
   // with this status, and its last release removes what it made visible (Impl::Unpublish).
   Status failed = Status::OK();
   bool unpublished = false;  // Impl::Unpublish ran for it (guarded by the owning Inode's mu)
+
+  // Writable handles with WRITEs since their last FLUSH (Handle::dirty). A FLUSH while another handle
+  // still has some writes no record (that handle's FLUSH will, with every writer's bytes): N ranks
+  // filling one file at their own offsets (vLLM multi-node TP) write it once, not N times.
+  std::atomic<int> dirty_handles{0};
 
   // Guarded by the owning Inode's mu.
   int writers = 0;
@@ -260,6 +266,7 @@ struct Handle {
   bool pc = false;   // counted in Inode::pc_handles (opened without direct_io)
   bool dw = false;   // counted in Inode::direct_writers
   uint64_t rewrites = 0;  // Inode::rewrites at open (readers of committed content)
+  std::atomic<bool> dirty{false};  // WRITEs since this handle's last FLUSH (counted in Version::dirty_handles)
 };
 
 inline Handle* H(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }

@@ -151,6 +151,7 @@ void ReleaseHandle(KvfsFs::Impl* fs, Handle* h) {
     if (h->dw) in->direct_writers--;
   }
   if (h->writable && h->version) {
+    if (h->dirty.exchange(false)) h->version->dirty_handles.fetch_sub(1);  // no FLUSH after its last writes
     Status s = fs->ReleaseWritable(h->inode, h->version, /*defer=*/true);
     if (!s.ok()) {
       LogLimited(spdlog::level::err, LogKey("fuse-release", s), "release of {} (inode {}): {} (version not published)",
@@ -284,6 +285,7 @@ void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off
     return Reply(req, s);
   }
   fs->bytes_written.fetch_add(size, std::memory_order_relaxed);
+  if (!h->dirty.exchange(true)) v.dirty_handles.fetch_add(1);  // before the reply: this writer's close sees it
   fuse_reply_write(req, size);
 }
 
@@ -291,6 +293,14 @@ void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   auto* fs = FS(req);
   Handle* h = H(fi);
   if (!h->writable || !h->version) return (void)fuse_reply_err(req, 0);
+  if (h->dirty.exchange(false)) h->version->dirty_handles.fetch_sub(1);
+  if (h->version->dirty_handles.load() > 0 && h->version->failed.ok()) {
+    // Another writer of this version has written since its last close: its FLUSH writes the record
+    // (with these bytes) and reports its errors; writing it now too would write the file once per writer.
+    fs->staging.flushes_deferred++;
+    fs->PromoteAtClose(h->inode, h->version);
+    return (void)fuse_reply_err(req, 0);
+  }
   Status s = fs->Flush(*h->inode, *h->version);
   if (s.ok()) fs->PromoteAtClose(h->inode, h->version);
   if (!s.ok()) {

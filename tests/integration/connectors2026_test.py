@@ -19,6 +19,10 @@
                    and --index-dir, same backing) sees it within a few seconds.
   FsyncDir         fsync of a directory descriptor returns 0; renames made before it survive SIGKILL of
                    the daemon + remount.
+  TpRanks          vLLM multi-node TP: a temp made with ftruncate, 4 ranks (own descriptors) pwrite their
+                   slices, close one after another, then a rename: exact bytes, here and on a peer, and the
+                   file is written to the export once (the closes of ranks whose peers still write defer
+                   the record to the last one), not once per rank.
   DeepTrie         VAST VUA's trie: 200 nested directory levels made and walked with openat(dirfd, ...)
                    (mkdir, O_EXCL create, rename, read relative to a directory fd); the file reads back
                    by its 600-character path, after a remount and from an index rebuilt from the journals.
@@ -469,6 +473,68 @@ class XattrAfterRename(kf.SharedBackingCase):
             except OSError:
                 return False
         self.assertTrue(wait_for(seen, 10.0), "node b: no xattr on %s" % fb)
+        self.assertEqual(kf.read_file(fb), data)
+
+
+@kf.skip_unless_fuse
+class TpRanks(kf.SharedBackingCase):
+    PREFIX = "kvfs-c26-tp-"
+    RANKS = 4
+    SIZE = 8 * MIB
+
+    def test_ranks_pwrite_slices_file_written_once(self):
+        import threading
+        a, _, _ = self.stack.enter_context(kf.mounted(backing=self.node("a"), node_id="a", peer_poll_ms=200))
+        d = os.path.join(a, "kv")
+        os.mkdir(d)
+        data = pattern("tp", self.SIZE)
+        tmp, final = os.path.join(d, "c.tmp"), os.path.join(d, "c.bin")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        os.ftruncate(fd, self.SIZE)
+        os.close(fd)
+        time.sleep(0.3)
+        before = kf.stats(a)
+        started = threading.Barrier(self.RANKS)
+        turns = [threading.Event() for _ in range(self.RANKS)]
+        errors = []
+        part, half = self.SIZE // self.RANKS, self.SIZE // self.RANKS // 2
+
+        def rank(r):
+            # Every rank writes the first half of its slice; then, rank after rank, one writes the rest
+            # and closes while the later ranks still have writes to make (as ranks finishing at
+            # different times do).
+            try:
+                f = os.open(tmp, os.O_RDWR)
+                try:
+                    lo = r * part
+                    self.assertEqual(os.pwrite(f, data[lo:lo + half], lo), half)
+                    started.wait(10)
+                    if r:
+                        turns[r - 1].wait(10)
+                    self.assertEqual(os.pwrite(f, data[lo + half:lo + part], lo + half), part - half)
+                finally:
+                    os.close(f)
+                    turns[r].set()
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+        ts = [threading.Thread(target=rank, args=(r,)) for r in range(self.RANKS)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(errors, [])
+        os.rename(tmp, final)
+        self.assertEqual(kf.read_file(final), data)
+        time.sleep(0.3)
+        after = kf.stats(a)
+        wrote = after["backing_bytes_written"] - before["backing_bytes_written"]
+        self.assertGreaterEqual(wrote, self.SIZE)
+        self.assertLess(wrote, 1.5 * self.SIZE, "the file went to the export %.2f times" % (wrote / self.SIZE))
+        self.assertGreaterEqual(after["fuse"]["flushes_deferred"] - before["fuse"]["flushes_deferred"],
+                                self.RANKS - 1)
+        b, _, _ = self.stack.enter_context(kf.mounted(backing=self.node("b"), node_id="b", peer_poll_ms=200))
+        fb = os.path.join(b, "kv", "c.bin")
+        self.assertTrue(wait_for(lambda: os.path.exists(fb), 10.0))
         self.assertEqual(kf.read_file(fb), data)
 
 
