@@ -615,23 +615,10 @@ Status S3Client::Multipart(const std::string& key, uint64_t size, const S3PutOpt
   const uint64_t parts = std::max<uint64_t>(1, (size + part - 1) / part);
   if (parts > 10000)
     return Status::InvalidArgument("s3: object needs more than 10,000 parts; raise part_size");
+  auto begun = BeginUpload(key);
+  if (!begun.ok()) return begun.status();
+  const std::string upload_id = *begun;
   Response resp;
-  Request init;
-  init.method = "POST";
-  init.key = key;
-  init.query = "uploads=";
-  KVFS_RETURN_IF_ERROR(Perform(S3Op::kCreateMultipart, init, &resp));
-  std::string upload_id;
-  {
-    tinyxml2::XMLDocument doc;
-    if (doc.Parse(resp.body.data(), resp.body.size()) == tinyxml2::XML_SUCCESS && doc.RootElement()) {
-      upload_id = S3ElementText(doc.RootElement(), "UploadId");
-    }
-  }
-  if (upload_id.empty()) {
-    return Fail(S3Op::kCreateMultipart, Status::IOError("s3 POST " + config_.bucket + "/" + key +
-                                                        "?uploads: no UploadId in the answer"));
-  }
   const std::string id_q = "uploadId=" + S3Encode(upload_id, false);
   auto abort = [&](Status s) {
     Request ab;
@@ -777,6 +764,58 @@ Result<S3ListPage> S3Client::ListDelimited(const std::string& prefix, const std:
                                              ": truncated page without NextContinuationToken"));
   }
   return page;
+}
+
+Result<std::string> S3Client::BeginUpload(const std::string& key) {
+  Response resp;
+  Request init;
+  init.method = "POST";
+  init.key = key;
+  init.query = "uploads=";
+  KVFS_RETURN_IF_ERROR(Perform(S3Op::kCreateMultipart, init, &resp));
+  std::string upload_id;
+  {
+    tinyxml2::XMLDocument doc;
+    if (doc.Parse(resp.body.data(), resp.body.size()) == tinyxml2::XML_SUCCESS && doc.RootElement()) {
+      upload_id = S3ElementText(doc.RootElement(), "UploadId");
+    }
+  }
+  if (upload_id.empty()) {
+    return Fail(S3Op::kCreateMultipart, Status::IOError("s3 POST " + config_.bucket + "/" + key +
+                                                        "?uploads: no UploadId in the answer"));
+  }
+  return upload_id;
+}
+
+Result<std::vector<S3Client::Upload>> S3Client::ListUploads(const std::string& prefix) {
+  Request req;
+  req.key = "";
+  // Parameters in sorted order (the canonical query SigV4 signs); valueless ones written "uploads=".
+  req.query = (prefix.empty() ? std::string() : "prefix=" + S3Encode(prefix, false) + "&") + "uploads=";
+  Response resp;
+  KVFS_RETURN_IF_ERROR(Perform(S3Op::kList, req, &resp));
+  tinyxml2::XMLDocument doc;
+  const tinyxml2::XMLElement* root = nullptr;
+  if (doc.Parse(resp.body.data(), resp.body.size()) == tinyxml2::XML_SUCCESS) root = doc.RootElement();
+  if (!root || std::string_view(root->Name()) != "ListMultipartUploadsResult") {
+    return Fail(S3Op::kList, Status::IOError("s3 GET " + config_.bucket +
+                                             "?uploads: the answer is not a ListMultipartUploadsResult"));
+  }
+  std::vector<Upload> out;
+  for (const tinyxml2::XMLElement* u = root->FirstChildElement("Upload"); u; u = u->NextSiblingElement("Upload")) {
+    out.push_back(Upload{S3ElementText(u, "Key"), S3ElementText(u, "UploadId")});
+  }
+  return out;
+}
+
+Status S3Client::AbortUpload(const std::string& key, const std::string& upload_id) {
+  Request req;
+  req.method = "DELETE";
+  req.key = key;
+  req.query = "uploadId=" + S3Encode(upload_id, false);
+  Response resp;
+  Status s = Perform(S3Op::kAbortMultipart, req, &resp);
+  return s.IsNotFound() ? Status::OK() : s;
 }
 
 Status S3Client::CreateBucket() {

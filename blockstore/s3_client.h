@@ -169,6 +169,17 @@ class S3Client {
   // its subdirectories (common_prefixes), one page; continue with next_token (empty: the first page).
   Result<S3ListPage> ListDelimited(const std::string& prefix, const std::string& continuation_token,
                                    uint32_t max_keys = 1000);
+  // ListMultipartUploads: the multipart uploads under prefix begun and neither completed nor aborted
+  // (a crash in the middle of one leaves it, and its parts are stored and billed until it is aborted).
+  // One page: at most 1000 (counted as a list request).
+  struct Upload {
+    std::string key, upload_id;
+  };
+  Result<std::vector<Upload>> ListUploads(const std::string& prefix);
+  // CreateMultipartUpload: the upload id (PutFile and PutMultipart use it; tests start one to abort).
+  Result<std::string> BeginUpload(const std::string& key);
+  // AbortMultipartUpload. OK if the upload is gone already (404).
+  Status AbortUpload(const std::string& key, const std::string& upload_id);
   // PUT Bucket (tests and first setup). OK if this account already owns it.
   Status CreateBucket();
 

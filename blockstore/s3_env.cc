@@ -242,6 +242,17 @@ Status S3TierEnv::PublishPrefix(const std::string& path, uint64_t len) {
   return client_->PutFile(KeyOf(path), f->get(), len);
 }
 
+Status S3TierEnv::AbortStaleUploads(const std::string& dir, uint64_t* aborted) {
+  *aborted = 0;
+  auto ups = client_->ListUploads(KeyOf(dir) + "/");
+  if (!ups.ok()) return ups.status();
+  for (const auto& u : *ups) {
+    KVFS_RETURN_IF_ERROR(client_->AbortUpload(u.key, u.upload_id));
+    ++*aborted;
+  }
+  return Status::OK();
+}
+
 Status S3TierEnv::ListStaged(const std::string& dir, std::vector<std::string>* names) {
   return local_->GetChildren(dir, names);
 }

@@ -55,6 +55,10 @@ class ObjectTier {
   virtual Result<uint64_t> PublishedSize(const std::string& path) = 0;
   // Size of the staged file at path. NotFound if none.
   virtual Result<uint64_t> StagedSize(const std::string& path) = 0;
+  // Aborts the multipart uploads begun under dir's objects and never completed (a crash in the middle
+  // of a segment upload leaves one: its parts stay stored, and billed, until aborted). Only for a
+  // directory this node owns (no upload of it can be in progress). *aborted = how many.
+  virtual Status AbortStaleUploads(const std::string& dir, uint64_t* aborted) = 0;
   virtual const S3Counters& s3_counters() const = 0;
 };
 
@@ -78,6 +82,7 @@ class S3TierEnv : public Env, public ObjectTier {
 
   Status UploadStaged(const std::string& path) override;
   Status PublishPrefix(const std::string& path, uint64_t len) override;
+  Status AbortStaleUploads(const std::string& dir, uint64_t* aborted) override;
   Status ListStaged(const std::string& dir, std::vector<std::string>* names) override;
   Status SetAsideStaged(const std::string& path) override;
   Result<uint64_t> PublishedSize(const std::string& path) override;

@@ -232,6 +232,14 @@ Status StoreImpl::TierRecover() {
   if (!tier) return Status::OK();
   const uint64_t gen = node_dir_->generation();
   const std::string dir = node_dir_->dir(), seg_dir = node_dir_->seg_dir();
+  {
+    // A crash in the middle of a segment upload left a multipart upload open in the bucket (stored and
+    // billed until aborted); this node owns the directory now, so none of its uploads is in progress.
+    uint64_t aborted = 0;
+    Status a = tier->AbortStaleUploads(seg_dir, &aborted);
+    if (!a.ok()) spdlog::warn("kvfs: s3: listing unfinished uploads of {}: {}", seg_dir, a.ToString());
+    if (aborted) spdlog::info("kvfs: s3: aborted {} unfinished multipart upload(s) left by an earlier mount", aborted);
+  }
   std::vector<std::string> local, all;
   Status ls = tier->ListStaged(dir, &local);
   if (!ls.ok() && !ls.IsNotFound()) return ls;
@@ -252,7 +260,7 @@ Status StoreImpl::TierRecover() {
   uint64_t segs = 0, journals = 0, obsolete = 0;
   auto set_aside = [&](const std::string& path, uint64_t g) -> Status {
     obsolete++;
-    spdlog::warn("kvfs: s3: {} (generation {}) was left in the staging directory by a crash, but generation {} "
+    spdlog::warn("kvfs: s3: {} (generation {}) was left in the staging directory by an earlier mount, but generation {} "
                  "was mounted from another staging directory since: not uploaded (it would change what that "
                  "mount built on); kept as {}.obsolete", path, g, foreign, path);
     return tier->SetAsideStaged(path);

@@ -8,6 +8,8 @@
 #include "blockstore/s3_client.h"
 
 #include <arpa/inet.h>
+#include <filesystem>
+
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -594,6 +596,36 @@ TEST_F(S3ClientTest, ListDelimitedDirectoriesAndPages) {
 
 // The tiered Env of an S3 mount (blockstore/s3_env.h): which files reach the bucket and when, reads of
 // what is only in the bucket, merged listings, uploads and prefix publications.
+// A crash in the middle of a segment upload leaves a multipart upload open in the bucket; the next mount
+// aborts the ones under its own segment directory (S3TierEnv::AbortStaleUploads), and only those.
+TEST_F(S3ClientTest, UnfinishedUploadsAreListedAndAborted) {
+  char tmpl[] = "/tmp/kvfs-s3env-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl;
+  std::shared_ptr<S3Client> shared(std::move(client_));
+  auto mine = shared->BeginUpload("up/.kvfs/v1/nodes/a/seg/00000000000000000001-00000000000000000002.kseg");
+  auto other = shared->BeginUpload("up/.kvfs/v1/nodes/b/seg/00000000000000000001-00000000000000000001.kseg");
+  ASSERT_TRUE(mine.ok() && other.ok());
+  auto listed = shared->ListUploads("up/.kvfs/v1/nodes/a/seg/");
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].upload_id, *mine);
+  S3TierEnv env(shared, "up/", root);
+  uint64_t aborted = 0;
+  ASSERT_TRUE(env.AbortStaleUploads(root + "/.kvfs/v1/nodes/a/seg", &aborted).ok());
+  EXPECT_EQ(aborted, 1u);
+  listed = shared->ListUploads("up/.kvfs/v1/nodes/");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);  // node b's is not ours
+  EXPECT_EQ((*listed)[0].upload_id, *other);
+  EXPECT_TRUE(shared->AbortUpload((*listed)[0].key, *other).ok());
+  EXPECT_TRUE(shared->AbortUpload((*listed)[0].key, *other).ok());  // gone already: OK
+  listed = shared->ListUploads("up/");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_TRUE(listed->empty());
+  std::filesystem::remove_all(root);
+}
+
 TEST_F(S3ClientTest, S3TierEnvStagesUploadsAndReadsBack) {
   char tmpl[] = "/tmp/kvfs-s3env-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
