@@ -352,8 +352,13 @@ int VuaWalk(const Ctx& c, uint64_t id, bool create) {
   unsigned depth = static_cast<unsigned>(id % c.trie_depth) + 1;
   int dfd = Open(c.root + "/vua", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) FailErrno("open vua root");
+  // The lookup phase's absent keys (bit 62) are prefixes never seen: their first level is not a 2-hex
+  // name ("g" + 1 hex), so they miss there. With 2-hex names a 1-level probe would hit a stored
+  // sequence's first level (and its `_data`) 2 times in 256 (a flaky "got hit").
+  const bool absent = id & (1ull << 62);
   for (unsigned l = 0; l < depth; ++l) {
     std::string name = VuaLevel(c, seq, l);
+    if (absent && l == 0) name[0] = 'g';
     int nfd = SYS("openat", ::openat(dfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (nfd < 0 && errno == ENOENT && create) {
       if (SYS("mkdirat", ::mkdirat(dfd, name.c_str(), 0755)) != 0 && errno != EEXIST) FailErrno("mkdirat " + name);
