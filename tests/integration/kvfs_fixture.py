@@ -131,15 +131,16 @@ def flags_to_args(flags):
 
 
 @contextlib.contextmanager
-def mounted(backing=None, timeout=30.0, **flags):
+def mounted(backing=None, timeout=30.0, env=None, **flags):
     """Mount kvfs in the foreground; yield (mountpoint, backing_dir, proc) once it serves (store open);
-    always unmount."""
+    always unmount. env: variables added to the daemon's environment (the KVFS_TEST_* knobs)."""
     own = backing is None
     b = backing or Backing()
     cmd = [kvfs_binary(), "mount", b.mnt, "--backing", b.backing, "--index-dir", b.index,
            "--foreground"] + flags_to_args(flags)
     stderr = None if os.environ.get("KVFS_TEST_LOG") else subprocess.PIPE
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr,
+                            env=dict(os.environ, **env) if env else None)
     try:
         deadline = time.time() + timeout
         while not is_served(b.mnt):

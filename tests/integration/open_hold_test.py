@@ -236,17 +236,8 @@ class OpenHoldTest(unittest.TestCase):
         name is unlinked and the segment's neighbours dropped; every byte reads back through the O_RDWR
         handle. Before: the joining writer held nothing and its reads got ENOENT."""
         env = {"KVFS_TEST_AFTER_COMMIT_DELAY_MS": "3000"}
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            ctx = kf.mounted(segment_size="2MiB", cache_size="1MiB", staging_size="4MiB")
-            mnt = ctx.__enter__()[0]
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        ctx = kf.mounted(segment_size="2MiB", cache_size="1MiB", staging_size="4MiB", env=env)
+        mnt = ctx.__enter__()[0]
         try:
             data = os.urandom(SIZE)
             path = os.path.join(mnt, "victim")
@@ -494,18 +485,9 @@ class OpenHoldStressTest(unittest.TestCase):
         # these flags the stress found it on the main of then: ENOENT after open, SIGBUS, in 30 s).
         env = {"KVFS_TEST_DEAD_SEGMENT_AGE_MS": "200", "KVFS_TEST_DROP_GRACE_MS": "100",
                "KVFS_TEST_COMMIT_DELAY_MS": "100"}
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            ctx = kf.mounted(segment_size="4MiB", capacity="48MiB", cache_size="8MiB", staging_size="4MiB",
-                             log_level="warn")
-            mnt = ctx.__enter__()[0]
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        ctx = kf.mounted(segment_size="4MiB", capacity="48MiB", cache_size="8MiB", staging_size="4MiB",
+                         log_level="warn", env=env)
+        mnt = ctx.__enter__()[0]
         try:
             seconds = os.environ.get("KVFS_HOLD_STRESS_SECONDS", "12")
             script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "stress",

@@ -97,17 +97,8 @@ class LookupAcrossDeferredCommit(unittest.TestCase):
 
     def mount(self, commit_delay_ms, lookup_delay_ms):
         env = {"KVFS_TEST_COMMIT_DELAY_MS": str(commit_delay_ms), "KVFS_TEST_LOOKUP_DELAY_MS": str(lookup_delay_ms)}
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            cm = kf.mounted()
-            mnt = cm.__enter__()[0]
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        cm = kf.mounted(env=env)
+        mnt = cm.__enter__()[0]
         self.addCleanup(cm.__exit__, None, None, None)
         return mnt
 
