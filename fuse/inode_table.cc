@@ -82,9 +82,9 @@ bool KvfsFs::Impl::RetryPending(uint64_t parent, const std::string& name) {
   return !pending.empty() && pending.count(NameKey{parent, name}) != 0;
 }
 
-void KvfsFs::Impl::ReplyOpenError(fuse_req_t req, const Status& s) {
+void KvfsFs::Impl::ReplyOpenError(fuse_req_t req, const Status& s, bool writer) {
   int e = ToErrno(s, ErrCtx::kInode);
-  if (e == ESTALE) MarkRetry(fuse_req_ctx(req));
+  if (e == ESTALE && writer) MarkRetry(fuse_req_ctx(req));
   fuse_reply_err(req, e);
 }
 
@@ -193,6 +193,9 @@ void KvfsFs::Impl::NotifierMain() {
     lk.unlock();
     fuse_session* se = session.get();
     if (se && !n.name.empty()) {
+      if (opts.test_notify_delay_ms > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(opts.test_notify_delay_ms));  // TEST ONLY
+      }
       // The kernel takes the parent directory's lock for this: never call it from a FUSE worker.
       int r = fuse_lowlevel_notify_inval_entry(se, n.parent, n.name.data(), n.name.size());
       if (r != 0 && r != -ENOENT) spdlog::debug("inval_entry {}/{}: {}", n.parent, n.name, strerror(-r));

@@ -71,6 +71,10 @@ struct FsOptions {
   // TEST ONLY (KVFS_TEST_UNLINK_MARK_DELAY_MS): unlink and rename wait this long (ms) between the Store
   // call and marking the inode that lost its name (open_hold_test OpenDuringUnlinkTest).
   uint32_t test_unlink_mark_delay_ms = 0;
+  // TEST ONLY (KVFS_TEST_NOTIFY_DELAY_MS): the notifier thread waits this long (ms) before each dentry
+  // invalidation, so a peer's replacement is in the index while the kernel still has the old dentry
+  // and inode unmarked (open_hold_test PeerRetryTest).
+  uint32_t test_notify_delay_ms = 0;
   // Staging memory budget, bytes: RAM held by the bytes of files being written (docs/design.md §4). A write
   // that would take it over the budget first spills the staged chunks of the version holding the most
   // RAM to a provisional record in the active segment (Store::WriteProvisionalRecord) and keeps only

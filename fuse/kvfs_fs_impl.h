@@ -41,6 +41,7 @@
 #define FUSE_USE_VERSION 312
 #endif
 
+#include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <linux/fs.h>  // RENAME_NOREPLACE, RENAME_EXCHANGE
 #include <spdlog/spdlog.h>
@@ -379,8 +380,13 @@ struct KvfsFs::Impl {
   void RetryLookup(const fuse_ctx* ctx, uint64_t parent, const std::string& name, uint64_t ino);
   bool RetryPending(uint64_t parent, const std::string& name);
   // The error reply of an open/create/truncate(path): a missing inode is ESTALE, and the thread's
-  // retry is expected (MarkRetry).
-  void ReplyOpenError(fuse_req_t req, const Status& s);
+  // retry is expected (MarkRetry) when the call would write (writer: a writable or O_TRUNC open, a
+  // truncate). A read-only open's retry needs no renumber bookkeeping: marking it would make the number
+  // its retry finds "fresh" (no page-cache readers, so no mmap) for kMaxFresh renumbers to come.
+  void ReplyOpenError(fuse_req_t req, const Status& s, bool writer = true);
+  // Whether open(2) flags ask to write (a writable access mode, or O_TRUNC, which truncates on Linux
+  // even with O_RDONLY).
+  static bool OpensForWrite(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC); }
 
   // Kernel page-cache invalidations run on their own thread: fuse_lowlevel_notify_inval_inode must not
   // be called from a worker that the kernel may be waiting on.

@@ -176,12 +176,12 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   auto in = fs->Get(ino);
   if (!in) {
     auto n = fs->store->GetInode(ino);
-    if (!n.ok()) return fs->ReplyOpenError(req, n.status());
+    if (!n.ok()) return fs->ReplyOpenError(req, n.status(), KvfsFs::Impl::OpensForWrite(fi->flags));
     in = fs->GetOrMake(ino, n->attr.mode);
   }
   if (S_ISDIR(in->type)) return (void)fuse_reply_err(req, EISDIR);
   Status s = OpenHandle(fs, req, in, fi, false, fs->TakeRetry(fuse_req_ctx(req)));
-  if (!s.ok()) return fs->ReplyOpenError(req, s);
+  if (!s.ok()) return fs->ReplyOpenError(req, s, KvfsFs::Impl::OpensForWrite(fi->flags));
   if (fuse_reply_open(req, fi) != 0) ReleaseHandle(fs, H(fi));  // the kernel never saw the handle
 }
 

@@ -200,7 +200,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   Status s = OpenHandle(fs, req, in, fi, false, retry);
   if (!s.ok()) {
     fs->Forget(n.attr.ino, 1);
-    return fs->ReplyOpenError(req, s);
+    return fs->ReplyOpenError(req, s, KvfsFs::Impl::OpensForWrite(fi->flags));
   }
   fuse_entry_param e;
   std::memset(&e, 0, sizeof(e));

@@ -510,6 +510,8 @@ int RunMount(MountArgs a) {
   if (const char* d = std::getenv("KVFS_TEST_UNLINK_MARK_DELAY_MS")) {
     fo.test_unlink_mark_delay_ms = static_cast<uint32_t>(std::atoi(d));
   }
+  // TEST ONLY: KVFS_TEST_NOTIFY_DELAY_MS delays every dentry invalidation (FsOptions).
+  if (const char* d = std::getenv("KVFS_TEST_NOTIFY_DELAY_MS")) fo.test_notify_delay_ms = static_cast<uint32_t>(std::atoi(d));
   if (const char* d = std::getenv("KVFS_TEST_AFTER_COMMIT_DELAY_MS")) {
     fo.test_after_commit_delay_ms = static_cast<uint32_t>(std::atoi(d));
   }

@@ -25,6 +25,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -263,6 +264,56 @@ class OpenHoldTest(unittest.TestCase):
                             kf.stats(mnt)["eviction"])
         finally:
             ctx.__exit__(None, None, None)
+
+
+@kf.skip_unless_fuse
+class PeerRetryTest(kf.SharedBackingCase):
+    """A reader on node B whose open(2) met node A's replacement of the file half applied (B's index
+    has the new file, the kernel still the old dentry: OPEN of the old inode answers ESTALE, and the
+    kernel retries with a fresh LOOKUP) gets the new file as a page-cache handle: it can be mapped.
+    Before: B took the read-only open's ESTALE for a writer's and kept the new number free of
+    page-cache readers (the renumber bookkeeping), so the retried open got direct_io and
+    mmap(MAP_SHARED) failed ENODEV, for this and every later reader of the file on B
+    (PeerHoldTest.test_cross_node_stress: once in 4 runs)."""
+
+    PREFIX = "kvfs-peerretry-"
+
+    def test_reader_retried_after_peer_replace_can_map(self):
+        a, _, _ = self.stack.enter_context(
+            kf.mounted(backing=self.node("A"), node_id="A", peer_poll_ms=100, group_commit_ms=20))
+        # B invalidates dentries 3 s late: the window between applying A's rename and telling the kernel.
+        b, _, _ = self.stack.enter_context(
+            kf.mounted(backing=self.node("B"), node_id="B", peer_poll_ms=100, group_commit_ms=20,
+                       env={"KVFS_TEST_NOTIFY_DELAY_MS": "3000"}))
+        old, new = os.urandom(SIZE), os.urandom(SIZE - PAGE)
+        write_synced(os.path.join(a, "f"), old)
+        pb = os.path.join(b, "f")
+        self.assertTrue(wait_for(lambda: os.path.exists(pb) and os.stat(pb).st_size == SIZE), "not seen on B")
+        ino_old = os.stat(pb).st_ino  # the kernel's dentry for f: the old inode (entry timeout 1 s+)
+        write_synced(os.path.join(a, "f.tmp"), new)
+        os.rename(os.path.join(a, "f.tmp"), os.path.join(a, "f"))
+        # B applies the rename (A's group commit + B's poll: well under a second); the kernel keeps the
+        # old dentry until B's (delayed) invalidation.
+        time.sleep(1.0)
+        fd = os.open(pb, os.O_RDONLY)
+        try:
+            st = os.fstat(fd)
+            self.assertNotEqual(st.st_ino, ino_old, "the open did not meet the replacement")
+            self.assertEqual(st.st_size, len(new))
+            m = mmap.mmap(fd, len(new), mmap.MAP_SHARED, mmap.PROT_READ)  # ENODEV before the fix
+            try:
+                self.assertEqual(m[:], new)
+            finally:
+                m.close()
+        finally:
+            os.close(fd)
+        # Later readers of the file on B map it too.
+        with open(pb, "rb") as f:
+            m = mmap.mmap(f.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ)
+            try:
+                self.assertEqual(m[:], new)
+            finally:
+                m.close()
 
 
 for _reader in ("read", "direct", "mmap"):
