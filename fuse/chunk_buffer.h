@@ -20,6 +20,13 @@
 // 1 MiB), unless the write replaces every byte of it. The methods without a Fetch are for all-RAM
 // buffers (they must not touch a referenced chunk).
 //
+// Dirty pages (the extent form of a version, docs/design.md §13; not used by FLUSH yet): a RAM chunk
+// remembers what lies *under* it — the referenced bytes it was copied from (base), or a hole — and which
+// 4 KiB pages changed since (written, or zeroed by a growing resize over base bytes). ToExtentMap(rec)
+// describes the version as base extents + holes + the dirty pages, which DirtyParts() lists in the order
+// they would be appended as ONE record `rec`: a 2 MiB pwrite into a 64 MiB copy-on-write version gives
+// 2 MiB of dirty parts, a 50 KiB pwrite at 1.6 MB of a new file 56 KiB (the rest is a hole).
+//
 // Memory: RAM chunks come from BufferPool::Default() and go back to it when freed (spill, commit,
 // truncate, the version's end), so a store's copy into staging lands in pages that are already present
 // instead of freshly mapped ones (blockstore/buffer_pool.h says why that matters and how it is bounded).
@@ -31,6 +38,7 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <bitset>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -40,6 +48,7 @@
 #include <vector>
 
 #include "blockstore/buffer_pool.h"
+#include "blockstore/extent_map.h"
 #include "blockstore/status.h"
 #include "blockstore/types.h"
 
@@ -56,6 +65,7 @@ inline ChunkPtr NewChunk() { return ChunkPtr(BufferPool::Default().Get(1ull << 2
 class ChunkBuffer {
  public:
   static constexpr uint64_t kChunk = 1ull << 20;  // bytes
+  static constexpr uint64_t kPage = 4096;          // dirty-tracking granularity, bytes
 
   // Reads exactly len bytes of the value at loc, starting at value offset off, into out.
   using Fetch = std::function<Status(const Location& loc, uint64_t off, size_t len, char* out)>;
@@ -90,6 +100,7 @@ class ChunkBuffer {
         KVFS_RETURN_IF_ERROR(Materialize(size_ / kChunk, fetch));
       }
       Reserve(n);  // new chunks are holes
+      MarkZeroedOverBase(size_, n);
       Zero(size_, n);
     } else {
       size_t keep = (n + kChunk - 1) / kChunk;
@@ -97,6 +108,11 @@ class ChunkBuffer {
         if (slots_[i].ram) ram_chunks_--;
       }
       slots_.resize(keep);
+      // The base under the last kept chunk ends at the new end: bytes a later growth zeroes there are a
+      // hole, not base bytes.
+      if (keep > 0 && slots_[keep - 1].ram) {
+        slots_[keep - 1].base_len = std::min<uint64_t>(slots_[keep - 1].base_len, n - (keep - 1) * kChunk);
+      }
     }
     size_ = n;
     return Status::OK();
@@ -132,6 +148,8 @@ class ChunkBuffer {
         slots_[ci].ram = std::move(fresh[next++]);
         slots_[ci].loc = Location{};
         slots_[ci].hole = false;
+        slots_[ci].base_len = 0;  // replaced whole: nothing under it is read again
+        slots_[ci].dirty.reset();
         ram_chunks_++;
       } else {
         Status s = Materialize(ci, fetch);
@@ -143,9 +161,15 @@ class ChunkBuffer {
       // Not zeroed: Zero() below clears the gap before off; bytes past the new end are never read.
       slots_[ci].ram = std::move(fresh[next++]);
       slots_[ci].hole = false;
+      slots_[ci].base_len = 0;
+      slots_[ci].dirty.reset();
       ram_chunks_++;
     }
-    if (off > size_) Zero(size_, off);
+    if (off > size_) {
+      MarkZeroedOverBase(size_, off);
+      Zero(size_, off);
+    }
+    MarkDirty(off, end);
     while (len > 0) {
       uint64_t ci = off / kChunk, co = off % kChunk;
       size_t n = std::min<uint64_t>(len, kChunk - co);
@@ -254,13 +278,121 @@ class ChunkBuffer {
     slots_[i] = Slot{nullptr, loc, off, false};
   }
 
+  // ---- the extent form (see "Dirty pages" above) ----
+  // The dirty bytes, in file order, as views into RAM chunks (valid until the next mutation): what a
+  // FLUSH in extent form appends as one record. Each view is a run of dirty pages of one chunk, clipped
+  // to the size.
+  std::vector<std::string_view> DirtyParts() const {
+    std::vector<std::string_view> out;
+    ForEachRun([&](size_t i, uint64_t lo, uint64_t hi, RunKind k) {
+      if (k == RunKind::kDirty) out.emplace_back(slots_[i].ram.get() + lo, hi - lo);
+    });
+    return out;
+  }
+  uint64_t DirtyBytes() const {
+    uint64_t n = 0;
+    for (auto v : DirtyParts()) n += v.size();
+    return n;
+  }
+  // The version as an extent map, given `dirty` = the record whose value is DirtyParts() concatenated
+  // (empty when DirtyBytes() is 0): referenced chunks and the unchanged base bytes of RAM chunks are
+  // extents of their records, dirty pages extents of `dirty`, everything else (holes, zeros past a base)
+  // holes.
+  ExtentMap ToExtentMap(const Location& dirty) const {
+    ExtentMap m(size_);
+    uint64_t dirty_off = 0;
+    ForEachRun([&](size_t i, uint64_t lo, uint64_t hi, RunKind k) {
+      const Slot& s = slots_[i];
+      const uint64_t cs = i * kChunk;
+      if (k == RunKind::kDirty) {
+        m.PushBack(Extent{cs + lo, hi - lo, dirty, dirty_off});
+        dirty_off += hi - lo;
+      } else if (k == RunKind::kRef) {
+        m.PushBack(Extent{cs + lo, hi - lo, s.loc, s.off + lo});
+      } else if (k == RunKind::kBase) {
+        m.PushBack(Extent{cs + lo, hi - lo, s.base, s.base_off + lo});
+      }
+    });
+    m.Resize(size_);
+    return m;
+  }
+
  private:
   struct Slot {
     ChunkPtr ram;                 // null: referenced, or a hole
     Location loc;                 // referenced chunks: where the bytes are
     uint64_t off = 0;             // value offset of the chunk's first byte in loc
     bool hole = false;            // reads as zeros; no RAM, no Location
+    // RAM chunks: what lies under the copy (the extent form): bytes [0, base_len) of the chunk are
+    // value bytes [base_off, ...) of `base` (base_len 0: a hole under it), except the dirty pages.
+    Location base;
+    uint64_t base_off = 0;
+    uint64_t base_len = 0;
+    std::bitset<kChunk / kPage> dirty;
   };
+
+  enum class RunKind { kHole, kRef, kBase, kDirty };
+  // Calls fn(chunk, lo, hi, kind) for maximal runs of one kind, chunk by chunk in file order, byte
+  // ranges within the chunk clipped to its length.
+  template <typename Fn>
+  void ForEachRun(Fn&& fn) const {
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const Slot& s = slots_[i];
+      const uint64_t len = ChunkLen(i);
+      if (s.hole) {
+        fn(i, 0, len, RunKind::kHole);
+        continue;
+      }
+      if (!s.ram) {
+        fn(i, 0, len, RunKind::kRef);
+        continue;
+      }
+      uint64_t lo = 0;
+      RunKind cur = RunKind::kHole;
+      for (uint64_t b = 0; b < len;) {
+        // Within a page: dirty, else base below base_len, else hole (a page may straddle base_len).
+        const uint64_t page_end = std::min(len, (b / kPage + 1) * kPage);
+        RunKind k;
+        uint64_t e;
+        if (s.dirty.test(b / kPage)) {
+          k = RunKind::kDirty;
+          e = page_end;
+        } else if (b < s.base_len && !s.base.empty()) {
+          k = RunKind::kBase;
+          e = std::min(page_end, s.base_len);
+        } else {
+          k = RunKind::kHole;
+          e = page_end;
+        }
+        if (b == 0) cur = k;
+        if (k != cur) {
+          fn(i, lo, b, cur);
+          lo = b;
+          cur = k;
+        }
+        b = e;
+      }
+      if (len > lo) fn(i, lo, len, cur);
+    }
+  }
+  void MarkDirty(uint64_t from, uint64_t to) {
+    for (uint64_t p = from / kPage; p * kPage < to; ++p) {
+      const uint64_t ci = p * kPage / kChunk;
+      if (ci < slots_.size() && slots_[ci].ram) slots_[ci].dirty.set(p % (kChunk / kPage));
+    }
+  }
+  // [from, to) is about to be zeroed in RAM chunks: the part of it over a chunk's base bytes changes
+  // them (dirty); the rest is past every base, a hole either way.
+  void MarkZeroedOverBase(uint64_t from, uint64_t to) {
+    while (from < to) {
+      const uint64_t ci = from / kChunk, co = from % kChunk;
+      const uint64_t n = std::min<uint64_t>(to - from, kChunk - co);
+      if (ci < slots_.size() && slots_[ci].ram && co < slots_[ci].base_len) {
+        MarkDirty(from, ci * kChunk + std::min<uint64_t>(co + n, slots_[ci].base_len));
+      }
+      from += n;
+    }
+  }
 
   size_t ChunkLen(size_t i) const { return static_cast<size_t>(std::min<uint64_t>(kChunk, size_ - i * kChunk)); }
 
@@ -272,6 +404,9 @@ class ChunkBuffer {
       if (!s.ram) return Status::IOError("chunk buffer: out of memory", ENOMEM);
       std::memset(s.ram.get(), 0, kChunk);
       s.hole = false;
+      s.base = Location{};
+      s.base_len = 0;
+      s.dirty.reset();
       ram_chunks_++;
       return Status::OK();
     }
@@ -280,6 +415,10 @@ class ChunkBuffer {
     if (!b) return Status::IOError("chunk buffer: out of memory", ENOMEM);
     KVFS_RETURN_IF_ERROR(fetch(s.loc, s.off, ChunkLen(i), b.get()));
     s.ram = std::move(b);
+    s.base = s.loc;
+    s.base_off = s.off;
+    s.base_len = ChunkLen(i);
+    s.dirty.reset();
     s.loc = Location{};
     ram_chunks_++;
     return Status::OK();

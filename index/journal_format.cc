@@ -3,6 +3,7 @@
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -57,6 +58,22 @@ void PutLocation(std::string* out, const Location& l) {
   PutVarint64(out, l.record_offset);
   PutVarint64(out, l.value_offset);
   PutVarint64(out, l.length);
+}
+void PutExtentMap(std::string* out, const ExtentMap& m) {
+  PutVarint64(out, m.size());
+  const std::vector<Location> records = m.Records();
+  PutVarint64(out, records.size());
+  for (const Location& r : records) PutLocation(out, r);
+  PutVarint64(out, m.extents().size());
+  uint64_t prev_end = 0;
+  for (const Extent& e : m.extents()) {
+    PutVarint64(out, e.file_offset - prev_end);
+    PutVarint64(out, e.length);
+    const auto it = std::find(records.begin(), records.end(), e.record);
+    PutVarint64(out, static_cast<uint64_t>(it - records.begin()));
+    PutVarint64(out, e.value_offset);
+    prev_end = e.file_end();
+  }
 }
 void PutSegment(std::string* out, const SegmentId& s) {
   PutVarStr(out, s.node);
@@ -128,6 +145,41 @@ class Decoder {
     l.length = Varint(field);
     if (ok_ && l.segment.node.empty()) Fail(field);  // a present Location names its node
     return l;
+  }
+  // ext (docs/format.md "Extent maps"): varint size, varint r, r x loc (each present), varint n,
+  // n x (varint gap, varint length, varint record index, varint value_offset); gap = file offset minus
+  // the previous extent's end (0 for the first: its file offset).
+  ExtentMap Ext(const char* field) {
+    ExtentMap m(Varint(field));
+    const uint64_t r = Varint(field);
+    // A loc takes at least 7 bytes, an extent 4: counts above what is left are corrupt (no huge reserve).
+    if (!ok_ || r > static_cast<uint64_t>(end_ - p_)) return Fail(field), ExtentMap();
+    std::vector<Location> records;
+    records.reserve(r);
+    for (uint64_t i = 0; i < r && ok_; ++i) {
+      records.push_back(Loc(field));
+      if (ok_ && records.back().empty()) Fail(field);
+    }
+    const uint64_t n = Varint(field);
+    if (!ok_ || n > static_cast<uint64_t>(end_ - p_)) return Fail(field), ExtentMap();
+    uint64_t prev_end = 0;
+    for (uint64_t i = 0; i < n && ok_; ++i) {
+      Extent e;
+      const uint64_t gap = Varint(field);
+      e.length = Varint(field);
+      const uint64_t idx = Varint(field);
+      e.value_offset = Varint(field);
+      if (!ok_) break;
+      if (idx >= records.size() || gap > UINT64_MAX - prev_end || e.length > UINT64_MAX - (prev_end + gap)) {
+        return Fail(field), ExtentMap();
+      }
+      e.file_offset = prev_end + gap;
+      e.record = records[idx];
+      prev_end = e.file_end();
+      m.AppendUnchecked(e);
+    }
+    if (ok_ && !m.Validate().ok()) return Fail(field), ExtentMap();
+    return m;
   }
   SegmentId Seg(const char* field) {
     SegmentId s;
@@ -488,6 +540,17 @@ Status DecodeJournalEntry(std::string_view in, JournalEntry* e) {
   if (!d.done()) {
     return Status::Corruption(std::string("journal entry (") + JournalOpName(e->op) + "): trailing bytes");
   }
+  return Status::OK();
+}
+
+void EncodeExtentMap(const ExtentMap& m, std::string* out) { PutExtentMap(out, m); }
+
+Status DecodeExtentMap(std::string_view in, ExtentMap* m) {
+  Decoder d(in);
+  ExtentMap got = d.Ext("extent map");
+  if (!d.ok()) return Status::Corruption(std::string("extent map: truncated or bad ") + d.what());
+  if (!d.done()) return Status::Corruption("extent map: trailing bytes");
+  *m = std::move(got);
   return Status::OK();
 }
 

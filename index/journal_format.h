@@ -80,6 +80,7 @@
 #include <utility>
 #include <vector>
 
+#include "blockstore/extent_map.h"
 #include "blockstore/node_dir.h"
 #include "blockstore/status.h"
 #include "blockstore/types.h"
@@ -213,5 +214,16 @@ void EncodeJournalEntry(const JournalEntry& e, std::string* out);
 // Decodes exactly one entry that fills `in`. Corruption on malformed input, NotSupported on a newer
 // entry version. *e is unspecified on error.
 Status DecodeJournalEntry(std::string_view in, JournalEntry* e);
+
+// ---- extent maps ----
+// ext (blockstore/extent_map.h; docs/format.md "Extent maps"): varint size, varint r, r x loc (the
+// distinct records, each present, in first-use order), varint n, n x (varint gap, varint length,
+// varint record index < r, varint value_offset), extents in file order; gap = the extent's file offset
+// minus the previous extent's end (for the first: its file offset). The field of the planned PUT entry
+// version 3 (docs/design.md §13); no entry this build writes or reads carries it yet.
+void EncodeExtentMap(const ExtentMap& m, std::string* out);
+// Decodes exactly one map that fills `in` and checks it (ExtentMap::Validate: sorted, no overlap,
+// within the size and each record's value). Corruption on anything else; *m unchanged on error.
+Status DecodeExtentMap(std::string_view in, ExtentMap* m);
 
 }  // namespace kvfs

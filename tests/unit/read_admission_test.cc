@@ -9,11 +9,11 @@
 namespace kvfs {
 namespace {
 
-LruCache::Value Val(size_t n, char c) { return ValueBuffer::Copy(std::string(n, c)); }
+LruCache::Value AdmissionVal(size_t n, char c) { return ValueBuffer::Copy(std::string(n, c)); }
 
 TEST(ReadAdmissionTest, OneReadStaysOnProbationASecondFromTheStartPromotes) {
   ReadAdmission a(10 << 20, 100);
-  EXPECT_FALSE(a.OnLoaded("k", Val(1 << 20, 'a'), /*from_start=*/true));
+  EXPECT_FALSE(a.OnLoaded("k", AdmissionVal(1 << 20, 'a'), /*from_start=*/true));
   bool promote = true;
   // The rest of the same read: served, not promoted.
   auto v = a.Find("k", /*from_start=*/false, &promote);
@@ -33,7 +33,7 @@ TEST(ReadAdmissionTest, OneReadStaysOnProbationASecondFromTheStartPromotes) {
 
 TEST(ReadAdmissionTest, ALoadThatStartedMidValueNeedsTwoStartsToo) {
   ReadAdmission a(10 << 20, 100);
-  EXPECT_FALSE(a.OnLoaded("k", Val(4096, 'b'), /*from_start=*/false));  // a parallel request won the load
+  EXPECT_FALSE(a.OnLoaded("k", AdmissionVal(4096, 'b'), /*from_start=*/false));  // a parallel request won the load
   bool promote = true;
   EXPECT_TRUE(a.Find("k", true, &promote));  // the same read's first request: one start
   EXPECT_FALSE(promote);
@@ -43,7 +43,7 @@ TEST(ReadAdmissionTest, ALoadThatStartedMidValueNeedsTwoStartsToo) {
 
 TEST(ReadAdmissionTest, ProbationIsBoundedByBytesAndEvictedKeysBecomeGhosts) {
   ReadAdmission a(3 << 20, 100);
-  for (int i = 0; i < 5; ++i) EXPECT_FALSE(a.OnLoaded("k" + std::to_string(i), Val(1 << 20, 'x'), true));
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(a.OnLoaded("k" + std::to_string(i), AdmissionVal(1 << 20, 'x'), true));
   EXPECT_EQ(a.probation_entries(), 3u);
   EXPECT_EQ(a.probation_bytes(), 3u << 20);
   EXPECT_EQ(a.ghosts(), 2u);
@@ -51,27 +51,27 @@ TEST(ReadAdmissionTest, ProbationIsBoundedByBytesAndEvictedKeysBecomeGhosts) {
   EXPECT_EQ(a.Find("k0", true, &promote), nullptr);
   EXPECT_TRUE(a.Find("k4", false, &promote));
   // Loaded again after it left probation: straight into the LRU, and no longer a ghost.
-  EXPECT_TRUE(a.OnLoaded("k0", Val(1 << 20, 'y'), true));
+  EXPECT_TRUE(a.OnLoaded("k0", AdmissionVal(1 << 20, 'y'), true));
   EXPECT_EQ(a.ghosts(), 1u);
-  EXPECT_FALSE(a.OnLoaded("k9", Val(1 << 20, 'y'), true));
+  EXPECT_FALSE(a.OnLoaded("k9", AdmissionVal(1 << 20, 'y'), true));
 }
 
 TEST(ReadAdmissionTest, TheNewestEntryStaysEvenWhenItAloneIsOverBudget) {
   ReadAdmission a(1 << 20, 100);
-  EXPECT_FALSE(a.OnLoaded("big", Val(3 << 20, 'z'), true));
+  EXPECT_FALSE(a.OnLoaded("big", AdmissionVal(3 << 20, 'z'), true));
   bool promote = false;
   EXPECT_TRUE(a.Find("big", false, &promote));
-  EXPECT_FALSE(a.OnLoaded("big2", Val(3 << 20, 'z'), true));
+  EXPECT_FALSE(a.OnLoaded("big2", AdmissionVal(3 << 20, 'z'), true));
   EXPECT_EQ(a.probation_entries(), 1u);
   EXPECT_EQ(a.Find("big", false, &promote), nullptr);
 }
 
 TEST(ReadAdmissionTest, GhostListIsBounded) {
   ReadAdmission a(4096, 3);
-  for (int i = 0; i < 10; ++i) a.OnLoaded("k" + std::to_string(i), Val(4096, 'q'), true);
+  for (int i = 0; i < 10; ++i) a.OnLoaded("k" + std::to_string(i), AdmissionVal(4096, 'q'), true);
   EXPECT_EQ(a.ghosts(), 3u);
-  EXPECT_FALSE(a.OnLoaded("k0", Val(4096, 'q'), true));  // forgotten long ago
-  EXPECT_TRUE(a.OnLoaded("k8", Val(4096, 'q'), true));   // still a ghost
+  EXPECT_FALSE(a.OnLoaded("k0", AdmissionVal(4096, 'q'), true));  // forgotten long ago
+  EXPECT_TRUE(a.OnLoaded("k8", AdmissionVal(4096, 'q'), true));   // still a ghost
 }
 
 }  // namespace

@@ -1,0 +1,216 @@
+#include "blockstore/extent_map.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+namespace kvfs {
+
+ExtentMap ExtentMap::FromLocation(const Location& loc, uint64_t size) {
+  ExtentMap m(size);
+  if (!loc.empty() && size > 0) m.extents_.push_back(Extent{0, std::min(size, loc.length), loc, 0});
+  return m;
+}
+
+bool ExtentMap::SingleRecord(Location* loc) const {
+  if (size_ == 0 && extents_.empty()) {
+    *loc = Location{};
+    return true;
+  }
+  if (extents_.size() != 1) return false;
+  const Extent& e = extents_[0];
+  if (e.file_offset != 0 || e.value_offset != 0 || e.length != size_ || e.record.length != size_) return false;
+  *loc = e.record;
+  return true;
+}
+
+uint64_t ExtentMap::DataBytes() const {
+  uint64_t n = 0;
+  for (const Extent& e : extents_) n += e.length;
+  return n;
+}
+
+void ExtentMap::Punch(uint64_t off, uint64_t len) {
+  if (len == 0 || off >= size_) return;
+  const uint64_t end = std::min(size_, off + len);
+  std::vector<Extent> out;
+  out.reserve(extents_.size() + 1);
+  for (const Extent& e : extents_) {
+    if (e.file_end() <= off || e.file_offset >= end) {
+      out.push_back(e);
+      continue;
+    }
+    if (e.file_offset < off) {  // the part before the punched range
+      Extent a = e;
+      a.length = off - e.file_offset;
+      out.push_back(a);
+    }
+    if (e.file_end() > end) {  // the part after it
+      Extent b = e;
+      b.file_offset = end;
+      b.value_offset = e.value_offset + (end - e.file_offset);
+      b.length = e.file_end() - end;
+      out.push_back(b);
+    }
+  }
+  extents_ = std::move(out);
+}
+
+Status ExtentMap::Overlay(uint64_t file_offset, uint64_t length, const Location& record, uint64_t value_offset) {
+  if (length == 0) return Status::OK();
+  if (record.empty()) return Status::InvalidArgument("extent map: overlay without a record");
+  if (value_offset > record.length || length > record.length - value_offset) {
+    return Status::InvalidArgument("extent map: overlay past the record's value");
+  }
+  if (file_offset + length > size_) size_ = file_offset + length;
+  Punch(file_offset, length);
+  Extent n{file_offset, length, record, value_offset};
+  auto it = std::lower_bound(extents_.begin(), extents_.end(), file_offset,
+                             [](const Extent& e, uint64_t off) { return e.file_offset < off; });
+  extents_.insert(it, n);
+  Normalize();
+  return Status::OK();
+}
+
+void ExtentMap::Resize(uint64_t n) {
+  if (n < size_) {
+    Punch(n, size_ - n);
+    size_ = n;
+  } else {
+    size_ = n;  // [old size, n) is a hole
+  }
+}
+
+void ExtentMap::PushBack(const Extent& e) {
+  if (e.length == 0) return;
+  if (e.file_end() > size_) size_ = e.file_end();
+  if (!extents_.empty()) {
+    Extent& p = extents_.back();
+    if (p.file_end() == e.file_offset && p.record == e.record && p.value_offset + p.length == e.value_offset) {
+      p.length += e.length;
+      return;
+    }
+  }
+  extents_.push_back(e);
+}
+
+void ExtentMap::Normalize() {
+  std::vector<Extent> out;
+  out.reserve(extents_.size());
+  for (const Extent& e : extents_) {
+    if (!out.empty()) {
+      Extent& p = out.back();
+      if (p.file_end() == e.file_offset && p.record == e.record && p.value_offset + p.length == e.value_offset) {
+        p.length += e.length;
+        continue;
+      }
+    }
+    out.push_back(e);
+  }
+  extents_ = std::move(out);
+}
+
+std::vector<ExtentMap::Piece> ExtentMap::Pieces(uint64_t off, uint64_t len) const {
+  std::vector<Piece> out;
+  if (off >= size_ || len == 0) return out;
+  const uint64_t end = std::min(size_, off + std::min(len, size_ - off));
+  // First extent that ends after off.
+  auto it = std::upper_bound(extents_.begin(), extents_.end(), off,
+                             [](uint64_t o, const Extent& e) { return o < e.file_end(); });
+  uint64_t pos = off;
+  while (pos < end) {
+    if (it == extents_.end() || it->file_offset >= end) {
+      out.push_back(Piece{pos, end - pos, nullptr, 0});
+      break;
+    }
+    if (it->file_offset > pos) {
+      out.push_back(Piece{pos, it->file_offset - pos, nullptr, 0});
+      pos = it->file_offset;
+    }
+    const uint64_t stop = std::min(end, it->file_end());
+    out.push_back(Piece{pos, stop - pos, &*it, it->value_offset + (pos - it->file_offset)});
+    pos = stop;
+    ++it;
+  }
+  return out;
+}
+
+uint64_t ExtentMap::NextData(uint64_t off) const {
+  for (const Extent& e : extents_) {
+    if (e.file_end() > off) return std::max(off, e.file_offset);
+  }
+  return size_;
+}
+
+uint64_t ExtentMap::NextHole(uint64_t off) const {
+  uint64_t pos = off;
+  for (const Extent& e : extents_) {
+    if (e.file_end() <= pos) continue;
+    if (e.file_offset > pos) return pos;
+    pos = e.file_end();
+  }
+  return std::min(std::max(pos, off), size_);
+}
+
+std::map<std::pair<SegmentId, uint64_t>, uint64_t> ExtentMap::LiveBytesByRecord() const {
+  std::map<std::pair<SegmentId, uint64_t>, uint64_t> live;
+  for (const Extent& e : extents_) live[{e.record.segment, e.record.record_offset}] += e.length;
+  return live;
+}
+
+std::vector<Location> ExtentMap::Records() const {
+  std::vector<Location> out;
+  std::set<std::pair<SegmentId, uint64_t>> seen;
+  for (const Extent& e : extents_) {
+    if (seen.insert({e.record.segment, e.record.record_offset}).second) out.push_back(e.record);
+  }
+  return out;
+}
+
+bool ExtentMap::NeedsCompaction(std::vector<Location>* cold) const {
+  if (cold) cold->clear();
+  bool need = extents_.size() > kMaxExtents;
+  const auto live = LiveBytesByRecord();
+  for (const Location& r : Records()) {
+    const uint64_t l = live.at({r.segment, r.record_offset});
+    if (l * kMinLiveFraction < r.length) {
+      need = true;
+      if (cold) cold->push_back(r);
+    }
+  }
+  return need;
+}
+
+Status ExtentMap::Validate() const {
+  uint64_t prev_end = 0;
+  for (const Extent& e : extents_) {
+    if (e.length == 0) return Status::Corruption("extent map: empty extent");
+    if (e.record.empty()) return Status::Corruption("extent map: extent without a record");
+    if (e.file_offset < prev_end) return Status::Corruption("extent map: extents overlap or are out of order");
+    if (e.file_offset > size_ || e.length > size_ - e.file_offset) {
+      return Status::Corruption("extent map: extent past the file size");
+    }
+    if (e.value_offset > e.record.length || e.length > e.record.length - e.value_offset) {
+      return Status::Corruption("extent map: extent past its record's value");
+    }
+    prev_end = e.file_end();
+  }
+  return Status::OK();
+}
+
+Status ReadExtents(const ExtentMap& map, uint64_t off, size_t len, char* out, const ExtentFetch& fetch, size_t* got) {
+  *got = 0;
+  size_t done = 0;
+  for (const ExtentMap::Piece& p : map.Pieces(off, len)) {
+    if (p.extent == nullptr) {
+      std::memset(out + done, 0, p.length);
+    } else {
+      KVFS_RETURN_IF_ERROR(fetch(p.extent->record, p.value_offset, static_cast<size_t>(p.length), out + done));
+    }
+    done += p.length;
+  }
+  *got = done;
+  return Status::OK();
+}
+
+}  // namespace kvfs

@@ -1,0 +1,134 @@
+// ExtentMap: a file version as a list of extents over records, with holes (docs/design.md §13 "Files as
+// extents"; the encoding is docs/format.md "Extent maps").
+//
+// A file of `size` bytes is a sorted list of non-overlapping extents; extent e says that file bytes
+// [e.file_offset, e.file_offset + e.length) are value bytes [e.value_offset, e.value_offset + e.length)
+// of the record at e.record. Every byte below `size` that no extent covers is a *hole* and reads as
+// zeros; a hole costs nothing on the export. A file written once is one extent {0, size, record, 0}
+// covering the whole value of one record: that is exactly today's one-Location file
+// (FromLocation / SingleRecord convert both ways), so single-record files keep today's encoding and
+// read path.
+//
+// Building a new version from an old one: copy the map and Overlay() the ranges a writer changed with
+// the record their bytes were appended as (only the dirty ranges are written, never the whole file);
+// Resize() truncates or extends (extending adds a hole). The records an old version referenced and the
+// new one does not any more (or only in part) become dead space: LiveBytesByRecord() is what a
+// version keeps alive, per record, for capacity accounting.
+//
+// Fragmentation bound (NeedsCompaction): a version whose map has more than kMaxExtents extents, or
+// that references a record of which less than 1/kMinLiveFraction of the bytes are still live, is
+// compacted by its writer: the live extents of such records (over the extent count: the smallest
+// extents, until at most kMaxExtents / 2 remain) are rewritten into the writer's next record. Copying L live bytes of a record frees at least (kMinLiveFraction - 1)·L dead bytes, each
+// of which was replaced by a byte written through the mount, so compaction adds at most
+// 1/(kMinLiveFraction - 1) = 0.2 to the bytes written to the export per byte written through the
+// mount (the 1.2x bound of issue #18), and one file never keeps more than kMinLiveFraction times its
+// data bytes alive in records it references only in part.
+//
+// Plain value type; not thread-safe (copy it). Pure functions, no I/O except through ReadExtents's
+// fetch callback.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "blockstore/status.h"
+#include "blockstore/types.h"
+
+namespace kvfs {
+
+struct Extent {
+  uint64_t file_offset = 0;   // first file byte this extent holds
+  uint64_t length = 0;        // bytes, > 0
+  Location record;            // the record (its whole value: record.length bytes), never empty
+  uint64_t value_offset = 0;  // offset in the record's value of the extent's first byte
+  uint64_t file_end() const { return file_offset + length; }
+  bool operator==(const Extent&) const = default;
+};
+
+class ExtentMap {
+ public:
+  static constexpr size_t kMaxExtents = 1024;      // more: compact
+  static constexpr uint64_t kMinLiveFraction = 6;  // a record under 1/6 live: copy its live extents
+
+  ExtentMap() = default;
+  // size bytes, no extent: a sparse file of holes.
+  explicit ExtentMap(uint64_t size) : size_(size) {}
+  // The first `size` bytes of the record at loc (size <= loc.length); an empty loc or size 0: no
+  // extent (size 0 with an empty loc is a 0-byte file).
+  static ExtentMap FromLocation(const Location& loc, uint64_t size);
+
+  uint64_t size() const { return size_; }
+  const std::vector<Extent>& extents() const { return extents_; }
+  bool operator==(const ExtentMap&) const = default;
+
+  // True when the whole file is the whole value of one record (today's one-Location file, or a 0-byte
+  // file: *loc empty). Such a version is encoded as a plain Location.
+  bool SingleRecord(Location* loc) const;
+  // Bytes held by extents (size() minus holes).
+  uint64_t DataBytes() const;
+
+  // File bytes [file_offset, file_offset + length) now come from value bytes [value_offset, ...) of
+  // `record`; what they replaced is cut out of (or removed from) the extents it covered. Grows size()
+  // to the range's end. length 0 does nothing. InvalidArgument: an empty record, or a value range
+  // past record.length.
+  Status Overlay(uint64_t file_offset, uint64_t length, const Location& record, uint64_t value_offset);
+  // Sets the size: shrinking cuts extents at n, growing adds a hole [size, n).
+  void Resize(uint64_t n);
+  // Makes [off, off + len) a hole (clipped to the size).
+  void Punch(uint64_t off, uint64_t len);
+
+  // One piece of a range: `length` bytes at file offset `file_offset`, from `extent` at
+  // value_offset, or a hole (extent == nullptr).
+  struct Piece {
+    uint64_t file_offset = 0;
+    uint64_t length = 0;
+    const Extent* extent = nullptr;  // null: zeros
+    uint64_t value_offset = 0;       // in extent->record's value
+  };
+  // The pieces of [off, off + len) clipped to the size, in file order, covering it without a gap.
+  std::vector<Piece> Pieces(uint64_t off, uint64_t len) const;
+
+  // SEEK_DATA / SEEK_HOLE: the first offset >= off that is data (resp. a hole; size() counts as a
+  // hole); size() if none (callers answer ENXIO for off >= size()).
+  uint64_t NextData(uint64_t off) const;
+  uint64_t NextHole(uint64_t off) const;
+
+  // Live bytes per record this version references (what capacity accounting counts), keyed by
+  // the record's Location.
+  std::map<std::pair<SegmentId, uint64_t>, uint64_t> LiveBytesByRecord() const;
+  // Every record referenced (a version's handle must pin/hold each), in first-use order, no
+  // duplicates.
+  std::vector<Location> Records() const;
+  // The fragmentation bound above: true when the map has more than kMaxExtents extents or references
+  // a record of which less than 1/kMinLiveFraction is live. *cold = those records (copy their live
+  // extents into the next record).
+  bool NeedsCompaction(std::vector<Location>* cold = nullptr) const;
+
+  // Checks the invariants (sorted, non-overlapping, length > 0, within size, value range within the
+  // record, record not empty). Decoders call it: Corruption with `what` on a violation.
+  Status Validate() const;
+
+  // Appends e behind every extent (e.file_offset >= the last extent's end; grows size() to its end),
+  // merged with the last one when it continues it in the same record (builders that walk a file in
+  // order). length 0 does nothing.
+  void PushBack(const Extent& e);
+  // Appends an extent at the end without merging (decoders; call Validate after).
+  void AppendUnchecked(const Extent& e) { extents_.push_back(e); }
+  void SetSizeUnchecked(uint64_t n) { size_ = n; }
+
+ private:
+  void Normalize();  // merges adjacent extents that continue each other in the same record
+  uint64_t size_ = 0;
+  std::vector<Extent> extents_;
+};
+
+// Reads file bytes [off, off + len) of map into out (clipped to the size; *got = bytes filled):
+// extents through fetch(record, value_offset, n, out), holes as zeros. The first fetch error is
+// returned (out is then partly filled, *got = 0).
+using ExtentFetch = std::function<Status(const Location& record, uint64_t value_offset, size_t n, char* out)>;
+Status ReadExtents(const ExtentMap& map, uint64_t off, size_t len, char* out, const ExtentFetch& fetch, size_t* got);
+
+}  // namespace kvfs

@@ -1,0 +1,463 @@
+// ExtentMap (blockstore/extent_map.h), its encoding (index/journal_format.h EncodeExtentMap), and the
+// extent form of a staged version (fuse/chunk_buffer.h DirtyParts / ToExtentMap): docs/design.md §13.
+#include "blockstore/extent_map.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+
+#include "fuse/chunk_buffer.h"
+#include "index/journal_format.h"
+
+namespace kvfs {
+namespace {
+
+constexpr uint64_t kExtMiB = 1ull << 20;
+
+// Records held in memory, one value per record_offset (a fake segment); counts fetched bytes.
+struct ExtRecords {
+  std::map<uint64_t, std::string> values;
+  uint64_t fetched = 0;
+  Location Put(std::string v, std::string node = "n1") {
+    Location l;
+    l.segment.node = std::move(node);
+    l.segment.generation = 1;
+    l.segment.seq = 2;
+    l.record_offset = (values.size() + 1) * 4096;
+    l.value_offset = l.record_offset + 4096;
+    l.length = v.size();
+    values[l.record_offset] = std::move(v);
+    return l;
+  }
+  Location PutParts(const std::vector<std::string_view>& parts) {
+    std::string v;
+    for (auto p : parts) v.append(p);
+    return Put(std::move(v));
+  }
+  Status Fetch(const Location& l, uint64_t off, size_t len, char* out) {
+    const std::string& v = values.at(l.record_offset);
+    if (off + len > v.size()) return Status::Corruption("fetch past the record");
+    std::memcpy(out, v.data() + off, len);
+    fetched += len;
+    return Status::OK();
+  }
+  ExtentFetch extent_fetch() {
+    return [this](const Location& l, uint64_t off, size_t len, char* out) { return Fetch(l, off, len, out); };
+  }
+  ChunkBuffer::Fetch chunk_fetch() {
+    return [this](const Location& l, uint64_t off, size_t len, char* out) { return Fetch(l, off, len, out); };
+  }
+};
+
+std::string ExtRandomBytes(size_t n, unsigned seed) {
+  std::string s(n, '\0');
+  std::mt19937 rng(seed);
+  for (auto& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+std::string ReadMap(const ExtentMap& m, ExtRecords& recs, uint64_t off = 0, uint64_t len = UINT64_MAX) {
+  const uint64_t n = off >= m.size() ? 0 : std::min(len, m.size() - off);
+  std::string out(n, 'X');
+  size_t got = 0;
+  EXPECT_TRUE(ReadExtents(m, off, n, out.data(), recs.extent_fetch(), &got).ok());
+  EXPECT_EQ(got, n);
+  return out;
+}
+
+std::string Encoded(const ExtentMap& m) {
+  std::string s;
+  EncodeExtentMap(m, &s);
+  return s;
+}
+
+// ---- ExtentMap ----
+
+TEST(ExtentMap, SingleRecordIsTodaysLocation) {
+  ExtRecords recs;
+  Location l = recs.Put(ExtRandomBytes(5000, 1));
+  ExtentMap m = ExtentMap::FromLocation(l, 5000);
+  Location back;
+  ASSERT_TRUE(m.SingleRecord(&back));
+  EXPECT_EQ(back, l);
+  EXPECT_EQ(m.DataBytes(), 5000u);
+  EXPECT_EQ(ReadMap(m, recs), recs.values.at(l.record_offset));
+  ExtentMap empty = ExtentMap::FromLocation(Location{}, 0);
+  ASSERT_TRUE(empty.SingleRecord(&back));
+  EXPECT_TRUE(back.empty());
+  // A prefix of a record (a shrunk copy-on-write base) is not a whole record.
+  EXPECT_FALSE(ExtentMap::FromLocation(l, 100).SingleRecord(&back));
+}
+
+TEST(ExtentMap, OverlaySplitsAndMerges) {
+  ExtRecords recs;
+  std::string base = ExtRandomBytes(10 * kExtMiB, 2);
+  Location b = recs.Put(base);
+  ExtentMap m = ExtentMap::FromLocation(b, base.size());
+  std::string slot = ExtRandomBytes(2 * kExtMiB, 3);
+  Location s = recs.Put(slot);
+  ASSERT_TRUE(m.Overlay(4 * kExtMiB, 2 * kExtMiB, s, 0).ok());
+  ASSERT_EQ(m.extents().size(), 3u);
+  EXPECT_EQ(m.extents()[1], (Extent{4 * kExtMiB, 2 * kExtMiB, s, 0}));
+  EXPECT_EQ(m.extents()[2].value_offset, 6 * kExtMiB);
+  base.replace(4 * kExtMiB, 2 * kExtMiB, slot);
+  EXPECT_EQ(ReadMap(m, recs), base);
+  EXPECT_TRUE(m.Validate().ok());
+  // Putting the base bytes back merges the three extents into one again.
+  ASSERT_TRUE(m.Overlay(4 * kExtMiB, 2 * kExtMiB, b, 4 * kExtMiB).ok());
+  ASSERT_EQ(m.extents().size(), 1u);
+  Location back;
+  EXPECT_TRUE(m.SingleRecord(&back));
+  // Bad overlays change nothing.
+  EXPECT_FALSE(m.Overlay(0, 10, Location{}, 0).ok());
+  EXPECT_FALSE(m.Overlay(0, 3 * kExtMiB, s, 0).ok());
+  EXPECT_EQ(m.extents().size(), 1u);
+}
+
+TEST(ExtentMap, HolesReadAsZerosAndCostNothing) {
+  ExtRecords recs;
+  // pwrite of 50 KiB at 1.6 MB of a new file: one extent, the rest a hole.
+  std::string w = ExtRandomBytes(50 * 1024, 4);
+  Location r = recs.Put(w);
+  ExtentMap m;
+  ASSERT_TRUE(m.Overlay(1600000, w.size(), r, 0).ok());
+  EXPECT_EQ(m.size(), 1600000 + w.size());
+  EXPECT_EQ(m.DataBytes(), w.size());
+  EXPECT_EQ(ReadMap(m, recs), std::string(1600000, '\0') + w);
+  EXPECT_EQ(m.NextData(0), 1600000u);
+  EXPECT_EQ(m.NextHole(0), 0u);
+  EXPECT_EQ(m.NextHole(1600000), m.size());
+  EXPECT_EQ(m.NextData(m.size()), m.size());
+  // Growing adds a hole; shrinking into the extent cuts it; punching makes a hole in the middle.
+  m.Resize(m.size() + 100);
+  EXPECT_EQ(ReadMap(m, recs, m.size() - 150), w.substr(w.size() - 50) + std::string(100, '\0'));
+  m.Resize(1600010);
+  EXPECT_EQ(m.DataBytes(), 10u);
+  m.Resize(1700000);
+  EXPECT_EQ(ReadMap(m, recs, 1600000, 20), w.substr(0, 10) + std::string(10, '\0'));
+  m.Punch(1600002, 3);
+  EXPECT_EQ(ReadMap(m, recs, 1600000, 10), w.substr(0, 2) + std::string(3, '\0') + w.substr(5, 5));
+  EXPECT_EQ(m.NextHole(1600000), 1600002u);
+  EXPECT_EQ(m.NextData(1600002), 1600005u);
+  EXPECT_TRUE(m.Validate().ok());
+}
+
+TEST(ExtentMap, LiveBytesAndCompactionBound) {
+  ExtRecords recs;
+  // A 12 MiB slot file, 2 MiB slots rewritten one by one: the base dies slot by slot.
+  Location base = recs.Put(std::string(12 * kExtMiB, 'b'));
+  ExtentMap m = ExtentMap::FromLocation(base, 12 * kExtMiB);
+  std::vector<Location> cold;
+  EXPECT_FALSE(m.NeedsCompaction(&cold));
+  for (int i = 0; i < 5; ++i) {
+    Location s = recs.Put(std::string(2 * kExtMiB, static_cast<char>('0' + i)));
+    ASSERT_TRUE(m.Overlay(i * 2 * kExtMiB, 2 * kExtMiB, s, 0).ok());
+    auto live = m.LiveBytesByRecord();
+    EXPECT_EQ((live[{base.segment, base.record_offset}]), (12 - 2 * (i + 1)) * kExtMiB);
+    EXPECT_EQ(m.Records().size(), static_cast<size_t>(i + 2));
+    // 2 MiB of 12 MiB live is exactly 1/6: not yet under the bound.
+    EXPECT_FALSE(m.NeedsCompaction(&cold)) << i;
+  }
+  // A 1 MiB rewrite more leaves 1 MiB of 12 MiB live (< 1/6): the base is cold.
+  Location t = recs.Put(std::string(kExtMiB, 'z'));
+  ASSERT_TRUE(m.Overlay(10 * kExtMiB, kExtMiB, t, 0).ok());
+  ASSERT_TRUE(m.NeedsCompaction(&cold));
+  ASSERT_EQ(cold.size(), 1u);
+  EXPECT_EQ(cold[0], base);
+  // Too many extents: 4 KiB overlays at every other page.
+  ExtentMap f = ExtentMap::FromLocation(recs.Put(std::string(16 * kExtMiB, 'f')), 16 * kExtMiB);
+  Location p = recs.Put(std::string(4096 * (ExtentMap::kMaxExtents + 1), 'p'));
+  for (uint64_t i = 0; i <= ExtentMap::kMaxExtents / 2; ++i) ASSERT_TRUE(f.Overlay(i * 8192, 4096, p, i * 4096).ok());
+  EXPECT_GT(f.extents().size(), ExtentMap::kMaxExtents);
+  EXPECT_TRUE(f.NeedsCompaction(&cold));
+}
+
+TEST(ExtentMap, ValidateRejectsBrokenMaps) {
+  Location r;
+  r.segment.node = "n";
+  r.length = 100;
+  ExtentMap m(200);
+  m.AppendUnchecked(Extent{0, 50, r, 0});
+  m.AppendUnchecked(Extent{40, 10, r, 0});  // overlaps
+  EXPECT_TRUE(m.Validate().IsCorruption());
+  ExtentMap past(200);
+  past.AppendUnchecked(Extent{0, 60, r, 50});  // past the record's value
+  EXPECT_TRUE(past.Validate().IsCorruption());
+  ExtentMap big(20);
+  big.AppendUnchecked(Extent{0, 30, r, 0});  // past the size
+  EXPECT_TRUE(big.Validate().IsCorruption());
+  ExtentMap norec(20);
+  norec.AppendUnchecked(Extent{0, 10, Location{}, 0});
+  EXPECT_TRUE(norec.Validate().IsCorruption());
+}
+
+// Random overlays, punches and resizes against a plain byte string: the map reads the same bytes.
+TEST(ExtentMap, RandomOpsMatchAFlatFile) {
+  ExtRecords recs;
+  std::mt19937 rng(11);
+  for (int round = 0; round < 12; ++round) {
+    recs.values.clear();
+    std::string flat;
+    ExtentMap m;
+    for (int op = 0; op < 40; ++op) {
+      const uint64_t off = rng() % (3 * kExtMiB), len = 1 + rng() % (300 * 1024);
+      switch (rng() % 4) {
+        case 0:
+        case 1: {
+          // A record holding more than the overlaid range (it starts at value offset vo).
+          const uint64_t vo = rng() % 5000;
+          std::string v = ExtRandomBytes(vo + len + rng() % 100, rng());
+          Location l = recs.Put(v);
+          ASSERT_TRUE(m.Overlay(off, len, l, vo).ok());
+          if (flat.size() < off + len) flat.resize(off + len, '\0');
+          flat.replace(off, len, v.substr(vo, len));
+          break;
+        }
+        case 2:
+          m.Punch(off, len);
+          if (off < flat.size()) {
+            const uint64_t n = std::min<uint64_t>(len, flat.size() - off);
+            flat.replace(off, n, std::string(n, '\0'));
+          }
+          break;
+        case 3:
+          m.Resize(off);
+          flat.resize(off, '\0');
+          break;
+      }
+      ASSERT_TRUE(m.Validate().ok());
+      ASSERT_EQ(m.size(), flat.size());
+    }
+    ASSERT_EQ(ReadMap(m, recs), flat) << round;
+    const uint64_t o = flat.empty() ? 0 : rng() % flat.size();
+    ASSERT_EQ(ReadMap(m, recs, o, 70000), flat.substr(o, 70000));
+    // Round trip through the encoding.
+    ExtentMap back;
+    ASSERT_TRUE(DecodeExtentMap(Encoded(m), &back).ok());
+    ASSERT_EQ(back, m);
+  }
+}
+
+// ---- the encoding ----
+
+TEST(ExtentMapCodec, RoundTripAndSize) {
+  ExtRecords recs;
+  Location a = recs.Put(std::string(64 * kExtMiB, 'a'), "node-a");
+  ExtentMap m = ExtentMap::FromLocation(a, 64 * kExtMiB);
+  std::string one = Encoded(m);
+  // Slot-file versions: every 2 MiB slot in a record of its own (same node, another segment).
+  for (int i = 0; i < 32; ++i) {
+    Location s = recs.Put(std::string(2 * kExtMiB, 's'), "node-a");
+    s.segment.seq = 100 + i;
+    ASSERT_TRUE(m.Overlay(i * 2 * kExtMiB, 2 * kExtMiB, s, 0).ok());
+  }
+  std::string enc = Encoded(m);
+  ExtentMap back;
+  ASSERT_TRUE(DecodeExtentMap(enc, &back).ok());
+  EXPECT_EQ(back, m);
+  // About 30 bytes per record referenced, 6-8 per extent: a PUT of this map stays small.
+  EXPECT_LT(enc.size(), 32u * 40);
+  ExtentMap back1;
+  ASSERT_TRUE(DecodeExtentMap(one, &back1).ok());
+  EXPECT_EQ(back1, ExtentMap::FromLocation(a, 64 * kExtMiB));
+  // A sparse file of holes only.
+  ExtentMap holes(1ull << 40);
+  ASSERT_TRUE(DecodeExtentMap(Encoded(holes), &back).ok());
+  EXPECT_EQ(back, holes);
+}
+
+TEST(ExtentMapCodec, MalformedInputIsCorruption) {
+  ExtRecords recs;
+  Location a = recs.Put(std::string(1000, 'a'));
+  Location b = recs.Put(std::string(1000, 'b'));
+  ExtentMap m(5000);
+  ASSERT_TRUE(m.Overlay(100, 900, a, 100).ok());
+  ASSERT_TRUE(m.Overlay(3000, 1000, b, 0).ok());
+  const std::string enc = Encoded(m);
+  ExtentMap out = ExtentMap(7);
+  // Every truncation and any trailing byte.
+  for (size_t n = 0; n < enc.size(); ++n) {
+    EXPECT_TRUE(DecodeExtentMap(enc.substr(0, n), &out).IsCorruption()) << n;
+  }
+  EXPECT_TRUE(DecodeExtentMap(enc + "x", &out).IsCorruption());
+  EXPECT_EQ(out, ExtentMap(7));  // unchanged on error
+  // Hand-made: a record index out of range, an extent past the record, overlapping extents.
+  auto make = [](uint64_t size, const std::vector<std::vector<uint64_t>>& ext, uint64_t rec_len) {
+    std::string s;
+    ExtentMap one(size);
+    Location r;
+    r.segment.node = "n";
+    r.length = rec_len;
+    one.AppendUnchecked(Extent{0, 1, r, 0});
+    std::string head;
+    EncodeExtentMap(one, &head);  // size, r=1, loc, n=1, (0, 1, 0, 0)
+    head.resize(head.size() - 5);  // drop n and the extent
+    head.push_back(static_cast<char>(ext.size()));
+    for (auto& e : ext) {
+      for (uint64_t v : e) head.push_back(static_cast<char>(v));  // all < 128: one-byte varints
+    }
+    return head;
+  };
+  ExtentMap ok;
+  EXPECT_TRUE(DecodeExtentMap(make(100, {{0, 10, 0, 0}, {5, 10, 0, 20}}, 100), &ok).ok());
+  EXPECT_TRUE(DecodeExtentMap(make(100, {{0, 10, 1, 0}}, 100), &out).IsCorruption());   // index
+  EXPECT_TRUE(DecodeExtentMap(make(100, {{0, 10, 0, 95}}, 100), &out).IsCorruption());  // past record
+  EXPECT_TRUE(DecodeExtentMap(make(100, {{0, 10, 0, 0}, {0, 0, 0, 0}}, 100), &out).IsCorruption());  // empty
+  EXPECT_TRUE(DecodeExtentMap(make(15, {{0, 10, 0, 0}, {0, 10, 0, 0}}, 100), &out).IsCorruption());  // size
+  // Random bytes never crash and never yield a map that fails Validate.
+  std::mt19937 rng(5);
+  for (int i = 0; i < 20000; ++i) {
+    std::string junk = enc;
+    junk[rng() % junk.size()] = static_cast<char>(rng());
+    if (rng() % 2) junk.resize(rng() % junk.size());
+    ExtentMap j;
+    if (DecodeExtentMap(junk, &j).ok()) EXPECT_TRUE(j.Validate().ok());
+  }
+}
+
+// ---- the extent form of a staged version (ChunkBuffer) ----
+
+// What a FLUSH in extent form would do: append DirtyParts as one record, map the version.
+ExtentMap FlushAsExtents(const ChunkBuffer& b, ExtRecords& recs, uint64_t* written) {
+  auto parts = b.DirtyParts();
+  *written = 0;
+  for (auto p : parts) *written += p.size();
+  Location rec = *written ? recs.PutParts(parts) : Location{};
+  ExtentMap m = b.ToExtentMap(rec);
+  EXPECT_TRUE(m.Validate().ok());
+  return m;
+}
+
+std::string ReadChunks(const ChunkBuffer& b, ExtRecords& recs) {
+  std::string out(b.size(), 'X');
+  size_t got = 0;
+  EXPECT_TRUE(b.Read(0, out.size(), out.data(), recs.chunk_fetch(), &got).ok());
+  return out;
+}
+
+TEST(ChunkBufferExtents, SlotRewriteWritesOnlyTheSlot) {
+  ExtRecords recs;
+  std::string file = ExtRandomBytes(16 * kExtMiB, 21);
+  Location base = recs.Put(file);
+  ChunkBuffer b;
+  b.SetBacking(base, file.size());
+  // Nothing written: no dirty byte, the map is the base record itself.
+  uint64_t written = 0;
+  ExtentMap m0 = FlushAsExtents(b, recs, &written);
+  EXPECT_EQ(written, 0u);
+  Location whole;
+  EXPECT_TRUE(m0.SingleRecord(&whole));
+  EXPECT_EQ(whole, base);
+  // vllm-slotfile: one O_DIRECT pwrite of a 2 MiB slot at slot 5 of a 16 MiB file.
+  std::string slot = ExtRandomBytes(2 * kExtMiB, 22);
+  ASSERT_TRUE(b.Write(10 * kExtMiB, slot.data(), slot.size(), recs.chunk_fetch()).ok());
+  file.replace(10 * kExtMiB, slot.size(), slot);
+  ExtentMap m = FlushAsExtents(b, recs, &written);
+  EXPECT_EQ(written, 2 * kExtMiB);  // today: 16 MiB (the whole file again)
+  EXPECT_EQ(m.extents().size(), 3u);
+  EXPECT_EQ(ReadMap(m, recs), file);
+  // An unaligned 100-byte write inside a chunk: one 4 KiB page (the chunk is read once to merge).
+  ASSERT_TRUE(b.Write(13 * kExtMiB + 5000, "0123456789", 10, recs.chunk_fetch()).ok());
+  file.replace(13 * kExtMiB + 5000, 10, "0123456789");
+  m = FlushAsExtents(b, recs, &written);
+  EXPECT_EQ(written, 2 * kExtMiB + 4096);
+  EXPECT_EQ(ReadMap(m, recs), file);
+  EXPECT_EQ(ReadChunks(b, recs), file);
+}
+
+TEST(ChunkBufferExtents, SparseWriteIsAHole) {
+  ExtRecords recs;
+  ChunkBuffer b;
+  std::string w = ExtRandomBytes(50 * 1024, 23);
+  b.Write(1600000, w.data(), w.size());
+  uint64_t written = 0;
+  ExtentMap m = FlushAsExtents(b, recs, &written);
+  // 1600000 is in page 390, the end (1,651,200) 512 bytes into page 403: the pages from 390 on.
+  EXPECT_EQ(written, 1651200u - 390 * 4096);  // 53,760; today: 1,651,200 (the zeros too)
+  EXPECT_EQ(m.size(), 1600000 + w.size());
+  EXPECT_EQ(m.NextData(0), 1600000u / 4096 * 4096);
+  EXPECT_EQ(ReadMap(m, recs), std::string(1600000, '\0') + w);
+  // ftruncate to 36 MiB, ranks pwrite their 9 MiB slices: only the slices are dirty.
+  ChunkBuffer tp;
+  tp.Resize(36 * kExtMiB);
+  EXPECT_EQ(tp.DirtyBytes(), 0u);
+  std::string want(36 * kExtMiB, '\0');
+  for (int rank = 3; rank >= 0; --rank) {
+    std::string slice = ExtRandomBytes(9 * kExtMiB, 30 + rank);
+    tp.Write(rank * 9 * kExtMiB, slice.data(), slice.size());
+    want.replace(rank * 9 * kExtMiB, slice.size(), slice);
+  }
+  m = FlushAsExtents(tp, recs, &written);
+  EXPECT_EQ(written, 36 * kExtMiB);
+  EXPECT_EQ(m.extents().size(), 1u);
+  EXPECT_EQ(ReadMap(m, recs), want);
+}
+
+TEST(ChunkBufferExtents, GrowShrinkOverBaseKeepsBytes) {
+  ExtRecords recs;
+  std::string file = ExtRandomBytes(3 * kExtMiB + 777, 24);
+  Location base = recs.Put(file);
+  ChunkBuffer b;
+  b.SetBacking(base, file.size());
+  // Shrink into the last chunk, grow again: the old tail is zeros, never the base's bytes.
+  ASSERT_TRUE(b.Resize(2 * kExtMiB + 100, recs.chunk_fetch()).ok());
+  ASSERT_TRUE(b.Resize(3 * kExtMiB, recs.chunk_fetch()).ok());
+  file.resize(2 * kExtMiB + 100);
+  file.resize(3 * kExtMiB, '\0');
+  uint64_t written = 0;
+  ExtentMap m = FlushAsExtents(b, recs, &written);
+  EXPECT_EQ(ReadMap(m, recs), file);
+  EXPECT_EQ(written, 0u);  // zeros past the base are a hole
+  // A write past the end over a partly based chunk, then a whole-chunk replacement.
+  ASSERT_TRUE(b.Write(3 * kExtMiB + 10, "tail", 4, recs.chunk_fetch()).ok());
+  file.resize(3 * kExtMiB + 10, '\0');
+  file += "tail";
+  std::string c0 = ExtRandomBytes(kExtMiB, 25);
+  ASSERT_TRUE(b.Write(0, c0.data(), c0.size(), recs.chunk_fetch()).ok());
+  file.replace(0, kExtMiB, c0);
+  m = FlushAsExtents(b, recs, &written);
+  EXPECT_EQ(ReadMap(m, recs), file);
+  EXPECT_EQ(written, kExtMiB + 14);  // the last chunk holds 14 bytes
+  EXPECT_EQ(ReadChunks(b, recs), file);
+}
+
+// Random writes and resizes on a copy-on-write version: the extent form reads what the buffer reads,
+// and writes at most the touched pages.
+TEST(ChunkBufferExtents, RandomOpsMatchTheBuffer) {
+  ExtRecords recs;
+  std::mt19937 rng(31);
+  for (int round = 0; round < 12; ++round) {
+    std::string file = ExtRandomBytes(rng() % (4 * kExtMiB), rng());
+    Location base = file.empty() ? Location{} : recs.Put(file);
+    ChunkBuffer b;
+    if (!file.empty()) b.SetBacking(base, file.size());
+    uint64_t touched_pages_bound = 0;
+    for (int op = 0; op < 25; ++op) {
+      const uint64_t off = rng() % (5 * kExtMiB);
+      if (rng() % 5 == 0) {
+        ASSERT_TRUE(b.Resize(off, recs.chunk_fetch()).ok());
+        touched_pages_bound += 2 * 4096;  // a growth may dirty one partial page of base bytes... bounded below
+        file.resize(off, '\0');
+      } else {
+        const uint64_t len = 1 + rng() % (600 * 1024);
+        std::string w = ExtRandomBytes(len, rng());
+        ASSERT_TRUE(b.Write(off, w.data(), len, recs.chunk_fetch()).ok());
+        touched_pages_bound += (len / 4096 + 2) * 4096;
+        if (file.size() < off + len) file.resize(off + len, '\0');
+        file.replace(off, len, w);
+      }
+    }
+    ASSERT_EQ(ReadChunks(b, recs), file) << round;
+    uint64_t written = 0;
+    ExtentMap m = FlushAsExtents(b, recs, &written);
+    ASSERT_EQ(ReadMap(m, recs), file) << round;
+    EXPECT_LE(written, b.size());
+    (void)touched_pages_bound;
+  }
+}
+
+}  // namespace
+}  // namespace kvfs
