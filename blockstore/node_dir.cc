@@ -538,7 +538,8 @@ Result<std::unique_ptr<NodeDir>> NodeDir::Acquire(NodeDirOptions opts) {
     KVFS_RETURN_IF_ERROR(env->GetChildren(dir, &names));
     for (const auto& n : names) {
       uint64_t g;
-      if (ParseGenerationLenient(n, "journal-", "", &g) || ParseGenerationLenient(n, "snapshot-", "", &g)) {
+      if (ParseGenerationLenient(n, "journal-", "", &g) || ParseGenerationLenient(n, "snapshot-", "", &g) ||
+          ParseGenerationLenient(n, "claim-", "", &g)) {
         max_gen = std::max(max_gen, g);
       }
     }
@@ -563,6 +564,14 @@ Result<std::unique_ptr<NodeDir>> NodeDir::Acquire(NodeDirOptions opts) {
   nd->self_record_.generation = nd->generation_;
   nd->self_record_.acquired_ns = WallClockNs();
 
+  if (opts.claim) {
+    s = opts.claim(dir, nd->generation_, nd->self_record_.Serialize());
+    if (s.IsExists()) {
+      return Status::Busy("node directory " + dir + ": generation " + std::to_string(nd->generation_) +
+                          " was claimed by another mount taking it over at the same time (" + s.message() + ")");
+    }
+    KVFS_RETURN_IF_ERROR(s);
+  }
   // HEARTBEAT first, so an OWNER never exists without a fresh heartbeat; then OWNER.
   s = nd->WriteHeartbeat();
   if (s.ok()) s = env->WriteFileAtomic(OwnerFilePath(backing, opts.node_id), nd->self_record_.Serialize());

@@ -203,6 +203,13 @@ struct NodeDirOptions {
   // --heartbeat-timeout) must not make a running mount look dead. Mounts leave it unset (a new mount
   // may fence off a hung one: the generation rule keeps the data safe).
   bool refuse_running_local_owner = false;
+  // An object store's claim of the new generation (S3: S3TierEnv::ClaimGeneration, a PUT of
+  // <node>/claim-<G>-... with If-None-Match: *, or the documented fallback), called with the node
+  // directory, the generation and this taker's OWNER text before HEARTBEAT and OWNER are written: of two
+  // mounts taking a node over at once, exactly one claims G. Exists: another one did (Acquire then fails
+  // with Busy). Claimed generations count in the generation scan, so a claim left by a crash only moves
+  // the next generation up. Empty (directories): no claim; the OWNER read-back detects such a race.
+  std::function<Status(const std::string& node_dir, uint64_t generation, const std::string& owner_text)> claim;
   // Test hooks. self: our identity (default HostIdentity::Current()). process_alive: is the recorded
   // owner (same host and boot id) alive (default LocalProcessAlive).
   std::optional<HostIdentity> self;

@@ -221,7 +221,8 @@ Result<S3Credentials> S3Credentials::FromEnvironment(const std::string& profile)
   auto r = FromSharedFile(file, prof);
   if (!r.ok() && r.status().IsNotFound()) {
     return Status::InvalidArgument(
-        "s3: no credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY unset and " + r.status().message());
+        "s3: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a shared credentials file "
+        "(AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials): " + r.status().message());
   }
   return r;
 }
@@ -405,8 +406,10 @@ std::string S3Client::Url(const std::string& key, const std::string& query) cons
 
 Status S3Client::Fail(S3Op op, Status s) {
   counters_.failures[static_cast<size_t>(op)]++;
-  if (s.IsNotFound()) {
-    spdlog::debug("{}", ErrnoText(s));  // a missing key is an answer (HEAD before a write), not a fault
+  if (s.IsNotFound() || s.IsExists()) {
+    // A missing key (HEAD before a write) or a conditional PUT's 412 (a claim taken) is an answer, not a
+    // fault: the caller decides.
+    spdlog::debug("{}", ErrnoText(s));
   } else {
     LogLimited(spdlog::level::warn, LogKey(std::string("s3-") + S3OpName(op), s), "{}", ErrnoText(s));
   }
@@ -506,8 +509,14 @@ Status S3Client::Perform(S3Op op, Request& req, Response* resp) {
     if (rc != CURLE_OK) {
       last_error = std::string("curl: ") + (errbuf[0] ? errbuf : curl_easy_strerror(rc));
       retry = S3RetryableCurl(rc);
-      if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE) {
-        last_error += " (the server's certificate is not trusted: give its CA bundle as the CA file option)";
+      if (rc == CURLE_SSL_CACERT_BADFILE) {
+        last_error += " (the CA file '" + config_.ca_file + "' could not be read as a PEM bundle)";
+      } else if (rc == CURLE_PEER_FAILED_VERIFICATION && config_.ca_file.empty()) {
+        last_error += " (the server's certificate is not signed by a CA of the system's store: for a private "
+                      "CA give its PEM bundle with --s3-ca FILE)";
+      } else if (rc == CURLE_PEER_FAILED_VERIFICATION) {
+        last_error += " (the server's certificate is not signed by a CA in '" + config_.ca_file +
+                      "', or does not name the endpoint's host)";
       }
       s = Status::IOError(what + ": " + last_error, EIO);
     } else {

@@ -2,8 +2,16 @@
 #include "blockstore/s3_env.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
 #include <set>
+#include <thread>
 #include <utility>
+
+#include <spdlog/spdlog.h>
+
+#include "blockstore/object_store.h"
 
 namespace kvfs {
 namespace {
@@ -240,6 +248,68 @@ Status S3TierEnv::PublishPrefix(const std::string& path, uint64_t len) {
   auto f = local_->Open(path, OpenOptions{});
   if (!f.ok()) return f.status();
   return client_->PutFile(KeyOf(path), f->get(), len);
+}
+
+std::optional<bool> S3TierEnv::conditional_put() const {
+  std::lock_guard<std::mutex> l(probe_mu_);
+  return conditional_;
+}
+
+void S3TierEnv::set_conditional_put(bool honoured) {
+  std::lock_guard<std::mutex> l(probe_mu_);
+  conditional_ = honoured;
+}
+
+Status S3TierEnv::ClaimGeneration(const std::string& node_dir, uint64_t generation, const std::string& owner_text) {
+  bool conditional = false;
+  {
+    std::lock_guard<std::mutex> l(probe_mu_);
+    if (!conditional_) {
+      std::mt19937_64 rng(std::random_device{}());
+      auto probed = ProbeConditionalPut(client_.get(), KeyOf(node_dir) + "/claim-probe-" + std::to_string(rng() >> 1));
+      if (!probed.ok()) return probed.status();
+      conditional_ = *probed;
+      if (!*probed) {
+        spdlog::warn("kvfs: s3: the server ignores If-None-Match: * on PUT: generation claims use the timed "
+                     "fallback (a claim waits {} ms; safe while a PUT completes within that; docs/s3.md)",
+                     claim_wait_ms_.load());
+      }
+    }
+    conditional = *conditional_;
+  }
+  char gen[32];
+  std::snprintf(gen, sizeof(gen), "%020llu", static_cast<unsigned long long>(generation));
+  const std::string base = KeyOf(node_dir) + "/claim-" + gen + "-";
+  if (conditional) {
+    const std::string key = base + "00000000000000000000";
+    S3PutOptions o;
+    o.if_none_match = true;
+    Status s = client_->Put(key, owner_text, o);
+    if (!s.IsExists()) return s;
+    auto theirs = client_->GetAll(key);  // a retry after a lost answer finds our own claim
+    if (theirs.ok() && *theirs == owner_text) return Status::OK();
+    return Status::Exists("claim " + key + " exists" + (theirs.ok() ? ": " + *theirs : ""));
+  }
+  // Fallback: the smallest nonce among the claims of G listed one wait after ours holds it.
+  std::mt19937_64 rng(std::random_device{}());
+  char nonce[32];
+  std::snprintf(nonce, sizeof(nonce), "%020llu", static_cast<unsigned long long>(rng() >> 1));
+  const std::string key = base + nonce;
+  KVFS_RETURN_IF_ERROR(client_->Put(key, owner_text));
+  auto smallest = [&]() -> Result<std::string> {
+    auto page = client_->List(base, "", 1);  // key order: the first is the smallest nonce
+    if (!page.ok()) return page.status();
+    return page->objects.empty() ? std::string() : page->objects.front().key;
+  };
+  auto first = smallest();
+  if (first.ok() && *first == key) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(claim_wait_ms_.load()));
+    first = smallest();
+  }
+  if (!first.ok()) return first.status();
+  if (*first == key) return Status::OK();
+  (void)client_->Delete(key);
+  return Status::Exists("claim " + *first + " holds generation " + std::to_string(generation));
 }
 
 Status S3TierEnv::AbortStaleUploads(const std::string& dir, uint64_t* aborted) {

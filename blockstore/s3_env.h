@@ -25,8 +25,11 @@
 // Thread safety: every method is thread-safe (the S3Client and the local Env are).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +62,14 @@ class ObjectTier {
   // of a segment upload leaves one: its parts stay stored, and billed, until aborted). Only for a
   // directory this node owns (no upload of it can be in progress). *aborted = how many.
   virtual Status AbortStaleUploads(const std::string& dir, uint64_t* aborted) = 0;
+  // Claims generation `generation` of the node directory node_dir for the taker whose OWNER text is
+  // owner_text (NodeDirOptions::claim): OK if this taker holds the claim, Exists if another one does.
+  // Where the server honours If-None-Match: * (probed once: ProbeConditionalPut) one PUT of
+  // <node_dir>/claim-<G>-<0> with it (on Exists the object is read back: our own retried PUT is ours);
+  // where it does not, the fallback: PUT <node_dir>/claim-<G>-<random nonce>, wait claim_wait_ms, list the
+  // claims of G: the smallest nonce holds it (the others delete theirs). Safe as long as a claim PUT
+  // completes within claim_wait_ms.
+  virtual Status ClaimGeneration(const std::string& node_dir, uint64_t generation, const std::string& owner_text) = 0;
   virtual const S3Counters& s3_counters() const = 0;
 };
 
@@ -87,7 +98,13 @@ class S3TierEnv : public Env, public ObjectTier {
   Status SetAsideStaged(const std::string& path) override;
   Result<uint64_t> PublishedSize(const std::string& path) override;
   Result<uint64_t> StagedSize(const std::string& path) override;
+  Status ClaimGeneration(const std::string& node_dir, uint64_t generation, const std::string& owner_text) override;
   const S3Counters& s3_counters() const override { return client_->counters(); }
+  // The fallback's wait (the heartbeat interval by default); tests shorten it.
+  void set_claim_wait_ms(uint32_t ms) { claim_wait_ms_ = ms; }
+  // Whether claims use If-None-Match (probed at the first claim; nullopt before). Tests force it.
+  std::optional<bool> conditional_put() const;
+  void set_conditional_put(bool honoured);
 
   enum class Kind { kOutside, kLocal, kStaged, kThrough };
   Kind KindOf(const std::string& path) const;
@@ -100,6 +117,9 @@ class S3TierEnv : public Env, public ObjectTier {
   std::shared_ptr<S3Client> client_;
   const std::string prefix_, root_;
   Env* const local_;
+  std::atomic<uint32_t> claim_wait_ms_{5000};
+  mutable std::mutex probe_mu_;
+  std::optional<bool> conditional_;  // guarded by probe_mu_
 };
 
 // "s3://BUCKET/PREFIX" -> bucket, key prefix ("" or ending in '/'). InvalidArgument otherwise.

@@ -56,6 +56,10 @@ struct StoreOptions {
   // the last entry whose segments are all in the bucket (engine/store_tier.cc, docs/s3.md); periodic
   // checkpoints are off (the snapshot at a clean Close stays). nullptr: a POSIX backing, as before.
   ObjectTier* tier = nullptr;
+  // With a tier: the active segment is sealed (and so uploaded, and its files published to peers) once
+  // it has held records for this long, even if not full: the bound on how long a file stays invisible to
+  // other nodes on S3 (kvfs mount --seal-after-ms). 0 = only when full (and at unmount).
+  uint32_t seal_after_ms = 0;
   uint32_t heartbeat_interval_ms = 5000;  // HEARTBEAT period (a stat of OWNER, an in-place write + fdatasync)
   uint32_t peer_poll_ms = 200;          // how often peers' journals are tailed (0 = never); backs off
                                         // to 4x for idle peers

@@ -385,6 +385,11 @@ class StoreImpl final : public Store {
   void TierStop();
   void TierWake();
   std::thread tier_thread_;
+  // --seal-after-ms: the active segment the uploader thread last saw holding records, and since when.
+  // Touched by the uploader thread only.
+  SegmentId tier_seal_seen_;
+  std::chrono::steady_clock::time_point tier_seal_since_;
+  void TierSealIfOld();
   std::condition_variable tier_cv_;  // with tier_mu_
   bool tier_stop_ = false, tier_wake_ = false;  // guarded by tier_mu_
   // Every entry appended to the journal (CommitRound, Close) with its end position: the own segments it

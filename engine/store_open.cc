@@ -72,6 +72,13 @@ Status StoreImpl::Init() {
   nd.backing_dir = opts_.backing_dir;
   nd.node_id = opts_.node_id;
   nd.force = opts_.force_takeover;
+  if (ObjectTier* tier = opts_.tier) {
+    // S3: the new generation is claimed with a conditional PUT (or the timed fallback): of two mounts
+    // taking this node over at once, one gets it (docs/s3.md "Conditional writes and the fallback").
+    nd.claim = [tier](const std::string& dir, uint64_t g, const std::string& owner) {
+      return tier->ClaimGeneration(dir, g, owner);
+    };
+  }
   {
     // A full backing store: the takeover's HEARTBEAT/OWNER rewrites need a few blocks. This node's
     // RESERVE (kept by the previous mount for exactly this) gives them back, so a remount works and the

@@ -51,9 +51,45 @@ void StoreImpl::TierStart() {
         if (tier_stop_) return;
         tier_wake_ = false;
       }
+      TierSealIfOld();
       TierRound(false);
     }
   });
+}
+
+void StoreImpl::TierSealIfOld() {
+  if (opts_.seal_after_ms == 0) return;
+  auto writer = Segments();
+  const SegmentId active = writer->ActiveSegment();
+  bool holds = false;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    auto it = own_segs_.find(active);
+    holds = it != own_segs_.end() && !it->second.evictable && it->second.bytes > 0;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (!holds) {
+    tier_seal_seen_ = SegmentId{};
+    return;
+  }
+  if (!(tier_seal_seen_ == active)) {
+    tier_seal_seen_ = active;
+    tier_seal_since_ = now;
+    return;
+  }
+  if (now - tier_seal_since_ < std::chrono::milliseconds(opts_.seal_after_ms)) return;
+  bool rotated = false;
+  Status s = writer->Rotate(active, &rotated);
+  if (!s.ok()) {
+    LogLimited(spdlog::level::warn, LogKey("seal-after", s), "kvfs: s3: sealing segment {}-{} after {} ms: {}",
+               active.generation, active.seq, opts_.seal_after_ms, ErrnoText(s));
+    return;
+  }
+  tier_seal_seen_ = SegmentId{};
+  if (rotated) {
+    spdlog::debug("kvfs: s3: segment {}-{} sealed after {} ms (--seal-after-ms)", active.generation, active.seq,
+                  opts_.seal_after_ms);
+  }
 }
 
 void StoreImpl::TierStop() {

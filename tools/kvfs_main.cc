@@ -60,6 +60,9 @@ int main(int argc, char** argv) {
   mount->add_option("--s3-staging", ma.s3_staging,
                     "local directory for what is not in the bucket yet (the active segment, the journal until "
                     "its publication); keep it across restarts: a crash leaves unpublished data there");
+  mount->add_option("--seal-after-ms", ma.seal_after_ms,
+                    "S3: seal (and upload) the active segment once it has held files this long, so other nodes "
+                    "see them within about this bound (default 0: when full, or at unmount)");
   mount->add_option("--node-id", ma.node_id, "this node's id (default: host name)");
   mount->add_option("--index-dir", ma.index_dir,
                     "local RocksDB index directory (default /var/lib/kvfs/<hash-of-backing>-<node>)");

@@ -167,10 +167,15 @@ int RunMount(MountArgs a) {
     if (a.s3_endpoint.empty()) Die(kExitUsage, "--backing " + a.backing + " needs --s3-endpoint URL");
     if (a.s3_staging.empty()) Die(kExitUsage, "--backing " + a.backing + " needs --s3-staging DIR (a local directory)");
     if (!IsDir(a.s3_staging)) Die(kExitUsage, "--s3-staging '" + a.s3_staging + "' does not exist or is not a directory");
+    // Credentials are looked up before the daemon forks: missing ones are one line and exit 2 here.
+    if (auto c = kvfs::S3Credentials::FromEnvironment(); !c.ok()) Die(kExitUsage, c.status().message());
     a.s3_url = a.backing;
     a.backing = a.s3_staging;
   } else if (!a.s3_endpoint.empty() || !a.s3_staging.empty() || !a.s3_ca.empty() || a.s3_path_style) {
     Die(kExitUsage, "--s3-* options need --backing s3://BUCKET/PREFIX");
+  } else if (a.seal_after_ms > 0) {
+    Die(kExitUsage, "--seal-after-ms needs --backing s3://BUCKET/PREFIX (on a directory peers read the active "
+                    "segment as it grows)");
   }
   if (!IsDir(a.backing)) Die(kExitUsage, "backing directory '" + a.backing + "' does not exist or is not a directory");
   if (!IsDir(a.mountpoint)) Die(kExitUsage, "mountpoint '" + a.mountpoint + "' does not exist or is not a directory");
@@ -241,6 +246,7 @@ int RunMount(MountArgs a) {
   }
   so.group_commit_interval_ms = a.group_commit_ms;
   so.peer_poll_ms = a.peer_poll_ms;
+  so.seal_after_ms = a.seal_after_ms;
   // TEST ONLY (not in --help): KVFS_TEST_DEAD_SEGMENT_AGE_MS and KVFS_TEST_DROP_GRACE_MS shorten the
   // wait before a dead segment is dropped (10 s) and before a dropped segment is unlinked.
   if (const char* d = std::getenv("KVFS_TEST_DEAD_SEGMENT_AGE_MS")) so.dead_segment_age_ms = static_cast<uint32_t>(std::atoi(d));
@@ -468,7 +474,7 @@ int RunMount(MountArgs a) {
     cfg.ca_file = a.s3_ca;
     if (a.backing_deadline_ms > 0) cfg.deadline_ms = a.backing_deadline_ms;
     auto creds = kvfs::S3Credentials::FromEnvironment();
-    if (!creds.ok()) return fail(kExitUsage, "s3 credentials: " + creds.status().message());
+    if (!creds.ok()) return fail(kExitUsage, creds.status().message());
     cfg.credentials = *creds;
     auto client = kvfs::S3Client::Create(cfg);
     if (!client.ok()) return fail(kExitUsage, "s3: " + client.status().message());
@@ -522,7 +528,7 @@ int RunMount(MountArgs a) {
   // requests then fail with ENOTCONN or ECONNABORTED: the session's fd is closed first, which aborts the connection).
   auto fs = std::make_unique<kvfs::KvfsFs>(nullptr, fo);
   kvfs::Status ms;
-  const std::string mount_err = CaptureStderr([&] { ms = fs->Mount(a.mountpoint, fopts, "kvfs:" + a.backing); });
+  const std::string mount_err = CaptureStderr([&] { ms = fs->Mount(a.mountpoint, fopts, "kvfs:" + (a.s3_url.empty() ? a.backing : a.s3_url)); });
   if (!ms.ok()) {
     fs.reset();
     const std::string why = LastLine(mount_err);

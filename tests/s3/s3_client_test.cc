@@ -838,6 +838,49 @@ TEST(S3ConfigTest, CredentialsFromEnvironmentAndSharedFile) {
   rmdir(dir);
 }
 
+// Generation claims (S3TierEnv::ClaimGeneration, docs/s3.md "Conditional writes and the fallback"): of two
+// takers of one generation racing, exactly one holds it, with If-None-Match (probed: RGW honours it) and
+// with the timed fallback (forced here, as on a server that ignores the condition); our own claim read
+// back (a retried PUT) is ours; a later generation is free.
+TEST_F(S3ClientTest, GenerationClaimsHaveOneWinner) {
+  char tmpl[] = "/tmp/kvfs-s3claim-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl;
+  std::shared_ptr<S3Client> shared(std::move(client_));
+  for (bool conditional : {true, false}) {
+    SCOPED_TRACE(conditional ? "If-None-Match" : "fallback");
+    S3TierEnv a(shared, conditional ? "c/" : "f/", root), b(shared, conditional ? "c/" : "f/", root);
+    const std::string node = root + "/.kvfs/v1/nodes/n";
+    if (!conditional) {
+      a.set_conditional_put(false);
+      b.set_conditional_put(false);
+      a.set_claim_wait_ms(300);
+      b.set_claim_wait_ms(300);
+    }
+    for (uint64_t g = 1; g <= 3; ++g) {
+      Status sa, sb;
+      std::thread ta([&] { sa = a.ClaimGeneration(node, g, "owner a " + std::to_string(g)); });
+      std::thread tb([&] { sb = b.ClaimGeneration(node, g, "owner b " + std::to_string(g)); });
+      ta.join();
+      tb.join();
+      EXPECT_TRUE(sa.ok() != sb.ok()) << g << ": " << sa.ToString() << " / " << sb.ToString();
+      EXPECT_TRUE(sa.ok() || sa.IsExists()) << sa.ToString();
+      EXPECT_TRUE(sb.ok() || sb.IsExists()) << sb.ToString();
+    }
+    if (conditional) {
+      EXPECT_EQ(a.conditional_put(), std::optional<bool>(true));  // RGW honours If-None-Match on a PUT
+      // Our own claim found on a retry is ours; another's is not.
+      ASSERT_TRUE(a.ClaimGeneration(node, 7, "owner a 7").ok());
+      EXPECT_TRUE(a.ClaimGeneration(node, 7, "owner a 7").ok());
+      EXPECT_TRUE(b.ClaimGeneration(node, 7, "owner b 7").IsExists());
+    }
+    auto page = shared->List(conditional ? "c/.kvfs/v1/nodes/n/claim-" : "f/.kvfs/v1/nodes/n/claim-", "");
+    ASSERT_TRUE(page.ok());
+    EXPECT_EQ(page->objects.size(), conditional ? 4u : 3u);  // one claim per generation (losers deleted theirs)
+  }
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
 }  // namespace kvfs
 
