@@ -70,6 +70,7 @@ Result<FsckReport> Fsck::Run() {
       no.self = opts_.self;
       no.process_alive = opts_.process_alive;
       no.refuse_running_local_owner = true;  // a running mount holds segments no tool outside sees
+      no.claim = opts_.claim;
       auto nd = NodeDir::Acquire(no);
       if (!nd.ok()) {
         if (!nd.status().IsBusy()) return nd.status();
@@ -86,6 +87,7 @@ Result<FsckReport> Fsck::Run() {
       KVFS_RETURN_IF_ERROR(Analyze(owned, &b));
       for (auto& [node, nd] : acquired) {
         Status s = Repair(node, nd.get(), &b);
+        if (s.ok() && opts_.after_repair) s = opts_.after_repair(nd->dir());
         Status rs = nd->Release();
         KVFS_RETURN_IF_ERROR(s);
         KVFS_RETURN_IF_ERROR(rs);

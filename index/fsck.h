@@ -144,6 +144,16 @@ struct FsckOptions {
   // repair journals an UNLINK for each, as for a dangling file (a peer or the next mount applies it).
   int64_t stale_temp_age_s = -1;
   int64_t now_ns = 0;  // the clock those ages are measured against (0 = now)
+  // False on an object store (kvfs-fsck s3://...: objects are written whole, never appended to): an
+  // unsealed segment gets a SEAL entry only (a logical seal), never a footer appended in place.
+  bool append_in_place = true;
+  // Called after a node's repair wrote its journal and before the node directory is released (so its
+  // next owner never sees the release without the repair): an S3 backing makes the repair journal
+  // objects here (the journal is written to the staging directory first). An error aborts the run (the
+  // node is released all the same). May be empty.
+  std::function<Status(const std::string& node_dir)> after_repair;
+  // The generation claim of a repair's takeover (NodeDirOptions::claim; S3: S3TierEnv::ClaimGeneration).
+  std::function<Status(const std::string& node_dir, uint64_t generation, const std::string& owner_text)> claim;
   // Progress (phase text, done, total), e.g. for a terminal status line. May be empty.
   std::function<void(const std::string&, uint64_t, uint64_t)> progress;
   // Test hooks passed to NodeDir::Acquire / the liveness check.

@@ -81,12 +81,15 @@ Status Fsck::Repair(const std::string& node, NodeDir* nd, Analysis* a) {
         SegScan& s = node_scans[{g, q}];
         const bool clean = s.header_ok && !s.torn && s.damaged.empty() && s.cut == UINT64_MAX && !s.trailer_bad &&
                            s.tail_start == s.size;
-        if (clean && provably_dead) {
+        if (clean && provably_dead && opts_.append_in_place) {
           KVFS_RETURN_IF_ERROR(PhysicalSeal(&s));
           f.repair = "SEAL (footer + trailer appended, SEAL entry)";
         } else {
           f.repair = "SEAL entry only (logical: " +
-                     std::string(!clean ? "the segment does not end cleanly" : "previous owner only presumed dead") + ")";
+                     std::string(!clean               ? "the segment does not end cleanly"
+                                 : !provably_dead     ? "previous owner only presumed dead"
+                                                      : "an object is never appended to") +
+                     ")";
         }
         seals.push_back(JournalEntry::Seal(SegmentId{node, g, q}, hlc.Now()));
         done.push_back(&f);

@@ -18,7 +18,10 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -28,6 +31,8 @@
 #include <spdlog/spdlog.h>
 
 #include "blockstore/env.h"
+#include "blockstore/s3_client.h"
+#include "blockstore/s3_env.h"
 #include "index/fsck.h"
 #include "index/index_db.h"
 
@@ -41,6 +46,8 @@ const char* kManual = R"(NAME
 SYNOPSIS
     kvfs-fsck BACKING [--node ID] [--repair] [--rebuild-index DIR] [--json] [--verify-data] [--verbose]
               [--remove-stale-temp AGE]
+    kvfs-fsck s3://BUCKET/PREFIX --s3-endpoint URL [--s3-region R] [--s3-path-style] [--s3-ca FILE]
+              [--backing-deadline-ms N] [the options above]
 
 DESCRIPTION
     Reads <BACKING>/.kvfs/v1 and checks every node directory (or only --node ID): every journal fragment
@@ -58,6 +65,11 @@ DESCRIPTION
       orphan-record, segment-bad-value (info)                    dead bytes; damage no live file uses
     and per node: live files, live / dead / orphan bytes, segments, journal entries.
     Torn tails of a node that a live mount owns (fresh heartbeat) are "in progress", not problems.
+    An S3 backing (s3://BUCKET/PREFIX, the mount's --s3-* options, credentials from AWS_ACCESS_KEY_ID /
+    AWS_SECRET_ACCESS_KEY or the shared credentials file) is checked through the bucket alone (listings,
+    HEAD, ranged GETs; a temporary staging directory): what a node's staging directory still holds is
+    not seen. --repair writes its journal as an object before the node's release, and seals unsealed
+    segments logically only (a SEAL entry: objects are never appended to).
 
 OPTIONS
     --node ID             check (and repair) only this node
@@ -201,6 +213,16 @@ int main(int argc, char** argv) {
   app.add_option("--backing-mode", backing_mode,
                  "the site's kvfs mount --backing-mode (default 0600): modes looser than it are warned "
                  "about; files a --repair creates get it");
+  struct {
+    std::string endpoint, region = "us-east-1", ca;
+    bool path_style = false;
+    uint32_t deadline_ms = 0;
+  } s3;
+  app.add_option("--s3-endpoint", s3.endpoint, "S3 endpoint URL of an s3://BUCKET/PREFIX backing (as kvfs mount)");
+  app.add_option("--s3-region", s3.region, "S3 region signed into requests (default us-east-1)");
+  app.add_flag("--s3-path-style", s3.path_style, "path-style S3 URLs (ENDPOINT/BUCKET/KEY)");
+  app.add_option("--s3-ca", s3.ca, "PEM CA bundle to trust for the S3 endpoint's TLS certificate");
+  app.add_option("--backing-deadline-ms", s3.deadline_ms, "S3: deadline of each request, retries included (ms)");
   std::string stale_temp;
   app.add_option("--remove-stale-temp", stale_temp,
                  "list (with --repair: unlink) connector temp files (*.tmp) older than AGE (s, m, h, d)");
@@ -227,11 +249,83 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvfs-fsck: missing BACKING directory (see kvfs-fsck --help)\n");
     return kExitUsage;
   }
+  // An S3 backing (docs/s3.md): the same check through the mount's tiered Env over a fresh, empty staging
+  // directory, so every byte read comes from the bucket (HEAD + ranged GETs, listings).
+  std::unique_ptr<kvfs::S3TierEnv> s3_env;
+  std::string s3_url, s3_staging;
   if (o.backing_dir.rfind("s3://", 0) == 0) {
-    std::fprintf(stderr, "kvfs-fsck: '%s': kvfs-fsck checks a backing directory; S3 backings are not supported "
-                 "by it yet (docs/s3.md)\n", o.backing_dir.c_str());
+    s3_url = o.backing_dir;
+    std::string prefix;
+    kvfs::S3Config cfg;
+    if (kvfs::Status u = kvfs::ParseS3Url(s3_url, &cfg.bucket, &prefix); !u.ok()) {
+      std::fprintf(stderr, "kvfs-fsck: %s\n", u.message().c_str());
+      return kExitUsage;
+    }
+    if (s3.endpoint.empty()) {
+      std::fprintf(stderr, "kvfs-fsck: %s needs --s3-endpoint URL (as kvfs mount)\n", s3_url.c_str());
+      return kExitUsage;
+    }
+    auto creds = kvfs::S3Credentials::FromEnvironment();
+    if (!creds.ok()) {
+      std::fprintf(stderr, "kvfs-fsck: %s\n", creds.status().message().c_str());
+      return kExitUsage;
+    }
+    cfg.endpoint = s3.endpoint;
+    cfg.region = s3.region;
+    cfg.path_style = s3.path_style;
+    cfg.ca_file = s3.ca;
+    cfg.credentials = *creds;
+    if (s3.deadline_ms > 0) cfg.deadline_ms = s3.deadline_ms;
+    auto client = kvfs::S3Client::Create(cfg);
+    if (!client.ok()) {
+      std::fprintf(stderr, "kvfs-fsck: %s\n", client.status().message().c_str());
+      return kExitUsage;
+    }
+    std::shared_ptr<kvfs::S3Client> shared(std::move(*client));
+    if (auto probe = shared->ListDelimited(prefix, "", 1); !probe.ok()) {
+      std::fprintf(stderr, "kvfs-fsck: %s at %s: %s\n", s3_url.c_str(), cfg.endpoint.c_str(),
+                   probe.status().ToString().c_str());
+      return probe.status().IsInvalidArgument() ? kExitUsage : kExitIO;
+    }
+    char tmpl[] = "/tmp/kvfs-fsck-staging-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) {
+      std::fprintf(stderr, "kvfs-fsck: cannot create a staging directory in /tmp: %s\n", std::strerror(errno));
+      return kExitIO;
+    }
+    s3_staging = tmpl;
+    s3_env = std::make_unique<kvfs::S3TierEnv>(shared, prefix, s3_staging);
+    o.env = s3_env.get();
+    o.backing_dir = s3_staging;
+    o.append_in_place = false;
+    kvfs::S3TierEnv* env = s3_env.get();
+    o.claim = [env](const std::string& dir, uint64_t g, const std::string& owner) {
+      return env->ClaimGeneration(dir, g, owner);
+    };
+    // The repair journal is written to the staging directory: made an object before the node's release.
+    o.after_repair = [env](const std::string& node_dir) -> kvfs::Status {
+      std::vector<std::string> names;
+      kvfs::Status ls = env->ListStaged(node_dir, &names);
+      if (ls.IsNotFound()) return kvfs::Status::OK();
+      KVFS_RETURN_IF_ERROR(ls);
+      for (const auto& n : names) {
+        if (n.rfind("journal-", 0) != 0) continue;
+        auto size = env->StagedSize(node_dir + "/" + n);
+        if (!size.ok()) return size.status();
+        KVFS_RETURN_IF_ERROR(env->PublishPrefix(node_dir + "/" + n, *size));
+      }
+      return kvfs::Status::OK();
+    };
+  } else if (!s3.endpoint.empty() || !s3.ca.empty() || s3.path_style) {
+    std::fprintf(stderr, "kvfs-fsck: --s3-* options need an s3://BUCKET/PREFIX backing\n");
     return kExitUsage;
   }
+  struct StagingCleanup {
+    std::string dir;
+    ~StagingCleanup() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  } staging_cleanup{s3_staging};
   if (!backing_mode.empty()) {
     auto m = kvfs::ParseBackingMode(backing_mode);
     if (!m.ok()) {
@@ -258,7 +352,7 @@ int main(int argc, char** argv) {
     o.stale_temp_age_s = v * mult;
   }
   // Relative paths are taken from the current directory, as `kvfs mount` does.
-  o.backing_dir = std::filesystem::absolute(o.backing_dir).lexically_normal().string();
+  if (s3_url.empty()) o.backing_dir = std::filesystem::absolute(o.backing_dir).lexically_normal().string();
   if (o.backing_dir.size() > 1 && o.backing_dir.back() == '/') o.backing_dir.pop_back();
   if (!o.rebuild_index_dir.empty()) {
     o.rebuild_index_dir = std::filesystem::absolute(o.rebuild_index_dir).lexically_normal().string();
@@ -280,12 +374,24 @@ int main(int argc, char** argv) {
     return s.IsInvalidArgument() || s.IsBusy() ? kExitUsage : kExitIO;
   }
   const auto& rep = *r;
-  const std::vector<LooseMode> loose = FindLooseModes(o.backing_dir, kvfs::GetBackingModes());
+  const std::vector<LooseMode> loose =
+      s3_url.empty() ? FindLooseModes(o.backing_dir, kvfs::GetBackingModes()) : std::vector<LooseMode>{};
+  // S3: findings name the objects (s3://BUCKET/PREFIX/...), not the temporary staging directory.
+  auto shown = [&](std::string text) {
+    if (s3_url.empty()) return text;
+    std::string u = s3_url;
+    while (!u.empty() && u.back() == '/') u.pop_back();
+    for (size_t p = text.find(s3_staging); p != std::string::npos; p = text.find(s3_staging, p + u.size())) {
+      text.replace(p, s3_staging.size(), u);
+    }
+    return text;
+  };
+  const std::string backing_shown = s3_url.empty() ? o.backing_dir : s3_url;
   int code = rep.problems == 0 ? kExitClean : kExitProblems;
   if (rep.repair_refused) code = kExitRefused;
   if (json) {
     nlohmann::json j;
-    j["backing"] = o.backing_dir;
+    j["backing"] = backing_shown;
     j["problems"] = rep.problems;
     j["repaired"] = rep.repaired;
     j["unrepaired"] = rep.unrepaired;
@@ -298,8 +404,8 @@ int main(int argc, char** argv) {
     for (const auto& f : rep.findings) {
       j["findings"].push_back({{"kind", kvfs::FsckKindName(f.kind)},
                                {"severity", f.severity == kvfs::FsckSeverity::kProblem ? "problem" : "info"},
-                               {"node", f.node}, {"file", f.file}, {"offset", f.offset}, {"bytes", f.bytes},
-                               {"path", f.path}, {"detail", f.detail}, {"repairable", f.repairable},
+                               {"node", f.node}, {"file", shown(f.file)}, {"offset", f.offset}, {"bytes", f.bytes},
+                               {"path", f.path}, {"detail", shown(f.detail)}, {"repairable", f.repairable},
                                {"repaired", f.repaired}, {"repair", f.repair}});
     }
     j["nodes"] = nlohmann::json::array();
@@ -307,7 +413,7 @@ int main(int argc, char** argv) {
       j["nodes"].push_back({{"node", n.node}, {"live", n.live}, {"owner", n.owner},
                             {"owner_generation", n.owner_generation}, {"journal_files", n.journal_files},
                             {"journal_entries", n.journal_entries}, {"journal_bytes", n.journal_bytes},
-                            {"snapshots", n.snapshots}, {"snapshot", n.snapshot},
+                            {"snapshots", n.snapshots}, {"snapshot", shown(n.snapshot)},
                             {"snapshot_entries", n.snapshot_entries},
                             {"segments", n.segments}, {"sealed_segments", n.sealed_segments},
                             {"segment_file_bytes", n.segment_file_bytes}, {"records", n.records},
@@ -316,7 +422,7 @@ int main(int argc, char** argv) {
                             {"orphan_records", n.orphan_records}, {"orphan_bytes", n.orphan_bytes},
                             {"provisional_records", n.provisional_records},
                             {"verified_value_bytes", n.verified_value_bytes},
-                            {"repair_refused", n.repair_refused}, {"repair_refused_reason", n.repair_refused_reason},
+                            {"repair_refused", n.repair_refused}, {"repair_refused_reason", shown(n.repair_refused_reason)},
                             {"repair_generation", n.repair_generation}});
     }
     std::cout << j.dump(2) << "\n";
@@ -328,7 +434,7 @@ int main(int argc, char** argv) {
                 (unsigned long long)n.journal_entries, Human(n.journal_bytes).c_str());
     if (n.snapshots > 0) {
       std::printf("  snapshots %llu file(s); in use: %s (%llu entries)\n", (unsigned long long)n.snapshots,
-                  n.snapshot.empty() ? "none" : n.snapshot.c_str(), (unsigned long long)n.snapshot_entries);
+                  n.snapshot.empty() ? "none" : shown(n.snapshot).c_str(), (unsigned long long)n.snapshot_entries);
     }
     std::printf("  segments  %llu (%llu sealed), %s on disk, %llu records\n", (unsigned long long)n.segments,
                 (unsigned long long)n.sealed_segments, Human(n.segment_file_bytes).c_str(),
@@ -339,7 +445,7 @@ int main(int argc, char** argv) {
     if (o.verify_data) std::printf("  verified  %s of values\n", Human(n.verified_value_bytes).c_str());
     if (n.repair_refused) {
       std::printf("  REPAIR REFUSED: %s; stop that mount first, or wait --heartbeat-timeout after it died\n",
-                  n.repair_refused_reason.c_str());
+                  shown(n.repair_refused_reason).c_str());
     }
     if (n.repair_generation) {
       std::printf("  repair journal: generation %llu (the node's next mount applies it to its index)\n",
@@ -354,8 +460,8 @@ int main(int argc, char** argv) {
       continue;
     }
     std::printf("%s %-20s %s %s", problem ? (f.repaired ? "REPAIRED" : "PROBLEM ") : "info    ",
-                kvfs::FsckKindName(f.kind), f.node.c_str(), f.detail.c_str());
-    if (!f.file.empty()) std::printf(" [%s", f.file.c_str()), std::printf(f.offset ? " @%llu]" : "]", (unsigned long long)f.offset);
+                kvfs::FsckKindName(f.kind), f.node.c_str(), shown(f.detail).c_str());
+    if (!f.file.empty()) std::printf(" [%s", shown(f.file).c_str()), std::printf(f.offset ? " @%llu]" : "]", (unsigned long long)f.offset);
     if (problem && !f.repaired) std::printf(f.repairable ? " (--repair: %s)" : " (not repairable)", f.repair.c_str());
     if (problem && f.repaired) std::printf(" -> %s", f.repair.c_str());
     std::printf("\n");
