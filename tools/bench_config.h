@@ -9,9 +9,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+namespace kvfs {
+class S3Client;
+}
 
 namespace kvfs::bench {
 
@@ -35,6 +40,13 @@ struct Config {
   uint64_t file_bytes = 0;   // vllm-slotfile: slot file size (0 = max(chunks x chunk bytes, 64 MiB))
   unsigned trie_depth = 16;  // vua-trie: chunks per sequence (the trie's depth)
   std::string phase_hook;  // sh -c "HOOK PROFILE MODE PHASE begin|end" around every phase (test bed RPC counts)
+  // Modes s3-kvfs and s3-object (--modes s3 = both): the bucket (--s3 s3://BUCKET/PREFIX) and how to reach
+  // it (the same flags as kvfs mount; credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the
+  // shared credentials file). s3: the bench's own client (created by main when an s3 mode runs): the
+  // one-object-per-chunk baseline's requests, bucket creation and the cleanup of every run's prefix.
+  std::string s3_url, s3_endpoint, s3_region = "us-east-1", s3_ca, s3_bucket, s3_prefix;  // prefix: "" or ending '/'
+  bool s3_path_style = false, s3_keep = false;  // keep: leave every run's objects in the bucket
+  std::shared_ptr<kvfs::S3Client> s3;
 };
 
 // "1GiB", "256MiB", "512M", "4096": kvfs's size syntax (binary multiples), enough for --cache-size.

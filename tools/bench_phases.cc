@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "blockstore/s3_client.h"
 #include "tools/bench_io.h"
 #include "tools/bench_stack.h"
 
@@ -30,6 +31,7 @@ struct PhaseResult {
   uint64_t hits = 0;
   json nfs_before, nfs_after;
   json kvfs_before, kvfs_after;
+  json s3_before, s3_after;  // s3 modes: S3 requests (Stack::S3Stats)
   double cpu_client = 0, cpu_daemon = 0, cpu_nfsim = 0;  // CPU seconds used during the phase
   std::string daemon;                                    // "kvfs", "ceiling" or "" (direct, tmpfs)
 };
@@ -96,6 +98,7 @@ PhaseResult RunPhase(const std::string& name, const std::string& label, uint64_t
   PhaseHook(stack.cfg, label, name, "begin");
   r.nfs_before = stack.NfsStats();
   r.kvfs_before = stack.KvfsStats();
+  r.s3_before = stack.S3Stats();
   pid_t nfsim_pid = static_cast<pid_t>(r.nfs_before.value("pid", 0));
   pid_t daemon_pid = stack.DaemonPid();
   r.daemon = stack.DaemonName();
@@ -137,6 +140,7 @@ PhaseResult RunPhase(const std::string& name, const std::string& label, uint64_t
   r.seconds = static_cast<double>(r.end_ns - t0) / 1e9;
   r.nfs_after = stack.NfsStats();
   r.kvfs_after = stack.KvfsStats();
+  r.s3_after = stack.S3Stats();
   PhaseHook(stack.cfg, label, name, "end");
   for (auto& e : errors) {
     if (!e.empty()) Fail(name + ": " + e);
@@ -151,8 +155,34 @@ PhaseResult RunPhase(const std::string& name, const std::string& label, uint64_t
   return r;
 }
 
+}  // namespace
+
+json S3Delta(const json& after, const json& before, uint64_t units) {
+  json out = json::object();
+  if (!after.is_object() || !after.contains("requests")) return out;
+  json req = json::object(), per = json::object();
+  const json b = before.is_object() && before.contains("requests") ? before["requests"] : json::object();
+  for (auto& [k, v] : after["requests"].items()) {
+    uint64_t x = v.get<uint64_t>() - b.value(k, uint64_t{0});
+    if (x == 0 && k != "total") continue;
+    req[k] = x;
+    per[k] = static_cast<double>(x) / static_cast<double>(std::max<uint64_t>(1, units));
+  }
+  auto d = [&](const char* k) {
+    return after.value(k, uint64_t{0}) - (before.is_object() ? before.value(k, uint64_t{0}) : 0);
+  };
+  out["requests"] = req;
+  out["requests_per_unit"] = per;
+  out["bytes_sent"] = d("bytes_sent");
+  out["bytes_received"] = d("bytes_received");
+  return out;
+}
+
+namespace {
+
 json PhaseJson(PhaseResult& r) {
   json j;
+  if (r.s3_after.is_object()) j["s3"] = S3Delta(r.s3_after, r.s3_before, r.units);
   j["units"] = r.units;
   j["seconds"] = r.seconds;
   j["monotonic_s"] = {static_cast<double>(r.start_ns) / 1e9, static_cast<double>(r.end_ns) / 1e9};
@@ -227,12 +257,82 @@ json PhaseJson(PhaseResult& r) {
 
 }  // namespace
 
+namespace {
+
+// Mode s3-object: LMCache's S3 backend shape, one object per chunk on the same bucket through the bench's
+// S3Client (blockstore/s3_client.h): a PUT per store, a HEAD per lookup probe, a GET per load (the whole
+// object; warm_load is the same again: no cache in front). Same chunk ids, contents, threads and lookup
+// requests as the other modes; every load verified.
+json RunObjectMode(const Config& cfg, const Profile& p, size_t size) {
+  Stack stack(cfg, p.name + "-s3-object", Mode::kS3Object);
+  const std::string label = p.name + "/s3-object";
+  json out;
+  out["loadavg"] = {{"start", LoadAvg()}};
+  try {
+    if (!cfg.s3) Fail("s3-object: no --s3 bucket");
+    const uint64_t salt = 0x5eed0000ull ^ static_cast<uint64_t>(NowNs());
+    auto key = [&](uint64_t id) { return stack.s3_key_prefix + Key(id, salt); };
+    const uint64_t n = cfg.chunks;
+    json phases;
+    auto store = RunPhase("store", label, n, cfg.threads, [&](uint64_t i, char* buf) -> uint64_t {
+      Fill(buf, size, i, salt);
+      kvfs::Status s = cfg.s3->Put(key(i), std::string_view(buf, size));
+      if (!s.ok()) Fail("s3-object store " + key(i) + ": " + s.ToString());
+      return size;
+    }, size, stack);
+    phases["store"] = PhaseJson(store);
+    uint64_t batch = cfg.lookup_batch, nreq = std::max<uint64_t>(1, n / batch);
+    uint64_t present = static_cast<uint64_t>(cfg.hit_ratio * static_cast<double>(batch));
+    std::vector<uint64_t> probe_ids;
+    for (uint64_t q = 0; q < nreq; ++q) {
+      for (uint64_t k = 0; k < batch; ++k) {
+        probe_ids.push_back(k < present ? (q * batch + k) % n : ((1ull << 62) | (q * batch + k)));
+        if (p.stop_at_first_miss && k >= present) break;
+      }
+    }
+    auto lookup = RunPhase("lookup", label, probe_ids.size(), 1, [&](uint64_t i, char*) -> uint64_t {
+      auto h = cfg.s3->Head(key(probe_ids[i]));
+      if (!h.ok() && !h.status().IsNotFound()) Fail("s3-object lookup: " + h.status().ToString());
+      bool want = !(probe_ids[i] & (1ull << 62));
+      if (h.ok() != want) Fail("s3-object lookup of key " + std::to_string(probe_ids[i]) + ": got " + (h.ok() ? "hit" : "miss"));
+      return h.ok() ? UINT64_MAX : 0;
+    }, 4096, stack);
+    phases["lookup"] = PhaseJson(lookup);
+    auto loadfn = [&](uint64_t i, char* buf) -> uint64_t {
+      std::memset(buf, 0, 64);
+      size_t got = 0;
+      kvfs::Status s = cfg.s3->Get(key(i), 0, size, buf, &got);
+      if (!s.ok()) Fail("s3-object load " + key(i) + ": " + s.ToString());
+      if (got != size) Fail("s3-object load " + key(i) + ": short object (" + std::to_string(got) + " B)");
+      Verify(buf, size, i, salt, "chunk " + std::to_string(i));
+      return size;
+    };
+    auto load = RunPhase("load", label, n, cfg.threads, loadfn, size, stack);
+    phases["load"] = PhaseJson(load);
+    auto warm = RunPhase("warm_load", label, n, cfg.threads, loadfn, size, stack);
+    phases["warm_load"] = PhaseJson(warm);
+    out["phases"] = phases;
+    out["ok"] = true;
+  } catch (const std::exception& e) {
+    out["ok"] = false;
+    out["error"] = e.what();
+  }
+  DeleteS3Prefix(cfg, stack.s3_key_prefix);
+  out["s3_prefix"] = stack.s3_key_prefix;
+  out["loadavg"]["end"] = LoadAvg();
+  return out;
+}
+
+}  // namespace
+
 json RunMode(const Config& cfg, const Profile& p, size_t size, const std::string& mode) {
+  if (mode == "s3-object") return RunObjectMode(cfg, p, size);
   Mode m = mode == "kvfs"      ? Mode::kKvfs
            : mode == "tmpfs"   ? Mode::kTmpfs
            : mode == "ceiling" ? Mode::kCeiling
+           : mode == "s3-kvfs" ? Mode::kS3Kvfs
                                : Mode::kDirect;
-  bool kvfs = m == Mode::kKvfs;
+  bool kvfs = m == Mode::kKvfs || m == Mode::kS3Kvfs;
   Stack stack(cfg, p.name + "-" + mode, m);
   std::string label = p.name + "/" + mode;
   json out;
@@ -283,6 +383,11 @@ json RunMode(const Config& cfg, const Profile& p, size_t size, const std::string
       if (kvfs) out["kvfs_stats_before_remount"] = stack.KvfsStats();
       stack.Remount();
       c.root = stack.Root();
+      if (m == Mode::kS3Kvfs && stack.last_unmount_s3.is_object()) {
+        // What storing cost in all, through the unmount that uploads the last segment and publishes the
+        // journal: from the store phase's start to the unmount's counters (the lookups' few requests in).
+        out["s3_store_through_unmount"] = S3Delta(stack.last_unmount_s3, store.s3_before, n);
+      }
     }
     auto loadfn = [&](uint64_t i, char* buf) -> uint64_t {
       std::memset(buf, 0, 64);
@@ -356,6 +461,10 @@ json RunMode(const Config& cfg, const Profile& p, size_t size, const std::string
     stack.Down();
   }
   fs::remove_all(stack.base);
+  if (m == Mode::kS3Kvfs) {
+    DeleteS3Prefix(cfg, stack.s3_key_prefix);
+    out["s3_prefix"] = stack.s3_key_prefix;
+  }
   out["loadavg"]["end"] = LoadAvg();
   return out;
 }

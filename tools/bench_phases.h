@@ -23,8 +23,14 @@ void ProgressLoop(std::atomic<bool>* stop, bool tty);
 // Blanks the progress line's label (between profiles).
 void ClearProgressLabel();
 
-// One profile in one mode ("direct", "ceiling", "kvfs" or "tmpfs"): {"ok", "phases": {...}, ...}, or
-// {"ok": false, "error": ...}. Never throws for a failure of the workload or the stack.
+// One profile in one mode ("direct", "ceiling", "kvfs", "tmpfs", "s3-kvfs" or "s3-object"): {"ok",
+// "phases": {...}, ...}, or {"ok": false, "error": ...}. Never throws for a failure of the workload or
+// the stack. In the s3 modes every phase has "s3": the S3 requests it sent, by type and per unit
+// (S3Delta); s3-kvfs also "s3_store_through_unmount" (store phase start to the first unmount's counters).
 json RunMode(const Config& cfg, const Profile& p, size_t size, const std::string& mode);
+
+// after - before of two S3 counter objects (S3ClientCounters' shape): {"requests": {type: N} (types with
+// N > 0, and "total"), "requests_per_unit": {type: N / units}, "bytes_sent", "bytes_received"}.
+json S3Delta(const json& after, const json& before, uint64_t units);
 
 }  // namespace kvfs::bench

@@ -41,7 +41,7 @@ void PrintProfile(const json& pj) {
   }
   if (!m.contains("direct") || !m.contains("kvfs") || !m["direct"].value("ok", false) || !m["kvfs"].value("ok", false)) {
     for (auto& [mode, r] : m.items()) {
-      if (!r.value("ok", false)) continue;
+      if (!r.value("ok", false) || mode.rfind("s3-", 0) == 0) continue;  // the s3 modes: PrintS3
       for (auto& [ph, x] : r["phases"].items()) {
         std::printf("   %-6s %-9s %10s/s %9s MB/s  p50 %s us p99 %s us  backing meta/unit %.2f\n", mode.c_str(),
                     ph.c_str(), Fmt(x["units_per_s"].get<double>()).c_str(), Fmt(x["mb_per_s"].get<double>()).c_str(),
@@ -121,6 +121,40 @@ void PrintProfile(const json& pj) {
   }
   std::printf("   kvfs daemon peak RSS (VmHWM): %.1f MiB\n", m["kvfs"].value("daemon_vmhwm_kb", 0.0) / 1024.0);
   PrintVsTmpfs(pj);
+}
+
+void PrintS3(const json& pj) {
+  const json& m = pj["modes"];
+  if (!m.contains("s3-kvfs") && !m.contains("s3-object")) return;
+  std::printf("   S3 requests per chunk (by type) and throughput: kvfs over the bucket (s3-kvfs) vs one object per\n"
+              "   chunk (s3-object: PUT per store, HEAD per lookup, GET per load)\n");
+  auto line = [](const char* label, const char* mode, const json& s3, double rate, const char* unit) {
+    std::string types;
+    const json per = s3.value("requests_per_unit", json::object());  // a copy: items() of a temporary dangles
+    for (auto& [t, v] : per.items()) {
+      if (t == "total") continue;
+      char b[64];
+      std::snprintf(b, sizeof(b), "%s%s %.3g", types.empty() ? "" : " ", t.c_str(), v.get<double>());
+      types += b;
+    }
+    double total = per.value("total", 0.0);
+    std::printf("   %-22s %-9s %8.3f req/%s (%s)%s", label, mode, total,
+                std::string(label) == "lookup" ? "probe" : "chunk", types.empty() ? "-" : types.c_str(),
+                rate >= 0 ? "" : "\n");
+    if (rate >= 0) std::printf("  %s %s\n", Fmt(rate).c_str(), unit);
+  };
+  for (const char* ph : {"store", "lookup", "load", "warm_load"}) {
+    for (const char* mode : {"s3-kvfs", "s3-object"}) {
+      if (!m.contains(mode) || !m[mode].value("ok", false) || !m[mode]["phases"].contains(ph)) continue;
+      const json& x = m[mode]["phases"][ph];
+      bool lookup = std::string(ph) == "lookup";
+      line(ph, mode + 3, x.value("s3", json::object()),
+           x[lookup ? "units_per_s" : "mb_per_s"].get<double>(), lookup ? "probes/s" : "MB/s");
+    }
+    if (std::string(ph) == "store" && m.contains("s3-kvfs") && m["s3-kvfs"].contains("s3_store_through_unmount")) {
+      line("store + unmount", "kvfs", m["s3-kvfs"]["s3_store_through_unmount"], -1, "");
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------

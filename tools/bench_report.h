@@ -18,6 +18,9 @@ json MedianRatios(const json& runs);
 
 // The table of one profile (pj: the profile's JSON: "modes", "warm_load_vs_tmpfs", ...).
 void PrintProfile(const json& pj);
+// The S3 table (modes s3-kvfs and s3-object, side by side): per phase the S3 requests per chunk, in all and
+// by type, and MB/s (lookup: probes/s); s3-kvfs's store through its unmount. Nothing without an s3 mode.
+void PrintS3(const json& pj);
 // The ratio table of every run and their median (nothing for one run without a ceiling).
 void PrintRuns(const json& pj);
 

@@ -10,9 +10,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
+#include "blockstore/s3_client.h"
 #include "tools/bench_io.h"
 
 namespace kvfs::bench {
@@ -97,7 +99,12 @@ double SelfCpuS() {
 }
 
 Stack::Stack(const Config& c, const std::string& name, Mode m)
-    : cfg(c), kvfs_mode(m == Mode::kKvfs), tmpfs_mode(m == Mode::kTmpfs), ceiling_mode(m == Mode::kCeiling) {
+    : cfg(c),
+      kvfs_mode(m == Mode::kKvfs || m == Mode::kS3Kvfs),
+      tmpfs_mode(m == Mode::kTmpfs),
+      ceiling_mode(m == Mode::kCeiling),
+      s3_mode(m == Mode::kS3Kvfs),
+      s3_object_mode(m == Mode::kS3Object) {
   // tmpfs: a private directory of the tmpfs (pid in the name: concurrent runs do not collide).
   base = tmpfs_mode ? c.tmpfs + "/kvfs-bench-" + std::to_string(getpid()) + "-" + name : c.work + "/" + name;
   src = base + "/src";
@@ -105,6 +112,47 @@ Stack::Stack(const Config& c, const std::string& name, Mode m)
   kv = base + "/kv";
   idx = base + "/idx";
   ceil = base + "/ceil";
+  staging = base + "/staging";
+  // A fresh key prefix per run (pid in it: concurrent or repeated runs never share a FORMAT or a key).
+  s3_key_prefix = c.s3_prefix + "kvfs-bench-" + std::to_string(getpid()) + "-" + name + "-" +
+                  std::to_string(NowNs() % 1000000007) + "/";
+}
+
+json S3ClientCounters(const Config& cfg) {
+  if (!cfg.s3) return json();
+  const kvfs::S3Counters& c = cfg.s3->counters();
+  json req = json::object();
+  for (size_t i = 0; i < kvfs::S3Counters::kOps; ++i) {
+    req[kvfs::S3OpName(static_cast<kvfs::S3Op>(i))] = c.requests[i].load();
+  }
+  req["total"] = c.TotalRequests();
+  return {{"requests", req}, {"bytes_sent", c.bytes_sent.load()}, {"bytes_received", c.bytes_received.load()}};
+}
+
+void DeleteS3Prefix(const Config& cfg, const std::string& key_prefix) {
+  if (!cfg.s3 || cfg.s3_keep || key_prefix.empty()) return;
+  std::string after;
+  for (int page = 0; page < 100000; ++page) {
+    auto l = cfg.s3->List(key_prefix, after);
+    for (int retry = 0; retry < 3 && !l.ok(); ++retry) {
+      usleep(500000);
+      l = cfg.s3->List(key_prefix, after);
+    }
+    if (!l.ok()) {
+      std::fprintf(stderr, "kvfs-bench: cleanup of s3 prefix %s: %s\n", key_prefix.c_str(), l.status().ToString().c_str());
+      return;
+    }
+    for (auto& o : l->objects) (void)cfg.s3->Delete(o.key);
+    if (!l->truncated || l->objects.empty()) return;
+    after = l->objects.back().key;
+  }
+}
+
+json Stack::S3Stats() const {
+  if (s3_object_mode) return S3ClientCounters(cfg);
+  if (!s3_mode) return json();
+  json k = KvfsStats();
+  return k.is_object() && k.contains("s3") ? k["s3"] : json();
 }
 
 void Stack::MountNfs() {
@@ -118,6 +166,15 @@ void Stack::MountNfs() {
 void Stack::MountKvfs() {
   std::vector<std::string> a = {Tool("kvfs"), "mount", kv, "--backing", nfs + "/kvfs-backing",
                                 "--index-dir", idx, "--node-id", "bench", "--log-level", "warn"};
+  if (s3_mode) {
+    // The unmount logs the daemon's S3 counters at level info (Down reads them).
+    std::string key = s3_key_prefix.substr(0, s3_key_prefix.size() - 1);
+    a = {Tool("kvfs"), "mount", kv, "--backing", "s3://" + cfg.s3_bucket + "/" + key, "--s3-endpoint",
+         cfg.s3_endpoint, "--s3-region", cfg.s3_region, "--s3-staging", staging, "--index-dir", idx,
+         "--node-id", "bench", "--log-level", "info", "--log-file", base + "/kvfs.log"};
+    if (cfg.s3_path_style) a.push_back("--s3-path-style");
+    if (!cfg.s3_ca.empty()) a.insert(a.end(), {"--s3-ca", cfg.s3_ca});
+  }
   for (auto& x : cfg.kvfs_args) a.push_back(x);
   if (Run(a) != 0) Fail("kvfs mount failed");
   kvfs_pid = static_cast<pid_t>(std::atoi(GetXattr(kv, "user.kvfs.pid").c_str()));
@@ -141,6 +198,14 @@ void Stack::Up() {
     fs::create_directories(base + "/direct");
     return;
   }
+  if (s3_object_mode) return;  // no mount: the bench's client writes the objects
+  if (s3_mode) {
+    fs::create_directories(kv);
+    fs::create_directories(idx);
+    fs::create_directories(staging);
+    MountKvfs();
+    return;
+  }
   fs::create_directories(src);
   fs::create_directories(nfs);
   fs::create_directories(kv);
@@ -156,12 +221,44 @@ void Stack::Up() {
   if (ceiling_mode) MountCeiling();
 }
 
+namespace {
+
+// The S3 counters of the last unmount in a kvfs log ("kvfs: s3: ... requests put=P get=G head=H delete=D
+// list=L multipart=C/U/F total=T; bytes sent S received R"), S3ClientCounters' shape; null if none.
+json UnmountS3Counters(const std::string& log) {
+  std::ifstream f(log);
+  std::string line, last;
+  while (std::getline(f, line)) {
+    if (line.find("kvfs: s3:") != std::string::npos && line.find("requests put=") != std::string::npos) last = line;
+  }
+  if (last.empty()) return json();
+  auto num = [&](const std::string& k) -> uint64_t {
+    size_t p = last.find(" " + k);
+    return p == std::string::npos ? 0 : std::strtoull(last.c_str() + p + 1 + k.size(), nullptr, 10);
+  };
+  json req = {{"put", num("put=")}, {"get", num("get=")}, {"head", num("head=")}, {"delete", num("delete=")},
+              {"list", num("list=")}, {"total", num("total=")}};
+  size_t mp = last.find(" multipart=");
+  if (mp != std::string::npos) {
+    unsigned long long c = 0, u = 0, e = 0;
+    if (std::sscanf(last.c_str() + mp, " multipart=%llu/%llu/%llu", &c, &u, &e) == 3) {
+      req["create_multipart"] = c;
+      req["upload_part"] = u;
+      req["complete_multipart"] = e;
+    }
+  }
+  return {{"requests", req}, {"bytes_sent", num("sent ")}, {"bytes_received", num("received ")}};
+}
+
+}  // namespace
+
 void Stack::Down() {
-  if (tmpfs_mode) return;
+  if (tmpfs_mode || s3_object_mode) return;
   if (kvfs_mode && IsMounted(kv)) {
     if (kvfs_pid > 0) hwm_kb = std::max(hwm_kb, VmHwmKb(kvfs_pid));
     if (Run({Tool("kvfs"), "umount", kv}) != 0) Run({"fusermount3", "-u", kv});
     kvfs_pid = 0;
+    if (s3_mode) last_unmount_s3 = UnmountS3Counters(base + "/kvfs.log");
   }
   if (ceiling_mode && IsMounted(ceil)) {
     if (ceiling_pid > 0) hwm_kb = std::max(hwm_kb, VmHwmKb(ceiling_pid));
@@ -176,15 +273,15 @@ void Stack::Down() {
 }
 
 void Stack::Remount() {
-  if (tmpfs_mode) return;  // tmpfs's pages are the data: nothing to drop
+  if (tmpfs_mode || s3_object_mode) return;  // tmpfs's pages are the data / no client cache
   Down();
-  MountNfs();
+  if (!s3_mode) MountNfs();
   if (kvfs_mode) MountKvfs();
   if (ceiling_mode) MountCeiling();
 }
 
 json Stack::NfsStats() const {
-  if (tmpfs_mode) return json::object();
+  if (tmpfs_mode || s3_mode || s3_object_mode) return json::object();
   std::string s = GetXattr(nfs, "user.nfsim.stats");
   return s.empty() ? json::object() : json::parse(s);
 }

@@ -38,13 +38,24 @@ double ProcCpuS(pid_t pid);
 // CPU seconds (user + system, all threads) this process has used so far.
 double SelfCpuS();
 
-// What runs between the workload and the export (tools/kvfs_bench.cc header).
-enum class Mode { kDirect, kKvfs, kTmpfs, kCeiling };
+// What runs between the workload and the export (tools/kvfs_bench.cc header). kS3Kvfs: kvfs mounted over
+// s3://BUCKET/PREFIX/<run>/ (staging and index directories under the run's base directory, no nfsim);
+// kS3Object: no mount at all, the profile's chunks are one object each (RunObjectMode).
+enum class Mode { kDirect, kKvfs, kTmpfs, kCeiling, kS3Kvfs, kS3Object };
+
+// The S3 request counters as JSON: {"requests": {"put": N, ..., "total": N}, "bytes_sent", "bytes_received"}
+// (the shape of kvfs stats --json "s3"), from the bench's own client.
+json S3ClientCounters(const Config& cfg);
+// Removes every object under key_prefix (the cleanup after an s3 mode; its requests are not in any phase).
+void DeleteS3Prefix(const Config& cfg, const std::string& key_prefix);
 
 struct Stack {
   const Config& cfg;
   std::string base, src, nfs, kv, idx, ceil;
   bool kvfs_mode, tmpfs_mode, ceiling_mode;
+  bool s3_mode = false, s3_object_mode = false;  // kS3Kvfs (kvfs_mode is also true) / kS3Object
+  std::string staging, s3_key_prefix;  // s3 modes: kvfs's --s3-staging; the run's keys ("<prefix><run>/")
+  json last_unmount_s3;                // s3-kvfs: the daemon's S3 counters at its last unmount (its log line)
   pid_t kvfs_pid = 0, ceiling_pid = 0;
   uint64_t hwm_kb = 0;  // the daemon's (kvfs or ceiling) VmHWM, max over its lifetimes
 
@@ -70,6 +81,9 @@ struct Stack {
   }
   json NfsStats() const;   // nfsim's counters (user.nfsim.stats); {} in tmpfs mode
   json KvfsStats() const;  // kvfs's counters (user.kvfs.stats); null unless kvfs mode
+  // S3 requests so far, S3ClientCounters' shape: s3-kvfs: the daemon's (kvfs stats "s3"); s3-object: the
+  // bench's client; null otherwise.
+  json S3Stats() const;
 };
 
 }  // namespace kvfs::bench

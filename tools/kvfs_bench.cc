@@ -5,6 +5,8 @@
 //              [--work DIR] [--tmpfs DIR] [--build DIR] [--json FILE] [--no-cold-load] [--no-progress]
 //              [--repeat R] [--fill-bytes auto|B] [--kvfs-arg ARG]... [--nfsim-arg ARG]... [--ceiling-arg ARG]...
 //              [--ranks R (vllm-tp-pwrite)] [--file-bytes B (vllm-slotfile)] [--trie-depth D (vua-trie)]
+//              [--s3 s3://BUCKET/PREFIX --s3-endpoint URL [--s3-region R] [--s3-path-style] [--s3-ca FILE]
+//               [--s3-keep]]   (modes s3-kvfs, s3-object; --modes s3 = both)
 //
 // For every profile and mode it builds a fresh stack under --work (default /var/tmp/kvfs-bench):
 //   src/   the "NFS server's disk" (a real directory)
@@ -21,6 +23,13 @@
 // in kvfs mode the value cache is first filled with that many bytes of other files (auto: 1.25x kvfs's
 // --cache-size), so the measured chunks are loaded while the cache evicts. --repeat R runs every mode R times, interleaved
 // (direct, ceiling, kvfs, direct, ...), and reports the ratios of each run and their median.
+// Modes s3-kvfs and s3-object (--modes s3 runs both, side by side): s3-kvfs is kvfs mounted over
+// s3://BUCKET/PREFIX/<run>/ on --s3-endpoint (a staging and an index directory under --work, no nfsim; the
+// client restart is kvfs's unmount, which uploads the active segment and publishes the journal, and a
+// mount with the same staging directory and index: the cold load reads every chunk from the bucket);
+// s3-object is LMCache's S3 shape on the same bucket through blockstore/s3_client.h: one object per chunk,
+// a PUT per store, a HEAD per lookup probe, a GET per load. Every phase reports its S3 requests by type
+// and per chunk; every run's objects are deleted afterwards (--s3-keep leaves them).
 // Mode tmpfs is the memory baseline of the warm-load target: the same profile, chunk set, threads and
 // syscalls on a directory of a tmpfs (--tmpfs, default /dev/shm), no FUSE, no nfsim, no remount.
 //
@@ -43,6 +52,8 @@
 #include <thread>
 #include <vector>
 
+#include "blockstore/s3_client.h"
+#include "blockstore/s3_env.h"
 #include "tools/bench_config.h"
 #include "tools/bench_phases.h"
 #include "tools/bench_profiles.h"
@@ -64,6 +75,9 @@ namespace {
                "  [--lookup-batch N (128)] [--no-cold-load] [--no-progress] [--kvfs-arg A]... [--nfsim-arg A]...\n"
                "  [--ceiling-arg A]... (added to the ceiling's kvfs-nfsim --latency-us 0)\n"
                "  [--phase-hook CMD (run as: sh -c 'CMD PROFILE MODE PHASE begin|end')]\n"
+               "  [--s3 s3://BUCKET/PREFIX --s3-endpoint URL [--s3-region R] [--s3-path-style] [--s3-ca FILE] [--s3-keep]]\n"
+               "   (modes s3-kvfs: kvfs over the bucket; s3-object: one object per chunk; --modes s3 = both;\n"
+               "   credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or ~/.aws/credentials)\n"
                "  [--ranks R (4: vllm-tp-pwrite writers per chunk)] [--file-bytes B (vllm-slotfile: slot file size;\n"
                "   default max(chunks x chunk bytes, 64MiB))] [--trie-depth D (16: vua-trie chunks per sequence = levels)]\n"
                "profiles: vllm llmd lmcache-fs lmcache-nixl sglang-file sglang-nixl creates\n"
@@ -120,6 +134,12 @@ int main(int argc, char** argv) {
     else if (a == "--ranks") cfg.ranks = static_cast<unsigned>(std::stoul(val()));
     else if (a == "--file-bytes") cfg.file_bytes = ParseSizeOr(val(), 0);
     else if (a == "--trie-depth") cfg.trie_depth = static_cast<unsigned>(std::stoul(val()));
+    else if (a == "--s3") cfg.s3_url = val();
+    else if (a == "--s3-endpoint") cfg.s3_endpoint = val();
+    else if (a == "--s3-region") cfg.s3_region = val();
+    else if (a == "--s3-ca") cfg.s3_ca = val();
+    else if (a == "--s3-path-style") cfg.s3_path_style = true;
+    else if (a == "--s3-keep") cfg.s3_keep = true;
     else if (a == "-h" || a == "--help") Usage(nullptr);
     else Usage(("unknown argument " + a).c_str());
   }
@@ -127,9 +147,45 @@ int main(int argc, char** argv) {
     Usage("threads, chunks, lookup batch and repeat must be > 0");
   }
   if (cfg.ranks == 0 || cfg.trie_depth == 0) Usage("ranks and trie depth must be > 0");
+  {
+    std::vector<std::string> modes;
+    for (auto& m : cfg.modes) {
+      if (m == "s3") {
+        modes.insert(modes.end(), {"s3-kvfs", "s3-object"});
+      } else {
+        modes.push_back(m);
+      }
+    }
+    cfg.modes = modes;
+  }
+  bool s3 = false;
   for (auto& m : cfg.modes) {
-    if (m != "direct" && m != "kvfs" && m != "tmpfs" && m != "ceiling") {
-      Usage(("unknown mode " + m + " (direct, ceiling, kvfs, tmpfs)").c_str());
+    if (m != "direct" && m != "kvfs" && m != "tmpfs" && m != "ceiling" && m != "s3-kvfs" && m != "s3-object") {
+      Usage(("unknown mode " + m + " (direct, ceiling, kvfs, tmpfs, s3 = s3-kvfs + s3-object)").c_str());
+    }
+    s3 = s3 || m.rfind("s3-", 0) == 0;
+  }
+  if (s3) {
+    if (cfg.s3_url.empty() || cfg.s3_endpoint.empty()) Usage("the s3 modes need --s3 s3://BUCKET/PREFIX and --s3-endpoint URL");
+    if (kvfs::Status u = kvfs::ParseS3Url(cfg.s3_url, &cfg.s3_bucket, &cfg.s3_prefix); !u.ok()) {
+      Usage(("--s3: " + u.message()).c_str());
+    }
+    auto creds = kvfs::S3Credentials::FromEnvironment();
+    if (!creds.ok()) Usage(creds.status().message().c_str());
+    kvfs::S3Config sc;
+    sc.endpoint = cfg.s3_endpoint;
+    sc.bucket = cfg.s3_bucket;
+    sc.region = cfg.s3_region;
+    sc.path_style = cfg.s3_path_style;
+    sc.ca_file = cfg.s3_ca;
+    sc.credentials = *creds;
+    auto client = kvfs::S3Client::Create(sc);
+    if (!client.ok()) Usage(("--s3-endpoint: " + client.status().message()).c_str());
+    cfg.s3 = std::move(*client);
+    if (kvfs::Status b = cfg.s3->CreateBucket(); !b.ok()) {
+      std::fprintf(stderr, "kvfs-bench: s3 bucket %s at %s: %s\n", cfg.s3_bucket.c_str(), cfg.s3_endpoint.c_str(),
+                   b.ToString().c_str());
+      return 1;
     }
   }
   if (cfg.build.empty()) {
@@ -158,6 +214,7 @@ int main(int argc, char** argv) {
                       {"lookup_batch", cfg.lookup_batch}, {"kvfs_args", cfg.kvfs_args}, {"nfsim_args", cfg.nfsim_args},
                       {"ceiling_args", cfg.ceiling_args}, {"repeat", cfg.repeat}, {"fill_bytes", cfg.fill_bytes},
                       {"modes", cfg.modes}};
+  if (s3) report["config"]["s3"] = {{"url", cfg.s3_url}, {"endpoint", cfg.s3_endpoint}, {"path_style", cfg.s3_path_style}};
   report["loadavg_start"] = LoadAvg();
   report["profiles"] = json::array();
   bool all_ok = true;
@@ -206,6 +263,7 @@ int main(int argc, char** argv) {
     ClearProgressLabel();
     std::fprintf(stderr, "\r\033[K");
     PrintProfile(pj);
+    PrintS3(pj);
     PrintRuns(pj);
     std::fflush(stdout);
   }
