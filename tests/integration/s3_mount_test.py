@@ -12,6 +12,7 @@ unmount).
 import datetime
 import errno
 import hashlib
+import json
 import hmac
 import os
 import re
@@ -41,14 +42,14 @@ class S3:
     def __init__(self, endpoint, access, secret, region="us-east-1"):
         self.endpoint, self.access, self.secret, self.region = endpoint.rstrip("/"), access, secret, region
 
-    def request(self, method, path, query=None):
+    def request(self, method, path, query=None, data=None):
         u = urllib.parse.urlsplit(self.endpoint)
         query = sorted((query or {}).items())
         qs = "&".join("%s=%s" % (urllib.parse.quote(k, safe="-_.~"), urllib.parse.quote(v, safe="-_.~"))
                       for k, v in query)
         now = datetime.datetime.now(datetime.timezone.utc)
         amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
-        payload = hashlib.sha256(b"").hexdigest()
+        payload = hashlib.sha256(data or b"").hexdigest()
         headers = {"host": u.netloc, "x-amz-content-sha256": payload, "x-amz-date": amz_date}
         signed = ";".join(sorted(headers))
         canonical = "\n".join([method, urllib.parse.quote(path, safe="/-_.~"), qs] +
@@ -61,12 +62,19 @@ class S3:
         sig = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
         headers["Authorization"] = "AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, Signature=%s" % (
             self.access, scope, signed, sig)
-        req = urllib.request.Request(self.endpoint + path + ("?" + qs if qs else ""), method=method, headers=headers)
+        req = urllib.request.Request(self.endpoint + path + ("?" + qs if qs else ""), method=method, headers=headers,
+                                     data=data)
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.read()
 
     def create_bucket(self, bucket):
         self.request("PUT", "/" + bucket)
+
+    def get(self, bucket, key):
+        return self.request("GET", "/%s/%s" % (bucket, key))
+
+    def put(self, bucket, key, data):
+        self.request("PUT", "/%s/%s" % (bucket, key), data=data)
 
     def list(self, bucket, prefix):
         """Every (key, size) under prefix."""
@@ -417,6 +425,24 @@ class S3MountTest(unittest.TestCase):
             self.assertTrue(self.wait_for(lambda: len(os.listdir(os.path.join(mb, "kv"))) == 12))
             self.assertEqual(self.read_all(mb, files), sorted(os.path.basename(r) for r in files))
 
+    def test_seal_after_bounds_peer_visibility(self):
+        """--seal-after-ms: a file in A's active segment (64 MiB, far from full) reaches the bucket and node B
+        once the segment has held it that long, without A's unmount; without the option it stays invisible."""
+        a, b = self.node("a", "staging-a"), self.node("b", "staging-b")
+        with self.mount(a, node_id="a", seal_after_ms=1500) as (ma, _, _):
+            os.makedirs(os.path.join(ma, "kv"))
+            with self.mount(b, node_id="b", peer_poll_ms=100) as (mb, _, _):
+                with open(os.path.join(ma, "kv", "one.bin"), "wb") as f:
+                    f.write(chunk_bytes(1))
+                self.assertTrue(self.wait_for(lambda: os.path.exists(os.path.join(mb, "kv", "one.bin")), timeout=30))
+                with open(os.path.join(mb, "kv", "one.bin"), "rb") as f:
+                    self.assertEqual(f.read(), chunk_bytes(1))
+                self.assertEqual(s3_stats(ma)["segments_uploaded"], 1)
+        r = subprocess.run([kvfs_binary(), "mount", a.mnt, "--backing", self.root, "--index-dir", a.index,
+                            "--seal-after-ms", "1000"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--seal-after-ms needs --backing s3://", r.stderr)
+
     def test_usage_errors(self):
         a = self.node("u")
         r = subprocess.run([kvfs_binary(), "mount", a.mnt, "--backing", a.backing,
@@ -431,6 +457,201 @@ class S3MountTest(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("s3", r.stderr)
         self.assertFalse(os.listdir(a.staging))
+        # No credentials at all: one line naming what to set, exit 2, before anything is started or written.
+        env = {k: v for k, v in self.env.items() if not k.startswith("AWS_")}
+        env["HOME"] = self.root  # no ~/.aws/credentials there
+        for fg in (["--foreground"], []):
+            r = subprocess.run([kvfs_binary(), "mount", a.mnt, "--backing", a.backing, "--index-dir", a.index,
+                                "--s3-endpoint", self.srv["endpoint"], "--s3-staging", a.staging] + fg,
+                               capture_output=True, text=True, timeout=60, env=env)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+            self.assertIn("no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", r.stderr)
+            self.assertFalse(os.listdir(a.staging))
+
+
+BENCH = os.path.join(os.path.dirname(os.path.abspath(os.environ.get("KVFS_BINARY", "build/tools/kvfs"))), "kvfs-bench")
+FSCK = os.path.join(os.path.dirname(os.path.abspath(os.environ.get("KVFS_BINARY", "build/tools/kvfs"))), "kvfs-fsck")
+
+
+class S3ToolsTest(S3MountTest):
+    """kvfs-bench's s3 modes and kvfs-fsck s3://, against the same server (S3MountTest's fixture)."""
+
+    test_usage_errors = test_store_remount_from_bucket_alone = test_crash_then_remount_from_the_bucket_alone = None
+    test_crash_then_remount_with_its_staging_directory = test_gateway_down_then_back = None
+    test_two_nodes_share_one_bucket = test_seal_after_bounds_peer_visibility = None
+
+    def test_bench_s3_modes_count_requests(self):
+        """kvfs-bench --modes s3: the vllm and sglang-file profiles through kvfs over the bucket and as one object
+        per chunk, every load verified; the S3 requests per chunk are what each design sends: the baseline one
+        PUT per store, one HEAD per probe, one GET per load; kvfs far less than a PUT per chunk stored (the
+        chunks go into segment objects) and no request per probe (the index answers)."""
+        if not os.path.exists(BENCH):
+            self.skipTest("kvfs-bench not built")
+        out = os.path.join(self.root, "bench.json")
+        work = os.path.join(self.root, "bench-work")
+        n = {"vllm": 16, "sglang-file": 48}
+        results = {}
+        for prof, chunks in n.items():
+            p = subprocess.run([BENCH, "--profile", prof, "--modes", "s3", "--chunks", str(chunks), "--threads", "2",
+                                "--lookup-batch", "16", "--no-progress", "--work", work, "--json", out,
+                                "--s3", "s3://%s/bench" % self.bucket, "--s3-endpoint", self.srv["endpoint"],
+                                "--s3-path-style"],
+                               capture_output=True, text=True, timeout=600, env=self.env)
+            self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-3000:])
+            self.assertIn("S3 requests per chunk", p.stdout)
+            print("\n" + p.stdout)
+            with open(out) as f:
+                results[prof] = json.load(f)["profiles"][0]
+        for prof, pj in results.items():
+            chunks, size = n[prof], pj["chunk_bytes"]
+            k, o = pj["modes"]["s3-kvfs"], pj["modes"]["s3-object"]
+            for m in (k, o):
+                self.assertTrue(m["ok"], "%s: %s" % (prof, m.get("error")))
+                self.assertEqual(m["phases"]["load"]["bytes"], chunks * size)
+                self.assertEqual(m["phases"]["warm_load"]["bytes"], chunks * size)
+                self.assertEqual(m["phases"]["lookup"]["hits"], chunks // 16 * 8)  # half of each request of 16
+            per = lambda m, ph: m["phases"][ph]["s3"]["requests_per_unit"]
+            # one object per chunk: exactly its requests
+            self.assertEqual(per(o, "store"), {"put": 1.0, "total": 1.0}, prof)
+            self.assertEqual(per(o, "lookup")["head"], 1.0, prof)
+            self.assertEqual(per(o, "load"), {"get": 1.0, "total": 1.0}, prof)
+            # kvfs: PUTs per chunk stored < 1, counting the unmount that uploads the last segment and publishes
+            # the journal; probes answered locally; every chunk of the cold load read from the bucket
+            through = k["s3_store_through_unmount"]["requests_per_unit"]
+            self.assertLess(through.get("put", 0), 1.0, (prof, through))
+            self.assertLess(through["total"], 1.0, (prof, through))
+            self.assertLess(per(k, "lookup")["total"], 0.2, prof)
+            self.assertGreaterEqual(k["phases"]["load"]["s3"]["requests"].get("get", 0), chunks, prof)
+            self.assertGreaterEqual(k["phases"]["load"]["s3"]["bytes_received"], chunks * size, prof)
+            self.assertLess(per(k, "load")["total"], 2.5, prof)
+        # every run's objects were deleted
+        self.assertEqual([x for x in self.s3.list(self.bucket, "bench/")], [])
+
+    def fsck(self, *args):
+        p = subprocess.run([FSCK] + list(args) + ["--json"], capture_output=True, text=True, timeout=300, env=self.env)
+        try:
+            return p.returncode, json.loads(p.stdout), p.stderr
+        except ValueError:
+            self.fail("kvfs-fsck %s: exit %d, %s %s" % (args, p.returncode, p.stdout[-2000:], p.stderr[-2000:]))
+
+    def normalized(self, rep, root):
+        out = []
+        for f in rep["findings"]:
+            f = dict(f)
+            for k in ("file", "detail"):
+                f[k] = f[k].replace(root, "ROOT")
+            out.append(f)
+        return sorted(out, key=lambda f: (f["kind"], f["file"], f["offset"], f["path"]))
+
+    def test_fsck_s3_reports_as_on_posix(self):
+        """kvfs-fsck s3://... checks the bucket through the mount's S3 Env; a copy of the same objects in a
+        directory checked by the POSIX path gives the same report: clean before, the same findings after the
+        same byte range of a segment object is corrupted, and the same repair (journaled as an object: a
+        mount from the bucket alone then sees the repaired state)."""
+        if not os.path.exists(FSCK):
+            self.skipTest("kvfs-fsck not built")
+        a = self.node("a", "staging-a")
+        files = {}
+        with self.mount(a, segment_size="8MiB") as (mnt, _, _):
+            os.makedirs(os.path.join(mnt, "kv"))
+            for i in range(6):
+                rel = "kv/chunk-%03d.bin" % i
+                with open(os.path.join(mnt, rel + ".tmp"), "wb") as f:
+                    f.write(chunk_bytes(i))
+                os.rename(os.path.join(mnt, rel + ".tmp"), os.path.join(mnt, rel))
+                files[rel] = chunk_bytes(i)
+        url = "s3://%s/kv" % self.bucket
+        flags = ["--s3-endpoint", self.srv["endpoint"], "--s3-path-style"]
+        posix = os.path.join(self.root, "posix")
+
+        def copy_bucket():
+            shutil.rmtree(posix, ignore_errors=True)
+            for key, _ in self.s3.list(self.bucket, "kv/"):
+                path = os.path.join(posix, key[len("kv/"):])
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as f:
+                    f.write(self.s3.get(self.bucket, key))
+
+        copy_bucket()
+        c3, r3, e3 = self.fsck(url, "--verify-data", *flags)
+        cp, rp, ep = self.fsck(posix, "--verify-data")
+        self.assertEqual((c3, cp), (0, 0), (r3, rp, e3, ep))
+        self.assertEqual(r3["backing"], url)
+        self.assertEqual(self.normalized(r3, url), self.normalized(rp, posix))
+        strip = lambda r, root: json.loads(json.dumps([{k: v for k, v in n.items() if k != "owner"} for n in r["nodes"]])
+                                           .replace(root, "ROOT"))
+        self.assertEqual(strip(r3, url), strip(rp, posix))
+        self.assertEqual(r3["nodes"][0]["live_files"], 6)
+
+        # The same 8 KiB inside the first segment's first value, in the bucket and in the copy.
+        seg = sorted(k for k, _ in self.s3.list(self.bucket, "kv/") if k.endswith(".kseg"))[0]
+        data = bytearray(self.s3.get(self.bucket, seg))
+        off = 1 << 20
+        data[off:off + 8192] = bytes(b ^ 0xA5 for b in data[off:off + 8192])
+        self.s3.put(self.bucket, seg, bytes(data))
+        with open(os.path.join(posix, seg[len("kv/"):]), "r+b") as f:
+            f.seek(off)
+            f.write(bytes(data[off:off + 8192]))
+        c3, r3, e3 = self.fsck(url, "--verify-data", *flags)
+        cp, rp, ep = self.fsck(posix, "--verify-data")
+        print("\nfsck of a corrupted segment object: exit %d, %s" % (c3, [(f["kind"], f["file"], f["offset"])
+                                                                        for f in r3["findings"]]))
+        self.assertEqual(c3, cp, (r3, rp))
+        self.assertNotEqual(c3, 0, r3)
+        self.assertTrue(r3["findings"], r3)
+        self.assertEqual(self.normalized(r3, url), self.normalized(rp, posix))
+        self.assertTrue(all(f["file"].startswith(url + "/.kvfs/v1/") for f in r3["findings"] if f["file"]), r3)
+
+        # --repair: the same repairs on both; the repair journal is an object (a journal of a new generation).
+        journals = lambda: sorted(k for k, _ in self.s3.list(self.bucket, "kv/") if "/journal-" in k)
+        before = journals()
+        c3, r3, e3 = self.fsck(url, "--verify-data", "--repair", *flags)
+        cp, rp, ep = self.fsck(posix, "--verify-data", "--repair")
+        self.assertEqual(c3, cp, (r3, rp, e3))
+        norm = lambda r, root: [(f["kind"], f["repaired"], f["repair"]) for f in self.normalized(r, root)]
+        self.assertEqual(norm(r3, url), norm(rp, posix))
+        repaired = [f for f in r3["findings"] if f["repaired"]]
+        if repaired:
+            self.assertGreater(len(journals()), len(before), journals())
+            c3b, r3b, _ = self.fsck(url, "--verify-data", *flags)
+            cpb, rpb, _ = self.fsck(posix, "--verify-data")
+            self.assertEqual(c3b, cpb)
+            self.assertEqual(self.normalized(r3b, url), self.normalized(rpb, posix))
+            self.assertEqual(r3b["repaired"], 0)
+        # A mount from the bucket alone: every name it shows reads back byte-exact or fails with EIO; the
+        # files the repair unlinked (their record damaged) are gone.
+        unlinked = [f["path"] for f in r3["findings"] if f["kind"] == "dangling-entry" and f["repaired"]]
+        b = self.node("b", "staging-b")
+        with self.mount(b) as (mnt, _, _):
+            for path in unlinked:
+                self.assertFalse(os.path.exists(mnt + path), path)
+            for name in sorted(os.listdir(os.path.join(mnt, "kv"))):
+                rel = "kv/" + name
+                try:
+                    with open(os.path.join(mnt, rel), "rb") as f:
+                        self.assertEqual(f.read(), files[rel], rel)
+                except OSError as e:
+                    self.assertEqual(e.errno, errno.EIO, rel)
+
+    def test_fsck_s3_usage(self):
+        if not os.path.exists(FSCK):
+            self.skipTest("kvfs-fsck not built")
+        r = subprocess.run([FSCK, "s3://%s/kv" % self.bucket], capture_output=True, text=True, timeout=60, env=self.env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--s3-endpoint", r.stderr)
+        env = {k: v for k, v in self.env.items() if not k.startswith("AWS_")}
+        env["HOME"] = self.root  # no ~/.aws/credentials there
+        r = subprocess.run([FSCK, "s3://%s/kv" % self.bucket, "--s3-endpoint", self.srv["endpoint"]],
+                           capture_output=True, text=True, timeout=60, env=env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn("no credentials", r.stderr)
+        # a bucket that holds no kvfs backing: exit 2, as a directory without .kvfs
+        r = subprocess.run([FSCK, "s3://%s/nothing-here" % self.bucket, "--s3-endpoint", self.srv["endpoint"],
+                            "--s3-path-style"], capture_output=True, text=True, timeout=60, env=self.env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("not a kvfs backing", r.stderr)
 
 
 def tearDownModule():
