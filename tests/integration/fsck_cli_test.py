@@ -97,7 +97,7 @@ class FsckExitCodes(unittest.TestCase):
         for args, needle in (((self.b.backing, "--bogus"), "--bogus"), ((), "missing BACKING"),
                              ((self.b.root,), "kvfs"), ((self.b.backing, "--node", "nope"), "nope"),
                              ((self.b.backing, "--backing-mode", "0400"), "--backing-mode"),
-                             (("s3://bucket/prefix",), "S3 backings are not supported")):
+                             (("s3://bucket/prefix",), "needs --s3-endpoint URL")):
             r = fsck(*args)
             self.assertEqual(r.returncode, 2, (args, r.stdout, r.stderr))
             self.assertIn(needle, r.stderr, args)
