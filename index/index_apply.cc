@@ -235,7 +235,20 @@ struct Applier {
       KVFS_RETURN_IF_ERROR(o.GetDentry(*dparent, dleaf, &dd));
       auto under = o.IsUnder(*dparent, src->attr.ino);
       if (!under.ok()) return under.status();
-      if (dd || *under) return false;  // directory renames never replace; no cycles
+      if (*under) return false;  // no cycles
+      if (dd) {
+        // rename(2) of a directory replaces an EMPTY directory (the origin checked it, under its
+        // namespace lock); replayed or applied here, the entry does the same. A directory that is
+        // not empty here (a peer created something in it meanwhile: a cross-node race) or a
+        // non-directory keeps the destination, and the source stays where it was.
+        if (dd->ino == src->attr.ino || !S_ISDIR(dd->mode)) return false;
+        auto empty = o.DirEmpty(dd->ino);
+        if (!empty.ok()) return empty.status();
+        if (!*empty) return false;
+        KVFS_RETURN_IF_ERROR(o.RemoveEntryAndInode(*dparent, dleaf, *dd));
+        KVFS_RETURN_IF_ERROR(o.TouchDir(*dparent, -1));
+        res.changed.push_back({*dparent, dleaf, dd->ino, 0});
+      }
       o.UnlinkDentry(*sparent, sleaf, *sd);
       KVFS_RETURN_IF_ERROR(o.Link(*dparent, dleaf, src->attr.ino, src->attr.mode, 0, ""));
       InodeRec moved = *src;

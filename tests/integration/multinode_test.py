@@ -437,6 +437,45 @@ class MultiNodeTest(unittest.TestCase):
         a, proc = self.mount("A")
         check("A", a, "xattrs, A after SIGKILL + remount")
 
+    def test_directory_renamed_over_empty_directory(self):
+        """rename(2) of a directory over an empty directory (mv -T d1 d2; mv x1 y1/ with y1/x1 empty)
+        reaches peer B, a node joining later, and A's own index rebuilt after SIGKILL, and a file fsync'd
+        after it keeps the crash state a prefix. Before: the journaled RENAME was skipped wherever it was
+        applied (peers, replay): they kept d1/x/f next to an empty d2, fsck said clean, and later renames
+        under it made the nodes' namespaces (and bytes under one name) diverge for good (breaker)."""
+        a, proc = self.mount("A")
+        b, _ = self.mount("B")
+        r = os.path.join(a, "r")
+        os.makedirs(os.path.join(r, "d1", "x"))
+        os.makedirs(os.path.join(r, "d2"))
+        os.makedirs(os.path.join(r, "x1", "z"))
+        os.makedirs(os.path.join(r, "y1", "x1"))
+        data = os.urandom(5000)
+        kf.write_file(os.path.join(r, "d1", "x", "f"), data)
+        os.rename(os.path.join(r, "d1"), os.path.join(r, "d2"))
+        os.rename(os.path.join(r, "x1"), os.path.join(r, "y1", "x1"))
+        fd = os.open(os.path.join(r, "after"), os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(fd, b"z")
+        os.fsync(fd)
+        os.close(fd)
+
+        def check(node, mnt, what):
+            rr = os.path.join(mnt, "r")
+            self.expect_bytes(node, os.path.join(rr, "d2", "x", "f"), data, what)
+            self.expect_bytes(node, os.path.join(rr, "after"), b"z", what)
+            self.assertEqual(sorted(os.listdir(rr)), ["after", "d2", "y1"], "%s: readdir of r on %s" % (what, node))
+            self.assertEqual(os.listdir(os.path.join(rr, "y1", "x1")), ["z"], "%s: y1/x1 on %s" % (what, node))
+
+        check("A", a, "dir over empty dir (A)")
+        check("B", b, "dir over empty dir, peer B")
+        c, _ = self.mount("C")
+        check("C", c, "dir over empty dir, node C joining later")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kf.unmount(os.path.join(self.root, "mnt-A"))
+        a, proc = self.mount("A")
+        check("A", a, "dir over empty dir, A after SIGKILL + remount")
+
     def test_discarded_replacement_does_not_resurrect(self):
         """breaker-1 item 1: a staged temp renamed over a committed file and then unlinked or renamed away
         before its (deferred) commit. The rename journals nothing (no ENOENT window for peers), so the

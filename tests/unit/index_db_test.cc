@@ -523,7 +523,6 @@ TEST_F(IndexDbTest, ApplyRenameMkdirRmdirSetattrXattrMove) {
   // Directory rename via apply.
   EXPECT_EQ(db_->ApplyRename("/m", "/mm", Location(), 13, "p")->applied, 1u);
   EXPECT_TRUE(db_->ResolvePath("/mm/n").ok());
-
   // SETATTR / XATTR newer than the entry apply; older ones do not.
   Attr sa;
   sa.mode = 0600;
@@ -568,6 +567,33 @@ TEST_F(IndexDbTest, ApplyRenameMkdirRmdirSetattrXattrMove) {
 
   EXPECT_EQ(*db_->PruneTombstones(12), 1u);  // /d/k.tmp (11)
   EXPECT_TRUE(db_->GetTombstone("/d/k.tmp").status().IsNotFound());
+  // A directory renamed over an empty directory replaces it, as rename(2) did on the node that journaled
+  // it (before, peers and a replay skipped the entry: the source stayed, the namespaces diverged).
+  ASSERT_TRUE(db_->ApplyMkdir("/r/d1/x", da).ok());
+  ASSERT_TRUE(db_->ApplyPut("/r/d1/x/f", Loc("p", 9, 8192, 5), a, 14, "p").ok());
+  ASSERT_TRUE(db_->ApplyMkdir("/r/d2", da).ok());
+  const uint64_t d1 = *db_->ResolvePath("/r/d1");
+  const uint32_t r_nlink = db_->GetInode(*db_->ResolvePath("/r"))->attr.nlink;
+  EXPECT_EQ(db_->ApplyRename("/r/d1", "/r/d2", Location(), 15, "p")->applied, 1u);
+  EXPECT_TRUE(db_->ResolvePath("/r/d1").status().IsNotFound());
+  EXPECT_EQ(*db_->ResolvePath("/r/d2"), d1);
+  EXPECT_TRUE(db_->ResolvePath("/r/d2/x/f").ok());
+  EXPECT_EQ(db_->GetInode(*db_->ResolvePath("/r"))->attr.nlink, r_nlink - 1);
+  // ... across parents (mv x1 y1/ with y1/x1 an empty directory).
+  ASSERT_TRUE(db_->ApplyMkdir("/r/x1/z", da).ok());
+  ASSERT_TRUE(db_->ApplyMkdir("/r/y1/x1", da).ok());
+  EXPECT_EQ(db_->ApplyRename("/r/x1", "/r/y1/x1", Location(), 16, "p")->applied, 1u);
+  EXPECT_TRUE(db_->ResolvePath("/r/y1/x1/z").ok());
+  EXPECT_TRUE(db_->ResolvePath("/r/x1").status().IsNotFound());
+  // A destination that is not empty here (a peer filled it meanwhile) or not a directory stays.
+  ASSERT_TRUE(db_->ApplyMkdir("/r/s1", da).ok());
+  ASSERT_TRUE(db_->ApplyMkdir("/r/s2/full", da).ok());
+  EXPECT_EQ(db_->ApplyRename("/r/s1", "/r/s2", Location(), 17, "p")->skipped, 1u);
+  EXPECT_TRUE(db_->ResolvePath("/r/s1").ok());
+  EXPECT_TRUE(db_->ResolvePath("/r/s2/full").ok());
+  ASSERT_TRUE(db_->ApplyPut("/r/file", Loc("p", 9, 12288, 5), a, 18, "p").ok());
+  EXPECT_EQ(db_->ApplyRename("/r/s1", "/r/file", Location(), 19, "p")->skipped, 1u);
+  EXPECT_TRUE(db_->ResolvePath("/r/s1").ok());
 }
 
 TEST_F(IndexDbTest, ApplyPositionIsAtomicWithBatch) {
