@@ -4,6 +4,9 @@
 #
 #   tests/nfs/multinode_nfs.sh [testbed run options...]     # host: boots the guest, runs "node" on A and B
 #   KVFS_BIN=build-multi/tools/kvfs tests/nfs/multinode_nfs.sh
+#   tests/nfs/multinode_nfs.sh --patterns2026 [testbed run options...]   # the 2026 connector patterns
+#     across two NFS clients instead (tests/nfs/patterns2026_node.py: link publish race, writes straight
+#     to the final name, xattrs after rename, statvfs, a preallocated slot file rewritten with O_DIRECT)
 #
 # Each node mounts kvfs over ITS OWN NFS mount: --backing $KVFS_NFS/kvfs --node-id A|B --index-dir
 # /tmp/idx-X (node-private) --peer-direct-io (NFS attribute caches hide journal growth otherwise).
@@ -22,6 +25,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
 if [ "${1:-}" != node ]; then
+  suite=basic
+  if [ "${1:-}" = --patterns2026 ]; then suite=patterns2026; shift; fi
   bin=${KVFS_BIN:-$repo/build-multi/tools/kvfs}
   [ -x "$bin" ] || bin=$repo/build/tools/kvfs
   [ -x "$bin" ] || { echo "multinode_nfs: no kvfs binary (set KVFS_BIN)" >&2; exit 2; }
@@ -31,15 +36,15 @@ if [ "${1:-}" != node ]; then
   start=$(date +%s)
   KVFS_BIN=$bin "$here/testbed.sh" run --nodes 2 --timeout "${KVFS_MN_NFS_TIMEOUT:-900}" --env "KVFS_BIN=$bin" \
     --env "KVFS_MN_NFS_CHUNKS=${KVFS_MN_NFS_CHUNKS:-20}" --env "KVFS_MN_NFS_IDLE_S=${KVFS_MN_NFS_IDLE_S:-10}" \
-    "$@" -- "bash $here/multinode_nfs.sh node" 2>&1 | tee "$out"
+    "$@" -- "bash $here/multinode_nfs.sh node $suite" 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
   echo "multinode-nfs: testbed exit $rc after $(($(date +%s) - start)) s"
-  grep -h '^MN-NFS' "$out" | sort -u | sed 's/^/  /'
+  grep -h -E '^(MN|P26)-NFS' "$out" | sort -u | sed 's/^/  /'
   rundir=$(ls -dt /var/tmp/kvfs-nfs-testbed/runs/run-* 2>/dev/null | head -1)
   [ -n "$rundir" ] && for n in A B; do
-    [ -f "$rundir/out/$n/log" ] && grep -h '^MN-NFS' "$rundir/out/$n/log" | sed "s/^/  [$n] /"
+    [ -f "$rundir/out/$n/log" ] && grep -h -E '^(MN|P26)-NFS' "$rundir/out/$n/log" | sed "s/^/  [$n] /"
   done
-  if [ "$rc" = 0 ] && ! grep -q 'MN-NFS-FAIL' "$out" ${rundir:+$rundir/out/*/log}; then
+  if [ "$rc" = 0 ] && ! grep -q -E '(MN|P26)-NFS-FAIL' "$out" ${rundir:+$rundir/out/*/log}; then
     echo "multinode-nfs: PASS"
     exit 0
   fi
@@ -66,40 +71,17 @@ fi
 echo "MN-NFS node $N: mount RPCs: $(nfsops --delta /tmp/ops-mount0 | tr '\n' ' ')"
 tb-signal "mounted-$N" ok
 
-MNT=$MNT python3 - <<'EOF'
-import errno, hashlib, json, os, subprocess, sys, time
-N = os.environ["KVFS_NODE"]; M = os.environ["MNT"]; OTHER = "B" if N == "A" else "A"
+here=$(cd "$(dirname "$0")" && pwd)
+if [ "${2:-basic}" = patterns2026 ]; then
+  MNT=$MNT KVFS_NFS_HERE=$here python3 "$here/patterns2026_node.py"
+else
+MNT=$MNT KVFS_NFS_HERE=$here python3 - <<'EOF'
+import json, os, sys, time
+sys.path.insert(0, os.environ["KVFS_NFS_HERE"])
+from nodelib import *  # noqa: F401,F403 (sig, wait, ops_snap, ops_delta, sha, fail, say, err_of, read, write, poll, readable)
+import nodelib
+M = os.environ["MNT"]
 CHUNKS = int(os.environ.get("KVFS_MN_NFS_CHUNKS", "20")); IDLE_S = float(os.environ.get("KVFS_MN_NFS_IDLE_S", "10"))
-WAIT = 120.0  # seconds a node waits for the other's change (TCG is slow)
-fails = 0
-
-def sig(name, text="ok"): subprocess.run(["tb-signal", name, text], check=True)
-def wait(name, t=900): return subprocess.run(["tb-wait", name, str(t)], capture_output=True, text=True).stdout.strip()
-def ops_snap(path): open(path, "w").write(subprocess.run(["nfsops"], capture_output=True, text=True).stdout)
-def ops_delta(path):
-    return " ".join(subprocess.run(["nfsops", "--delta", path], capture_output=True, text=True).stdout.split("\n")).strip()
-def sha(b): return hashlib.sha256(b).hexdigest()
-def fail(msg):
-    global fails; fails += 1; print("MN-NFS-FAIL node %s: %s" % (N, msg), flush=True)
-def say(msg): print("MN-NFS node %s: %s" % (N, msg), flush=True)
-def err_of(fn):
-    try: fn(); return None
-    except OSError as e: return errno.errorcode.get(e.errno, str(e.errno))
-def read(p):
-    with open(p, "rb") as f: return f.read()
-def write(p, data):
-    with open(p, "wb") as f: f.write(data)
-def poll(fn, t=WAIT, every=0.02):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < t:
-        try:
-            if fn(): return time.monotonic() - t0
-        except OSError: pass
-        time.sleep(every)
-    return None
-def readable(p, want):
-    try: return read(p) == want
-    except OSError: return False
 
 if wait("mounted-" + OTHER) != "ok":
     fail("the other node's kvfs did not mount"); sys.exit(1)
@@ -172,9 +154,10 @@ ops_snap("/tmp/o"); time.sleep(IDLE_S); d = ops_delta("/tmp/o")
 tot = sum(int(x) for x in d.split()[1::2]) if d else 0
 say("5. idle %.0f s: %d RPCs (%.1f/s): %s" % (IDLE_S, tot, tot / IDLE_S, d))
 sig("end-" + N); wait("end-" + OTHER)
-say("result: %s" % ("PASS" if fails == 0 else "%d failure(s)" % fails))
-sys.exit(1 if fails else 0)
+say("result: %s" % ("PASS" if nodelib.fails == 0 else "%d failure(s)" % nodelib.fails))
+sys.exit(1 if nodelib.fails else 0)
 EOF
+fi
 rc=$?
 "$KVFS_BIN" stats "$MNT" 2>/dev/null | sed 's/^/  kvfs stats: /' | head -20
 "$KVFS_BIN" umount "$MNT" --timeout 60 >/dev/null 2>&1 || fusermount3 -u -z "$MNT"
