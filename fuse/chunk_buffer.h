@@ -8,6 +8,8 @@
 //     `loc` hold the chunk's bytes (n = the chunk's bytes below size()). References come from the
 //     committed value a copy-on-write version starts from (SetBacking) and from spills of staged
 //     chunks to provisional records (ToRef).
+//   * *mapped* (SetBacking of an ExtentMap, docs/design.md §13): a chunk of a committed version made
+//     of several extents and/or holes, read (and materialized) through that map;
 //   * a *hole*: a chunk that reads as zeros and holds no RAM. Growing a file (truncate up, a write far
 //     beyond the end) makes the chunks it skips holes, so ftruncate(fd, 1 TiB) costs no memory; a
 //     write into a hole allocates that one chunk. Holes are a staging detail: the committed value has
@@ -25,7 +27,8 @@
 // 4 KiB pages changed since (written, or zeroed by a growing resize over base bytes). ToExtentMap(rec)
 // describes the version as base extents + holes + the dirty pages, which DirtyParts() lists in the order
 // they would be appended as ONE record `rec`: a 2 MiB pwrite into a 64 MiB copy-on-write version gives
-// 2 MiB of dirty parts, a 50 KiB pwrite at 1.6 MB of a new file 56 KiB (the rest is a hole).
+// 2 MiB of dirty parts, a 50 KiB pwrite at 1.6 MB of a new file 53,760 bytes (the pages it touches;
+// the rest is a hole).
 //
 // Memory: RAM chunks come from BufferPool::Default() and go back to it when freed (spill, commit,
 // truncate, the version's end), so a store's copy into staging lands in pages that are already present
@@ -87,10 +90,33 @@ class ChunkBuffer {
   // Replaces the content with references to the first `size` bytes of the value at loc (chunk i ->
   // value offset i * kChunk). size must be <= loc.length.
   void SetBacking(const Location& loc, uint64_t size) {
+    base_map_.reset();
     slots_.clear();
     ram_chunks_ = 0;
     size_ = size;
     for (uint64_t off = 0; off < size; off += kChunk) slots_.push_back(Slot{nullptr, loc, off});
+  }
+
+  // Replaces the content with the committed version `map` (design.md §13): a chunk that one extent
+  // covers whole is a plain reference to its record, a chunk without data a hole, any other chunk is
+  // *mapped* (read through the map: its extents' records, zeros in its holes). Nothing is read.
+  void SetBacking(std::shared_ptr<const ExtentMap> map) {
+    slots_.clear();
+    ram_chunks_ = 0;
+    size_ = map->size();
+    base_map_ = std::move(map);
+    for (uint64_t off = 0; off < size_; off += kChunk) {
+      const auto pieces = base_map_->Pieces(off, std::min(kChunk, size_ - off));
+      if (pieces.size() == 1 && pieces[0].extent) {
+        slots_.push_back(Slot{nullptr, pieces[0].extent->record, pieces[0].value_offset});
+      } else if (std::all_of(pieces.begin(), pieces.end(), [](const ExtentMap::Piece& p) { return !p.extent; })) {
+        slots_.push_back(Slot{nullptr, Location{}, 0, true});
+      } else {
+        Slot m{nullptr, Location{}, 0, false};
+        m.mapped = true;
+        slots_.push_back(std::move(m));
+      }
+    }
   }
 
   // Sets the size; growing zero-fills [old size, n), shrinking frees the chunks past the end.
@@ -112,6 +138,11 @@ class ChunkBuffer {
       // hole, not base bytes.
       if (keep > 0 && slots_[keep - 1].ram) {
         slots_[keep - 1].base_len = std::min<uint64_t>(slots_[keep - 1].base_len, n - (keep - 1) * kChunk);
+        // Pages wholly past the end hold nothing to write (a growth zeroes them: a hole or zeros
+        // over nothing).
+        for (uint64_t pg = (n - (keep - 1) * kChunk + kPage - 1) / kPage; pg < kChunk / kPage; ++pg) {
+          slots_[keep - 1].dirty.reset(pg);
+        }
       }
     }
     size_ = n;
@@ -149,6 +180,8 @@ class ChunkBuffer {
         slots_[ci].loc = Location{};
         slots_[ci].hole = false;
         slots_[ci].base_len = 0;  // replaced whole: nothing under it is read again
+        slots_[ci].base_mapped = false;
+        slots_[ci].mapped = false;
         slots_[ci].dirty.reset();
         ram_chunks_++;
       } else {
@@ -162,6 +195,8 @@ class ChunkBuffer {
       slots_[ci].ram = std::move(fresh[next++]);
       slots_[ci].hole = false;
       slots_[ci].base_len = 0;
+      slots_[ci].base_mapped = false;
+      slots_[ci].mapped = false;
       slots_[ci].dirty.reset();
       ram_chunks_++;
     }
@@ -197,6 +232,10 @@ class ChunkBuffer {
         std::memcpy(out + done, s.ram.get() + co, n);
       } else if (s.hole) {
         std::memset(out + done, 0, n);
+      } else if (s.mapped) {
+        if (!fetch) return Status::IOError("chunk buffer: mapped chunk without a fetch");
+        size_t got = 0;
+        KVFS_RETURN_IF_ERROR(ReadExtents(*base_map_, off, n, out + done, fetch, &got));
       } else {
         if (!fetch) return Status::IOError("chunk buffer: referenced chunk without a fetch");
         KVFS_RETURN_IF_ERROR(fetch(s.loc, s.off + co, n, out + done));
@@ -311,6 +350,10 @@ class ChunkBuffer {
         m.PushBack(Extent{cs + lo, hi - lo, s.loc, s.off + lo});
       } else if (k == RunKind::kBase) {
         m.PushBack(Extent{cs + lo, hi - lo, s.base, s.base_off + lo});
+      } else if (k == RunKind::kMapped) {
+        for (const ExtentMap::Piece& p : base_map_->Pieces(cs + lo, hi - lo)) {
+          if (p.extent) m.PushBack(Extent{p.file_offset, p.length, p.extent->record, p.value_offset});
+        }
       }
     });
     m.Resize(size_);
@@ -325,13 +368,16 @@ class ChunkBuffer {
     bool hole = false;            // reads as zeros; no RAM, no Location
     // RAM chunks: what lies under the copy (the extent form): bytes [0, base_len) of the chunk are
     // value bytes [base_off, ...) of `base` (base_len 0: a hole under it), except the dirty pages.
-    Location base;
+    Location base{};
     uint64_t base_off = 0;
     uint64_t base_len = 0;
-    std::bitset<kChunk / kPage> dirty;
+    bool base_mapped = false;  // the bytes under it are base_map_'s (base/base_off unused)
+    std::bitset<kChunk / kPage> dirty{};
+    bool mapped = false;  // not in RAM: read through base_map_ (several extents and/or holes)
   };
 
-  enum class RunKind { kHole, kRef, kBase, kDirty };
+  // kMapped: bytes of base_map_ at the same file offsets (extents or holes).
+  enum class RunKind { kHole, kRef, kBase, kDirty, kMapped };
   // Calls fn(chunk, lo, hi, kind) for maximal runs of one kind, chunk by chunk in file order, byte
   // ranges within the chunk clipped to its length.
   template <typename Fn>
@@ -344,7 +390,7 @@ class ChunkBuffer {
         continue;
       }
       if (!s.ram) {
-        fn(i, 0, len, RunKind::kRef);
+        fn(i, 0, len, s.mapped ? RunKind::kMapped : RunKind::kRef);
         continue;
       }
       uint64_t lo = 0;
@@ -357,8 +403,8 @@ class ChunkBuffer {
         if (s.dirty.test(b / kPage)) {
           k = RunKind::kDirty;
           e = page_end;
-        } else if (b < s.base_len && !s.base.empty()) {
-          k = RunKind::kBase;
+        } else if (b < s.base_len && (s.base_mapped || !s.base.empty())) {
+          k = s.base_mapped ? RunKind::kMapped : RunKind::kBase;
           e = std::min(page_end, s.base_len);
         } else {
           k = RunKind::kHole;
@@ -406,6 +452,7 @@ class ChunkBuffer {
       s.hole = false;
       s.base = Location{};
       s.base_len = 0;
+      s.base_mapped = false;
       s.dirty.reset();
       ram_chunks_++;
       return Status::OK();
@@ -413,10 +460,17 @@ class ChunkBuffer {
     if (!fetch) return Status::IOError("chunk buffer: referenced chunk without a fetch");
     ChunkPtr b = NewChunk();  // not zeroed: only [0, ChunkLen) is ever read
     if (!b) return Status::IOError("chunk buffer: out of memory", ENOMEM);
-    KVFS_RETURN_IF_ERROR(fetch(s.loc, s.off, ChunkLen(i), b.get()));
+    if (s.mapped) {
+      size_t got = 0;
+      KVFS_RETURN_IF_ERROR(ReadExtents(*base_map_, i * kChunk, ChunkLen(i), b.get(), fetch, &got));
+    } else {
+      KVFS_RETURN_IF_ERROR(fetch(s.loc, s.off, ChunkLen(i), b.get()));
+    }
     s.ram = std::move(b);
     s.base = s.loc;
     s.base_off = s.off;
+    s.base_mapped = s.mapped;
+    s.mapped = false;
     s.base_len = ChunkLen(i);
     s.dirty.reset();
     s.loc = Location{};
@@ -438,6 +492,7 @@ class ChunkBuffer {
   }
 
   std::vector<Slot> slots_;
+  std::shared_ptr<const ExtentMap> base_map_;  // SetBacking(map): what mapped slots read
   size_t ram_chunks_ = 0;
   uint64_t size_ = 0;
 };

@@ -459,5 +459,92 @@ TEST(ChunkBufferExtents, RandomOpsMatchTheBuffer) {
   }
 }
 
+// A copy-on-write version of a committed extent map: chunks over one extent are references, chunks
+// without data holes, the others read through the map; a FLUSH writes only the pages written.
+TEST(ChunkBufferExtents, CopyOnWriteOfAnExtentMap) {
+  ExtRecords recs;
+  Location a = recs.Put(ExtRandomBytes(3 * kExtMiB, 41));
+  Location b = recs.Put(ExtRandomBytes(kExtMiB, 42));
+  ExtentMap base(5 * kExtMiB);
+  ASSERT_TRUE(base.Overlay(0, 3 * kExtMiB / 2, a, 0).ok());
+  ASSERT_TRUE(base.Overlay(2 * kExtMiB, kExtMiB / 2, b, 100).ok());
+  ASSERT_TRUE(base.Overlay(3 * kExtMiB, 2 * kExtMiB, a, kExtMiB).ok());
+  std::string flat = ReadMap(base, recs);
+  ChunkBuffer cb;
+  cb.SetBacking(std::make_shared<const ExtentMap>(base));
+  EXPECT_EQ(cb.size(), 5 * kExtMiB);
+  EXPECT_EQ(cb.capacity(), 0u);
+  recs.fetched = 0;
+  EXPECT_EQ(ReadChunks(cb, recs), flat);
+  EXPECT_EQ(recs.fetched, base.DataBytes());  // holes are not fetched
+  uint64_t written = 0;
+  ExtentMap same = FlushAsExtents(cb, recs, &written);
+  EXPECT_EQ(written, 0u);
+  EXPECT_EQ(same, base);
+  // Writes into the a-part of chunk 1 and the hole part of chunk 2: each chunk is read once (its data
+  // bytes only), one page each is written.
+  recs.fetched = 0;
+  ASSERT_TRUE(cb.Write(kExtMiB + 10, "hello", 5, recs.chunk_fetch()).ok());
+  ASSERT_TRUE(cb.Write(2 * kExtMiB + 700000, "world", 5, recs.chunk_fetch()).ok());
+  EXPECT_EQ(recs.fetched, kExtMiB);  // half a chunk of a, half a chunk of b
+  flat.replace(kExtMiB + 10, 5, "hello");
+  flat.replace(2 * kExtMiB + 700000, 5, "world");
+  EXPECT_EQ(ReadChunks(cb, recs), flat);
+  ExtentMap m = FlushAsExtents(cb, recs, &written);
+  EXPECT_EQ(written, 2u * 4096);
+  EXPECT_EQ(ReadMap(m, recs), flat);
+  EXPECT_EQ(m.DataBytes(), base.DataBytes() + 4096);  // the page in the hole is data now
+  // Shrink into the mapped chunk, grow again: the old bytes never come back.
+  ASSERT_TRUE(cb.Resize(2 * kExtMiB + 100, recs.chunk_fetch()).ok());
+  ASSERT_TRUE(cb.Resize(4 * kExtMiB + 5, recs.chunk_fetch()).ok());
+  flat.resize(2 * kExtMiB + 100);
+  flat.resize(4 * kExtMiB + 5, '\0');
+  EXPECT_EQ(ReadChunks(cb, recs), flat);
+  m = FlushAsExtents(cb, recs, &written);
+  EXPECT_EQ(ReadMap(m, recs), flat);
+  EXPECT_EQ(written, 4096u);  // the hello page; the world page is past the cut
+}
+
+// Random ops on copy-on-write versions of random extent maps: buffer, extent form and flat agree.
+TEST(ChunkBufferExtents, RandomOpsOverAnExtentMap) {
+  ExtRecords recs;
+  std::mt19937 rng(43);
+  for (int round = 0; round < 10; ++round) {
+    recs.values.clear();
+    ExtentMap base(rng() % (4 * kExtMiB));
+    for (int i = 0; i < 8; ++i) {
+      const uint64_t off = rng() % (4 * kExtMiB), len = 1 + rng() % (kExtMiB);
+      const uint64_t vo = rng() % 9000;
+      Location l = recs.Put(ExtRandomBytes(vo + len, rng()));
+      ASSERT_TRUE(base.Overlay(off, len, l, vo).ok());
+      if (rng() % 3 == 0) base.Punch(rng() % (4 * kExtMiB), rng() % kExtMiB);
+    }
+    std::string file = ReadMap(base, recs);
+    ChunkBuffer b;
+    b.SetBacking(std::make_shared<const ExtentMap>(base));
+    for (int op = 0; op < 20; ++op) {
+      const uint64_t off = rng() % (6 * kExtMiB);
+      if (rng() % 5 == 0) {
+        ASSERT_TRUE(b.Resize(off, recs.chunk_fetch()).ok());
+        file.resize(off, '\0');
+      } else {
+        const uint64_t len = 1 + rng() % (300 * 1024);
+        std::string w = ExtRandomBytes(len, rng());
+        ASSERT_TRUE(b.Write(off, w.data(), len, recs.chunk_fetch()).ok());
+        if (file.size() < off + len) file.resize(off + len, '\0');
+        file.replace(off, len, w);
+      }
+      if (op % 7 == 0) {
+        ASSERT_EQ(ReadChunks(b, recs), file) << round << " " << op;
+      }
+    }
+    ASSERT_EQ(ReadChunks(b, recs), file) << round;
+    uint64_t written = 0;
+    ExtentMap m = FlushAsExtents(b, recs, &written);
+    ASSERT_EQ(ReadMap(m, recs), file) << round;
+    EXPECT_LE(written, b.size());
+  }
+}
+
 }  // namespace
 }  // namespace kvfs
