@@ -76,6 +76,18 @@ class DeadlineFile : public BackingFile {
     return ToStatus(r);
   }
 
+  Status WriteBack() override {
+    if (poisoned_->load()) return Poisoned();
+    auto base = base_;
+    auto r = env_->Run<Unit>("sync_file_range", path_, [base]() -> Result<Unit> {
+      Status s = base->WriteBack();
+      if (!s.ok()) return s;
+      return Unit{};
+    });
+    if (r.status().IsTimedOut()) poisoned_->store(true);
+    return ToStatus(r);
+  }
+
   Status Truncate(uint64_t size) override {
     if (poisoned_->load()) return Poisoned();
     auto base = base_;

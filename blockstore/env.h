@@ -67,6 +67,8 @@ struct FileInfo {
 struct EnvCounters {
   std::atomic<uint64_t> open{0}, create{0}, close{0}, read{0}, write{0}, write_batches{0}, sync{0}, mkdir{0},
       rename{0}, remove{0}, stat{0}, list{0}, syncdir{0};
+  // WriteBack calls (sync_file_range: written pages sent to the backing, not made durable; not a sync).
+  std::atomic<uint64_t> writeback{0};
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
   // create counts the opens with O_CREAT (also counted in open).
   uint64_t MetadataOps() const {
@@ -89,6 +91,12 @@ class BackingFile {
   }
   // fdatasync: everything written so far is durable when this returns OK.
   virtual Status Sync() = 0;
+  // Write-back without durability: the file's dirty pages are written to the backing and the call waits
+  // for those writes (Posix: sync_file_range(WAIT_BEFORE | WRITE | WAIT_AFTER)). On NFS that sends them
+  // to the server as UNSTABLE WRITEs, so readers on other clients (O_DIRECT, or after their attribute
+  // cache expires) see them; a server crash or a power cut may still lose them (only Sync makes them
+  // durable). No-op for files without a page cache (O_DIRECT writes, object stores). Default: no-op.
+  virtual Status WriteBack() { return Status::OK(); }
   // ftruncate to `size` bytes (durable with the next Sync). Only for bytes nothing refers to: the
   // SegmentWriter drops what a failed write left past its next offset (nothing a peer may read is ever
   // truncated). IOError / NoSpace like Write.

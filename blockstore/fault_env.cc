@@ -25,7 +25,7 @@ std::string StripTrailingSlash(std::string dir) {
 
 void ZeroCounters(EnvCounters& c) {
   for (auto* a : {&c.open, &c.create, &c.close, &c.read, &c.write, &c.write_batches, &c.sync, &c.mkdir,
-                  &c.rename, &c.remove, &c.stat, &c.list, &c.syncdir, &c.bytes_read, &c.bytes_written}) {
+                  &c.rename, &c.remove, &c.stat, &c.list, &c.syncdir, &c.writeback, &c.bytes_read, &c.bytes_written}) {
     a->store(0, std::memory_order_relaxed);
   }
 }
@@ -98,6 +98,13 @@ class FaultInjectionEnv::File : public BackingFile {
     KVFS_RETURN_IF_ERROR(base_->Sync());
     env_->OnSynced(path(), size);
     return Status::OK();
+  }
+
+  // Not durable: the crash model (DropUnsyncedData) still drops what it wrote.
+  Status WriteBack() override {
+    env_->counters_.writeback.fetch_add(1, std::memory_order_relaxed);
+    if (stale()) return StaleFile(path());
+    return base_->WriteBack();
   }
 
   // kFaultTruncate rules apply. The crash model takes the truncation as durable at once (synced size
@@ -288,12 +295,16 @@ size_t FaultInjectionEnv::UnsyncedFileCount() const {
   return n + renames_.size();
 }
 
-Status FaultInjectionEnv::DropUnsyncedData() {
+Status FaultInjectionEnv::DropUnsyncedData(const std::string& keep_substr) {
   std::map<std::string, FileState> files;
   std::vector<PendingRename> renames;
   {
     std::lock_guard<std::mutex> l(mu_);
     files.swap(files_);
+    if (!keep_substr.empty()) {
+      // Their written-back pages reached stable storage before the cut: nothing of them is dropped.
+      std::erase_if(files, [&](const auto& kv) { return kv.first.find(keep_substr) != std::string::npos; });
+    }
     renames.swap(renames_);
     epoch_.fetch_add(1, std::memory_order_acq_rel);
   }

@@ -121,7 +121,10 @@ class FaultInjectionEnv : public Env {
   // --- Crash model --------------------------------------------------------------------------------
   // Simulates a power cut / NFS client crash: see the header comment. Returns the first error of the
   // underlying file operations (the drop continues past errors).
-  Status DropUnsyncedData();
+  // keep_substr (non-empty): files whose path contains it lose nothing, as if their written-back pages
+  // had reached stable storage (an NFS server that wrote them back, a disk that persisted them) while the
+  // other files' did not: the reordering a power cut may show between files that were never fdatasync'd.
+  Status DropUnsyncedData(const std::string& keep_substr = "");
   // Forgets every tracked file (as if everything were durable now), clears the faults and this Env's
   // counters. Open BackingFiles stay usable.
   void ResetState();

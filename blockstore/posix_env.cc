@@ -119,6 +119,16 @@ class PosixFile final : public BackingFile {
     return Status::OK();
   }
 
+  Status WriteBack() override {
+    c_->writeback.fetch_add(1, std::memory_order_relaxed);
+    while (::sync_file_range(fd_, 0, 0,
+                             SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("sync_file_range", path_, errno);
+    }
+    return Status::OK();
+  }
+
   Status Truncate(uint64_t size) override {
     c_->write.fetch_add(1, std::memory_order_relaxed);
     while (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {

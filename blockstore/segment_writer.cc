@@ -661,6 +661,18 @@ Status SegmentWriter::Sync() {
   return Status::OK();
 }
 
+Status SegmentWriter::WriteBack() {
+  std::vector<std::shared_ptr<BackingFile>> files;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!broken_.ok()) return broken_;
+    if (opts_.direct_io && !direct_refused_) return Status::OK();  // O_DIRECT: written means at the backing
+    for (const auto& [seq, d] : dirty_) files.push_back(d.file);
+  }
+  for (const auto& f : files) KVFS_RETURN_IF_ERROR(f->WriteBack());
+  return Status::OK();
+}
+
 Status SegmentWriter::Close() {
   {
     std::lock_guard<std::mutex> lk(mu_);

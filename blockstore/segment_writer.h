@@ -123,6 +123,11 @@ class SegmentWriter {
 
   // Durability barrier (see above). Concurrent Syncs are serialized.
   Status Sync();
+  // Visibility without durability: every record whose Append returned before the call is written back
+  // to the backing (BackingFile::WriteBack of each segment written since the last Sync; nothing to do
+  // with O_DIRECT, whose writes are at the backing when Append returns), not made durable. The broken
+  // writer's error after a failed fdatasync.
+  Status WriteBack();
 
   // Seals segment `seg` now if it is still the active one and holds at least one record, so that the
   // next record goes to a new segment; waits its turn in the append queue like an Append. OK when it was
@@ -189,7 +194,7 @@ class SegmentWriter {
   uint64_t active_data_bytes_ = 0;
   std::vector<format::FooterEntry> footer_;
   uint64_t next_seq_;
-  bool direct_refused_ = false;  // O_DIRECT asked for but refused by the file system: buffered files
+  std::atomic<bool> direct_refused_{false};  // O_DIRECT asked for but refused by the file system: buffered files
 
   mutable std::mutex mu_;
   std::deque<Pending*> queue_;                                  // guarded by mu_

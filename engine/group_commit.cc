@@ -93,13 +93,26 @@ void GroupCommitter::Loop() {
       // space may be back (Kick) or a Sync() caller asks, without waiting for new entries.
       cv_.wait_until(l, retry_at_, [&] { return stop_ || sync_requested_ || retry_kick_; });
     } else {
-      // Wait for work: a Sync() caller, or queued entries (then wait out the interval to gather a group).
-      cv_.wait(l, [&] { return stop_ || sync_requested_ || !pending_.empty(); });
-      if (!sync_requested_ && !stop_) {
+      // Wait for work: a Sync() caller, queued entries (then wait out the interval to gather a group), or
+      // the durability deadline of earlier visibility rounds.
+      auto due = [&] { return undurable_ && std::chrono::steady_clock::now() >= durable_due_; };
+      auto work = [&] { return stop_ || sync_requested_ || !pending_.empty() || due(); };
+      if (undurable_) {
+        cv_.wait_until(l, durable_due_, work);
+      } else {
+        cv_.wait(l, work);
+      }
+      if (!work()) continue;  // spurious wake-up before the deadline
+      if (!sync_requested_ && !stop_ && !pending_.empty()) {
         cv_.wait_for(l, interval, [&] { return stop_ || sync_requested_; });
       }
     }
-    if (stop_ && pending_.empty() && !sync_requested_ && !owed_) break;
+    if (stop_ && pending_.empty() && !sync_requested_ && !owed_ && !undurable_) break;
+    const auto start = std::chrono::steady_clock::now();
+    // Durable: every round without a durability interval; a Sync() caller's or the final one; or the
+    // deadline of the visibility rounds since the last durable one has come.
+    const bool durable = opts_.sync_interval.count() <= 0 || sync_requested_ || stop_ ||
+                         (undurable_ && start >= durable_due_);
     sync_requested_ = false;
     retry_kick_ = false;
     std::vector<JournalEntry> batch;
@@ -107,7 +120,7 @@ void GroupCommitter::Loop() {
     const uint64_t round = ++rounds_started_;
     l.unlock();
     Status lost;
-    Status s = hooks_.round(&batch, &lost);
+    Status s = hooks_.round(&batch, &lost, durable);
     if (!s.ok() && hooks_.on_round_failed) hooks_.on_round_failed(s);
     l.lock();
     const auto now = std::chrono::steady_clock::now();
@@ -134,8 +147,20 @@ void GroupCommitter::Loop() {
                      std::chrono::duration_cast<std::chrono::milliseconds>(now - owed_since_).count());
       }
       owed_ = false;
-      // A round that dropped lost entries fails its Sync() callers (fsync reports the loss).
-      if (lost.ok()) last_ok_round_ = round;
+      if (durable) {
+        // Entries a visibility round dropped fail the Sync() callers of the durable round after it.
+        if (lost.ok()) lost = lost_unreported_;
+        lost_unreported_ = Status::OK();
+        undurable_ = false;
+        durable_rounds_++;
+        // A round that dropped lost entries fails its Sync() callers (fsync reports the loss).
+        if (lost.ok()) last_ok_round_ = round;
+      } else {
+        if (!undurable_) durable_due_ = start + opts_.sync_interval;
+        undurable_ = true;
+        visibility_rounds_++;
+        if (!lost.ok()) lost_unreported_ = lost;  // no Sync() waits on a visibility round
+      }
     }
     last_round_status_ = s.ok() ? lost : s;
     rounds_done_ = round;

@@ -2,11 +2,14 @@
 #include "engine/recovery.h"
 
 #include <algorithm>
+#include <map>
+#include <memory>
 
 #include <spdlog/spdlog.h>
 
 #include "blockstore/node_dir.h"
 #include "blockstore/segment_check.h"
+#include "blockstore/segment_reader.h"
 #include "index/journal.h"
 #include "index/replay.h"
 
@@ -25,6 +28,148 @@ Status RemoveStaleTempFiles(Env* env, const std::string& backing, const std::str
       spdlog::info("kvfs: removed stale temp file {}/{}", d, n);
       (*removed)++;
     }
+  }
+  return Status::OK();
+}
+
+Status PlanLostRecordCuts(Env* env, const std::string& backing, const std::string& node, uint64_t generation,
+                          LostRecordPlan* out) {
+  std::vector<JournalFile> files;
+  Status lj = ListJournalFiles(env, NodeDirPath(backing, node), &files);
+  if (lj.IsNotFound()) return Status::OK();
+  KVFS_RETURN_IF_ERROR(lj);
+  uint64_t g = 0;
+  bool any = false;
+  for (const auto& f : files) {
+    if (f.generation < generation && (!any || f.generation > g)) g = f.generation, any = true;
+  }
+  if (!any) return Status::OK();
+  // Suspect segments: g's segment files without a valid seal on disk.
+  std::vector<std::string> names;
+  Status ls = env->GetChildren(SegmentDirPath(backing, node), &names);
+  if (ls.IsNotFound()) return Status::OK();
+  KVFS_RETURN_IF_ERROR(ls);
+  std::map<uint64_t, std::shared_ptr<BackingFile>> suspect;  // seq -> open file
+  for (const auto& n : names) {
+    SegmentId id;
+    id.node = node;
+    if (!ParseSegmentFileName(n, &id.generation, &id.seq) || id.generation != g) continue;
+    auto f = env->Open(SegmentFilePath(backing, id), OpenOptions{});
+    if (!f.ok()) {
+      if (f.status().IsNotFound()) continue;
+      return f.status();
+    }
+    auto size = (*f)->Size();
+    if (!size.ok()) return size.status();
+    auto footer = ReadFooter(f->get(), *size);
+    if (footer.ok()) continue;  // sealed: fdatasync'd at the seal
+    if (!footer.status().IsNotFound() && !footer.status().IsCorruption()) return footer.status();
+    suspect[id.seq] = std::shared_ptr<BackingFile>(std::move(*f));
+  }
+  if (suspect.empty()) return Status::OK();
+
+  JournalCuts journal_cuts;
+  CollectNodeCuts(env, node, files, &journal_cuts);
+  std::map<std::pair<uint64_t, uint64_t>, bool> verified;  // (seq, record offset) -> record intact
+  std::vector<char> buf;
+  auto intact = [&](const Location& loc) -> Result<bool> {
+    const auto key = std::make_pair(loc.segment.seq, loc.record_offset);
+    auto it = verified.find(key);
+    if (it != verified.end()) return it->second;
+    BackingFile* file = suspect.at(loc.segment.seq).get();
+    out->records_checked++;
+    bool ok = true;
+    RecordMeta meta;
+    constexpr size_t kPiece = 4u << 20;
+    buf.resize(std::min<uint64_t>(kPiece, std::max<uint64_t>(loc.length, 1)));
+    for (uint64_t off = 0; ok && (off < loc.length || off == 0); off += kPiece) {
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(kPiece, loc.length - off));
+      size_t got = 0;
+      Status s = off == 0 ? ReadValue(file, loc, 0, len, buf.data(), &got, &meta)
+                          : ReadValue(file, meta, off, len, buf.data(), &got);
+      if (s.IsCorruption() || (s.ok() && got != len)) {
+        ok = false;
+      } else if (!s.ok()) {
+        return s;  // a read failure is never taken for a lost record
+      }
+      if (loc.length == 0) break;
+    }
+    verified[key] = ok;
+    return ok;
+  };
+
+  bool cutting = false;
+  for (const auto& f : files) {
+    if (f.generation != g) continue;
+    const auto key = std::make_pair(f.generation, f.number);
+    const FileRef ref{FileRef::Kind::kJournal, node, f.generation, f.number};
+    if (cutting) {
+      // A later file of g: nothing of it stays (its header record stays readable).
+      JournalFileHeader h;
+      h.generation = f.generation;
+      h.file_number = f.number;
+      h.node = node;
+      const uint64_t header_end = kJournalFragmentHeaderSize + EncodeJournalFileHeader(h).size();
+      JournalReaderOptions ro;
+      auto c = journal_cuts.find(key);
+      if (c != journal_cuts.end()) ro.limit = c->second;
+      std::vector<std::pair<JournalEntry, JournalPosition>> entries;
+      JournalReadReport rep;
+      if (ReadJournalFile(env, f.path, ro, &entries, &rep).ok()) out->entries_dropped += entries.size();
+      if (c == journal_cuts.end() || c->second > header_end) {
+        out->cuts.push_back(JournalEntry::Cut(ref, header_end, 0));
+        out->journal_cuts[key] = header_end;
+      }
+      continue;
+    }
+    JournalReaderOptions ro;
+    ro.skip_damage = true;
+    auto c = journal_cuts.find(key);
+    if (c != journal_cuts.end()) ro.limit = c->second;
+    auto reader = JournalReader::Open(env, f.path, 0, ro);
+    if (!reader.ok()) continue;  // the replay reports it
+    JournalEntry e;
+    JournalPosition end;
+    uint64_t start = 0;  // start of the next entry: the end of the previous one (header end at first)
+    bool first = true;
+    for (;;) {
+      auto more = (*reader)->Next(&e, &end);
+      if (!more.ok() || !*more) break;
+      if (first) {
+        JournalFileHeader h = (*reader)->report().header;
+        start = kJournalFragmentHeaderSize + EncodeJournalFileHeader(h).size();
+        first = false;
+      }
+      if (cutting) {
+        out->entries_dropped++;
+        continue;
+      }
+      const bool points = (e.op == JournalOp::kPut || e.op == JournalOp::kMove || e.op == JournalOp::kRename) &&
+                          !e.location.empty() && e.location.segment.node == node &&
+                          e.location.segment.generation == g && suspect.count(e.location.segment.seq);
+      if (points) {
+        auto ok = intact(e.location);
+        if (!ok.ok()) return ok.status();
+        if (!*ok) {
+          spdlog::error("kvfs: journal {}: {} {} points at a record that did not reach stable storage (segment "
+                        "{}-{} offset {}: a power cut after a group commit that did not sync); cutting the journal "
+                        "at offset {}: this entry and every later one of generation {} are dropped",
+                        f.path, JournalOpName(e.op), e.path, g, e.location.segment.seq, e.location.record_offset,
+                        start, g);
+          out->cuts.push_back(JournalEntry::Cut(ref, start, 0));
+          out->journal_cuts[key] = start;
+          cutting = true;
+          out->entries_dropped++;
+          continue;
+        }
+      }
+      start = end.offset;
+    }
+  }
+  if (out->entries_dropped > 0) {
+    spdlog::error("kvfs: node {}: {} journal entr{} of generation {} dropped (their records, or an earlier "
+                  "entry's, were lost to a power cut before the durability interval's sync)",
+                  node, out->entries_dropped, out->entries_dropped == 1 ? "y" : "ies", g);
   }
   return Status::OK();
 }

@@ -30,6 +30,7 @@
 #include "blockstore/status.h"
 #include "index/index_db.h"
 #include "index/journal_format.h"
+#include "index/replay.h"
 
 namespace kvfs {
 
@@ -39,6 +40,32 @@ struct SegmentRecoveryPlan {
   uint64_t checked = 0;             // segment files walked
   uint64_t damaged = 0;             // of those, with a damaged header or damaged regions (logged)
 };
+
+// Records lost to a power cut after a visibility round (docs/design.md §7 "Visibility and durability").
+// A group-commit round that does not fdatasync publishes journal entries whose records are written but not
+// durable; after a power cut (or a crash of the NFS server) the journal may hold entries whose records
+// never reached stable storage. Before the replay of a node whose index is rebuilt, this plans the cut
+// that keeps the state a prefix:
+//   * g = the node's newest generation below `generation` that has journal files (the one that ran
+//     last; an older one was recovered by the mount after it);
+//   * suspect segments: g's segment files without a valid seal on disk (a seal fdatasyncs its segment,
+//     so every record of a sealed segment is durable);
+//   * g's journal files are read in order (honouring the CUTs already journaled); the first entry (PUT,
+//     MOVE, RENAME) that points at a record of a suspect segment whose metadata or value blocks do not
+//     verify is where g's journal is cut: CUT{that file, the entry's start}, and CUT{file, header end}
+//     for every later file of g. Every entry from there on is dropped (counted, logged), so what
+//     survives is a prefix of what the node journaled.
+// Cost: one listing of seg/, a footer read per segment of g, and a verified read of each record of a
+// suspect segment that an entry points at (at most a segment's bytes; the records written in the last
+// sync interval are what is normally at stake).
+struct LostRecordPlan {
+  std::vector<JournalEntry> cuts;    // CUT{journal file, offset}; stamp 0 (the caller stamps them)
+  JournalCuts journal_cuts;          // the same, for ReplayNode's extra_cuts
+  uint64_t records_checked = 0;      // records verified
+  uint64_t entries_dropped = 0;      // entries at or after the cut
+};
+Status PlanLostRecordCuts(Env* env, const std::string& backing, const std::string& node, uint64_t generation,
+                          LostRecordPlan* out);
 
 // Removes the stale *.tmp files (an interrupted Env::WriteFileAtomic of OWNER, HEARTBEAT or peers) of
 // `node`'s directory and its seg/ directory, as `kvfs-fsck --repair` does. Only for the node's owner,

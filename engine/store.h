@@ -11,8 +11,10 @@
 //                        through Read(); not durable until the next group commit.
 //   CommitFile        -> journal PUT under the inode's current name; the inode becomes *committed*.
 //   Sync              -> returns when every record and journal entry enqueued before it is durable.
-// A group commit runs every StoreOptions::group_commit_interval_ms even without Sync, so a file closed
-// more than one interval before a crash survives it.
+// A group commit runs every StoreOptions::group_commit_interval_ms even without Sync and publishes the
+// entries (journal written, not fdatasync'd: peers see them); a durable round follows within
+// StoreOptions::sync_interval_ms, so a file closed more than group_commit_interval_ms + sync_interval_ms
+// before a crash (power cut included) survives it; a kill of the daemon alone loses no published entry.
 //
 // Errors: Status codes map to errno with Status::ToErrno (ENOENT, EEXIST, ENOTEMPTY, ENOTDIR, EISDIR,
 // EINVAL, ENOSPC, EIO, ...). Thread safety: every method may be called concurrently from many threads.
@@ -44,7 +46,11 @@ struct StoreOptions {
   std::string node_id;                  // default: host name
   uint64_t segment_size = 256ull << 20; // bytes; a record larger than this gets a segment of its own
   uint64_t cache_size = 1ull << 30;     // LRU of record values, bytes
-  uint32_t group_commit_interval_ms = 20;
+  uint32_t group_commit_interval_ms = 20;  // visibility: entries are journaled (not synced) this often
+  // Durability interval: segments, then the journal, are fdatasync'd at most this long after a round
+  // that only published (0: every group-commit round fdatasyncs, as before). fsync / Sync / Close
+  // always run a durable round at once (docs/semantics.md §6).
+  uint32_t sync_interval_ms = 1000;
   // O_DIRECT for segment writes (default): staged chunks go to the disk straight from their aligned
   // buffers, no copy into the backing's page cache (blockstore/segment_writer.h); buffered where the
   // file system refuses O_DIRECT.
@@ -185,6 +191,7 @@ struct PinnedBytes {
 struct BackingOpCounts {
   uint64_t open = 0, create = 0, close = 0, read = 0, write = 0, write_batches = 0, sync = 0, mkdir = 0,
            rename = 0, remove = 0, stat = 0, list = 0, syncdir = 0;
+  uint64_t writeback = 0;  // sync_file_range write-backs of the journal (visibility rounds); not syncs
 };
 
 // The segments one node (this one or a peer) has on the export now, as this node knows them.
@@ -234,6 +241,7 @@ struct StoreStats {
   uint64_t files = 0, directories = 0, live_bytes = 0;  // gauges (index)
   uint64_t segments_created = 0;  // segment files this node created since the mount
   uint64_t records_written = 0, journal_entries = 0, group_commits = 0;
+  uint64_t visibility_rounds = 0;  // group-commit rounds that wrote the journal without fdatasync
   // Gauge: journal entries not durable yet (queued for the next group commit, or kept after a failed
   // one and being retried). Normally 0 between rounds; while the backing store is full or failing it is
   // what a crash would lose, and Sync (fsync) and Close fail until it is 0 again.
@@ -318,6 +326,9 @@ struct StoreStats {
   // was down, e.g. by kvfs-fsck --repair), CUT and SEAL entries journaled for earlier generations'
   // segments. A second Open after a clean Close finds 0, 0, 0.
   uint64_t recovery_entries = 0, recovery_cuts = 0, recovery_seals = 0;
+  // Own journal entries dropped at this mount because they (or an earlier entry) pointed at a record that
+  // a power cut lost after a visibility round (engine/recovery.h PlanLostRecordCuts).
+  uint64_t recovery_lost_entries = 0;
 };
 
 class Store {

@@ -7,8 +7,9 @@
 // Callers: the committer thread (CommitRound); Sync from FUSE fsync, Close, checkpoints.
 // Thread safety: CommitRound runs on the committer thread only, with no Store mutex held but seg_mu_
 // (briefly, for the segment writer pointer and the retired writers).
-// Invariants: segments are synced before the journal entries that point into them; an entry appended to
-// the journal writer is the writer's (it rewrites unsynced bytes itself): never re-queued.
+// Invariants: a record is written (visibility round) or synced (durable round) before the journal entries
+// that point into it are written; in a durable round segments are fdatasync'd before the journal; an entry
+// appended to the journal writer is the writer's (it rewrites unsynced bytes itself): never re-queued.
 #include "engine/store_impl.h"
 
 namespace kvfs {
@@ -44,15 +45,17 @@ uint64_t StoreImpl::DropLostEntries(std::vector<JournalEntry>* batch) {
   return dropped;
 }
 
-Status StoreImpl::CommitRound(std::vector<JournalEntry>* batch, Status* lost) {
-  // 1. Records first: every entry in the batch points at a record appended before it was queued.
+Status StoreImpl::CommitRound(std::vector<JournalEntry>* batch, Status* lost, bool durable) {
+  // 1. Records first: every entry in the batch points at a record appended (written) before it was
+  // queued. A durable round makes them durable; a visibility round relies on their being written
+  // (O_DIRECT: on the server; buffered: written back below) before the journal bytes that point at them.
   auto segments = Segments();
-  Status s = segments->Sync();
+  Status s = durable ? segments->Sync() : segments->WriteBack();
   if (!s.ok()) {
     // The entries stay queued (the caller re-queues the batch); the writer is broken for good, so
     // records written from now on go to a new segment, and the entries pointing at its records that
     // were not durable yet are dropped by the next rounds (docs/design.md §7: never journal a PUT of lost bytes).
-    ReopenSegmentWriter();
+    if (durable) ReopenSegmentWriter();
     return s;
   }
   // Entries publishing records that a failed sync may have lost: never journaled (docs/design.md §7).
@@ -60,18 +63,27 @@ Status StoreImpl::CommitRound(std::vector<JournalEntry>* batch, Status* lost) {
     *lost = Status::IOError(std::to_string(n) + " file(s) not made durable: a segment fdatasync failed after "
                             "their records were written");
   }
-  // 2. Segments sealed since the last round are journaled as SEAL.
+  // 2. Segments sealed since the last round are journaled as SEAL (a seal fdatasyncs its segment).
   for (const auto& seg : segments->TakeSealed()) {
     batch->push_back(JournalEntry::Seal(seg.id, hlc_.Now()));
     index_->SetSegmentState(seg.id, SegmentState::kSealed);
   }
-  // 3. The journal entries, durable. Once appended, the journal writer owns them: a failed Sync keeps
+  // 3. The journal entries. Once appended, the journal writer owns them: a failed Flush/Sync keeps
   // their bytes and rewrites them at the next one, so they are not re-queued here (no duplicates).
   journal_entries_ += batch->size();
   // An S3 backing: TierNoteAppended keeps the segments each entry needs in the bucket before it is published.
   for (const auto& e : *batch) TierNoteAppended(e, journal_->Append(e));
   appended_unsynced_ += batch->size();
   batch->clear();
+  if (!durable) {
+    // A visibility round: the entries are written and written back (peers and a rebuilt index see
+    // them), not fdatasync'd; the next durable round (sync interval, fsync, Close) makes them durable.
+    if (journal_->flushed_position() == journal_->appended_position()) return Status::OK();
+    KVFS_RETURN_IF_ERROR(journal_->Flush());
+    KVFS_RETURN_IF_ERROR(journal_->WriteBack());
+    visibility_rounds_++;
+    return Status::OK();
+  }
   if (journal_->synced_position() == journal_->appended_position()) {
     appended_unsynced_ = 0;
     return Status::OK();

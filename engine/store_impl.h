@@ -204,7 +204,7 @@ class StoreImpl final : public Store {
   // One round: segments durable, then the given entries appended and durable.
   // Returns the round's error (entries re-queued). *lost: set when the round dropped entries that
   // publish records a failed segment sync may have lost (DropLostEntries); the round is OK otherwise.
-  Status CommitRound(std::vector<JournalEntry>* batch, Status* lost);
+  Status CommitRound(std::vector<JournalEntry>* batch, Status* lost, bool durable);
   // Removes from batch the PUT / MOVE entries whose record lies in a retired segment writer's segment
   // past what its last successful fdatasync covered (SegmentWriter::MayBeLost). Returns how many.
   uint64_t DropLostEntries(std::vector<JournalEntry>* batch);
@@ -254,6 +254,8 @@ class StoreImpl final : public Store {
   std::vector<JournalEntry> startup_cuts_;   // CUTs found by the recovery, journaled first at start
   std::vector<JournalEntry> startup_seals_;  // SEALs of earlier generations' segments, journaled next
   uint64_t recovery_entries_ = 0, recovery_cuts_ = 0, recovery_seals_ = 0;  // set by Init
+  uint64_t recovery_lost_entries_ = 0;  // set by Init (PlanLostRecordCuts)
+  JournalCuts lost_record_cuts_;        // own journal CUTs planned by Init, honoured by the replay
 
   std::mutex ns_mu_;  // namespace mutations + their journal entries
   // Staged inodes that took the name of a committed file by a rename (journaled as nothing, so that peers
@@ -272,8 +274,10 @@ class StoreImpl final : public Store {
   // The journal queue and committer thread (engine/group_commit.h); its rounds are CommitRound.
   GroupCommitter committer_{
       GroupCommitterOptions{std::chrono::milliseconds(std::max<uint32_t>(1, opts_.group_commit_interval_ms)),
-                            kRetryMaxBackoff},
-      GroupCommitHooks{[this](std::vector<JournalEntry>* batch, Status* lost) { return CommitRound(batch, lost); },
+                            kRetryMaxBackoff, std::chrono::milliseconds(opts_.sync_interval_ms)},
+      GroupCommitHooks{[this](std::vector<JournalEntry>* batch, Status* lost, bool durable) {
+                         return CommitRound(batch, lost, durable);
+                       },
                        [this](const Status& s) {
                          // A full backing store: the evictor frees RESERVE (and reclaims dead segments)
                          // so the journal can take the owed entries; it kicks the committer when it did.
@@ -314,6 +318,7 @@ class StoreImpl final : public Store {
   Status StartPeerTailer();
 
   std::atomic<uint64_t> records_written_{0}, journal_entries_{0}, group_commits_{0}, checksum_failures_{0};
+  std::atomic<uint64_t> visibility_rounds_{0};  // rounds that published entries without fdatasync
   // Per value read (the request at offset 0 of a value; store_data.cc ReadImpl), not per FUSE request.
   std::atomic<uint64_t> cache_hits_{0}, cache_misses_{0};
   std::atomic<uint64_t> read_loaded_bytes_{0};  // bytes the read path loaded from the export (per byte)

@@ -115,6 +115,16 @@ Status StoreImpl::Init() {
     rebuild = true;
   }
   if (!idx.ok()) spdlog::warn("kvfs: index {} unusable ({}); rebuilding", io.dir, idx.status().ToString());
+  if (rebuild) {
+    // After a crash (the index was not closed): entries of the last generation whose records a power cut
+    // lost after a visibility round are cut, with everything after them (engine/recovery.h).
+    LostRecordPlan lost;
+    KVFS_RETURN_IF_ERROR(PlanLostRecordCuts(env_, opts_.backing_dir, opts_.node_id, node_dir_->generation(), &lost));
+    recovery_lost_entries_ = lost.entries_dropped;
+    recovery_cuts_ += lost.cuts.size();
+    lost_record_cuts_ = std::move(lost.journal_cuts);
+    for (auto& e : lost.cuts) startup_cuts_.push_back(std::move(e));
+  }
   if (rebuild && idx.ok() && (*idx)->Created()) {
     index_ = std::move(*idx);  // empty: replay straight into it
     KVFS_RETURN_IF_ERROR(Rebuild());
@@ -270,7 +280,8 @@ Status StoreImpl::RecoverSegments() {
 Status StoreImpl::ReplayNode(const std::string& node, std::vector<JournalEntry>* cuts, const JournalPosition& from,
                              uint64_t* entries) {
   ReplayNodeResult result;
-  KVFS_RETURN_IF_ERROR(kvfs::ReplayNode(env_, opts_.backing_dir, node, index_.get(), &result, from));
+  KVFS_RETURN_IF_ERROR(kvfs::ReplayNode(env_, opts_.backing_dir, node, index_.get(), &result, from,
+                                        node == opts_.node_id ? &lost_record_cuts_ : nullptr));
   if (entries) *entries = result.entries;
   for (const auto& f : result.files) {
     if (!f.opened || !f.status.ok()) {

@@ -96,6 +96,7 @@ StoreStats StoreImpl::GetStats() {
   s.records_written = records_written_;
   s.journal_entries = journal_entries_;
   s.group_commits = group_commits_;
+  s.visibility_rounds = visibility_rounds_;
   s.unjournaled_entries = UnjournaledEntries();
   s.journal_retries = committer_.retries();
   s.lost_entries = lost_entries_;
@@ -188,6 +189,7 @@ StoreStats StoreImpl::GetStats() {
   b.stat = c.stat;
   b.list = c.list;
   b.syncdir = c.syncdir;
+  b.writeback = c.writeback;
   // Segments per node: live bytes and files from the index (one scan of its segments column family);
   // this node's segment files from the evictor's accounting; peers' from the sizes of their files.
   std::map<std::string, NodeSegmentStats> nodes;
@@ -243,6 +245,7 @@ StoreStats StoreImpl::GetStats() {
   s.recovery_entries = recovery_entries_;
   s.recovery_cuts = recovery_cuts_;
   s.recovery_seals = recovery_seals_;
+  s.recovery_lost_entries = recovery_lost_entries_;
   return s;
 }
 

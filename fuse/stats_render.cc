@@ -100,6 +100,7 @@ std::string StatsToJson(const StatsSnapshot& snap) {
   j["records_written"] = st.records_written;
   j["journal_entries"] = st.journal_entries;
   j["group_commits"] = st.group_commits;
+  j["visibility_rounds"] = st.visibility_rounds;
   j["unjournaled_entries"] = st.unjournaled_entries;
   j["journal_retries"] = st.journal_retries;
   j["lost_entries"] = st.lost_entries;
@@ -148,7 +149,7 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                       {"read", b.read},   {"write", b.write},   {"write_batches", b.write_batches},
                       {"sync", b.sync},   {"mkdir", b.mkdir},   {"rename", b.rename},
                       {"remove", b.remove}, {"stat", b.stat},   {"list", b.list},
-                      {"syncdir", b.syncdir}};
+                      {"syncdir", b.syncdir}, {"writeback", b.writeback}};
   j["eviction"] = {{"node_segment_bytes", st.node_segment_bytes},
                    {"segments_dropped", st.segments_dropped},
                    {"segment_bytes_dropped", st.segment_bytes_dropped},
@@ -192,7 +193,8 @@ std::string StatsToJson(const StatsSnapshot& snap) {
   }
   j["recovery"] = {{"own_entries_applied", st.recovery_entries},
                    {"cuts", st.recovery_cuts},
-                   {"seals", st.recovery_seals}};
+                   {"seals", st.recovery_seals},
+                   {"lost_entries", st.recovery_lost_entries}};
   j["nodes"] = nlohmann::json::array();
   for (const auto& n : st.nodes) {
     nlohmann::json o = SegmentsJson(n);
@@ -325,6 +327,8 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
   e.One("kvfs_records_written_total", "counter", "Records appended to this node's segments.", st.records_written);
   e.One("kvfs_journal_entries_total", "counter", "Entries appended to this node's journal.", st.journal_entries);
   e.One("kvfs_group_commits_total", "counter", "Group commits (durability rounds).", st.group_commits);
+  e.One("kvfs_visibility_rounds_total", "counter", "Group-commit rounds that wrote the journal without fdatasync.",
+        st.visibility_rounds);
   e.One("kvfs_unjournaled_entries", "gauge",
         "Journal entries not durable yet (queued, or kept after a failed group commit and retried).",
         st.unjournaled_entries);
@@ -374,7 +378,8 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
   const std::pair<const char*, uint64_t> kinds[] = {
       {"open", b.open},   {"create", b.create}, {"close", b.close},  {"read", b.read},     {"write", b.write},
       {"write_batch", b.write_batches}, {"sync", b.sync}, {"mkdir", b.mkdir}, {"rename", b.rename},
-      {"remove", b.remove}, {"stat", b.stat}, {"list", b.list},      {"syncdir", b.syncdir}};
+      {"remove", b.remove}, {"stat", b.stat}, {"list", b.list},      {"syncdir", b.syncdir},
+      {"writeback", b.writeback}};
   for (const auto& [k, v] : kinds) e.Sample("kvfs_backing_operations_total", Label("op", k), v);
   e.One("kvfs_backing_read_bytes_total", "counter", "Bytes read from the backing store.", st.backing_bytes_read);
   e.One("kvfs_backing_written_bytes_total", "counter", "Bytes written to the backing store.",

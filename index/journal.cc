@@ -264,10 +264,12 @@ Status JournalWriter::Sync() {
         pending_.push_front(std::move(unsynced_[j - 1]));
       }
       unsynced_.clear();
+      written_back_chunks_ = 0;
       return s;
     }
   }
   unsynced_.clear();
+  written_back_chunks_ = 0;
   if (dir_sync_needed_) {
     KVFS_RETURN_IF_ERROR(opts_.env->SyncDir(opts_.dir));
     dir_sync_needed_ = false;
@@ -278,6 +280,32 @@ Status JournalWriter::Sync() {
   uint64_t keep_from = file_number_;
   for (const auto& c : pending_) keep_from = std::min(keep_from, c.file_number);
   files_.erase(files_.begin(), files_.lower_bound(keep_from));
+  return Status::OK();
+}
+
+Status JournalWriter::WriteBack() {
+  std::lock_guard<std::mutex> io(io_mu_);
+  KVFS_RETURN_IF_ERROR(FlushLocked());
+  std::set<uint64_t> numbers;
+  for (size_t i = written_back_chunks_; i < unsynced_.size(); i++) numbers.insert(unsynced_[i].file_number);
+  for (uint64_t n : numbers) {
+    auto f = FileFor(n);
+    Status s = f.ok() ? (*f)->WriteBack() : f.status();
+    if (!s.ok()) {
+      if (s.IsTimedOut()) files_.erase(n);  // reopened by the next Flush (see FlushLocked)
+      // A failed write-back may have dropped dirty pages, as a failed fdatasync: rewrite every byte
+      // written since the last good Sync at the next Flush/Sync.
+      std::lock_guard<std::mutex> l(mu_);
+      for (size_t j = unsynced_.size(); j > 0; j--) {
+        pending_bytes_ += unsynced_[j - 1].data.size();
+        pending_.push_front(std::move(unsynced_[j - 1]));
+      }
+      unsynced_.clear();
+      written_back_chunks_ = 0;
+      return s;
+    }
+  }
+  written_back_chunks_ = unsynced_.size();
   return Status::OK();
 }
 

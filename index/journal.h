@@ -114,6 +114,10 @@ class JournalWriter {
   // Flush, then fdatasync every file written since the last Sync (and the directory after a create).
   // On OK every entry appended before the call is durable.
   Status Sync();
+  // Flush, then write back (BackingFile::WriteBack, sync_file_range) every file written since the last
+  // WriteBack/Sync: on NFS the bytes are on the server (peers on other clients see them), not durable.
+  // A failed write-back is handled like a failed Sync (the bytes are rewritten by the next Flush/Sync).
+  Status WriteBack();
 
   // End of the last appended entry (the header end of a fresh file before any Append).
   JournalPosition appended_position() const;
@@ -151,6 +155,7 @@ class JournalWriter {
   std::mutex io_mu_;  // serializes Flush/Sync; guards the fields below
   std::map<uint64_t, std::unique_ptr<BackingFile>> files_;  // open files (current + unsynced old ones)
   std::vector<Chunk> unsynced_;                             // written since the last successful Sync
+  size_t written_back_chunks_ = 0;                          // of unsynced_, those a WriteBack covered
   uint64_t max_created_ = 0;                                // highest file number created so far
   bool dir_sync_needed_ = false;
 };

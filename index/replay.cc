@@ -182,7 +182,7 @@ Status ApplyNewestSnapshot(Env* env, const std::string& node, const std::vector<
 }
 
 Status ReplayNode(Env* env, const std::string& backing, const std::string& node, IndexDb* index,
-                  ReplayNodeResult* out, const JournalPosition& from) {
+                  ReplayNodeResult* out, const JournalPosition& from, const JournalCuts* extra_cuts) {
   NodeFiles nf;
   Status s = ListNodeFiles(env, NodeDirPath(backing, node), &nf);
   if (s.IsNotFound()) return Status::OK();
@@ -230,6 +230,12 @@ Status ReplayNode(Env* env, const std::string& backing, const std::string& node,
   });
   JournalCuts cut_at;
   CollectNodeCuts(env, node, files, &cut_at);
+  if (extra_cuts) {
+    for (const auto& [key, off] : *extra_cuts) {
+      auto it = cut_at.find(key);
+      cut_at[key] = it == cut_at.end() ? off : std::min(it->second, off);
+    }
+  }
 
   for (const auto& f : files) {
     const auto key = std::make_pair(f.generation, f.number);

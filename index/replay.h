@@ -97,8 +97,10 @@ Status ApplyNewestSnapshot(Env* env, const std::string& node, const std::vector<
 // read from from.offset (its header is not re-checked). Default {0, 0, 0}: everything (from the newest
 // usable snapshot on). With a position, a snapshot is used only when the file at `from` is gone (retired)
 // and the newest snapshot covers past it.
+// extra_cuts (optional): journal CUTs not on the export yet (the Store's mount-time recovery journals
+// them at the head of its new generation's journal after the replay), honoured like the collected ones.
 Status ReplayNode(Env* env, const std::string& backing, const std::string& node, IndexDb* index,
-                  ReplayNodeResult* out, const JournalPosition& from = {});
+                  ReplayNodeResult* out, const JournalPosition& from = {}, const JournalCuts* extra_cuts = nullptr);
 
 // Replays every node under `backing` (ListNodes order). out (optional): per-node results.
 Status ReplayAllNodes(Env* env, const std::string& backing, IndexDb* index,

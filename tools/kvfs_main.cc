@@ -1,7 +1,7 @@
 // kvfs: mount / umount / stats / node.
 //
 //   kvfs mount MOUNTPOINT --backing DIR [--node-id ID] [--index-dir DIR] [--cache-size SIZE] [--staging-size SIZE]
-//              [--segment-size SIZE] [--foreground] [--threads N] [--group-commit-ms N] [--direct-io]
+//              [--segment-size SIZE] [--foreground] [--threads N] [--group-commit-ms N] [--sync-interval-ms N] [--direct-io]
 //              [--force] [--splice] [--peer-poll-ms N] [--peer-direct-io] [-o OPTS]...
 //              [--log-level LEVEL] [--config FILE]
 //              [--capacity SIZE] [--high-watermark SIZE] [--low-watermark SIZE]
@@ -82,7 +82,11 @@ int main(int argc, char** argv) {
   mount->add_flag("--quiet,-q", ma.quiet,
                   "print nothing when mounted (default: one line naming the mount, node, segment size and log)");
   mount->add_option("--threads", ma.threads, "max FUSE worker threads (default 32)");
-  mount->add_option("--group-commit-ms", ma.group_commit_ms, "group commit interval in ms (default 20)");
+  mount->add_option("--group-commit-ms", ma.group_commit_ms,
+                    "group commit interval in ms: closed files are journaled (visible to peers) this often (default 20)");
+  mount->add_option("--sync-interval-ms", ma.sync_interval_ms,
+                    "durability interval in ms: segments and journal are fdatasync'd at most this long after a "
+                    "group commit; fsync is always durable at once (default 1000; 0 = fdatasync every group commit)");
   mount->add_flag("--direct-io", ma.direct_io, "O_DIRECT for segment writes (the default; kept for old command lines)");
   mount->add_flag("--buffered-segment-writes", ma.buffered_segment_writes,
                   "write segments through the backing's page cache instead of O_DIRECT (one more copy per byte)");

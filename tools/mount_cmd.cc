@@ -245,6 +245,7 @@ int RunMount(MountArgs a) {
     if (m == 0 || m > kvfs::format::kMaxValueLength) Die(kExitUsage, "--max-file-size must be between 1 and 1TiB");
   }
   so.group_commit_interval_ms = a.group_commit_ms;
+  so.sync_interval_ms = a.sync_interval_ms;
   so.peer_poll_ms = a.peer_poll_ms;
   so.seal_after_ms = a.seal_after_ms;
   // TEST ONLY (not in --help): KVFS_TEST_DEAD_SEGMENT_AGE_MS and KVFS_TEST_DROP_GRACE_MS shorten the

@@ -38,6 +38,7 @@ struct MountArgs {
   bool foreground = false, direct_io = false, buffered_segment_writes = false, force = false, splice = false;
   unsigned threads = 32;
   uint32_t group_commit_ms = 20;
+  uint32_t sync_interval_ms = 1000;  // 0 = every group commit is durable
   uint32_t peer_poll_ms = 200;
   bool peer_direct_io = false;
   uint32_t backing_deadline_ms = 0;

@@ -23,9 +23,10 @@ JournalEntry E(int i) { return JournalEntry::Unlink("/f" + std::to_string(i), i)
 // failure may first take `take_before_fail` entries (as a journal writer that keeps what was appended).
 class FakeJournal {
  public:
-  Status Round(std::vector<JournalEntry>* batch, Status* lost) {
+  Status Round(std::vector<JournalEntry>* batch, Status* lost, bool durable) {
     std::lock_guard<std::mutex> l(mu_);
     rounds_.push_back(batch->size());
+    durable_.push_back(durable);
     Status s;
     if (!script_.empty()) {
       Step st = script_.front();
@@ -63,9 +64,13 @@ class FakeJournal {
     std::lock_guard<std::mutex> l(mu_);
     return rounds_;
   }
+  std::vector<bool> durable() {  // per round: was it a durable round
+    std::lock_guard<std::mutex> l(mu_);
+    return durable_;
+  }
   GroupCommitHooks Hooks(std::vector<Status>* failures = nullptr) {
     GroupCommitHooks h;
-    h.round = [this](std::vector<JournalEntry>* b, Status* lost) { return Round(b, lost); };
+    h.round = [this](std::vector<JournalEntry>* b, Status* lost, bool durable) { return Round(b, lost, durable); };
     h.on_round_failed = [failures](const Status& s) {
       if (failures) failures->push_back(s);
     };
@@ -83,6 +88,7 @@ class FakeJournal {
   std::deque<Step> script_;
   std::vector<std::string> journal_;
   std::vector<size_t> rounds_;
+  std::vector<bool> durable_;
 };
 
 std::vector<std::string> Paths(int from, int to) {
@@ -253,6 +259,74 @@ TEST(GroupCommitTest, ConcurrentEnqueuersKeepEachThreadsOrder) {
     EXPECT_EQ(p, "/t" + std::to_string(t) + "/" + std::to_string(next[t]));
     next[t]++;
   }
+}
+
+// Visibility vs durability (#15): with a durability interval, the interval's rounds only publish; a Sync()
+// runs a durable round (empty here: everything was published already) and only that one satisfies it.
+TEST(GroupCommitTest, RoundsWithinTheSyncIntervalOnlyPublishAndSyncMakesThemDurable) {
+  FakeJournal j;
+  GroupCommitter gc({std::chrono::milliseconds(1), kHour, kHour}, j.Hooks());
+  gc.Start();
+  gc.Enqueue(E(0));
+  j.WaitRounds(1);
+  gc.Enqueue(E(1));
+  j.WaitRounds(2);
+  EXPECT_EQ(j.durable(), (std::vector<bool>{false, false}));
+  ASSERT_TRUE(gc.Sync().ok());
+  EXPECT_EQ(gc.visibility_rounds(), 2u);
+  EXPECT_EQ(j.rounds(), (std::vector<size_t>{1, 1, 0}));
+  EXPECT_EQ(j.durable(), (std::vector<bool>{false, false, true}));
+  EXPECT_EQ(j.journal(), Paths(0, 2));
+  EXPECT_EQ(gc.durable_rounds(), 1u);
+}
+
+// sync_interval 0: every round is durable (the behaviour before #15).
+TEST(GroupCommitTest, ZeroSyncIntervalMakesEveryRoundDurable) {
+  FakeJournal j;
+  GroupCommitter gc({std::chrono::milliseconds(1), kHour, std::chrono::milliseconds(0)}, j.Hooks());
+  gc.Start();
+  gc.Enqueue(E(0));
+  j.WaitRounds(1);
+  EXPECT_EQ(j.durable(), std::vector<bool>{true});
+  EXPECT_EQ(gc.visibility_rounds(), 0u);
+}
+
+// A visibility round is followed by a durable round when the durability interval has passed, with no new
+// entry to start it (the committer wakes for the deadline).
+TEST(GroupCommitTest, ADurableRoundFollowsAVisibilityRoundWithoutNewEntries) {
+  FakeJournal j;
+  GroupCommitter gc({std::chrono::milliseconds(1), kHour, std::chrono::milliseconds(1)}, j.Hooks());
+  gc.Start();
+  gc.Enqueue(E(0));
+  j.WaitRounds(2);
+  EXPECT_EQ(j.rounds(), (std::vector<size_t>{1, 0}));
+  EXPECT_EQ(j.durable(), (std::vector<bool>{false, true}));
+  gc.Stop();  // nothing left to make durable: no further round
+  EXPECT_EQ(gc.durable_rounds(), 1u);
+  EXPECT_EQ(j.rounds().size(), 2u);
+}
+
+// Stop after visibility rounds: the final round is durable (a clean unmount leaves nothing unsynced).
+TEST(GroupCommitTest, StopAfterAVisibilityRoundRunsADurableRound) {
+  FakeJournal j;
+  GroupCommitter gc({std::chrono::milliseconds(1), kHour, kHour}, j.Hooks());
+  gc.Start();
+  gc.Enqueue(E(0));
+  j.WaitRounds(1);
+  gc.Stop();
+  EXPECT_EQ(j.durable(), (std::vector<bool>{false, true}));
+}
+
+// A visibility round that dropped lost entries fails the Sync() of the durable round after it.
+TEST(GroupCommitTest, ALossInAVisibilityRoundFailsTheNextSync) {
+  FakeJournal j;
+  GroupCommitter gc({std::chrono::milliseconds(1), kHour, kHour}, j.Hooks());
+  j.Script(Status::OK(), 0, Status::IOError("lost"));
+  gc.Start();
+  gc.Enqueue(E(0));
+  j.WaitRounds(1);
+  EXPECT_FALSE(gc.Sync().ok());
+  EXPECT_TRUE(gc.Sync().ok());
 }
 
 }  // namespace

@@ -68,6 +68,7 @@ class StoreHarness : public ::testing::Test {
     o.force_takeover = true;
     o.peer_poll_ms = 0;
     o.heartbeat_interval_ms = heartbeat_interval_ms_;
+    o.sync_interval_ms = sync_interval_ms_;
     o.env = env;
     return o;
   }
@@ -164,6 +165,9 @@ class StoreHarness : public ::testing::Test {
   uint64_t segment_size_ = 4ull << 20;
   bool checkpoint_on_close_ = true;  // false: a rebuild reads the journals, not a snapshot
   uint32_t heartbeat_interval_ms_ = StoreOptions().heartbeat_interval_ms;
+  // 0: every group commit fdatasyncs (what most tests assume: a file is durable one round after its
+  // commit); tests of visibility rounds set it (StoreOptions' default is 1000).
+  uint32_t sync_interval_ms_ = 0;
   std::unique_ptr<Store> store_;
 };
 
