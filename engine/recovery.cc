@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <memory>
 
 #include <spdlog/spdlog.h>
@@ -50,10 +51,12 @@ Status PlanLostRecordCuts(Env* env, const std::string& backing, const std::strin
   if (ls.IsNotFound()) return Status::OK();
   KVFS_RETURN_IF_ERROR(ls);
   std::map<uint64_t, std::shared_ptr<BackingFile>> suspect;  // seq -> open file
+  std::set<uint64_t> present;                                // seqs of g's segment files on the export
   for (const auto& n : names) {
     SegmentId id;
     id.node = node;
     if (!ParseSegmentFileName(n, &id.generation, &id.seq) || id.generation != g) continue;
+    present.insert(id.seq);
     auto f = env->Open(SegmentFilePath(backing, id), OpenOptions{});
     if (!f.ok()) {
       if (f.status().IsNotFound()) continue;
@@ -66,10 +69,24 @@ Status PlanLostRecordCuts(Env* env, const std::string& backing, const std::strin
     if (!footer.status().IsNotFound() && !footer.status().IsCorruption()) return footer.status();
     suspect[id.seq] = std::shared_ptr<BackingFile>(std::move(*f));
   }
-  if (suspect.empty()) return Status::OK();
-
   JournalCuts journal_cuts;
   CollectNodeCuts(env, node, files, &journal_cuts);
+  // Segments of g that g dropped (DROP entries): their files are gone legitimately. A segment of g that
+  // is neither on the export nor dropped was created after the last durable round and its name was lost.
+  std::set<uint64_t> dropped;
+  for (const auto& f : files) {
+    if (f.generation != g) continue;
+    JournalReaderOptions ro;
+    auto c = journal_cuts.find({f.generation, f.number});
+    if (c != journal_cuts.end()) ro.limit = c->second;
+    std::vector<std::pair<JournalEntry, JournalPosition>> entries;
+    JournalReadReport rep;
+    if (!ReadJournalFile(env, f.path, ro, &entries, &rep).ok()) continue;
+    for (const auto& [e, pos] : entries) {
+      if (e.op == JournalOp::kDrop && e.segment.node == node && e.segment.generation == g) dropped.insert(e.segment.seq);
+    }
+  }
+  auto missing = [&](uint64_t seq) { return !present.count(seq) && !dropped.count(seq); };
   std::map<std::pair<uint64_t, uint64_t>, bool> verified;  // (seq, record offset) -> record intact
   std::vector<char> buf;
   auto intact = [&](const Location& loc) -> Result<bool> {
@@ -146,9 +163,11 @@ Status PlanLostRecordCuts(Env* env, const std::string& backing, const std::strin
       }
       const bool points = (e.op == JournalOp::kPut || e.op == JournalOp::kMove || e.op == JournalOp::kRename) &&
                           !e.location.empty() && e.location.segment.node == node &&
-                          e.location.segment.generation == g && suspect.count(e.location.segment.seq);
+                          e.location.segment.generation == g &&
+                          (suspect.count(e.location.segment.seq) || missing(e.location.segment.seq));
       if (points) {
-        auto ok = intact(e.location);
+        Result<bool> ok = false;
+        if (!missing(e.location.segment.seq)) ok = intact(e.location);
         if (!ok.ok()) return ok.status();
         if (!*ok) {
           spdlog::error("kvfs: journal {}: {} {} points at a record that did not reach stable storage (segment "
