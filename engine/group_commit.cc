@@ -165,7 +165,8 @@ void GroupCommitter::Loop() {
     last_round_status_ = s.ok() ? lost : s;
     rounds_done_ = round;
     done_cv_.notify_all();
-    if (stop_ && (pending_.empty() || !s.ok())) break;
+    // Stop: a final durable round still runs for visibility rounds that Stop interrupted.
+    if (stop_ && ((pending_.empty() && !undurable_) || !s.ok())) break;
   }
   exited_ = true;
   done_cv_.notify_all();
