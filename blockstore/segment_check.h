@@ -5,7 +5,10 @@
 // The walk (docs/format.md "Segment"):
 //   * the 4 KiB segment header is checked first. A file shorter than one header block, or whose header
 //     block is all zeros, is a crash right after the file was created: header_torn, a torn tail at 0.
-//     Any other bad header is header damage: nothing in the file is trusted (header_ok = false);
+//     Any other bad header is header damage (header_ok = false, header_detail): the records are walked
+//     all the same, since each record carries its own checksums and reads never use the header (the
+//     mount reads such a segment's files fine); only the trailer's nonce cannot be checked, so a trailer
+//     then counts only if its footer lists exactly the records the walk found (else trailer_bad);
 //   * a valid trailer (ReadFooter) means sealed: records end at footer_offset. A trailer magic that
 //     does not check out is trailer_bad (treated as unsealed: the walk runs to the end of the file);
 //   * records are walked forward from 4096 up to limit = min(end, cut) (cut = the offset of a CUT
@@ -49,7 +52,7 @@ struct SegmentCheck {
   bool header_ok = false;
   bool header_torn = false;     // shorter than a header block or an all-zero one (crash right after create)
   std::string header_detail;    // why the header is bad
-  format::SegmentHeader header;  // valid when header_ok
+  format::SegmentHeader header;  // valid when header_ok (records are walked either way)
   bool sealed = false;          // valid trailer + footer
   bool trailer_bad = false;
   std::string trailer_detail;

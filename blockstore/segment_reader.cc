@@ -424,7 +424,7 @@ Result<std::shared_ptr<ValueBuffer>> ReadValueRange(BackingFile* file, const Rec
   return vb;
 }
 
-Result<SegmentFooter> ReadFooter(BackingFile* file, uint64_t file_size) {
+Result<SegmentFooter> ReadFooter(BackingFile* file, uint64_t file_size, bool check_nonce) {
   if (file_size < format::kSegmentHeaderSize + format::kTrailerBlockSize || file_size % kAlignment != 0) {
     return Status::NotFound("segment " + file->path() + ": not sealed (size " + std::to_string(file_size) + ")");
   }
@@ -443,9 +443,11 @@ Result<SegmentFooter> ReadFooter(BackingFile* file, uint64_t file_size) {
                               std::to_string(t.record_count) + " records) does not match file size " +
                               std::to_string(file_size));
   }
-  auto h = ReadSegmentHeader(file);
-  if (!h.ok()) return h.status();
-  if (h->nonce != t.nonce) return Status::Corruption("segment " + file->path() + ": trailer nonce does not match header");
+  if (check_nonce) {
+    auto h = ReadSegmentHeader(file);
+    if (!h.ok()) return h.status();
+    if (h->nonce != t.nonce) return Status::Corruption("segment " + file->path() + ": trailer nonce does not match header");
+  }
   SegmentFooter footer;
   footer.trailer = t;
   const uint64_t bytes = t.record_count * format::kFooterEntrySize;

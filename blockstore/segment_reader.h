@@ -82,7 +82,9 @@ Result<std::shared_ptr<ValueBuffer>> ReadValueRange(BackingFile* file, const Rec
 
 // Footer of a sealed segment of file_size bytes. NotFound when the segment is not sealed (no trailer);
 // Corruption when a trailer is there but it, the footer or the header nonce does not check out.
-Result<SegmentFooter> ReadFooter(BackingFile* file, uint64_t file_size);
+// check_nonce = false skips the header (for a segment whose header is damaged: the caller must then
+// confirm the footer against the records it walked, as CheckSegmentFile does).
+Result<SegmentFooter> ReadFooter(BackingFile* file, uint64_t file_size, bool check_nonce = true);
 
 // Why a scan stopped.
 enum class ScanStop {

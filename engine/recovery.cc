@@ -240,22 +240,22 @@ Status PlanSegmentRecovery(Env* env, const std::string& backing, const std::stri
     const FileRef ref{FileRef::Kind::kSegment, node, id.generation, id.seq};
     if (!sc.header_ok && !sc.header_torn) {
       out->damaged++;
-      spdlog::error("kvfs: segment {}: damaged header ({}); none of its records is trusted (kvfs-fsck reports "
-                    "it); sealing it", path, sc.header_detail);
-    } else {
-      if (!sc.damaged.empty()) {
-        out->damaged++;
-        spdlog::error("kvfs: segment {}: {} damaged region(s) between valid records (kvfs-fsck reports them)", path,
-                      sc.damaged.size());
-      }
-      // The same rule as kvfs-fsck's repair: a damaged trailer not yet cut, or a torn tail, is cut at the
-      // end of the last valid record.
-      if ((sc.trailer_bad && cut == UINT64_MAX) || (!sc.trailer_bad && sc.torn)) {
-        const uint64_t tail = (sc.torn ? sc.limit : sc.size) - sc.tail_start;
-        spdlog::warn("kvfs: segment {}: {} of {} bytes after offset {}; cutting (CUT entry)", path,
-                     sc.trailer_bad ? "damaged trailer," : "torn tail", tail, sc.tail_start);
-        out->cuts.push_back(JournalEntry::Cut(ref, sc.tail_start, 0));
-      }
+      // Reads do not use the header: each record carries its own checksums (segment_check.h).
+      spdlog::error("kvfs: segment {}: damaged header ({}); its {} records are read and checked one by one "
+                    "(kvfs-fsck reports it)", path, sc.header_detail, sc.records.size());
+    }
+    if (!sc.damaged.empty()) {
+      out->damaged++;
+      spdlog::error("kvfs: segment {}: {} damaged region(s) between valid records (kvfs-fsck reports them)", path,
+                    sc.damaged.size());
+    }
+    // The same rule as kvfs-fsck's repair: a damaged trailer not yet cut, or a torn tail, is cut at the
+    // end of the last valid record.
+    if ((sc.trailer_bad && cut == UINT64_MAX) || (!sc.trailer_bad && sc.torn)) {
+      const uint64_t tail = (sc.torn ? sc.limit : sc.size) - sc.tail_start;
+      spdlog::warn("kvfs: segment {}: {} of {} bytes after offset {}; cutting (CUT entry)", path,
+                   sc.trailer_bad ? "damaged trailer," : "torn tail", tail, sc.tail_start);
+      out->cuts.push_back(JournalEntry::Cut(ref, sc.tail_start, 0));
     }
     if (sc.sealed) {
       spdlog::info("kvfs: segment {} is sealed but its SEAL entry was lost; journaling it", path);

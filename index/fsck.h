@@ -74,7 +74,7 @@ enum class FsckKind : uint8_t {
   kJournalDamaged,     // mid-file damage: entries of the damaged block(s) are lost
   kJournalBadEntry,    // a checksummed record that does not decode as an entry
   kJournalTornTail,    // bytes after the last complete entry, not cut
-  kSegmentBadHeader,   // segment header checksum/fields bad: nothing in the file is trusted
+  kSegmentBadHeader,   // segment header checksum/fields bad (unrepairable; its records are checked one by one)
   kSegmentDamaged,     // a damaged region between valid records (records in it are lost)
   kSegmentTornTail,    // bytes after the last valid record that are not a valid footer, not cut
   kSegmentBadTrailer,  // a trailer magic whose checksum / footer / nonce does not check out

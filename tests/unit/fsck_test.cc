@@ -229,6 +229,76 @@ TEST_F(FsckTest, DamagedRecordHeaderGivesDamagedRegionAndDanglingEntry) {
   ExpectReads({"a", "c", "d", "e"});
 }
 
+// Breaker report: one flipped byte in a segment header made --repair UNLINK every file of the segment,
+// although reads never use the header and every record verified. Now: segment-bad-header (unrepairable,
+// nothing lost), no dangling entry, nothing unlinked; only a record that fails itself is dangling.
+TEST_F(FsckTest, DamagedSegmentHeaderLosesOnlyRecordsThatFailThemselves) {
+  OpenStore();
+  auto locs = WriteSet();
+  CloseStore();  // sealed
+  const std::string seg = SegPath(locs["a"]);
+  FlipByte(seg, 20, 0x55);  // the generation field of the header
+  auto r = Run(Opts());
+  const FsckFinding* h = Find(r, FsckKind::kSegmentBadHeader);
+  ASSERT_NE(h, nullptr) << Describe(r);
+  EXPECT_FALSE(h->repairable);
+  EXPECT_EQ(r.Count(FsckKind::kDanglingEntry), 0u) << Describe(r);
+  EXPECT_EQ(r.Count(FsckKind::kSegmentBadTrailer), 0u) << Describe(r);  // the footer matches the records
+  EXPECT_EQ(r.problems, 1u) << Describe(r);
+  ASSERT_EQ(r.nodes.size(), 1u);
+  EXPECT_EQ(r.nodes[0].live_files, 4u);
+  EXPECT_EQ(r.nodes[0].sealed_segments, r.nodes[0].segments);
+
+  auto fixed = Run(Opts(true));
+  EXPECT_EQ(fixed.repaired, 0u) << Describe(fixed);
+  EXPECT_EQ(fixed.Count(FsckKind::kDanglingEntry), 0u);
+  OpenStore();
+  ExpectReads({"a", "b", "c", "d", "e"});
+  CloseStore();
+  fs::remove_all(index_);  // a rebuilt index (and the mount's recovery scan) agrees
+  OpenStore();
+  ExpectReads({"a", "b", "c", "d", "e"});
+  CloseStore();
+
+  // A record that is itself damaged in that segment is still found and its file unlinked.
+  FlipByte(seg, locs["b"].record_offset + 9);
+  r = Run(Opts());
+  EXPECT_EQ(r.Count(FsckKind::kSegmentBadHeader), 1u) << Describe(r);
+  EXPECT_EQ(r.Count(FsckKind::kSegmentDamaged), 1u) << Describe(r);
+  ASSERT_EQ(r.Count(FsckKind::kDanglingEntry), 1u) << Describe(r);
+  EXPECT_EQ(Find(r, FsckKind::kDanglingEntry)->path, "/b");
+  // The footer still lists b, which the walk did not find: without the nonce it is not trusted.
+  EXPECT_EQ(r.Count(FsckKind::kSegmentBadTrailer), 1u) << Describe(r);
+  fixed = Run(Opts(true));
+  EXPECT_EQ(fixed.Count(FsckKind::kDanglingEntry), 1u);
+  OpenStore();
+  Status st;
+  ReadAll("b", &st);
+  EXPECT_TRUE(st.IsNotFound()) << st.ToString();
+  ExpectReads({"a", "c", "d", "e"});
+}
+
+// The same for a crashed (unsealed) segment: sealed logically only, no file lost.
+TEST_F(FsckTest, DamagedHeaderOfCrashedSegmentIsSealedLogically) {
+  OpenStore();
+  auto locs = WriteSet();
+  ASSERT_TRUE(store_->Sync().ok());
+  store_.reset();
+  FlipByte(SegPath(locs["a"]), 20, 0x55);
+  auto r = Run(Opts());
+  EXPECT_EQ(r.Count(FsckKind::kSegmentBadHeader), 1u) << Describe(r);
+  EXPECT_EQ(r.Count(FsckKind::kUnsealedSegment), 1u) << Describe(r);
+  EXPECT_EQ(r.Count(FsckKind::kDanglingEntry), 0u) << Describe(r);
+  auto fixed = Run(Opts(true));
+  EXPECT_EQ(fixed.repaired, 1u) << Describe(fixed);
+  EXPECT_NE(Find(fixed, FsckKind::kUnsealedSegment)->repair.find("logical"), std::string::npos);
+  auto again = Run(Opts(true));
+  EXPECT_EQ(again.problems, 1u) << Describe(again);  // the header itself (unrepairable)
+  EXPECT_EQ(again.repaired, 0u);
+  OpenStore();
+  ExpectReads({"a", "b", "c", "d", "e"});
+}
+
 TEST_F(FsckTest, VerifyDataFindsDamagedValue) {
   OpenStore();
   auto locs = WriteSet();
