@@ -181,6 +181,16 @@ Status ApplyNewestSnapshot(Env* env, const std::string& node, const std::vector<
   return Status::OK();
 }
 
+bool JournalsRetired(const std::vector<JournalFile>& journals, const std::vector<SnapshotFile>& snapshots) {
+  if (journals.empty()) return !snapshots.empty();
+  const JournalFile& oldest = journals.front();
+  if (oldest.number != 0) return true;  // the first files of its generation are gone
+  const auto oldest_key = std::make_pair(oldest.generation, oldest.number);
+  return std::any_of(snapshots.begin(), snapshots.end(), [&](const SnapshotFile& s) {
+    return std::make_pair(s.generation, s.number) <= oldest_key;
+  });
+}
+
 Status ReplayNode(Env* env, const std::string& backing, const std::string& node, IndexDb* index,
                   ReplayNodeResult* out, const JournalPosition& from, const JournalCuts* extra_cuts) {
   NodeFiles nf;
@@ -219,7 +229,7 @@ Status ReplayNode(Env* env, const std::string& backing, const std::string& node,
     auto r = index->ApplyBatch({}, node, cover.ToString());
     if (!r.ok()) return r.status();
     if (start_at < cover) start_at = cover;
-  } else if (want_snapshot || (from_start && !files.empty() && files.front().number != 0)) {
+  } else if (from_start ? JournalsRetired(files, nf.snapshots) : want_snapshot) {
     out->journal_gap = true;
     spdlog::error("kvfs: node {}: journal files were retired and no usable snapshot covers them; names "
                   "only a snapshot held are missing (kvfs-fsck reports it)",

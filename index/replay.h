@@ -6,9 +6,10 @@
 //   * Checkpoints first (index/snapshot.h): the newest snapshot-<g>-<n> of the node that verifies is
 //     applied, and then only the journal files sorting at or after journal-<g>-<n> are read (older files
 //     are covered, or retired). A damaged snapshot is never applied (not even in part): the next older
-//     one is tried, then the journals alone. If no usable snapshot exists although the node has snapshot
-//     files or its oldest journal file is not number 0 of its generation, journals were retired: what
-//     only a snapshot held is lost, which is logged (error) and reported (journal_gap).
+//     one is tried, then the journals alone. If no usable snapshot exists and the journal files that
+//     exist show that some were retired (JournalsRetired), what only a snapshot held is lost, which is
+//     logged (error) and reported (journal_gap). A damaged snapshot alone is no gap: when every journal
+//     file it covers is still there, the journals alone give the whole namespace.
 //   * A node's journal files are read in (generation, number) order with JournalReader skip_damage=true
 //     (damage loses only the entries of the damaged block, journal.h).
 //   * CUT{journal file, offset} entries of the node's OWN journals (the leading CUT entries of every
@@ -101,6 +102,14 @@ Status ApplyNewestSnapshot(Env* env, const std::string& node, const std::vector<
 // them at the head of its new generation's journal after the replay), honoured like the collected ones.
 Status ReplayNode(Env* env, const std::string& backing, const std::string& node, IndexDb* index,
                   ReplayNodeResult* out, const JournalPosition& from = {}, const JournalCuts* extra_cuts = nullptr);
+
+// Whether journal files of a node were retired, from the files that exist (both sorted oldest first, as
+// ListNodeFiles gives them). Retirement (engine/checkpoint.cc) removes the OLDEST journal files, those
+// before a snapshot it keeps: so some were retired iff the oldest journal file is not number 0 of its
+// generation, or a snapshot file (usable or not) names a position at or before the oldest journal file
+// (snapshot-<g>-<n> stands for the files before journal-<g>-<n>), or there are snapshots but no journals.
+// A journal set starting at number 0 before every snapshot is complete: the journals alone cover all.
+bool JournalsRetired(const std::vector<JournalFile>& journals, const std::vector<SnapshotFile>& snapshots);
 
 // Replays every node under `backing` (ListNodes order). out (optional): per-node results.
 Status ReplayAllNodes(Env* env, const std::string& backing, IndexDb* index,

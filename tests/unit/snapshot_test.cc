@@ -544,6 +544,50 @@ TEST_F(CheckpointStoreTest, FsckUnderstandsSnapshotsAndRetiredJournals) {
   EXPECT_EQ(rep->Count(FsckKind::kJournalGap), 1u);
 }
 
+// Breaker report: the only snapshot damaged, no journal file ever retired (journal-1-0 is there): a
+// snapshot-damaged problem, but no journal-gap in fsck nor in the rebuild, and the namespace is whole.
+TEST_F(CheckpointStoreTest, DamagedOnlySnapshotWithAllJournalsIsNoGap) {
+  auto a = Open(Opts("node-a"));
+  ASSERT_TRUE(a);
+  for (int i = 1; i <= 20; i++) Write(a.get(), kRootIno, "f" + std::to_string(i), std::to_string(i) + "\n");
+  ASSERT_TRUE(a->Close().ok());
+  const auto expected = Rebuilt("expected");
+  ASSERT_EQ(expected.size(), 20u);
+  NodeFiles nf = Files("node-a");
+  ASSERT_EQ(nf.snapshots.size(), 1u);
+  ASSERT_FALSE(nf.journals.empty());
+  ASSERT_EQ(nf.journals.front().number, 0u);
+  std::string data = ReadAll(nf.snapshots.front().path);
+  data[100] ^= 0x55;
+  WriteAll(nf.snapshots.front().path, data);
+  std::map<std::string, ReplayNodeResult> res;
+  EXPECT_EQ(Rebuilt("journals", &res), expected);
+  EXPECT_EQ(res["node-a"].snapshot, "");
+  EXPECT_EQ(res["node-a"].bad_snapshots.size(), 1u);
+  EXPECT_FALSE(res["node-a"].journal_gap);
+  FsckOptions fo;
+  fo.backing_dir = backing_;
+  auto rep = RunFsck(fo);
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  EXPECT_EQ(rep->Count(FsckKind::kSnapshotDamaged), 1u);
+  EXPECT_EQ(rep->Count(FsckKind::kJournalGap), 0u);
+  ASSERT_EQ(rep->nodes.size(), 1u);
+  EXPECT_EQ(rep->nodes[0].live_files, 20u);
+}
+
+TEST(JournalsRetiredTest, ReadOffTheFilesThatExist) {
+  auto j = [](uint64_t g, uint64_t n) { JournalFile f; f.generation = g; f.number = n; return f; };
+  auto s = [](uint64_t g, uint64_t n) { SnapshotFile f; f.generation = g; f.number = n; return f; };
+  EXPECT_FALSE(JournalsRetired({}, {}));
+  EXPECT_TRUE(JournalsRetired({}, {s(1, 1)}));
+  EXPECT_FALSE(JournalsRetired({j(1, 0)}, {}));
+  EXPECT_FALSE(JournalsRetired({j(1, 0)}, {s(1, 1)}));           // the breaker's case
+  EXPECT_FALSE(JournalsRetired({j(1, 0), j(1, 1), j(2, 0)}, {s(1, 1), s(2, 1)}));
+  EXPECT_TRUE(JournalsRetired({j(1, 3), j(1, 4)}, {s(1, 3), s(1, 4)}));  // a generation's first files gone
+  EXPECT_TRUE(JournalsRetired({j(2, 0), j(2, 1)}, {s(2, 0), s(2, 1)}));  // all of generation 1 gone
+  EXPECT_TRUE(JournalsRetired({j(3, 0)}, {s(2, 5)}));
+}
+
 // Issue 7 bug: a purged node was still listed by a node (itself or a peer) reusing its old index.
 TEST_F(CheckpointStoreTest, PurgedNodeVanishesFromReusedIndexes) {
   auto a = Open(Opts("node-a"));
