@@ -42,7 +42,11 @@
 // this file parses the command line and runs the profiles and modes.
 #include <unistd.h>
 
+#include <errno.h>
+
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -55,6 +59,7 @@
 #include "blockstore/s3_client.h"
 #include "blockstore/s3_env.h"
 #include "tools/bench_config.h"
+#include "tools/cli_parse.h"
 #include "tools/bench_phases.h"
 #include "tools/bench_profiles.h"
 #include "tools/bench_report.h"
@@ -63,9 +68,10 @@
 namespace kvfs::bench {
 namespace {
 
+// Bad arguments: one line, exit 2 (tools/cli_parse.h); --help: the usage on stdout, exit 0.
 [[noreturn]] void Usage(const char* msg) {
-  if (msg) std::fprintf(stderr, "kvfs-bench: %s\n", msg);
-  std::fprintf(stderr,
+  if (msg) std::exit(kvfs::cli::UsageError("kvfs-bench", msg));
+  std::fprintf(stdout,
                "usage: kvfs-bench [--profile P[,P...]|all] [--chunks N (200)] [--threads T (4)] [--chunk-bytes B]\n"
                "  [--hit-ratio F (0.5)] [--latency-us US (500)] [--data-mbps MBPS (0)]\n"
                "  [--modes direct,kvfs,tmpfs (default) | any of direct,ceiling,kvfs,tmpfs] [--repeat R (1)]\n"
@@ -82,7 +88,37 @@ namespace {
                "   default max(chunks x chunk bytes, 64MiB))] [--trie-depth D (16: vua-trie chunks per sequence = levels)]\n"
                "profiles: vllm llmd lmcache-fs lmcache-nixl sglang-file sglang-nixl creates\n"
                "  lmcache-link dynamo-g4 vua-trie vllm-tp-pwrite vllm-slotfile\n");
-  std::exit(2);
+  std::exit(0);
+}
+
+// Checked values: a flag's value that is not what it should be is a usage error, never an exception
+// (std::stoull threw on "abc" and wrapped "-3" around).
+uint64_t Count(const std::string& flag, const std::string& v) {
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+  if (v.empty() || !std::isdigit(static_cast<unsigned char>(v[0])) || *end != 0 || errno == ERANGE) {
+    Usage((flag + ": '" + v + "' is not a whole number >= 0").c_str());
+  }
+  return n;
+}
+unsigned SmallCount(const std::string& flag, const std::string& v) {
+  const uint64_t n = Count(flag, v);
+  if (n > 1000000000ull) Usage((flag + ": " + v + " is too large").c_str());
+  return static_cast<unsigned>(n);
+}
+double Number(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != 0 || !std::isfinite(d) || d < 0) {
+    Usage((flag + ": '" + v + "' is not a number >= 0").c_str());
+  }
+  return d;
+}
+uint64_t Size(const std::string& flag, const std::string& v) {
+  const uint64_t n = ParseSizeOr(v, UINT64_MAX);
+  if (n == UINT64_MAX) Usage((flag + ": '" + v + "' is not a size (e.g. 4096, 256MiB, 1G)").c_str());
+  return n;
 }
 
 std::vector<std::string> Split(const std::string& s) {
@@ -109,31 +145,31 @@ int main(int argc, char** argv) {
     };
     if (a == "--profile" || a == "--profiles") cfg.profiles = Split(val());
     else if (a == "--modes") cfg.modes = Split(val());
-    else if (a == "--chunks") cfg.chunks = std::stoull(val());
-    else if (a == "--chunk-bytes") cfg.chunk_bytes = std::stoull(val());
-    else if (a == "--threads") cfg.threads = static_cast<unsigned>(std::stoul(val()));
-    else if (a == "--hit-ratio") cfg.hit_ratio = std::stod(val());
-    else if (a == "--latency-us") cfg.latency_us = std::stol(val());
-    else if (a == "--data-mbps") cfg.data_mbps = std::stod(val());
+    else if (a == "--chunks") cfg.chunks = Count(a, val());
+    else if (a == "--chunk-bytes") cfg.chunk_bytes = Size(a, val());
+    else if (a == "--threads") cfg.threads = SmallCount(a, val());
+    else if (a == "--hit-ratio") cfg.hit_ratio = Number(a, val());
+    else if (a == "--latency-us") cfg.latency_us = static_cast<long>(Count(a, val()));
+    else if (a == "--data-mbps") cfg.data_mbps = Number(a, val());
     else if (a == "--work") cfg.work = val();
     else if (a == "--tmpfs") cfg.tmpfs = val();
     else if (a == "--build") cfg.build = val();
     else if (a == "--json") cfg.json_out = val();
-    else if (a == "--lookup-batch") cfg.lookup_batch = static_cast<unsigned>(std::stoul(val()));
+    else if (a == "--lookup-batch") cfg.lookup_batch = SmallCount(a, val());
     else if (a == "--no-cold-load") cfg.cold_load = false;
     else if (a == "--no-progress") cfg.progress = false;
     else if (a == "--kvfs-arg") cfg.kvfs_args.push_back(val());
     else if (a == "--nfsim-arg") cfg.nfsim_args.push_back(val());
     else if (a == "--ceiling-arg") cfg.ceiling_args.push_back(val());
-    else if (a == "--repeat") cfg.repeat = static_cast<unsigned>(std::stoul(val()));
+    else if (a == "--repeat") cfg.repeat = SmallCount(a, val());
     else if (a == "--fill-bytes") {
       std::string v = val();
-      cfg.fill_bytes = v == "auto" ? -1 : static_cast<int64_t>(ParseSizeOr(v, 0));
+      cfg.fill_bytes = v == "auto" ? -1 : static_cast<int64_t>(Size(a, v));
     }
     else if (a == "--phase-hook") cfg.phase_hook = val();
-    else if (a == "--ranks") cfg.ranks = static_cast<unsigned>(std::stoul(val()));
-    else if (a == "--file-bytes") cfg.file_bytes = ParseSizeOr(val(), 0);
-    else if (a == "--trie-depth") cfg.trie_depth = static_cast<unsigned>(std::stoul(val()));
+    else if (a == "--ranks") cfg.ranks = SmallCount(a, val());
+    else if (a == "--file-bytes") cfg.file_bytes = Size(a, val());
+    else if (a == "--trie-depth") cfg.trie_depth = SmallCount(a, val());
     else if (a == "--s3") cfg.s3_url = val();
     else if (a == "--s3-endpoint") cfg.s3_endpoint = val();
     else if (a == "--s3-region") cfg.s3_region = val();

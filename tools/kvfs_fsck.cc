@@ -35,6 +35,7 @@
 #include "blockstore/s3_env.h"
 #include "index/fsck.h"
 #include "index/index_db.h"
+#include "tools/cli_parse.h"
 
 namespace {
 
@@ -55,7 +56,7 @@ DESCRIPTION
     (with --verify-data also every 64 KiB value block checksum). It reports:
       journal-damaged / journal-bad-entry / journal-unreadable   lost journal entries (unrepairable)
       journal-torn-tail / segment-torn-tail                      bytes after the last complete entry/record
-      segment-bad-header / segment-damaged                       untrusted segment / damaged region
+      segment-bad-header / segment-damaged                       damaged header (records checked) / region
       segment-bad-trailer                                        a sealed segment whose footer/trailer is bad
       unsealed-segment                                           unsealed segment of an older generation
       seal-not-journaled                                         sealed on disk without a SEAL entry
@@ -92,7 +93,7 @@ OPTIONS
     --verify-data         also verify every value block checksum (reads every byte)
     --json                print the report as one JSON object
     --verbose             list informational findings (orphans) one by one
-    --heartbeat-timeout S a heartbeat older than S seconds (default 30) means the owner is dead
+    --heartbeat-timeout S a heartbeat older than S seconds (default 30; a number >= 0) means the owner is dead
     --backing-mode MODE   the mode the site's mounts use (kvfs mount --backing-mode; default 0600): files
                           and directories under .kvfs looser than it are warned about (loose-mode; the
                           exit status does not change); files a repair creates get it
@@ -209,7 +210,8 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "JSON report");
   app.add_flag("--verify-data", o.verify_data, "verify every value checksum");
   app.add_flag("--verbose,-v", verbose, "list informational findings too");
-  app.add_option("--heartbeat-timeout", hb_timeout, "seconds after which a heartbeat is stale (default 30)");
+  app.add_option("--heartbeat-timeout", hb_timeout, "seconds after which a heartbeat is stale (default 30)")
+      ->check(kvfs::cli::NonNegativeSeconds());
   app.add_option("--backing-mode", backing_mode,
                  "the site's kvfs mount --backing-mode (default 0600): modes looser than it are warned "
                  "about; files a --repair creates get it");
@@ -227,11 +229,8 @@ int main(int argc, char** argv) {
   app.add_option("--remove-stale-temp", stale_temp,
                  "list (with --repair: unlink) connector temp files (*.tmp) older than AGE (s, m, h, d)");
   app.add_option("--dump-index", dump_index, "print the content of an index directory as JSON (tests)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "kvfs-fsck: %s\n(see kvfs-fsck --help)\n", e.what());
-    return kExitUsage;
+  if (int rc = kvfs::cli::Parse(&app, "kvfs-fsck", std::vector<std::string>(argv + 1, argv + argc)); rc >= 0) {
+    return rc;
   }
   if (help) {
     std::fputs(kManual, stdout);

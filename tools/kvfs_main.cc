@@ -29,6 +29,7 @@
 
 #include "tools/build_info.h"
 #include "tools/cli_args.h"
+#include "tools/cli_parse.h"
 #include "tools/cli_util.h"
 #include "tools/mount_cmd.h"
 #include "tools/node_cmd.h"
@@ -138,7 +139,8 @@ int main(int argc, char** argv) {
   double utimeout = 120;
   auto* umount = app.add_subcommand("umount", "unmount and wait for the daemon to flush and exit");
   umount->add_option("mountpoint", ump, "the kvfs mount point")->required();
-  umount->add_option("--timeout", utimeout, "seconds to wait for the daemon (default 120)");
+  umount->add_option("--timeout", utimeout, "seconds to wait for the daemon (default 120)")
+      ->check(NonNegativeSeconds());
 
   std::string smp;
   bool sjson = false;
@@ -172,23 +174,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvfs: %s\n", cfg_err.c_str());
     return kExitUsage;
   }
-  try {
-    std::reverse(args.begin(), args.end());  // CLI11 takes the arguments reversed
-    app.parse(args);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::string what = e.what();
-    for (auto& ch : what) {
-      if (ch == '\n') ch = ' ';
-    }
-    std::fprintf(stderr, "kvfs: %s (see kvfs --help)\n", what.c_str());
-    return kExitUsage;
-  }
+  if (int rc = Parse(&app, "kvfs", args); rc >= 0) return rc;
 
   // A path the user may not reach (a directory without search permission, say) is one line and exit 2,
   // never an uncaught std::filesystem exception.

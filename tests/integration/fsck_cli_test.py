@@ -33,6 +33,95 @@ def fsck(*args):
 
 
 @kf.skip_unless_fuse
+class BreakerDamage(unittest.TestCase):
+    """The breaker's two reports: fsck's verdict must match what the mount does when it reads."""
+
+    def setUp(self):
+        self.b = kf.Backing(prefix="kvfs-fsck-breaker-")
+        with kf.mounted(backing=self.b, node_id="ng") as (mnt, _, _):
+            for i in range(1, 21):
+                with open(os.path.join(mnt, "f%d" % i), "w") as f:
+                    f.write("%d\n" % i)
+        self.node_dir = os.path.join(self.b.backing, ".kvfs", "v1", "nodes", "ng")
+
+    def tearDown(self):
+        self.b.cleanup()
+
+    def flip(self, path, offset):
+        with open(path, "r+b") as f:
+            f.seek(offset)
+            f.write(b"\x55")
+
+    def read_all(self):
+        with kf.mounted(backing=self.b, node_id="ng") as (mnt, _, _):
+            return {n: open(os.path.join(mnt, n)).read() for n in os.listdir(mnt)}
+
+    def test_damaged_segment_header_unlinks_nothing(self):
+        seg = os.path.join(self.node_dir, "seg")
+        segs = [n for n in os.listdir(seg) if n.endswith(".kseg")]
+        self.assertEqual(len(segs), 1)
+        self.flip(os.path.join(seg, segs[0]), 20)
+        want = {"f%d" % i: "%d\n" % i for i in range(1, 21)}
+        self.assertEqual(self.read_all(), want)  # the mount reads them fine: records are self-checksummed
+        r = fsck(self.b.backing)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("segment-bad-header", r.stdout)
+        self.assertNotIn("dangling-entry", r.stdout)
+        self.assertIn("1 problem(s)", r.stdout)
+        r = fsck(self.b.backing, "--repair")
+        self.assertNotIn("UNLINK", r.stdout)
+        self.assertEqual(self.read_all(), want)
+        shutil.rmtree(self.b.index)
+        self.assertEqual(self.read_all(), want)  # a rebuilt index too
+
+    def test_damaged_only_snapshot_is_no_journal_gap(self):
+        snaps = [n for n in os.listdir(self.node_dir) if n.startswith("snapshot-")]
+        self.assertEqual(len(snaps), 1, os.listdir(self.node_dir))
+        self.flip(os.path.join(self.node_dir, snaps[0]), 100)
+        r = fsck(self.b.backing)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("snapshot-damaged", r.stdout)
+        self.assertNotIn("journal-gap", r.stdout)
+        shutil.rmtree(self.b.index)
+        self.assertEqual(self.read_all(), {"f%d" % i: "%d\n" % i for i in range(1, 21)})
+
+
+class OneLineUsageErrors(unittest.TestCase):
+    """kvfs, kvfs-fsck and kvfs-bench answer a bad command line alike (tools/cli_parse.h): one line
+    "PROG: WHAT (see PROG --help)" on stderr, exit 2."""
+
+    def check(self, cmd, needle):
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, (cmd, r.stdout, r.stderr))
+        self.assertEqual(len(r.stderr.splitlines()), 1, (cmd, r.stderr))
+        prog = os.path.basename(cmd[0])
+        self.assertTrue(r.stderr.startswith(prog + ": "), r.stderr)
+        self.assertIn("(see %s --help)" % prog, r.stderr)
+        self.assertIn(needle, r.stderr, cmd)
+        self.assertEqual(r.stdout, "", cmd)
+
+    def test_kvfs_and_fsck(self):
+        self.check([kf.kvfs_binary(), "stats", "/nonexistent", "--bogus"], "--bogus")
+        self.check([kf.kvfs_binary(), "umount", "/nonexistent", "--timeout", "-3"], "--timeout")
+        self.check([fsck_binary(), "/nonexistent", "--bogus"], "--bogus")
+        self.check([fsck_binary(), "/nonexistent", "--rebuild-index"], "--rebuild-index")
+        self.check([fsck_binary(), "/nonexistent", "--heartbeat-timeout", "-3"], "--heartbeat-timeout")
+
+    def test_bench(self):
+        bench = os.path.join(os.path.dirname(kf.kvfs_binary()), "kvfs-bench")
+        if not os.path.exists(bench):
+            self.skipTest("kvfs-bench not built")
+        for args, needle in ((["--bogus"], "--bogus"), (["--chunks"], "--chunks"), (["--chunks", "abc"], "abc"),
+                             (["--chunks", "-3"], "-3"), (["--threads", "0"], "threads"),
+                             (["--hit-ratio", "nan"], "--hit-ratio"), (["--modes", "x"], "unknown mode"),
+                             (["--file-bytes", "lots"], "--file-bytes")):
+            self.check([bench] + args, needle)
+        r = subprocess.run([bench, "--help"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("usage: kvfs-bench", r.stdout)
+
+
+@kf.skip_unless_fuse
 class FsckExitCodes(unittest.TestCase):
     def setUp(self):
         self.b = kf.Backing(prefix="kvfs-fsck-cli-")
@@ -97,11 +186,16 @@ class FsckExitCodes(unittest.TestCase):
         for args, needle in (((self.b.backing, "--bogus"), "--bogus"), ((), "missing BACKING"),
                              ((self.b.root,), "kvfs"), ((self.b.backing, "--node", "nope"), "nope"),
                              ((self.b.backing, "--backing-mode", "0400"), "--backing-mode"),
-                             (("s3://bucket/prefix",), "needs --s3-endpoint URL")):
+                             (("s3://bucket/prefix",), "needs --s3-endpoint URL"),
+                             ((self.b.backing, "--rebuild-index"), "--rebuild-index"),
+                             ((self.b.backing, "--heartbeat-timeout", "-3"), "--heartbeat-timeout"),
+                             ((self.b.backing, "--heartbeat-timeout", "nan"), "--heartbeat-timeout"),
+                             ((self.b.backing, "--heartbeat-timeout", "x"), "--heartbeat-timeout")):
             r = fsck(*args)
             self.assertEqual(r.returncode, 2, (args, r.stdout, r.stderr))
             self.assertIn(needle, r.stderr, args)
             self.assertTrue(r.stderr.startswith("kvfs-fsck: "), r.stderr)
+            self.assertEqual(len(r.stderr.splitlines()), 1, (args, r.stderr))  # one line, as kvfs's
 
     def test_3_repair_refused_for_a_live_owner(self):
         with kf.mounted(backing=self.b, node_id="n1"):
