@@ -124,7 +124,10 @@ class Metrics(unittest.TestCase):
                 js = kf.stats(mnt)  # the same snapshot source as /metrics: no I/O in between
                 rel = val(after, "kvfs_fuse_operation_duration_seconds_count", op="release")
                 wr = val(after, "kvfs_fuse_operation_duration_seconds_count", op="write")
-                if (rel - rel0 >= 3 * n_files and wr - wr0 >= 2 * n_files) or time.time() > deadline:
+                # ... and the durable round (--sync-interval-ms, 1 s by default) that follows the writes.
+                syncs = val(after, "kvfs_backing_operations_total", op="sync") - \
+                    val(before, "kvfs_backing_operations_total", op="sync")
+                if (rel - rel0 >= 3 * n_files and wr - wr0 >= 2 * n_files and syncs >= 1) or time.time() > deadline:
                     break
                 time.sleep(0.01)
 
