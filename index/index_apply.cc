@@ -242,12 +242,8 @@ struct Applier {
         // not empty here (a peer created something in it meanwhile: a cross-node race) or a
         // non-directory keeps the destination, and the source stays where it was.
         if (dd->ino == src->attr.ino || !S_ISDIR(dd->mode)) return false;
-        auto empty = o.DirEmpty(dd->ino);
-        if (!empty.ok()) return empty.status();
-        if (!*empty) return false;
-        KVFS_RETURN_IF_ERROR(o.RemoveEntryAndInode(*dparent, dleaf, *dd));
-        KVFS_RETURN_IF_ERROR(o.TouchDir(*dparent, -1));
-        res.changed.push_back({*dparent, dleaf, dd->ino, 0});
+        auto removed = RemoveEmptyDir(*dparent, dleaf, *dd);
+        if (!removed.ok() || !*removed) return removed;
       }
       o.UnlinkDentry(*sparent, sleaf, *sd);
       KVFS_RETURN_IF_ERROR(o.Link(*dparent, dleaf, src->attr.ino, src->attr.mode, 0, ""));
@@ -320,12 +316,17 @@ struct Applier {
     std::optional<DentryVal> cur;
     KVFS_RETURN_IF_ERROR(o.GetDentry(*parent, leaf, &cur));
     if (!cur || !S_ISDIR(cur->mode)) return false;
-    auto empty = o.DirEmpty(cur->ino);
+    return RemoveEmptyDir(*parent, leaf, *cur);
+  }
+
+  // Removes parent/leaf, the directory d, if it is empty; false (nothing done) if it is not.
+  Result<bool> RemoveEmptyDir(uint64_t parent, const std::string& leaf, const DentryVal& d) {
+    auto empty = o.DirEmpty(d.ino);
     if (!empty.ok()) return empty.status();
     if (!*empty) return false;
-    KVFS_RETURN_IF_ERROR(o.RemoveEntryAndInode(*parent, leaf, *cur));
-    KVFS_RETURN_IF_ERROR(o.TouchDir(*parent, -1));
-    res.changed.push_back({*parent, leaf, cur->ino, 0});
+    KVFS_RETURN_IF_ERROR(o.RemoveEntryAndInode(parent, leaf, d));
+    KVFS_RETURN_IF_ERROR(o.TouchDir(parent, -1));
+    res.changed.push_back({parent, leaf, d.ino, 0});
     return true;
   }
 

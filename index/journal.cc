@@ -255,17 +255,8 @@ Status JournalWriter::Sync() {
     auto f = FileFor(n);
     Status s = f.ok() ? (*f)->Sync() : f.status();
     if (!s.ok()) {
-      if (s.IsTimedOut()) files_.erase(n);  // reopened by the next Flush (see FlushLocked)
-      // fdatasync failed: the kernel may have dropped the dirty pages. Re-queue every byte written
-      // since the last good Sync so the next Sync writes and syncs it again.
-      std::lock_guard<std::mutex> l(mu_);
-      for (size_t j = unsynced_.size(); j > 0; j--) {
-        pending_bytes_ += unsynced_[j - 1].data.size();
-        pending_.push_front(std::move(unsynced_[j - 1]));
-      }
-      unsynced_.clear();
-      written_back_chunks_ = 0;
-      return s;
+      // fdatasync failed: the kernel may have dropped the dirty pages; the next Sync writes them again.
+      return RequeueUnsynced(n, s);
     }
   }
   unsynced_.clear();
@@ -283,6 +274,20 @@ Status JournalWriter::Sync() {
   return Status::OK();
 }
 
+Status JournalWriter::RequeueUnsynced(uint64_t file_number, const Status& s) {
+  if (s.IsTimedOut()) files_.erase(file_number);  // reopened by the next Flush (see FlushLocked)
+  // Every byte written since the last good Sync goes back to the front of pending_, in order, so the
+  // next Flush/Sync rewrites (and syncs) it.
+  std::lock_guard<std::mutex> l(mu_);
+  for (size_t j = unsynced_.size(); j > 0; j--) {
+    pending_bytes_ += unsynced_[j - 1].data.size();
+    pending_.push_front(std::move(unsynced_[j - 1]));
+  }
+  unsynced_.clear();
+  written_back_chunks_ = 0;
+  return s;
+}
+
 Status JournalWriter::WriteBack() {
   std::lock_guard<std::mutex> io(io_mu_);
   KVFS_RETURN_IF_ERROR(FlushLocked());
@@ -292,17 +297,8 @@ Status JournalWriter::WriteBack() {
     auto f = FileFor(n);
     Status s = f.ok() ? (*f)->WriteBack() : f.status();
     if (!s.ok()) {
-      if (s.IsTimedOut()) files_.erase(n);  // reopened by the next Flush (see FlushLocked)
-      // A failed write-back may have dropped dirty pages, as a failed fdatasync: rewrite every byte
-      // written since the last good Sync at the next Flush/Sync.
-      std::lock_guard<std::mutex> l(mu_);
-      for (size_t j = unsynced_.size(); j > 0; j--) {
-        pending_bytes_ += unsynced_[j - 1].data.size();
-        pending_.push_front(std::move(unsynced_[j - 1]));
-      }
-      unsynced_.clear();
-      written_back_chunks_ = 0;
-      return s;
+      // A failed write-back may have dropped dirty pages, as a failed fdatasync.
+      return RequeueUnsynced(n, s);
     }
   }
   written_back_chunks_ = unsynced_.size();

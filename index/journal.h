@@ -138,6 +138,9 @@ class JournalWriter {
   void EmitLocked(const char* data, size_t n);                             // requires mu_
   void StartFileLocked(uint64_t number);                                   // requires mu_
   Status FlushLocked();                                                    // requires io_mu_
+  // A Sync or WriteBack of file_number failed with s: drops the file if it timed out and re-queues every
+  // byte written since the last good Sync; returns s. Requires io_mu_ (takes mu_).
+  Status RequeueUnsynced(uint64_t file_number, const Status& s);
   Result<BackingFile*> FileFor(uint64_t number);                           // requires io_mu_
 
   const JournalWriterOptions opts_;
