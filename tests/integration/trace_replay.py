@@ -9,16 +9,20 @@ What a replay does
   - Substitutes EMPTY_DIR for $ROOT and re-executes every operation with real syscalls, in file order
     (sequential mode, which the trace guarantees reproduces every recorded result) or with one thread per
     recorded tid and a barrier at each `# phase:` marker (concurrent mode: racing calls may then differ).
-  - Every data buffer is a page-aligned anonymous mmap, so O_DIRECT reads and writes work.
-    read/readv use readv(2) and pread64 uses preadv(2) into that buffer (os.read would pass an unaligned
-    buffer); write/pwrite64/writev use write(2)/pwrite(2)/writev(2) from it.
+  - Every data buffer is a page-aligned anonymous mmap (one per thread, reused), so O_DIRECT reads and
+    writes work. read/readv use readv(2) and pread64 uses preadv(2) into that buffer (os.read would pass
+    an unaligned buffer); write/pwrite64/writev use write(2)/pwrite(2)/writev(2) from it.
   - Write content: pattern blkN[@OFF] = little-endian uint64 words, word k = (N << 32) + k, counted from
     offset 0 of the file; `zero`; `b64:`. Read content is hashed (sha256) and checked against `expect=`.
+  - Ops: the table in tests/data/traces/README.md ("Format"); openat/mkdirat/faccessat also take
+    `hDIR NAME` (relative to a directory handle), link is link(2), fallocate is fallocate(2).
 
 Observations (`Replayer.observations`): one tuple per op, (line number, tid, op, result) where result is
 the trace's notation: a number, a handle `hN`, an errno name, `0 type=reg size=N` / `0 type=dir` for the
 stat family (directory sizes are not part of the contract), `N sha256=<hex>` for reads, hex for F_GETFL,
-`bsize=N` for statfs. Two replays of one trace are equivalent when their observation lists are equal.
+`bsize=N` for statfs, and `R accept=E` for an op recorded `-> R accept=E` that gave R or E (both are
+correct, e.g. fallocate's EOPNOTSUPP). Two replays of one trace are equivalent when their observation
+lists are equal.
 
 Compared with the recording (`Replayer.mismatches`): every result, except F_GETFL values, directory sizes
 and statfs values (they depend on the file system, as the trace README says); read content must equal the
@@ -29,6 +33,7 @@ are not compared with the recording.
 import argparse
 import array
 import base64
+import ctypes
 import errno
 import fcntl
 import hashlib
@@ -45,7 +50,39 @@ if HERE not in sys.path:
 from kvfs_target import access_errno, aligned_buffer  # noqa: E402
 
 DATA_OPS = {"read", "readv", "pread64", "write", "writev", "pwrite64"}
-RACY_LOOKUPS = {"stat", "lstat", "access", "mkdir"}
+RACY_LOOKUPS = {"stat", "lstat", "access", "mkdir", "faccessat", "mkdirat"}
+# Ops that create, rename or remove the names they are given (for the concurrent mode's path order).
+NAME_CHANGES = {"mkdir", "mkdirat", "rmdir", "rename", "unlink", "link"}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+_libc.fallocate.restype = ctypes.c_int
+_libc.faccessat.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
+_libc.faccessat.restype = ctypes.c_int
+FALLOC_FLAGS = {"FALLOC_FL_KEEP_SIZE": 0x01, "FALLOC_FL_PUNCH_HOLE": 0x02, "FALLOC_FL_COLLAPSE_RANGE": 0x08,
+                "FALLOC_FL_ZERO_RANGE": 0x10, "FALLOC_FL_INSERT_RANGE": 0x20, "FALLOC_FL_UNSHARE_RANGE": 0x40}
+ACCESS_MODES = {"F_OK": os.F_OK, "R_OK": os.R_OK, "W_OK": os.W_OK, "X_OK": os.X_OK}
+
+
+def _libc_result(r):
+    if r == 0:
+        return "0"
+    e = ctypes.get_errno()
+    return errno.errorcode.get(e, str(e))
+
+
+def _falloc_mode(text):
+    v = 0
+    for name in text.split("|"):
+        v |= FALLOC_FLAGS[name] if name in FALLOC_FLAGS else int(name, 0)
+    return v
+
+
+def _access_mode(text):
+    v = 0
+    for m in text.split("|"):
+        v |= ACCESS_MODES[m]
+    return v
 
 
 class TraceOp:
@@ -104,27 +141,65 @@ def parse_trace(path):
 # ------------------------------------------------------------------------------------------------
 # Content patterns.
 
-def pattern_bytes(spec, length):
-    """Bytes of `spec` (blkN[@OFF] | zero[@OFF] | b64:...) for an op of `length` bytes."""
+_TEMPLATE = [b""]  # little-endian uint64 words k = 0, 1, 2, ... (blk0 from offset 0), grown on demand
+_TEMPLATE_LOCK = threading.Lock()
+
+
+def _template(nbytes):
+    """At least `nbytes` of the blk0 sequence (built once per process, then sliced)."""
+    with _TEMPLATE_LOCK:
+        t = _TEMPLATE[0]
+        if len(t) < nbytes:
+            words = array.array("Q", range(max(nbytes, 2 * len(t)) // 8 + 1))
+            if sys.byteorder != "little":
+                words.byteswap()
+            t = _TEMPLATE[0] = words.tobytes()
+        return t
+
+
+def fill_pattern(dst, spec, length, skip=0):
+    """Writes bytes [OFF + skip, OFF + skip + length) of `spec` (blkN[@OFF] | zero[@OFF] | b64:...) into
+    dst[:length] (a writable buffer: memoryview, mmap, bytearray)."""
     if spec.startswith("b64:"):
         data = base64.b64decode(spec[4:])
-        if len(data) != length:
+        if skip == 0 and len(data) != length:
             raise ValueError("b64 pattern has %d bytes, op has %d" % (len(data), length))
-        return data
+        dst[:length] = data[skip:skip + length]
+        return
     base, _, off = spec.partition("@")
-    off = int(off) if off else 0
+    off = (int(off) if off else 0) + skip
     if base == "zero":
-        return bytes(length)
-    if base.startswith("blk"):
-        n = int(base[3:])
-        first, last = off // 8, (off + length + 7) // 8
-        words = array.array("Q", range((n << 32) + first, (n << 32) + last))
-        if sys.byteorder != "little":
-            words.byteswap()
-        raw = words.tobytes()
-        skip = off - first * 8
-        return raw[skip:skip + length]
-    raise ValueError("unsupported pattern %r" % spec)
+        dst[:length] = bytes(length)
+        return
+    if not base.startswith("blk"):
+        raise ValueError("unsupported pattern %r" % spec)
+    n = int(base[3:])
+    if not 0 <= n < (1 << 32):
+        raise ValueError("block number out of range in %r" % spec)
+    if off % 8:
+        # Rare (unaligned start): build whole words, then cut.
+        first = off // 8
+        tmp = bytearray(((off + length + 7) // 8 - first) * 8)
+        fill_pattern(tmp, "blk%d@%d" % (n, first * 8), len(tmp))
+        dst[:length] = tmp[off - first * 8:off - first * 8 + length]
+        return
+    # Word k = (n << 32) + k with k < 2**32: the low 4 bytes of each word come from the blk0 template,
+    # the high 4 bytes are n's (little-endian), set with strided slice assignments.
+    t = _template(off + length)
+    dst[:length] = memoryview(t)[off:off + length]
+    for j in range(4):
+        b = (n >> (8 * j)) & 0xFF
+        if b:
+            cnt = len(range(4 + j, length, 8))
+            if cnt:
+                dst[4 + j:length:8] = bytes((b,)) * cnt
+
+
+def pattern_bytes(spec, length):
+    """Bytes of `spec` (blkN[@OFF] | zero[@OFF] | b64:...) for an op of `length` bytes."""
+    out = bytearray(length)
+    fill_pattern(out, spec, length)
+    return bytes(out)
 
 
 class PatternCache:
@@ -135,13 +210,18 @@ class PatternCache:
         self._lock = threading.Lock()
 
     def sha(self, spec, length, data=None):
+        """sha256 hex of `length` bytes of `spec`; `data`: those bytes (or a list of buffers holding them
+        in order), when the caller has them."""
         key = (spec if not spec.startswith("b64:") else hashlib.sha1(spec.encode()).hexdigest(), length)
         with self._lock:
             h = self._sha.get(key)
         if h is None:
             if data is None:
                 data = pattern_bytes(spec, length)
-            h = hashlib.sha256(data).hexdigest()
+            hs = hashlib.sha256()
+            for piece in (data if isinstance(data, list) else [data]):
+                hs.update(piece)
+            h = hs.hexdigest()
             with self._lock:
                 self._sha[key] = h
         return h
@@ -177,6 +257,8 @@ def _stat_result(s):
 def _normalize_recorded(op):
     """The recorded result in observation notation (what a correct replay must produce)."""
     r = op.result
+    if "accept" in op.kv:
+        return "%s accept=%s" % (r, op.kv["accept"])
     if op.name in ("stat", "lstat", "fstat") and r == "0":
         t = op.kv.get("type")
         if t == "dir":
@@ -198,6 +280,7 @@ class Replayer:
         self.observations = []   # (lineno, tid, op, result)
         self.mismatches = []     # human-readable
         self.handles_left = []
+        self._local = threading.local()
 
     # -- helpers
     def _path(self, p):
@@ -206,6 +289,22 @@ class Replayer:
         if p.startswith("$ROOT/"):
             return os.path.join(self.root, p[len("$ROOT/"):])
         raise ValueError("path outside $ROOT: %r" % p)
+
+    def _at(self, a):
+        """(dir fd, path) of a path argument: `$ROOT/...` (dir fd AT_FDCWD) or `hDIR NAME` (2 args)."""
+        if a[0].startswith("h"):
+            return self._fd(a[0]), a[1]
+        return None, self._path(a[0])
+
+    def _buffer(self, size):
+        """This thread's page-aligned scratch buffer of at least `size` bytes (reused: no page faults
+        and no munmap per op)."""
+        b = getattr(self._local, "buf", None)
+        if b is None or len(b) < size:
+            if b is not None:
+                b.close()
+            b = self._local.buf = aligned_buffer(max(size, 1 << 20))
+        return b
 
     def _fd(self, h):
         with self.lock:
@@ -227,10 +326,11 @@ class Replayer:
         n = op.name
         try:
             if n == "openat":
-                path = self._path(a[0])
-                flags = _flags(a[1])
-                mode = int(a[2], 8) if len(a) > 2 else 0o666
-                fd = os.open(path, flags, mode)
+                dfd, path = self._at(a)
+                rest = a[2:] if dfd is not None else a[1:]
+                flags = _flags(rest[0])
+                mode = int(rest[1], 8) if len(rest) > 1 else 0o666
+                fd = os.open(path, flags, mode, dir_fd=dfd)
                 if op.result.startswith("h") and self._bind(op.result, fd):
                     return op.result
                 # The recording says this open failed (or the handle is taken): keep no fd.
@@ -249,13 +349,19 @@ class Replayer:
             if n == "fstat":
                 return _stat_result(os.fstat(self._fd(a[0])))
             if n == "access":
-                mode = 0
-                for m in a[1].split("|"):
-                    mode |= {"F_OK": os.F_OK, "R_OK": os.R_OK, "W_OK": os.W_OK, "X_OK": os.X_OK}[m]
-                r = access_errno(self._path(a[0]), mode)
+                r = access_errno(self._path(a[0]), _access_mode(a[1]))
                 return str(r)
+            if n == "faccessat":
+                return _libc_result(_libc.faccessat(self._fd(a[0]), os.fsencode(a[1]), _access_mode(a[2]), 0))
             if n == "mkdir":
                 os.mkdir(self._path(a[0]), int(a[1], 8) if len(a) > 1 else 0o777)
+                return "0"
+            if n == "mkdirat":
+                os.mkdir(a[1], int(a[2], 8) if len(a) > 2 else 0o777, dir_fd=self._fd(a[0]))
+                return "0"
+            if n == "link":
+                # link(2) does not follow a symlink source (linkat flags 0).
+                os.link(self._path(a[0]), self._path(a[1]), follow_symlinks=False)
                 return "0"
             if n == "rmdir":
                 os.rmdir(self._path(a[0]))
@@ -311,6 +417,8 @@ class Replayer:
             if n == "fsync":
                 os.fsync(self._fd(a[0]))
                 return "0"
+            if n == "fallocate":
+                return _libc_result(_libc.fallocate(self._fd(a[0]), _falloc_mode(a[1]), int(a[2]), int(a[3])))
             if n == "fdatasync":
                 os.fdatasync(self._fd(a[0]))
                 return "0"
@@ -325,59 +433,65 @@ class Replayer:
             return [int(x) for x in op.args[1].strip("[]").split(",") if x]
         return [int(op.args[1])]
 
+    @staticmethod
+    def _layout(lens):
+        """Page-aligned offsets of the iovecs in one scratch buffer, and the buffer size."""
+        offs, pos = [], 0
+        for ln in lens:
+            offs.append(pos)
+            pos += (ln + 4095) // 4096 * 4096
+        return offs, pos
+
     def _write(self, op):
         fd = self._fd(op.args[0])
         lens = self._lengths(op)
-        total = sum(lens)
-        data = pattern_bytes(op.kv["pattern"], total)
-        self.patterns.sha(op.kv["pattern"], total, data)
-        bufs, pos = [], 0
+        spec = op.kv["pattern"]
+        offs, size = self._layout(lens)
+        buf = self._buffer(size)
+        mv = memoryview(buf)
+        views, pos = [], 0
         try:
-            for ln in lens:
-                b = aligned_buffer(ln)
-                b[:ln] = data[pos:pos + ln]
-                bufs.append((b, ln))
+            for o, ln in zip(offs, lens):
+                v = mv[o:o + ln]
+                fill_pattern(v, spec, ln, pos)
+                views.append(v)
                 pos += ln
-            views = [memoryview(b)[:ln] for b, ln in bufs]
-            try:
-                if op.name == "write":
-                    r = os.write(fd, views[0])
-                elif op.name == "pwrite64":
-                    r = os.pwrite(fd, views[0], int(op.args[2]))
-                else:
-                    r = os.writev(fd, views)
-            finally:
-                for v in views:
-                    v.release()
+            self.patterns.sha(spec, pos, views)
+            if op.name == "write":
+                r = os.write(fd, views[0])
+            elif op.name == "pwrite64":
+                r = os.pwrite(fd, views[0], int(op.args[2]))
+            else:
+                r = os.writev(fd, views)
             return str(r)
         finally:
-            for b, _ in bufs:
-                b.close()
+            for v in views:
+                v.release()
+            mv.release()
 
     def _read(self, op):
         fd = self._fd(op.args[0])
         lens = self._lengths(op)
-        bufs = [aligned_buffer(ln) for ln in lens]
+        offs, size = self._layout(lens)
+        buf = self._buffer(size)
+        mv = memoryview(buf)
+        views = [mv[o:o + ln] for o, ln in zip(offs, lens)]
         try:
-            views = [memoryview(b)[:ln] for b, ln in zip(bufs, lens)]
-            try:
-                if op.name == "pread64":
-                    r = os.preadv(fd, views, int(op.args[2]))
-                else:
-                    r = os.readv(fd, views)
-            finally:
-                for v in views:
-                    v.release()
+            if op.name == "pread64":
+                r = os.preadv(fd, views, int(op.args[2]))
+            else:
+                r = os.readv(fd, views)
             h = hashlib.sha256()
             left = r
-            for b, ln in zip(bufs, lens):
-                take = min(left, ln)
-                h.update(b[:take])
+            for v in views:
+                take = min(left, len(v))
+                h.update(v[:take])
                 left -= take
             return "%d sha256=%s" % (r, h.hexdigest())
         finally:
-            for b in bufs:
-                b.close()
+            for v in views:
+                v.release()
+            mv.release()
 
     def _check(self, op, observed, concurrent):
         if concurrent and op.name in RACY_LOOKUPS:
@@ -404,6 +518,10 @@ class Replayer:
 
     def run_op(self, op, concurrent=False):
         observed = self.execute(op)
+        if "accept" in op.kv and observed in [op.result] + op.kv["accept"].split(","):
+            # An accepted alternative (fallocate: 0 or EOPNOTSUPP) is recorded as the rule itself, so that
+            # two correct file systems give equal observations.
+            observed = _normalize_recorded(op)
         rec = (op.lineno, op.tid, op.name, observed)
         with self.lock:
             self.observations.append(rec)
@@ -478,8 +596,16 @@ class Replayer:
                 pass
 
 
-def _path_args(op):
-    return [a for a in op.args if a == "$ROOT" or a.startswith("$ROOT/")]
+def _op_paths(op, handle_paths):
+    """The `$ROOT/...` names an op refers to; `hDIR NAME` pairs resolved through the directory handle's
+    path (handle_paths: handle -> path it was opened with)."""
+    out = [a for a in op.args if a == "$ROOT" or a.startswith("$ROOT/")]
+    if op.args and op.args[0].startswith("h") and len(op.args) > 1 and op.name in (
+            "openat", "mkdirat", "faccessat"):
+        d = handle_paths.get(op.args[0])
+        if d is not None:
+            out.append(d + "/" + op.args[1])
+    return out
 
 
 def _ancestors(p):
@@ -493,19 +619,23 @@ def _ancestors(p):
 def _path_dependencies(ops):
     """For each op, indices of earlier ops of other threads that changed its path or an ancestor."""
     last_change = {}  # path -> index of the last op that created/renamed/removed it
+    handle_paths = {}
     deps = []
     for i, op in enumerate(ops):
+        paths = _op_paths(op, handle_paths)
         d = set()
-        for p in _path_args(op):
+        for p in paths:
             for a in _ancestors(p):
                 j = last_change.get(a)
                 if j is not None and ops[j].tid != op.tid:
                     d.add(j)
         deps.append(sorted(d))
-        changes = op.name in ("mkdir", "rmdir", "rename", "unlink") or (
-            op.name == "openat" and "O_CREAT" in op.args[1])
-        if changes:
-            for p in _path_args(op):
+        if op.name == "openat" and op.result.startswith("h") and paths:
+            handle_paths[op.result] = paths[-1]
+        flags = op.args[2] if op.name == "openat" and op.args[0].startswith("h") else (
+            op.args[1] if op.name == "openat" else "")
+        if op.name in NAME_CHANGES or "O_CREAT" in flags:
+            for p in paths:
                 last_change[p] = i
     return deps
 
