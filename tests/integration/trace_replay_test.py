@@ -12,10 +12,13 @@ For each trace and target:
     opens, closes and renames match the recording, and the final tree equals the sequential reference
     tree.
 A plain target is compared with a second plain directory (validates the replayer itself). The reference
-replay of each trace is made once per process and parsed traces are shared by the tests.
+replay of each trace is made once per process and parsed traces are shared by the tests; the mount tests
+share one kvfs mount, each replaying into an empty directory of its own.
 """
 
+import contextlib
 import os
+import shutil
 import sys
 import unittest
 
@@ -67,16 +70,50 @@ def reference(trace):
 class _TraceReplay:
     KIND = None
     maxDiff = 4000
+    _mount = None  # (context manager, Target): the kvfs mount the class's tests share
 
     def setUp(self):
         kt.skip_if_disabled(self, self.KIND)
 
+    @classmethod
+    def tearDownClass(cls):
+        cls._unmount()
+
+    @classmethod
+    def _unmount(cls):
+        m, cls._mount = cls._mount, None
+        if m is not None:
+            m[0].__exit__(None, None, None)
+
+    @contextlib.contextmanager
+    def _target(self):
+        """(target, an empty directory on it for $ROOT). A plain target is a fresh temp dir. The mount is
+        shared by the tests of the class (a replay needs an empty $ROOT, not a fresh daemon; mounting per
+        test cost more than most synthetic replays): each test replays into its own subdirectory, removed
+        afterwards; a mount whose daemon died is replaced before the next test."""
+        if self.KIND != "mount":
+            with kt.target(self.KIND) as t:
+                yield t, t.root
+            return
+        cls = type(self)
+        if cls._mount is not None and not cls._mount[1].alive():
+            cls._unmount()
+        if cls._mount is None:
+            cm = kt.target("mount")
+            cls._mount = (cm, cm.__enter__())
+        t = cls._mount[1]
+        root = os.path.join(t.root, self._testMethodName)
+        os.mkdir(root)
+        yield t, root
+        if t.alive():
+            shutil.rmtree(root)
+
     def _sequential(self, trace):
         ref_obs, ref_tree, ref_modes = reference(trace)
-        with kt.target(self.KIND) as t:
-            r = replay(trace, t.root)
+        with self._target() as (t, root):
+            r = replay(trace, root)
             self.assertTrue(t.alive(), "kvfs process died during the replay of %s" % trace)
-            modes = kt.tree_digest(t.root, with_mode=True)
+            modes = kt.tree_digest(root, with_mode=True)
         self.assertEqual([], r.mismatches[:20], "%s on %s: %d results differ from the recording"
                          % (trace, self.KIND, len(r.mismatches)))
         self.assertEqual([], r.handles_left)
@@ -89,10 +126,10 @@ class _TraceReplay:
 
     def _concurrent(self, trace):
         _, ref_tree, _ = reference(trace)
-        with kt.target(self.KIND) as t:
-            r = replay(trace, t.root, concurrent=True)
+        with self._target() as (t, root):
+            r = replay(trace, root, concurrent=True)
             self.assertTrue(t.alive(), "kvfs process died during the concurrent replay of %s" % trace)
-            tree = kt.tree_digest(t.root)
+            tree = kt.tree_digest(root)
         self.assertEqual([], r.mismatches[:20], "%s concurrent on %s: %d results differ from the recording"
                          % (trace, self.KIND, len(r.mismatches)))
         self.assertEqual([], r.handles_left)
