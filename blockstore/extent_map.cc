@@ -167,6 +167,33 @@ std::vector<Location> ExtentMap::Records() const {
   return out;
 }
 
+Result<size_t> ExtentMap::ReplaceRecord(const Location& old_record, const Location& new_record) {
+  if (old_record.length != new_record.length || new_record.empty()) {
+    return Status::InvalidArgument("extent map: a moved record must keep its value length");
+  }
+  size_t n = 0;
+  for (Extent& e : extents_) {
+    if (e.record == old_record) {
+      e.record = new_record;
+      n++;
+    }
+  }
+  if (n) Normalize();
+  return n;
+}
+
+ExtentMapRef NormalizeExtents(ExtentMap m, Location* loc) {
+  if (m.SingleRecord(loc)) return {};
+  *loc = Location{};
+  return ExtentMapRef(std::make_shared<const ExtentMap>(std::move(m)));
+}
+
+std::vector<Location> ContentRecords(const Location& loc, const ExtentMapRef& ext) {
+  if (ext) return ext->Records();
+  if (loc.empty()) return {};
+  return {loc};
+}
+
 bool ExtentMap::NeedsCompaction(std::vector<Location>* cold) const {
   if (cold) cold->clear();
   bool need = extents_.size() > kMaxExtents;

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -119,11 +120,42 @@ class ExtentMap {
   void AppendUnchecked(const Extent& e) { extents_.push_back(e); }
   void SetSizeUnchecked(uint64_t n) { size_ = n; }
 
+  // MOVE (reinsertion re-appended a record whole, same value, elsewhere): every extent whose record is
+  // old_record now references new_record (value offsets unchanged). Returns how many extents changed;
+  // InvalidArgument (nothing changed) if the two records' value lengths differ.
+  Result<size_t> ReplaceRecord(const Location& old_record, const Location& new_record);
+
  private:
   void Normalize();  // merges adjacent extents that continue each other in the same record
   uint64_t size_ = 0;
   std::vector<Extent> extents_;
 };
+
+// A committed file version's extent map, shared and immutable: null = the file is a single record (or
+// 0 bytes, or inline), and its one Location says it all (today's encoding everywhere). Index records,
+// journal entries and handles carry it, so copies cost one reference count; == compares the maps, not
+// the pointers. Thread-safe to share (the map is never modified once wrapped).
+class ExtentMapRef {
+ public:
+  ExtentMapRef() = default;
+  ExtentMapRef(std::shared_ptr<const ExtentMap> p) : p_(std::move(p)) {}  // NOLINT: implicit on purpose
+  explicit operator bool() const { return p_ != nullptr; }
+  const ExtentMap& operator*() const { return *p_; }
+  const ExtentMap* operator->() const { return p_.get(); }
+  const ExtentMap* get() const { return p_.get(); }
+  const std::shared_ptr<const ExtentMap>& shared() const { return p_; }
+  bool operator==(const ExtentMapRef& o) const { return p_ == o.p_ || (p_ && o.p_ && *p_ == *o.p_); }
+
+ private:
+  std::shared_ptr<const ExtentMap> p_;
+};
+
+// The stored form of a version's content: a map that is a single record (or a 0-byte file) becomes
+// *loc and a null ref (today's encoding); any other map an empty *loc and the shared map.
+ExtentMapRef NormalizeExtents(ExtentMap m, Location* loc);
+// Every record a content (Location or map) references, in first-use order, no duplicates; none for an
+// empty Location without a map.
+std::vector<Location> ContentRecords(const Location& loc, const ExtentMapRef& ext);
 
 // Reads file bytes [off, off + len) of map into out (clipped to the size; *got = bytes filled):
 // extents through fetch(record, value_offset, n, out), holes as zeros. The first fetch error is

@@ -431,11 +431,14 @@ uint64_t StoreImpl::ReinsertRecord(const SegmentId& seg, uint64_t record_offset,
     ino = *resolved;
   }
   auto node = index_->GetInode(ino);
-  if (!node.ok() || !node->committed || !S_ISREG(node->attr.mode) || node->location.segment != seg ||
-      node->location.record_offset != record_offset) {
-    return 0;  // unlinked, replaced, or moved meanwhile: dead bytes
+  if (!node.ok() || !node->committed || !S_ISREG(node->attr.mode)) return 0;
+  // The file's record in seg: its location, or (an extent file) the record of the extents there; the
+  // whole record is re-appended and MOVE replaces it in every extent that references it.
+  Location old;
+  for (const Location& rec : ContentRecords(node->location, node->extents)) {
+    if (rec.segment == seg && rec.record_offset == record_offset) old = rec;
   }
-  const Location old = node->location;
+  if (old.empty()) return 0;  // unlinked, replaced, or moved meanwhile: dead bytes
   const uint64_t need = AlignUp(old.length) + kAlignment;
   if (need > budget) return 0;
   LruCache::Value value = cache_.Lookup(CacheKey(old));

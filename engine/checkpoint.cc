@@ -119,9 +119,13 @@ Status WriteSnapshotFromIndex(Env* env, IndexDb* index, const IndexDb::View& vie
       case K::kDir:
         KVFS_RETURN_IF_ERROR(sw->Add(JournalEntry::Mkdir(it.path, ToEntryAttrs(it.attr), 0)));
         break;
-      case K::kFile:
-        KVFS_RETURN_IF_ERROR(sw->Add(JournalEntry::Put(it.path, it.location, ToEntryAttrs(it.attr), it.stamp)));
+      case K::kFile: {
+        JournalEntry put = JournalEntry::Put(it.path, it.location, ToEntryAttrs(it.attr), it.stamp);
+        put.extents = it.extents;  // an extent file's PUT is version 3 (its map, never a bare location)
+        if (it.extents) put.attrs.size = it.extents->size();
+        KVFS_RETURN_IF_ERROR(sw->Add(put));
         break;
+      }
       case K::kSymlink:
         KVFS_RETURN_IF_ERROR(sw->Add(JournalEntry::Symlink(it.path, it.symlink, ToEntryAttrs(it.attr), it.stamp)));
         break;

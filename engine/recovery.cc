@@ -161,26 +161,34 @@ Status PlanLostRecordCuts(Env* env, const std::string& backing, const std::strin
         out->entries_dropped++;
         continue;
       }
-      const bool points = (e.op == JournalOp::kPut || e.op == JournalOp::kMove || e.op == JournalOp::kRename) &&
-                          !e.location.empty() && e.location.segment.node == node &&
-                          e.location.segment.generation == g &&
-                          (suspect.count(e.location.segment.seq) || missing(e.location.segment.seq));
-      if (points) {
-        Result<bool> ok = false;
-        if (!missing(e.location.segment.seq)) ok = intact(e.location);
-        if (!ok.ok()) return ok.status();
-        if (!*ok) {
-          spdlog::error("kvfs: journal {}: {} {} points at a record that did not reach stable storage (segment "
-                        "{}-{} offset {}: a power cut after a group commit that did not sync); cutting the journal "
-                        "at offset {}: this entry and every later one of generation {} are dropped",
-                        f.path, JournalOpName(e.op), e.path, g, e.location.segment.seq, e.location.record_offset,
-                        start, g);
-          out->cuts.push_back(JournalEntry::Cut(ref, start, 0));
-          out->journal_cuts[key] = start;
-          cutting = true;
-          out->entries_dropped++;
-          continue;
+      // The first record of the entry (its location, or any of its extent map's) in a suspect or missing
+      // segment of g that did not reach stable storage.
+      Location bad;
+      if (e.op == JournalOp::kPut || e.op == JournalOp::kMove || e.op == JournalOp::kRename) {
+        for (const Location& rec : ContentRecords(e.location, e.extents)) {
+          if (rec.segment.node != node || rec.segment.generation != g) continue;
+          const bool gone = missing(rec.segment.seq);
+          if (!gone && !suspect.count(rec.segment.seq)) continue;
+          Result<bool> ok = false;
+          if (!gone) ok = intact(rec);
+          if (!ok.ok()) return ok.status();
+          if (!*ok) {
+            bad = rec;
+            break;
+          }
         }
+      }
+      if (!bad.empty()) {
+        spdlog::error("kvfs: journal {}: {} {} points at a record that did not reach stable storage (segment "
+                      "{}-{} offset {}: a power cut after a group commit that did not sync); cutting the journal "
+                      "at offset {}: this entry and every later one of generation {} are dropped",
+                      f.path, JournalOpName(e.op), e.path, g, bad.segment.seq, bad.record_offset,
+                      start, g);
+        out->cuts.push_back(JournalEntry::Cut(ref, start, 0));
+        out->journal_cuts[key] = start;
+        cutting = true;
+        out->entries_dropped++;
+        continue;
       }
       start = end.offset;
     }

@@ -25,16 +25,20 @@ uint64_t StoreImpl::DropLostEntries(std::vector<JournalEntry>* batch) {
   size_t kept = 0;
   for (size_t i = 0; i < batch->size(); i++) {
     JournalEntry& e = (*batch)[i];
-    bool lost = false;
-    if ((e.op == JournalOp::kPut || e.op == JournalOp::kMove) && !e.location.empty()) {
-      for (const auto& w : retired) lost = lost || w->MayBeLost(e.location);
+    Location lost;  // a record of the entry (its location, or one of its extent map's) that may be lost
+    if (e.op == JournalOp::kPut || e.op == JournalOp::kMove) {
+      for (const Location& rec : ContentRecords(e.location, e.extents)) {
+        for (const auto& w : retired) {
+          if (lost.empty() && w->MayBeLost(rec)) lost = rec;
+        }
+      }
     }
-    if (lost) {
+    if (!lost.empty()) {
       dropped++;
       spdlog::error("kvfs: {} {} not journaled: its record (segment {}-{} offset {}) was written before a "
                     "failed segment sync and may be lost; the file is absent (or its previous version) after "
-                    "the next mount", JournalOpName(e.op), e.path, e.location.segment.generation,
-                    e.location.segment.seq, e.location.record_offset);
+                    "the next mount", JournalOpName(e.op), e.path, lost.segment.generation,
+                    lost.segment.seq, lost.record_offset);
       continue;
     }
     if (kept != i) (*batch)[kept] = std::move(e);

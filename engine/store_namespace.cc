@@ -134,6 +134,7 @@ Result<Node> StoreImpl::Link(uint64_t ino, const Location* loc, const Attr* attr
   if (!src.ok()) return src.status();
   if (!S_ISREG(src->attr.mode)) return Status::InvalidArgument("link of a non-regular file");
   Location l_loc;
+  ExtentMapRef l_ext;  // the committed version's extent map (an extent file; l_loc is then empty)
   Attr a;
   if (loc != nullptr && attr != nullptr) {
     l_loc = *loc;
@@ -141,22 +142,29 @@ Result<Node> StoreImpl::Link(uint64_t ino, const Location* loc, const Attr* attr
   } else {
     if (!src->committed) return Status::InvalidArgument("link of a file with no committed content");
     l_loc = src->location;
+    l_ext = src->extents;
     a = src->attr;
   }
+  const std::vector<Location> records = ContentRecords(l_loc, l_ext);
   auto existing = index_->Lookup(new_parent, new_name);
   if (existing.ok()) return Status::Exists("link: the new name exists");
   if (!existing.status().IsNotFound()) return existing.status();
   auto path = PathOf(new_parent, new_name);
   if (!path.ok()) return path.status();
-  if (evict_enabled_ && !l_loc.empty() && OwnSegment(l_loc.segment)) {
+  if (evict_enabled_) {
     std::lock_guard<std::mutex> c(cap_mu_);
-    if (dropped_own_.count(l_loc.segment)) return Status::NotFound("link: the file's segment was evicted");
+    for (const Location& rec : records) {
+      if (OwnSegment(rec.segment) && dropped_own_.count(rec.segment)) {
+        return Status::NotFound("link: the file's segment was evicted");
+      }
+    }
   }
   const uint64_t stamp = hlc_.Now();
   ApplyOp op;
   op.kind = ApplyOp::Kind::kPut;
   op.path = *path;
   op.location = l_loc;
+  op.extents = l_ext;
   op.attr = a;
   op.attr.mode = S_IFREG | (a.mode & 07777);
   op.stamp = stamp;
@@ -172,11 +180,14 @@ Result<Node> StoreImpl::Link(uint64_t ino, const Location* loc, const Attr* attr
   if (!n.ok()) return n.status();
   JournalEntry put = JournalEntry::Put(*path, l_loc, ToEntryAttrs(n->attr), stamp);
   put.xattrs = std::move(*xattrs);
+  put.extents = n->extents;  // version 3 for an extent file
   EnqueueLocked(std::move(put));
-  if (track_hits_ && !l_loc.empty() && OwnSegment(l_loc.segment)) {
+  if (track_hits_) {
     // Reinsertion follows the newest name of the record (a publish unlinks the temp name next).
     std::lock_guard<std::mutex> h(hits_mu_);
-    loc_ino_[l_loc.segment][l_loc.record_offset] = n->attr.ino;
+    for (const Location& rec : records) {
+      if (OwnSegment(rec.segment)) loc_ino_[rec.segment][rec.record_offset] = n->attr.ino;
+    }
   }
   return n;
 }
@@ -304,13 +315,15 @@ Result<Node> StoreImpl::Renumber(uint64_t ino, uint64_t to) {
       atime_notes_[n->attr.ino] = note;
     }
   }
-  const Location& loc = n->location;
-  if (track_hits_ && !loc.empty() && OwnSegment(loc.segment)) {
+  if (track_hits_) {
     std::lock_guard<std::mutex> h(hits_mu_);
-    auto it = loc_ino_.find(loc.segment);
-    if (it != loc_ino_.end()) {
-      auto x = it->second.find(loc.record_offset);
-      if (x != it->second.end() && x->second == ino) x->second = n->attr.ino;
+    for (const Location& loc : ContentRecords(n->location, n->extents)) {
+      if (!OwnSegment(loc.segment)) continue;
+      auto it = loc_ino_.find(loc.segment);
+      if (it != loc_ino_.end()) {
+        auto x = it->second.find(loc.record_offset);
+        if (x != it->second.end() && x->second == ino) x->second = n->attr.ino;
+      }
     }
   }
   return n;

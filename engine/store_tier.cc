@@ -105,8 +105,9 @@ void StoreImpl::TierStop() {
 void StoreImpl::TierNoteAppended(const JournalEntry& e, const JournalPosition& end) {
   if (!opts_.tier) return;
   TierItem item{end, {}};
-  if (!e.location.empty() && OwnSegment(e.location.segment)) item.refs.push_back(e.location.segment);
-  if (!e.old_location.empty() && OwnSegment(e.old_location.segment)) item.refs.push_back(e.old_location.segment);
+  for (const Location& rec : e.Records()) {  // location, old_location, an extent map's records
+    if (OwnSegment(rec.segment)) item.refs.push_back(rec.segment);
+  }
   if (e.op == JournalOp::kSeal && OwnSegment(e.segment)) item.refs.push_back(e.segment);
   std::lock_guard<std::mutex> l(tier_mu_);
   tier_unsynced_.push_back(std::move(item));

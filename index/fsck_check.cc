@@ -131,9 +131,8 @@ Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) 
         a->max_stamp = std::max(a->max_stamp, e.stamp);
         switch (e.op) {
           case JournalOp::kPut:
-            if (!e.location.empty())
-              refs.emplace(e.location.segment.node, e.location.segment.generation, e.location.segment.seq,
-                           e.location.record_offset);
+            for (const Location& l : e.Records())  // its location, or every record of its extent map
+              refs.emplace(l.segment.node, l.segment.generation, l.segment.seq, l.record_offset);
             a->path_stamp[e.path] = std::max(a->path_stamp[e.path], e.stamp);
             break;
           case JournalOp::kSymlink: a->path_stamp[e.path] = std::max(a->path_stamp[e.path], e.stamp); break;
@@ -173,7 +172,10 @@ Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) 
           st = std::max(st, e.stamp);
         };
         switch (e.op) {
-          case JournalOp::kPut: ref(e.location); bind(e.path); break;
+          case JournalOp::kPut:
+            for (const Location& l : e.Records()) ref(l);
+            bind(e.path);
+            break;
           case JournalOp::kSymlink: bind(e.path); break;
           case JournalOp::kRename: ref(e.location); bind(e.path2); break;
           case JournalOp::kMove: ref(e.location); ref(e.old_location); bind(e.path); break;
@@ -420,52 +422,60 @@ Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) 
   std::set<std::pair<std::string, std::pair<uint64_t, uint64_t>>> live_recs;  // (node,(gen,seq)) offsets
   std::set<RecKey> live_keys;
   for (const auto& [path, d] : dump) {
-    if (!S_ISREG(d.mode) || d.location.empty()) continue;
-    const Location& l = d.location;
-    auto ns = a->scans.find(l.segment.node);
-    if (ns == a->scans.end()) continue;  // a node not selected
-    auto& sum = a->summaries[l.segment.node];
-    std::string why;
-    auto sit = ns->second.find({l.segment.generation, l.segment.seq});
-    const SegScan* s = sit == ns->second.end() ? nullptr : &sit->second;
-    if (s == nullptr) {
-      why = "segment file " + SegmentFilePath(opts_.backing_dir, l.segment) + " is missing";
-    } else if (l.record_offset >= s->limit && s->cut != UINT64_MAX && l.record_offset >= s->cut) {
-      why = "record is behind the CUT at " + std::to_string(s->cut);
-    } else {
-      auto r = s->records.find(l.record_offset);
-      if (r == s->records.end()) {
-        why = s->torn && l.record_offset >= s->tail_start
-                  ? "record is in the torn tail (valid end " + std::to_string(s->tail_start) + ")"
-                  : "no valid record at offset " + std::to_string(l.record_offset);
-        for (const auto& [st, en] : s->damaged) {
-          if (l.record_offset >= st && l.record_offset < en) why = "record is in a damaged region";
+    if (!S_ISREG(d.mode)) continue;
+    // Each record the file uses (its location, or every record of its extent map) is checked; a file
+    // counts as live in the summary of each node holding one of its records.
+    const auto ext_live = d.extents ? d.extents->LiveBytesByRecord()
+                                    : std::map<std::pair<SegmentId, uint64_t>, uint64_t>{};
+    std::set<std::string> counted;  // nodes whose summary counted this file
+    for (const Location& l : ContentRecords(d.location, d.extents)) {
+      auto ns = a->scans.find(l.segment.node);
+      if (ns == a->scans.end()) continue;  // a node not selected
+      auto& sum = a->summaries[l.segment.node];
+      std::string why;
+      auto sit = ns->second.find({l.segment.generation, l.segment.seq});
+      const SegScan* s = sit == ns->second.end() ? nullptr : &sit->second;
+      if (s == nullptr) {
+        why = "segment file " + SegmentFilePath(opts_.backing_dir, l.segment) + " is missing";
+      } else if (l.record_offset >= s->limit && s->cut != UINT64_MAX && l.record_offset >= s->cut) {
+        why = "record is behind the CUT at " + std::to_string(s->cut);
+      } else {
+        auto r = s->records.find(l.record_offset);
+        if (r == s->records.end()) {
+          why = s->torn && l.record_offset >= s->tail_start
+                    ? "record is in the torn tail (valid end " + std::to_string(s->tail_start) + ")"
+                    : "no valid record at offset " + std::to_string(l.record_offset);
+          for (const auto& [st, en] : s->damaged) {
+            if (l.record_offset >= st && l.record_offset < en) why = "record is in a damaged region";
+          }
+        } else if (r->second.value_offset != l.value_offset || r->second.value_len != l.length) {
+          why = "record does not match the location";
+        } else if (r->second.bad_value) {
+          why = "value checksum mismatch: " + r->second.bad_detail;
         }
-      } else if (r->second.value_offset != l.value_offset || r->second.value_len != l.length) {
-        why = "record does not match the location";
-      } else if (r->second.bad_value) {
-        why = "value checksum mismatch: " + r->second.bad_detail;
       }
-    }
-    if (why.empty()) {
-      sum.live_files++;
-      // A record with several names (link(2)) counts its bytes once.
-      if (live_keys.emplace(l.segment.node, l.segment.generation, l.segment.seq, l.record_offset).second) {
-        sum.live_bytes += l.length;
+      if (why.empty()) {
+        if (counted.insert(l.segment.node).second) sum.live_files++;
+        // A record with several names (link(2)) counts its bytes once; an extent file counts the bytes of
+        // its extents in the record.
+        if (live_keys.emplace(l.segment.node, l.segment.generation, l.segment.seq, l.record_offset).second) {
+          sum.live_bytes += d.extents ? ext_live.at({l.segment, l.record_offset}) : l.length;
+        }
+        continue;
       }
-      continue;
+      FsckFinding f;
+      f.kind = FsckKind::kDanglingEntry;
+      f.node = l.segment.node;
+      f.file = SegmentFilePath(opts_.backing_dir, l.segment);
+      f.offset = l.record_offset;
+      f.bytes = l.length;
+      f.path = path;
+      f.detail = "live file " + path + ": " + why + " (reads fail with EIO/ENOENT)";
+      f.repairable = true;
+      f.repair = "UNLINK";
+      a->findings.push_back(std::move(f));
+      break;  // one finding per file (its UNLINK repairs it)
     }
-    FsckFinding f;
-    f.kind = FsckKind::kDanglingEntry;
-    f.node = l.segment.node;
-    f.file = SegmentFilePath(opts_.backing_dir, l.segment);
-    f.offset = l.record_offset;
-    f.bytes = l.length;
-    f.path = path;
-    f.detail = "live file " + path + ": " + why + " (reads fail with EIO/ENOENT)";
-    f.repairable = true;
-    f.repair = "UNLINK";
-    a->findings.push_back(std::move(f));
   }
   // Live files under connector temp names, older than stale_temp_age_s (kvfs-fsck --remove-stale-temp).
   if (opts_.stale_temp_age_s >= 0) {
@@ -478,7 +488,8 @@ Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) 
       if (!S_ISREG(d.mode) || !IsConnectorTempName(path) || now - d.mtime_ns < min_age) continue;
       // The UNLINK goes to the journal of the node that holds the record (any node's would do: the
       // stamp decides), or of the first node checked for an empty file.
-      std::string node = d.location.empty() ? std::string() : d.location.segment.node;
+      const std::vector<Location> recs = ContentRecords(d.location, d.extents);
+      std::string node = recs.empty() ? std::string() : recs.front().segment.node;
       if (node.empty() || std::find(selected_.begin(), selected_.end(), node) == selected_.end()) {
         if (selected_.empty()) continue;
         node = selected_.front();

@@ -124,7 +124,11 @@ struct Applier {
   }
 
   Result<bool> Put(const ApplyOp& op) {
-    auto dropped = o.InDroppedSegment(op.location);
+    if (op.extents && (!op.location.empty() || op.extents->size() != op.attr.size ||
+                       (op.attr.mode & S_IFMT) == S_IFLNK)) {
+      return Status::InvalidArgument("PUT with an extent map and a location, a symlink or another size");
+    }
+    auto dropped = o.InDroppedSegment(op.location, op.extents);
     if (!dropped.ok()) return dropped.status();
     if (*dropped) return false;
     std::string leaf;
@@ -148,12 +152,13 @@ struct Applier {
       rec.attr.size = op.symlink.size();
     } else {
       rec.loc = op.location;
+      rec.extents = op.extents;
     }
     if (cur) {  // same content re-applied (e.g. replay): keep the inode number
       std::optional<InodeRec> cr;
       KVFS_RETURN_IF_ERROR(o.GetRec(cur->ino, &cr));
       if (cr && cr->committed && (cr->attr.mode & S_IFMT) == type && cr->loc == rec.loc &&
-          cr->symlink == rec.symlink)
+          cr->extents == rec.extents && cr->symlink == rec.symlink)
         rec.attr.ino = cr->attr.ino;
     }
     if (rec.attr.ino && cur) {
@@ -222,7 +227,7 @@ struct Applier {
     }
     bool src_dir = src && src->is_dir();
     if (!src_dir) KVFS_RETURN_IF_ERROR(o.RaiseTomb(op.path, op.stamp, node));
-    auto dropped = o.InDroppedSegment(src ? src->loc : op.location);
+    auto dropped = src ? o.InDroppedSegment(src->loc, src->extents) : o.InDroppedSegment(op.location);
     if (!dropped.ok()) return dropped.status();
     // Destination
     std::string dleaf;
@@ -275,8 +280,8 @@ struct Applier {
     if (link) {
       InodeRec rec;
       if (src) {
-        rec = *src;  // keeps its inode number and content
-      } else if (!op.location.empty()) {
+        rec = *src;  // keeps its inode number and content (its location or its extent map)
+      } else if (!op.location.empty()) {  // (an extent file's RENAME carries no location: not linked)
         rec.attr.mode = S_IFREG | 0644;
         rec.attr.size = op.location.length;
         rec.attr.nlink = 1;
@@ -364,6 +369,7 @@ struct Applier {
     InodeRec n = **r;
     if ((op.mask & kSetAtimeOfRead) && !(op.stamp > n.stamp)) return false;  // changed since the read
     ApplyAttrMask(&n.attr, op.attr, op.mask);
+    ResizeExtents(&n);
     if (op.stamp > n.stamp) n.stamp = op.stamp, n.stamp_node = node;
     KVFS_RETURN_IF_ERROR(o.UpdateRec(**r, n));
     t.RaiseHlc(op.stamp);
@@ -397,9 +403,20 @@ struct Applier {
     if (!cur) return false;
     std::optional<InodeRec> r;
     KVFS_RETURN_IF_ERROR(o.GetRec(cur->ino, &r));
-    if (!r || !r->committed || !r->is_reg() || !(r->loc == op.old_location)) return false;
+    if (!r || !r->committed || !r->is_reg()) return false;
     InodeRec n = *r;
-    n.loc = op.location;
+    if (r->extents) {
+      // An extent file: the moved record is replaced in every extent that references it (value
+      // offsets unchanged; the record's value is the same bytes).
+      ExtentMap m = *r->extents;
+      auto replaced = m.ReplaceRecord(op.old_location, op.location);
+      if (!replaced.ok()) return replaced.status();
+      if (*replaced == 0) return false;
+      n.extents = NormalizeExtents(std::move(m), &n.loc);
+    } else {
+      if (!(r->loc == op.old_location)) return false;
+      n.loc = op.location;
+    }
     KVFS_RETURN_IF_ERROR(o.UpdateRec(*r, n));
     return true;
   }

@@ -51,7 +51,7 @@
 //
 // ---- counters ----
 // files (committed regular files + symlinks), directories (root included), live_bytes (sum of the sizes
-// of committed regular files) are kept exactly in memory and persisted in meta "stats" in the same
+// of committed regular files; an extent file counts its data bytes, holes excluded) are kept exactly in memory and persisted in meta "stats" in the same
 // WriteBatch as the change that moves them.
 //
 // ---- inode numbers ----
@@ -109,8 +109,10 @@ enum class SegmentState : uint8_t { kOpen = 0, kSealed = 1, kDropped = 2 };
 struct SegmentInfo {
   SegmentId id;
   SegmentState state = SegmentState::kOpen;
-  uint64_t live_bytes = 0;    // sum of lengths of committed files located in it
-  uint64_t live_records = 0;  // number of committed files located in it
+  uint64_t live_bytes = 0;    // sum of lengths of committed files located in it (of an extent file: the
+                              // bytes of its extents that use a record in it)
+  uint64_t live_records = 0;  // number of committed files located in it (an extent file: + the number of
+                              // distinct records in it that its map references)
   // Where a CUT{segment} entry ends the segment's valid bytes (bytes from the start of the file; the
   // lowest of all applied CUTs); UINT64_MAX if none. Carried by snapshots (index/snapshot.h), so it
   // outlives the journal file that held the CUT entry when that file is retired.
@@ -134,7 +136,9 @@ struct ApplyOp {
   std::string path;        // PUT/UNLINK/MKDIR/RMDIR/SETATTR/XATTR/MOVE; RENAME: from
   std::string to;          // RENAME: destination
   Location location;       // PUT, RENAME (the moved file's location; may be empty), MOVE: new location
-  Location old_location;   // MOVE: applies only if the current location equals this
+  Location old_location;   // MOVE: replaces this record (the file's location, or the record of every
+                           // extent that references it); nothing if the file does not use it
+  ExtentMapRef extents;    // PUT: the file's extent map (location empty); null = a single record
   Attr attr;               // PUT: mode (S_IFREG or S_IFLNK | perms), uid, gid, size, times; MKDIR; SETATTR
   uint32_t mask = 0;       // SETATTR: SetAttrMask bits
   std::string symlink;     // PUT of a symlink: the target
@@ -165,6 +169,7 @@ struct ApplyResult {
 struct DumpEntry {
   uint32_t mode = 0;  // full st_mode
   Location location;  // regular files
+  ExtentMapRef extents;  // regular files that are not one record
   uint64_t size = 0;  // regular files
   uint32_t uid = 0, gid = 0;
   int64_t mtime_ns = 0;  // regular files and symlinks (journaled)
@@ -229,8 +234,9 @@ class IndexDb {
   // Staged -> committed (or a new commit of a committed file): location, size/mode/uid/gid/times from
   // attr (ino/nlink ignored), dentry stamp (stamp, node; node empty = this node). Relinks a detached
   // staged inode under its remembered name. NotFound if the inode is gone (unlinked before commit).
+  // extents: the version's extent map when it is not one record (loc empty, attr.size = its size).
   Result<Node> CommitFile(uint64_t ino, const Location& loc, const Attr& attr, uint64_t stamp,
-                          std::string_view node = {});
+                          std::string_view node = {}, ExtentMapRef extents = {});
   // Gives the committed regular file `ino` a fresh inode number (docs/design.md §3: new content gets a new
   // number; the caller is about to start a new version). The dentry (same cookie and stamp), attributes,
   // location, xattrs and segment membership move to the new number; `ino` no longer exists afterwards.
@@ -309,6 +315,7 @@ class IndexDb {
     std::string path;   // absolute; empty for kSegment
     Attr attr;          // kDir, kFile, kSymlink
     Location location;  // kFile
+    ExtentMapRef extents;  // kFile that is not one record (location empty)
     std::string symlink;
     uint64_t stamp = 0;  // kFile/kSymlink: the dentry's stamp; kTombstone: the tombstone's
     std::vector<std::pair<std::string, std::string>> xattrs;  // kDir, kFile, kSymlink

@@ -52,7 +52,7 @@ Result<std::map<std::string, DumpEntry>> IndexDb::DumpByPath() {
         stack.push_back({ino, path});
       } else {
         e.uid = r.attr.uid, e.gid = r.attr.gid, e.mtime_ns = r.attr.mtime_ns;
-        if (r.is_reg()) e.location = r.loc, e.size = r.attr.size;
+        if (r.is_reg()) e.location = r.loc, e.extents = r.extents, e.size = r.attr.size;
         e.symlink = r.symlink;
       }
       std::string xp = InoKey(ino);
@@ -122,6 +122,7 @@ Status IndexDb::ExportLive(const View& view, std::string_view node,
         item.kind = S_ISLNK(r.attr.mode) ? ExportItem::Kind::kSymlink : ExportItem::Kind::kFile;
         item.stamp = d.stamp;
         item.location = r.loc;
+        item.extents = r.extents;
         item.symlink = r.symlink;
       }
       KVFS_RETURN_IF_ERROR(xattrs(ino, &item));

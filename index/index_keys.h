@@ -54,12 +54,14 @@
 #include "blockstore/types.h"
 #include "index/index_db.h"
 #include "index/inode.h"
+#include "index/journal_format.h"
 
 namespace kvfs::index_internal {
 
 inline constexpr uint64_t kInoReserve = 1ull << 20;
 inline constexpr uint64_t kMaxCookie = (1ull << 63) - 1;
-inline constexpr uint8_t kInodeRecordVersion = 1;
+// 1: every record without an extent map (what older builds wrote); 2: a file with one (+ str extents).
+inline constexpr uint8_t kInodeRecordVersion = 2;
 
 enum Cf : int { kDentries, kDirCookies, kInodes, kXattrs, kStaged, kSegments, kSegFiles, kTombstones, kMeta, kNumCf };
 inline constexpr const char* kCfNames[kNumCf] = {"dentries", "dircookies", "inodes",     "xattrs", "staged",
@@ -131,6 +133,7 @@ struct Reader {
 struct InodeRec {
   Attr attr;
   Location loc;
+  ExtentMapRef extents;  // files that are not one record (loc empty); null otherwise
   bool committed = false;
   uint64_t parent = 0;
   std::string name;
@@ -145,9 +148,11 @@ struct InodeRec {
 // i64 atime | i64 mtime | i64 ctime | u32 nlink | u8 committed | u64 parent | str name |
 // str loc.node | u64 loc.gen | u64 loc.seq | u64 record_offset | u64 value_offset | u64 length |
 // str symlink | u64 stamp | str stamp_node
+// InodeRecord v2 = v1 + str extents (the `ext` bytes of index/journal_format.h, the file's extent map;
+// loc is then empty). Written only for a file with an extent map: every other record keeps v1 bytes.
 inline std::string EncodeInode(const InodeRec& r) {
   std::string s;
-  PutLE(&s, kInodeRecordVersion, 1);
+  PutLE(&s, r.extents ? 2 : 1, 1);
   PutLE(&s, r.attr.ino, 8);
   PutLE(&s, r.attr.mode, 4);
   PutLE(&s, r.attr.uid, 4);
@@ -169,12 +174,18 @@ inline std::string EncodeInode(const InodeRec& r) {
   PutStr(&s, r.symlink);
   PutLE(&s, r.stamp, 8);
   PutStr(&s, r.stamp_node);
+  if (r.extents) {
+    std::string ext;
+    EncodeExtentMap(*r.extents, &ext);
+    PutStr(&s, ext);
+  }
   return s;
 }
 
 inline bool DecodeInode(std::string_view v, InodeRec* r) {
   Reader rd{v};
-  if (rd.U8() != kInodeRecordVersion) return false;
+  const uint8_t version = rd.U8();
+  if (version < 1 || version > kInodeRecordVersion) return false;
   r->attr.ino = rd.U64();
   r->attr.mode = rd.U32();
   r->attr.uid = rd.U32();
@@ -196,6 +207,13 @@ inline bool DecodeInode(std::string_view v, InodeRec* r) {
   r->symlink = rd.Str();
   r->stamp = rd.U64();
   r->stamp_node = rd.Str();
+  r->extents = {};
+  if (version >= 2) {
+    const std::string ext = rd.Str();
+    ExtentMap m;
+    if (!rd.ok || !r->loc.empty() || !DecodeExtentMap(ext, &m).ok()) return false;
+    r->extents = ExtentMapRef(std::make_shared<const ExtentMap>(std::move(m)));
+  }
   return rd.ok;
 }
 
@@ -342,6 +360,7 @@ inline Node NodeOf(const InodeRec& r) {
   Node n;
   n.attr = r.attr;
   n.location = r.loc;
+  n.extents = r.extents;
   n.committed = r.committed;
   n.parent = r.parent;
   n.name = r.name;

@@ -249,21 +249,37 @@ struct Ops {
       return Status::OK();
     }
     t.d_files += sign;
-    if (r.is_reg()) t.d_live += sign * int64_t(r.attr.size);
-    if (!r.loc.empty()) {
-      std::string sk = SegKey(r.loc.segment);
-      std::string v;
-      bool found;
-      KVFS_RETURN_IF_ERROR(t.Get(kSegments, sk, &v, &found));
-      SegmentInfo si;
-      if (found && !DecodeSeg(v, &si)) return Status::Corruption("bad segment record");
-      si.live_bytes += sign * int64_t(r.loc.length);
-      si.live_records += sign;
-      t.Put(kSegments, sk, EncodeSeg(si));
-      std::string fk = sk + InoKey(r.attr.ino);
-      if (sign > 0) t.Put(kSegFiles, fk, "");
-      else t.Del(kSegFiles, fk);
+    if (r.is_reg()) t.d_live += sign * int64_t(r.extents ? r.extents->DataBytes() : r.attr.size);
+    if (r.extents) {
+      // Per record of the map: its live bytes (the extents that still use it) and one record; one
+      // segfiles key per (segment, inode), so dropping any segment the file uses drops the file.
+      std::map<SegmentId, std::pair<uint64_t, uint64_t>> per_seg;  // segment -> (live bytes, records)
+      for (const auto& [rec, bytes] : r.extents->LiveBytesByRecord()) {
+        auto& [b, n] = per_seg[rec.first];
+        b += bytes;
+        n += 1;
+      }
+      for (const auto& [seg, bn] : per_seg) KVFS_RETURN_IF_ERROR(AccountSegment(seg, r.attr.ino, bn.first, bn.second, sign));
+    } else if (!r.loc.empty()) {
+      KVFS_RETURN_IF_ERROR(AccountSegment(r.loc.segment, r.attr.ino, r.loc.length, 1, sign));
     }
+    return Status::OK();
+  }
+  // Adds (sign +1) or removes (-1) `bytes` live bytes and `records` live records of segment seg used by
+  // inode ino, and its segfiles key.
+  Status AccountSegment(const SegmentId& seg, uint64_t ino, uint64_t bytes, uint64_t records, int sign) {
+    std::string sk = SegKey(seg);
+    std::string v;
+    bool found;
+    KVFS_RETURN_IF_ERROR(t.Get(kSegments, sk, &v, &found));
+    SegmentInfo si;
+    if (found && !DecodeSeg(v, &si)) return Status::Corruption("bad segment record");
+    si.live_bytes += sign * int64_t(bytes);
+    si.live_records += sign * int64_t(records);
+    t.Put(kSegments, sk, EncodeSeg(si));
+    std::string fk = sk + InoKey(ino);
+    if (sign > 0) t.Put(kSegFiles, fk, "");
+    else t.Del(kSegFiles, fk);
     return Status::OK();
   }
   // Replaces old (may be null) by new record (may be null), keeping every derived structure right.
@@ -394,6 +410,16 @@ struct Ops {
     if (!st.ok()) return st.status();
     return known && *st == SegmentState::kDropped;
   }
+  // True if any record of the content (a Location, or an extent map's records) lies in a dropped
+  // segment: the file's bytes are gone in part (a cache miss, as for a one-record file).
+  Result<bool> InDroppedSegment(const Location& loc, const ExtentMapRef& ext) {
+    if (!ext) return InDroppedSegment(loc);
+    for (const Location& rec : ext->Records()) {
+      auto d = InDroppedSegment(rec);
+      if (!d.ok() || *d) return d;
+    }
+    return false;
+  }
   Result<InodeRec> NewRec(uint32_t mode, uint64_t parent, std::string_view name) {
     auto ino = im->AllocIno();
     if (!ino.ok()) return ino.status();
@@ -417,6 +443,15 @@ struct Ops {
     return Status::OK();
   }
 };
+
+// After a size change of an extent file (SetAttrMask kSetSize): its map follows (cut at, or a hole up to,
+// the new size), so attr.size and the map's size stay equal.
+inline void ResizeExtents(InodeRec* r) {
+  if (!r->extents || r->extents->size() == r->attr.size) return;
+  ExtentMap m = *r->extents;
+  m.Resize(r->attr.size);
+  r->extents = NormalizeExtents(std::move(m), &r->loc);
+}
 
 inline void ApplyAttrMask(Attr* a, const Attr& in, uint32_t mask) {
   if (mask & kSetMode) a->mode = (a->mode & S_IFMT) | (in.mode & 07777);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "blockstore/extent_map.h"
 #include "blockstore/types.h"
 
 namespace kvfs {
@@ -25,6 +26,9 @@ struct Attr {
 struct Node {
   Attr attr;
   Location location;       // files only; empty for 0-byte files and staged files without a record
+  // Files whose version is not one record (docs/design.md §13): the extent map (location is then
+  // empty, attr.size = its size); null for every single-record file.
+  ExtentMapRef extents;
   bool committed = false;  // journaled (files); directories are always committed
   uint64_t parent = 0;
   std::string name;

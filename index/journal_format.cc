@@ -380,9 +380,26 @@ JournalEntry JournalEntry::Symlink(std::string path, std::string target, EntryAt
 }
 
 // ---- codec ----
+uint8_t JournalEntryVersion(const JournalEntry& e) {
+  if (e.op != JournalOp::kPut) return 1;
+  if (e.extents) return 3;
+  return e.xattrs.has_value() ? 2 : 1;
+}
+
+std::vector<Location> JournalEntry::Records() const {
+  std::vector<Location> out = ContentRecords(location, extents);
+  auto add = [&](const Location& l) {
+    if (!l.empty() && std::find(out.begin(), out.end(), l) == out.end()) out.push_back(l);
+  };
+  if (extents) add(location);  // malformed (a v3 PUT has none), but never hide it from a check
+  add(old_location);
+  return out;
+}
+
 void EncodeJournalEntry(const JournalEntry& e, std::string* out) {
-  const bool v2 = e.op == JournalOp::kPut && e.xattrs.has_value();
-  out->push_back(static_cast<char>(v2 ? 2 : 1));
+  const uint8_t version = JournalEntryVersion(e);
+  const bool v2 = version >= 2;
+  out->push_back(static_cast<char>(version));
   out->push_back(static_cast<char>(e.op));
   PutVarint64(out, e.stamp);
   switch (e.op) {
@@ -392,11 +409,17 @@ void EncodeJournalEntry(const JournalEntry& e, std::string* out) {
       PutAttrs(out, e.attrs);
       PutVarStr(out, e.inline_value);
       if (v2) {
-        PutVarint64(out, e.xattrs->size());
-        for (const auto& [name, value] : *e.xattrs) {
+        static const std::vector<std::pair<std::string, std::string>> kNone;
+        const auto& xs = e.xattrs ? *e.xattrs : kNone;
+        PutVarint64(out, xs.size());
+        for (const auto& [name, value] : xs) {
           PutVarStr(out, name);
           PutVarStr(out, value);
         }
+      }
+      if (version >= 3) {
+        out->push_back(1);  // has_extents
+        PutExtentMap(out, *e.extents);
       }
       break;
     case JournalOp::kRename:
@@ -479,6 +502,15 @@ Status DecodeJournalEntry(std::string_view in, JournalEntry* e) {
           std::string value = d.Str("xattr value");
           e->xattrs->emplace_back(std::move(name), std::move(value));
         }
+      }
+      if (version >= 3 && d.Bool("has_extents")) {
+        ExtentMap m = d.Ext("extents");
+        if (!d.ok()) break;
+        if (!e->location.empty() || !e->inline_value.empty() || e->attrs.size != m.size()) {
+          return Status::Corruption("journal entry: PUT with extents carries a location, an inline value or a "
+                                    "size other than its map's");
+        }
+        e->extents = ExtentMapRef(std::make_shared<const ExtentMap>(std::move(m)));
       }
       break;
     case JournalOp::kRename:

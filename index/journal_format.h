@@ -55,7 +55,11 @@
 //   op          fields
 //   1 PUT       str path, loc location, attrs, str inline_value; entry version 2 adds
 //               varint n, n x (str xattr name, str value): the file's complete xattr set, names in
-//               byte order (version 1: no set recorded; applying it leaves the xattrs as they are)
+//               byte order (version 1: no set recorded; applying it leaves the xattrs as they are);
+//               entry version 3 adds bool has_extents, then (if 1) ext extents: the file is that extent
+//               map (location empty, inline_value empty, attrs.size = the map's size; docs/design.md
+//               §13). Written only for a file whose map is not a single record: every other PUT keeps
+//               version 1/2 and its bytes, and an older reader stops at a version-3 entry (NotSupported)
 //   2 RENAME    str path (from), str path2 (to), loc location
 //   3 UNLINK    str path
 //   4 MKDIR     str path, attrs
@@ -92,9 +96,10 @@ inline constexpr size_t kJournalBlockSize = 32768;
 inline constexpr size_t kJournalFragmentHeaderSize = 7;
 inline constexpr size_t kJournalMaxFragmentPayload = kJournalBlockSize - kJournalFragmentHeaderSize;
 inline constexpr uint32_t kJournalFormatVersion = 1;
-// Entry version written: 2 for PUT (carries the file's xattrs), 1 for every other op (same layout in 1
-// and 2). Readers accept 1..kJournalEntryVersion.
-inline constexpr uint8_t kJournalEntryVersion = 2;
+// Entry version written: 3 for a PUT of an extent file (JournalEntry::extents set), 2 for any other PUT
+// that carries the file's xattrs, 1 for every other op (same layout in 1, 2 and 3). Readers accept
+// 1..kJournalEntryVersion.
+inline constexpr uint8_t kJournalEntryVersion = 3;
 inline constexpr char kJournalMagic[8] = {'K', 'V', 'F', 'S', 'J', 'R', 'N', 'L'};
 inline constexpr uint64_t kJournalDefaultMaxFileSize = 64ull << 20;
 
@@ -184,6 +189,10 @@ struct JournalEntry {
   // PUT: the file's complete set of extended attributes (name, value), names sorted, when the entry
   // records one (entry version 2, what this build writes); nullopt for a version-1 PUT.
   std::optional<std::vector<std::pair<std::string, std::string>>> xattrs;
+  // PUT: the file's extent map when it is not a single record (entry version 3; `location` is then
+  // empty and attrs.size = extents->size()); null for every other PUT. A version-3 PUT always carries
+  // an xattr set (an empty one if `xattrs` is nullopt).
+  ExtentMapRef extents;
   std::string xattr_name, xattr_value;  // XATTR
   bool xattr_remove = false;            // XATTR: true = removexattr (xattr_value empty)
   SegmentId segment;                    // SEAL, DROP
@@ -207,7 +216,14 @@ struct JournalEntry {
   static JournalEntry Move(std::string path, Location old_loc, Location new_loc, uint64_t original_stamp);
   static JournalEntry Cut(FileRef file, uint64_t offset, uint64_t stamp);
   static JournalEntry Symlink(std::string path, std::string target, EntryAttrs attrs, uint64_t stamp);
+
+  // Every record this entry references: location (PUT, RENAME, MOVE), old_location (MOVE) and the
+  // records of `extents` (PUT), no duplicates.
+  std::vector<Location> Records() const;
 };
+
+// The entry version EncodeJournalEntry writes for e (1, 2 or 3; see kJournalEntryVersion).
+uint8_t JournalEntryVersion(const JournalEntry& e);
 
 // Appends the encoding of e to *out.
 void EncodeJournalEntry(const JournalEntry& e, std::string* out);
@@ -219,8 +235,8 @@ Status DecodeJournalEntry(std::string_view in, JournalEntry* e);
 // ext (blockstore/extent_map.h; docs/format.md "Extent maps"): varint size, varint r, r x loc (the
 // distinct records, each present, in first-use order), varint n, n x (varint gap, varint length,
 // varint record index < r, varint value_offset), extents in file order; gap = the extent's file offset
-// minus the previous extent's end (for the first: its file offset). The field of the planned PUT entry
-// version 3 (docs/design.md §13); no entry this build writes or reads carries it yet.
+// minus the previous extent's end (for the first: its file offset). The field of PUT entry version 3
+// and of the index's inode record version 2 (docs/design.md §13).
 void EncodeExtentMap(const ExtentMap& m, std::string* out);
 // Decodes exactly one map that fills `in` and checks it (ExtentMap::Validate: sorted, no overlap,
 // within the size and each record's value). Corruption on anything else; *m unchanged on error.

@@ -345,6 +345,7 @@ Result<Attr> IndexDb::SetAttr(uint64_t ino, const Attr& attr, uint32_t mask, uin
     return Status::Exists("changed since the read");  // kSetAtimeOfRead: see inode.h
   }
   ApplyAttrMask(&n.attr, attr, mask);
+  ResizeExtents(&n);
   if (stamp && stamp > n.stamp) n.stamp = stamp, n.stamp_node = impl_->node;
   KVFS_RETURN_IF_ERROR(o.UpdateRec(*r, n));
   KVFS_RETURN_IF_ERROR(t.Commit());
@@ -352,7 +353,10 @@ Result<Attr> IndexDb::SetAttr(uint64_t ino, const Attr& attr, uint32_t mask, uin
 }
 
 Result<Node> IndexDb::CommitFile(uint64_t ino, const Location& loc, const Attr& attr, uint64_t stamp,
-                                 std::string_view node) {
+                                 std::string_view node, ExtentMapRef extents) {
+  if (extents && (!loc.empty() || extents->size() != attr.size)) {
+    return Status::InvalidArgument("commit of an extent map with a location or another size");
+  }
   std::string nd = node.empty() ? impl_->node : std::string(node);
   std::lock_guard<std::mutex> l(impl_->mu);
   Txn t(impl_.get());
@@ -363,6 +367,7 @@ Result<Node> IndexDb::CommitFile(uint64_t ino, const Location& loc, const Attr& 
   if (!r->is_reg()) return Status::InvalidArgument("commit of a non-regular file");
   InodeRec n = *r;
   n.loc = loc;
+  n.extents = std::move(extents);
   n.attr.size = attr.size;
   n.attr.mode = S_IFREG | (attr.mode & 07777);
   n.attr.uid = attr.uid, n.attr.gid = attr.gid;

@@ -46,8 +46,9 @@ bool JournalEntryToApplyOp(const JournalEntry& e, ApplyOp* op) {
                JournalOpName(e.op), e.path, node);
     return true;
   };
-  if (!e.location.empty() && bad_node(e.location.segment.node)) return false;
-  if (!e.old_location.empty() && bad_node(e.old_location.segment.node)) return false;
+  for (const Location& rec : e.Records()) {
+    if (bad_node(rec.segment.node)) return false;
+  }
   if ((e.op == JournalOp::kSeal || e.op == JournalOp::kDrop) && bad_node(e.segment.node)) return false;
   if (e.op == JournalOp::kCut && (e.cut_file.kind != FileRef::Kind::kSegment || bad_node(e.cut_file.node))) {
     return false;  // a journal file's CUT limits only the reading of that file (CollectNodeCuts)
@@ -58,6 +59,7 @@ bool JournalEntryToApplyOp(const JournalEntry& e, ApplyOp* op) {
     case JournalOp::kPut:
       op->kind = ApplyOp::Kind::kPut;
       op->location = e.location;
+      op->extents = e.extents;
       op->attr = FromEntryAttrs(e.attrs);
       op->xattrs = e.xattrs;
       return true;

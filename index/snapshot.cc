@@ -274,7 +274,7 @@ SnapshotWriter::~SnapshotWriter() {
 std::string SnapshotWriter::HeaderBytes() const {
   std::string h(kSnapshotMagic, 8);
   PutFixed(&h, kSnapshotVersion, 4);
-  PutFixed(&h, kJournalEntryVersion, 4);
+  PutFixed(&h, entry_version_, 4);
   PutFixed(&h, generation_, 8);
   PutFixed(&h, number_, 8);
   PutFixed(&h, max_stamp_, 8);
@@ -299,6 +299,7 @@ Status SnapshotWriter::Add(const JournalEntry& e) {
   chunk_entries_++;
   entries_++;
   max_stamp_ = std::max(max_stamp_, e.stamp);
+  entry_version_ = std::max<uint32_t>(entry_version_, JournalEntryVersion(e));
   if (chunk_.size() >= kSnapshotTargetChunk) return WriteChunk();
   return Status::OK();
 }

@@ -22,7 +22,7 @@
 // Layout (little-endian; XXH3-64 seed 0):
 //   header  | chunk 0 | chunk 1 | ... | trailer (48 bytes)
 //
-//   header:  0 magic "KVFSSNAP" (8) | 8 version u32 (1) | 12 entry version u32 (kJournalEntryVersion) |
+//   header:  0 magic "KVFSSNAP" (8) | 8 version u32 (1) | 12 entry version u32 (highest of its entries, >= 2) |
 //            16 generation u64 | 24 file number u64 | 32 max stamp u64 | 40 created ns u64 |
 //            48 node length u16 | 50 reserved (6) | 56 header checksum u64 = XXH3 of [0,56) + node |
 //            64 node bytes
@@ -114,6 +114,9 @@ class SnapshotWriter {
   Env* env_ = nullptr;
   std::string dir_, node_, tmp_, final_;
   uint64_t generation_ = 0, number_ = 0, max_stamp_ = 0;
+  // The header's entry version: the highest of the entries added, at least 2 (a snapshot without an
+  // extent file keeps the header older readers accept).
+  uint32_t entry_version_ = 2;
   int64_t created_ns_ = 0;
   std::unique_ptr<BackingFile> file_;
   uint64_t offset_ = 0;  // next write offset

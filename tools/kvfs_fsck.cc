@@ -184,6 +184,17 @@ int DumpIndex(const std::string& dir, const std::string& node) {
                        {"seq", e.location.segment.seq}, {"record_offset", e.location.record_offset},
                        {"value_offset", e.location.value_offset}, {"length", e.location.length}};
     }
+    if (e.extents) {  // an extent file: its map (docs/design.md §13)
+      nlohmann::json ext = nlohmann::json::array();
+      for (const auto& xe : e.extents->extents()) {
+        const kvfs::Location& r = xe.record;
+        ext.push_back({{"file_offset", xe.file_offset}, {"length", xe.length}, {"value_offset", xe.value_offset},
+                       {"node", r.segment.node}, {"generation", r.segment.generation}, {"seq", r.segment.seq},
+                       {"record_offset", r.record_offset}, {"record_value_offset", r.value_offset},
+                       {"record_length", r.length}});
+      }
+      x["extents"] = ext;
+    }
     if (!e.xattrs.empty()) x["xattrs"] = e.xattrs;
     j[path] = x;
   }
