@@ -86,9 +86,9 @@ phase() {  # tag name command...: zero, run, settle, dump; writes "IR SECONDS" t
   callgrind_control -d "$name" "$pid" >>"$work/callgrind_control.log" 2>&1
   echo "$(last_dump_ir "$tag") $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}')" >"$work/phase.out"
 }
-workload() {  # store|load
+workload() {  # store|lookup|load
   "$py" - "$1" "$mnt" "$chunks" "$chunk_bytes" <<'EOF'
-import hashlib, mmap, os, sys
+import errno, hashlib, mmap, os, sys
 what, root, n, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 buf = mmap.mmap(-1, size)  # page-aligned, as O_DIRECT needs
 def content(i):
@@ -117,6 +117,9 @@ for i in range(n):
         assert os.write(fd, buf) == size
         os.close(fd)
         os.rename(tmp, f)
+    elif what == "lookup":  # vLLM's lookup: access(F_OK) of a stored key and of one never stored
+        assert os.access(f, os.F_OK), f
+        assert not os.access(f[:-4] + "x.bin", os.F_OK), f
     else:
         fd = os.open(f, os.O_RDONLY | os.O_DIRECT)
         got = os.readv(fd, [buf])
@@ -132,8 +135,12 @@ phase a idle sleep 1
 read -r idle_ir idle_s <"$work/phase.out"
 phase a store workload store
 read -r store_ir store_s <"$work/phase.out"
+phase a lookup workload lookup
+read -r lookup_ir lookup_s <"$work/phase.out"
 stop_daemon
 start_daemon b
+phase b cold_lookup workload lookup
+read -r cold_lookup_ir cold_lookup_s <"$work/phase.out"
 phase b load workload load
 read -r load_ir load_s <"$work/phase.out"
 stop_daemon
@@ -142,8 +149,12 @@ div() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.0f", a / b}'; }
 idle_per_s=$(div "$idle_ir" "$idle_s")
 store_per=$(div "$store_ir" "$chunks")
 load_per=$(div "$load_ir" "$chunks")
+lookup_per=$(div "$lookup_ir" "$chunks")
+cold_lookup_per=$(div "$cold_lookup_ir" "$chunks")
 printf '%-8s %16s %10s %16s\n' phase "Ir" seconds "Ir per chunk"
 printf '%-8s %16s %10.1f %16s\n' idle "$idle_ir" "$idle_s" "($idle_per_s per s)"
 printf '%-8s %16s %10.1f %16s\n' store "$store_ir" "$store_s" "$store_per"
+printf '%-8s %16s %10.1f %16s\n' lookup "$lookup_ir" "$lookup_s" "$lookup_per"
+printf '%-8s %16s %10.1f %16s\n' coldlook "$cold_lookup_ir" "$cold_lookup_s" "$cold_lookup_per"
 printf '%-8s %16s %10.1f %16s\n' load "$load_ir" "$load_s" "$load_per"
-echo "instr_per_chunk chunks=$chunks chunk_bytes=$chunk_bytes store=$store_per load=$load_per idle_per_s=$idle_per_s"
+echo "instr_per_chunk chunks=$chunks chunk_bytes=$chunk_bytes store=$store_per load=$load_per lookup=$lookup_per cold_lookup=$cold_lookup_per idle_per_s=$idle_per_s"
