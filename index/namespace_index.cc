@@ -30,11 +30,18 @@ using namespace index_internal;
 
 // ---- reads ----
 Result<Node> IndexDb::Lookup(uint64_t parent, std::string_view name) {
-  const rocksdb::Snapshot* snap = impl_->db->GetSnapshot();
   std::string v;
   bool found;
-  Status s = impl_->DbGet(kDentries, DentryKey(parent, name), &v, &found, snap);
+  KVFS_RETURN_IF_ERROR(impl_->DbGet(kDentries, DentryKey(parent, name), &v, &found));
+  if (!found) return Status::NotFound(std::string(name));
   DentryVal d;
+  if (!DecodeDentry(v, &d)) return Status::Corruption("bad dentry");
+  auto n = GetInode(d.ino);
+  if (n.ok() || !n.status().IsNotFound()) return n;
+  // The inode went away after the dentry was read (a rename over the name or an unlink raced this
+  // lookup): read the pair again from one snapshot, so the answer is the name's state at one instant.
+  const rocksdb::Snapshot* snap = impl_->db->GetSnapshot();
+  Status s = impl_->DbGet(kDentries, DentryKey(parent, name), &v, &found, snap);
   InodeRec r;
   if (s.ok() && !found) s = Status::NotFound(std::string(name));
   if (s.ok() && !DecodeDentry(v, &d)) s = Status::Corruption("bad dentry");
@@ -47,12 +54,15 @@ Result<Node> IndexDb::Lookup(uint64_t parent, std::string_view name) {
 }
 
 Result<Node> IndexDb::GetInode(uint64_t ino) {
+  InodeRec r;
+  uint64_t epoch;
+  if (impl_->CachedInode(ino, &r, &epoch)) return NodeOf(r);
   std::string v;
   bool found;
   KVFS_RETURN_IF_ERROR(impl_->DbGet(kInodes, InoKey(ino), &v, &found));
   if (!found) return Status::NotFound("inode " + std::to_string(ino));
-  InodeRec r;
   if (!DecodeInode(v, &r)) return Status::Corruption("bad inode record");
+  impl_->CacheInode(ino, r, epoch);
   return NodeOf(r);
 }
 
