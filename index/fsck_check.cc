@@ -326,7 +326,15 @@ Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) 
       auto c = seg_cuts[node].find({gen, seq});
       if (c != seg_cuts[node].end()) cut = c->second;
       SegScan& s = node_scans[{gen, seq}];
-      KVFS_RETURN_IF_ERROR(ScanSegment(node, gen, seq, cut, &s));
+      Status scan = ScanSegment(node, gen, seq, cut, &s);
+      if (scan.IsNotFound()) {
+        // Gone between the listing and the open: a live owner's eviction dropped it (a dead segment, or
+        // one whose files it unlinked). Like a segment never listed: a file still located in it is a
+        // dangling entry below.
+        node_scans.erase({gen, seq});
+        continue;
+      }
+      KVFS_RETURN_IF_ERROR(scan);
       s.dropped = drops.count(s.id) > 0;
       s.seal_journaled = seals.count(s.id) > 0;
       sum.segments++;
