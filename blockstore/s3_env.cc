@@ -103,6 +103,10 @@ S3TierEnv::Kind S3TierEnv::KindOf(const std::string& path) const {
   }
   const std::string_view base = S3EnvBaseName(path);
   if (S3EnvEndsWith(base, ".tmp") || base == "RESERVE") return Kind::kLocal;
+  // Peer hold markers (engine/peer_holds.h) stay local on S3 (docs/s3.md): classed as bucket files, each
+  // removal sent a DELETE of a key that never existed (564 in one node's afternoon, failing and logged
+  // while the gateway was down).
+  if (path.find("/holds/", root_.size()) != std::string::npos) return Kind::kLocal;
   if (base.rfind("journal-", 0) == 0) return Kind::kStaged;
   if (S3EnvEndsWith(base, ".kseg") && path.find("/seg/") != std::string::npos) return Kind::kStaged;
   return Kind::kThrough;

@@ -638,6 +638,7 @@ TEST_F(S3ClientTest, S3TierEnvStagesUploadsAndReadsBack) {
   EXPECT_EQ(env.KindOf(node + "/journal-00000000000000000001-00000000000000000000"), S3TierEnv::Kind::kStaged);
   EXPECT_EQ(env.KindOf(node + "/OWNER.tmp"), S3TierEnv::Kind::kLocal);
   EXPECT_EQ(env.KindOf(node + "/RESERVE"), S3TierEnv::Kind::kLocal);
+  EXPECT_EQ(env.KindOf(node + "/holds/peer/00000000000000000001-00000000000000000001.kseg"), S3TierEnv::Kind::kLocal);
   EXPECT_EQ(env.KindOf(node + "/OWNER"), S3TierEnv::Kind::kThrough);
   EXPECT_EQ(env.KindOf("/elsewhere/x"), S3TierEnv::Kind::kOutside);
   EXPECT_EQ(env.KeyOf(node + "/OWNER"), "pre/.kvfs/v1/nodes/a/OWNER");
