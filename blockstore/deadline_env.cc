@@ -1,6 +1,7 @@
 // DeadlineEnv: see deadline_env.h.
 #include "blockstore/deadline_env.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -144,7 +145,9 @@ void DeadlineEnv::Submit(const std::shared_ptr<Task>& t) {
 
 bool DeadlineEnv::Wait(const std::shared_ptr<Task>& t) {
   std::unique_lock<std::mutex> l(t->mu);
-  if (t->cv.wait_for(l, opts_.deadline, [&] { return t->done; })) return true;
+  // The request's own deadline, or the thread's BackingDeadlineScope (a FUSE READ's budget) if earlier.
+  const auto until = std::min(std::chrono::steady_clock::now() + opts_.deadline, BackingDeadlineScope::Current());
+  if (t->cv.wait_until(l, until, [&] { return t->done; })) return true;
   t->abandoned = true;
   timeouts_++;
   return false;

@@ -2,7 +2,8 @@
 // becomes EIO for the caller, not a hung process").
 //
 // Every call is run on a worker thread of a fixed pool; the caller waits at most `deadline` (measured
-// from the call, so time spent queued behind hung requests counts) and then gets Status::TimedOut
+// from the call, so time spent queued behind hung requests counts), or until the end of the calling
+// thread's BackingDeadlineScope (env.h) if that comes first, and then gets Status::TimedOut
 // (errno EIO) naming the operation and path. The request itself cannot be cancelled (a thread stuck in
 // a hard-mounted NFS syscall stays stuck): it keeps its worker until the base Env returns, and its result
 // is dropped. Requests whose caller gave up before a worker picked them up are skipped.
@@ -101,7 +102,7 @@ Result<T> DeadlineEnv::Run(const char* what, const std::string& path, std::funct
   Submit(t);
   if (!Wait(t)) {
     return Status::TimedOut(std::string("backing ") + what + " of " + path + " did not finish within " +
-                            std::to_string(opts_.deadline.count()) + " ms");
+                            std::to_string(opts_.deadline.count()) + " ms (or the read's budget)");
   }
   return std::move(**result);
 }

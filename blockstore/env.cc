@@ -1,5 +1,6 @@
 #include "blockstore/env.h"
 
+#include <algorithm>
 #include <cerrno>
 
 namespace kvfs {
@@ -90,5 +91,17 @@ Status Env::WriteFileAtomic(const std::string& path, const std::string& data) {
   KVFS_RETURN_IF_ERROR((*f)->Write(0, padded.data(), padded.size()));
   return (*f)->Sync();
 }
+
+namespace {
+thread_local BackingDeadlineScope::Clock::time_point t_backing_deadline = BackingDeadlineScope::Clock::time_point::max();
+}  // namespace
+
+BackingDeadlineScope::BackingDeadlineScope(std::chrono::milliseconds budget) : saved_(t_backing_deadline) {
+  if (budget.count() > 0) t_backing_deadline = std::min(saved_, Clock::now() + budget);
+}
+
+BackingDeadlineScope::~BackingDeadlineScope() { t_backing_deadline = saved_; }
+
+BackingDeadlineScope::Clock::time_point BackingDeadlineScope::Current() { return t_backing_deadline; }
 
 }  // namespace kvfs

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -134,6 +135,26 @@ class Env {
   // crash during that one write. Only for newline-separated key=value records (OWNER, HEARTBEAT).
   static constexpr uint64_t kInPlaceMax = 512;
   Status WriteFileAtomic(const std::string& path, const std::string& data);
+};
+
+// A budget for the backing calls one thread makes one after another while serving one request (a FUSE
+// READ: open the segment, read it, check whether it vanished): while a scope is alive on a thread, a
+// backing that bounds its calls (the S3 client: S3Config::deadline_ms) ends each call by the earlier of
+// its own deadline and the scope's, so the calls together never run past the scope's deadline. Scopes
+// nest (the earliest deadline wins). A zero duration makes no scope. Thread-local; not shared with other
+// threads (a call that hands work to helpers passes its deadline on itself).
+class BackingDeadlineScope {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit BackingDeadlineScope(std::chrono::milliseconds budget);
+  ~BackingDeadlineScope();
+  BackingDeadlineScope(const BackingDeadlineScope&) = delete;
+  BackingDeadlineScope& operator=(const BackingDeadlineScope&) = delete;
+  // The calling thread's deadline, or Clock::time_point::max() outside any scope.
+  static Clock::time_point Current();
+
+ private:
+  Clock::time_point saved_;
 };
 
 }  // namespace kvfs

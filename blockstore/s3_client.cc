@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -22,7 +24,11 @@ namespace {
 
 using S3Clock = std::chrono::steady_clock;
 
-constexpr size_t kS3ErrorBodyMax = 64 << 10;  // error / XML bodies kept at most this long
+constexpr size_t kS3ErrorBodyMax = 64 << 10;  // error bodies kept at most this long
+// XML answers of successful calls kept at most this long: a listing page of 1,000 keys of up to 1,024
+// bytes each, with their sizes, ETags, dates and owners, is ~1.5 MB (before, the 64 KiB cap of error
+// bodies cut pages of more than ~150 keys: "not a ListBucketResult").
+constexpr size_t kS3XmlBodyMax = 8 << 20;
 constexpr size_t kS3HandlePoolMax = 32;       // idle curl handles kept (each keeps its connections)
 
 void S3GlobalInit() {
@@ -272,6 +278,7 @@ struct S3Client::Request {
   uint64_t range_offset = 0;
   bool ranged = false;
   std::string* out = nullptr;
+  const std::atomic<bool>* cancel = nullptr;  // a parallel read's other part failed: stop
 };
 
 struct S3Client::Response {
@@ -303,14 +310,15 @@ struct S3ClientCallbacks {
     const auto& req = *static_cast<const S3Client::Request*>(t->req);
     auto& resp = *static_cast<S3Client::Response*>(t->resp);
     const size_t n = size * nmemb;
+    if (req.cancel && req.cancel->load(std::memory_order_relaxed)) return 0;  // CURLE_WRITE_ERROR: stop
     if (!t->status_known) {
       curl_easy_getinfo(t->h, CURLINFO_RESPONSE_CODE, &t->status);
       t->status_known = true;
       if (t->status == 200 && req.ranged) t->skip = req.range_offset;
     }
     if (t->status >= 300 || (!req.buf && !req.out)) {
-      if (resp.body.size() < kS3ErrorBodyMax)
-        resp.body.append(ptr, std::min(n, kS3ErrorBodyMax - resp.body.size()));
+      const size_t cap = t->status >= 300 ? kS3ErrorBodyMax : kS3XmlBodyMax;
+      if (resp.body.size() < cap) resp.body.append(ptr, std::min(n, cap - resp.body.size()));
       return n;
     }
     std::string_view data(ptr, n);
@@ -356,7 +364,6 @@ struct S3ClientCallbacks {
 // ---- client ----
 
 S3Client::S3Client(S3Config config) : config_(std::move(config)), pool_(std::make_unique<HandlePool>()) {}
-S3Client::~S3Client() = default;
 
 Result<std::unique_ptr<S3Client>> S3Client::Create(S3Config config) {
   S3GlobalInit();
@@ -416,9 +423,12 @@ Status S3Client::Fail(S3Op op, Status s) {
   return s;
 }
 
-Status S3Client::Perform(S3Op op, Request& req, Response* resp) {
-  const auto start = S3Clock::now();
-  const auto deadline = start + std::chrono::milliseconds(config_.deadline_ms);
+S3Client::TimePoint S3Client::CallDeadline() const {
+  return std::min(S3Clock::now() + std::chrono::milliseconds(config_.deadline_ms), BackingDeadlineScope::Current());
+}
+
+Status S3Client::Perform(S3Op op, Request& req, Response* resp, const TimePoint* given_deadline) {
+  const auto deadline = given_deadline ? *given_deadline : CallDeadline();
   const std::string what = std::string("s3 ") + req.method + " " + config_.bucket + "/" + req.key +
                            (req.query.empty() ? "" : "?" + req.query.substr(0, 64));
   const std::string url = Url(req.key, req.query);
@@ -427,6 +437,7 @@ Status S3Client::Perform(S3Op op, Request& req, Response* resp) {
   for (uint32_t attempt = 0;; ++attempt) {
     const auto now = S3Clock::now();
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
+    if (req.cancel && req.cancel->load()) return Status::IOError(what + ": cancelled (another part of the read failed)", ECANCELED);
     if (left <= 0) {
       return Fail(op, Status::TimedOut(what + ": deadline of " + std::to_string(config_.deadline_ms) +
                                        " ms passed after " + std::to_string(attempt) + " attempt(s)" +
@@ -489,7 +500,14 @@ Status S3Client::Perform(S3Op op, Request& req, Response* resp) {
 
     counters_.requests[static_cast<size_t>(op)]++;
     if (attempt > 0) counters_.retries++;
+    if (op == S3Op::kGet) {
+      const uint64_t now_in = ++counters_.gets_in_flight;
+      uint64_t peak = counters_.gets_in_flight_peak.load();
+      while (now_in > peak && !counters_.gets_in_flight_peak.compare_exchange_weak(peak, now_in)) {
+      }
+    }
     const CURLcode rc = curl_easy_perform(h);
+    if (op == S3Op::kGet) counters_.gets_in_flight--;
     long status = 0;
     curl_off_t clen = -1;
     if (rc == CURLE_OK) {
@@ -506,6 +524,9 @@ Status S3Client::Perform(S3Op op, Request& req, Response* resp) {
 
     bool retry = false;
     Status s;
+    if (rc != CURLE_OK && req.cancel && req.cancel->load()) {
+      return Status::IOError(what + ": cancelled (another part of the read failed)", ECANCELED);
+    }
     if (rc != CURLE_OK) {
       last_error = std::string("curl: ") + (errbuf[0] ? errbuf : curl_easy_strerror(rc));
       retry = S3RetryableCurl(rc);
@@ -686,19 +707,159 @@ Status S3Client::Multipart(const std::string& key, uint64_t size, const S3PutOpt
   return Status::OK();
 }
 
-Status S3Client::Get(const std::string& key, uint64_t offset, size_t n, void* buf, size_t* got) {
+Status S3Client::GetRange(const std::string& key, uint64_t offset, size_t n, char* buf, size_t* got,
+                          const TimePoint& deadline, const std::atomic<bool>* cancel) {
   *got = 0;
-  if (n == 0) return Status::OK();
   Request req;
   req.key = key;
-  req.buf = static_cast<char*>(buf);
+  req.buf = buf;
   req.cap = n;
   req.ranged = true;
   req.range_offset = offset;
+  req.cancel = cancel;
   req.headers.push_back("Range: bytes=" + std::to_string(offset) + "-" + std::to_string(offset + n - 1));
   Response resp;
-  KVFS_RETURN_IF_ERROR(Perform(S3Op::kGet, req, &resp));
+  KVFS_RETURN_IF_ERROR(Perform(S3Op::kGet, req, &resp, &deadline));
   *got = resp.got;
+  return Status::OK();
+}
+
+// The helper threads of split reads: exactly as many threads as slots (S3Config::read_parallel), and a
+// part is queued only with a slot taken, so a queued part always has an idle thread: it never waits
+// behind another read's GET.
+class S3Client::ReadHelpers {
+ public:
+  explicit ReadHelpers(uint32_t n) : free_(n) {
+    for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this] { Loop(); });
+  }
+  ~ReadHelpers() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  // Takes up to want slots (never waits); returns how many.
+  uint32_t TrySlots(uint32_t want) {
+    std::lock_guard<std::mutex> l(mu_);
+    const uint32_t got = std::min(want, free_);
+    free_ -= got;
+    return got;
+  }
+  // Runs fn on a helper thread; one slot taken by TrySlots is given back when fn returns.
+  void Run(std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      queue_.push_back(std::move(fn));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void Loop() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        fn = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      fn();
+      std::lock_guard<std::mutex> l(mu_);
+      free_++;
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  uint32_t free_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+S3Client::~S3Client() = default;  // helpers_ first (joins its threads), then the handle pool
+
+Status S3Client::Get(const std::string& key, uint64_t offset, size_t n, void* buf, size_t* got,
+                     uint64_t object_size) {
+  *got = 0;
+  if (n == 0) return Status::OK();
+  const TimePoint deadline = CallDeadline();
+  char* out = static_cast<char*>(buf);
+  // The bytes to split: the range, clipped to the object's known end (a part wholly past it would be a
+  // request for nothing: 416).
+  const uint64_t span = offset + n <= object_size ? n : (object_size > offset ? object_size - offset : 0);
+  constexpr uint64_t kBlock = 64 << 10;
+  uint64_t parts = config_.read_parts > 1 && config_.read_part_min > 0 && config_.read_parallel > 0
+                       ? std::min<uint64_t>(config_.read_parts, span / config_.read_part_min)
+                       : 1;
+  if (parts <= 1) return GetRange(key, offset, n, out, got, deadline, nullptr);
+  const uint64_t part_len = ((span + parts - 1) / parts + kBlock - 1) & ~(kBlock - 1);
+  parts = (span + part_len - 1) / part_len;
+  if (parts <= 1) return GetRange(key, offset, n, out, got, deadline, nullptr);
+
+  struct Part {
+    uint64_t off = 0;  // relative to offset
+    size_t len = 0;
+    size_t got = 0;
+    Status status;
+  };
+  struct Shared {
+    std::vector<Part> parts;
+    std::atomic<bool> cancel{false};
+    std::mutex mu;
+    std::condition_variable cv;
+    uint32_t pending = 0;  // parts on helper threads not finished
+  };
+  auto sh = std::make_shared<Shared>();
+  sh->parts.resize(parts);
+  for (uint64_t i = 0; i < parts; ++i) {
+    sh->parts[i].off = i * part_len;
+    // The last part runs to the end of the asked range (past the object's known end, if the range does).
+    sh->parts[i].len = static_cast<size_t>(i + 1 < parts ? part_len : n - i * part_len);
+  }
+  counters_.split_reads++;
+  counters_.read_parts += parts;
+  std::call_once(helpers_once_, [&] { helpers_ = std::make_unique<ReadHelpers>(config_.read_parallel); });
+  const uint32_t helped = helpers_->TrySlots(static_cast<uint32_t>(parts - 1));
+  counters_.read_parts_parallel += helped;
+  auto fetch = [this, key, offset, out, deadline](Shared* s, size_t i) {
+    Part& p = s->parts[i];
+    p.status = GetRange(key, offset + p.off, p.len, out + p.off, &p.got, deadline, &s->cancel);
+    if (!p.status.ok()) s->cancel = true;
+  };
+  // Parts 1..helped on helpers; the caller fetches part 0, then the parts no helper was free for.
+  sh->pending = helped;
+  for (uint32_t i = 1; i <= helped; ++i) {
+    helpers_->Run([sh, i, fetch] {
+      fetch(sh.get(), i);
+      std::lock_guard<std::mutex> l(sh->mu);
+      if (--sh->pending == 0) sh->cv.notify_all();
+    });
+  }
+  fetch(sh.get(), 0);
+  for (uint64_t i = helped + 1; i < parts && !sh->cancel; ++i) fetch(sh.get(), i);
+  {
+    // The helpers write into buf: wait for every one (each ends by the shared deadline).
+    std::unique_lock<std::mutex> l(sh->mu);
+    sh->cv.wait(l, [&] { return sh->pending == 0; });
+  }
+  // The first real failure (a cancelled part's status only says another part failed).
+  const Status* failed = nullptr;
+  for (const Part& p : sh->parts) {
+    if (p.status.ok()) continue;
+    if (!failed || (failed->ToErrno() == ECANCELED && p.status.ToErrno() != ECANCELED)) failed = &p.status;
+  }
+  if (failed) return *failed;
+  // The bytes up to the first short part (the end of the object).
+  size_t total = 0;
+  for (const Part& p : sh->parts) {
+    total += p.got;
+    if (p.got < p.len) break;
+  }
+  *got = total;
   return Status::OK();
 }
 

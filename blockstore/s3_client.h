@@ -33,6 +33,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -84,6 +85,18 @@ struct S3Config {
   // (S3's limits: parts of 5 MiB .. 5 GiB except the last, at most 10,000 parts).
   uint64_t multipart_threshold = 64ull << 20;
   uint64_t part_size = 16ull << 20;
+
+  // Parallel ranged GETs (docs/s3.md "Reads: several ranged GETs in flight"). Get() of a range of L
+  // bytes (L within the object as far as the caller knows it) is split into P = min(read_parts,
+  // L / read_part_min) parts (P <= 1: one GET, as for any small read), each a multiple of 64 KiB (kvfs's
+  // checksum block) but the last, fetched concurrently: the caller's thread fetches the first part, the
+  // others go to helper threads of this client, at most read_parallel parts at once over all calls (the
+  // bound of extra GETs in flight per client, i.e. per mount); a part that finds no free helper is
+  // fetched by the caller after its own, so a read never waits for another read's parts. All parts share
+  // the call's deadline. read_parts = 1 turns splitting off.
+  uint32_t read_parts = 4;
+  uint64_t read_part_min = 512ull << 10;
+  uint32_t read_parallel = 16;
 };
 
 // The request types counted (each HTTP request, retries included: the figure an S3 site is billed by).
@@ -108,6 +121,11 @@ struct S3Counters {
   std::array<std::atomic<uint64_t>, kOps> failures{};      // calls that returned an error, by type
   std::atomic<uint64_t> retries{0};                        // requests that were retries
   std::atomic<uint64_t> bytes_sent{0}, bytes_received{0};  // bodies only
+  // Parallel ranged GETs (S3Config::read_parts): Get() calls split into parts, their parts (each one
+  // ranged GET, retries aside), the parts a helper thread fetched while the caller fetched its own.
+  std::atomic<uint64_t> split_reads{0}, read_parts{0}, read_parts_parallel{0};
+  // GET transfers running now, and the most at once since the client was made (a gauge and its peak).
+  std::atomic<uint64_t> gets_in_flight{0}, gets_in_flight_peak{0};
   uint64_t Requests(S3Op op) const { return requests[static_cast<size_t>(op)].load(); }
   uint64_t Failures(S3Op op) const { return failures[static_cast<size_t>(op)].load(); }
   uint64_t TotalRequests() const;
@@ -153,8 +171,13 @@ class S3Client {
   // than size, or a read error, fails the upload (aborted) with an IOError naming the file.
   Status PutFile(const std::string& key, BackingFile* file, uint64_t size, const S3PutOptions& opts = {});
   // GET bytes [offset, offset + n) into buf; *got = bytes copied, < n only at the end of the object
-  // (0 when offset >= size). n == 0 sends nothing.
-  Status Get(const std::string& key, uint64_t offset, size_t n, void* buf, size_t* got);
+  // (0 when offset >= size). n == 0 sends nothing. A large range is fetched as several ranged GETs in
+  // flight (S3Config::read_parts); object_size: the object's size as the caller knows it (a HEAD at
+  // open), so that no part is asked wholly past the end (the last part still runs to offset + n: a
+  // journal object replaced by a longer prefix is read to its new end). Any failed part fails the call
+  // (its error; the other parts are cancelled, and buf's contents are then unspecified).
+  Status Get(const std::string& key, uint64_t offset, size_t n, void* buf, size_t* got,
+             uint64_t object_size = UINT64_MAX);
   // The whole object.
   Result<std::string> GetAll(const std::string& key);
   // HEAD: size and ETag. NotFound when the key does not exist.
@@ -190,9 +213,18 @@ class S3Client {
   struct Request;
   struct Response;
   class HandlePool;
+  class ReadHelpers;
+  using TimePoint = std::chrono::steady_clock::time_point;
   explicit S3Client(S3Config config);
-  // One call: attempts with retries and backoff inside the deadline; fills resp from the last attempt.
-  Status Perform(S3Op op, Request& req, Response* resp);
+  // One call: attempts with retries and backoff inside the deadline (the call's own, from now, or the
+  // given one); fills resp from the last attempt.
+  Status Perform(S3Op op, Request& req, Response* resp, const TimePoint* deadline = nullptr);
+  // One ranged GET of [offset, offset + n) ending by deadline; cancel (optional): set by another part.
+  Status GetRange(const std::string& key, uint64_t offset, size_t n, char* buf, size_t* got,
+                  const TimePoint& deadline, const std::atomic<bool>* cancel);
+  // The deadline of a call starting now: the client's per-call deadline, or the thread's
+  // BackingDeadlineScope when that ends earlier.
+  TimePoint CallDeadline() const;
   std::string Url(const std::string& key, const std::string& query) const;
   // The multipart upload of `size` bytes; part_data(offset, n) gives the bytes of one part (valid until
   // the next call). Aborts the upload on any failure.
@@ -207,6 +239,8 @@ class S3Client {
   std::string sigv4_;        // "aws:amz:REGION:s3"
   S3Counters counters_;
   std::unique_ptr<HandlePool> pool_;
+  std::once_flag helpers_once_;
+  std::unique_ptr<ReadHelpers> helpers_;  // made at the first split read (read_parallel threads)
 };
 
 }  // namespace kvfs

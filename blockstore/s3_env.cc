@@ -25,7 +25,8 @@ bool S3EnvEndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// An object open for reading: every Read is one ranged GET.
+// An object open for reading: every Read is one ranged GET, or several in flight for a large one
+// (S3Config::read_parts), none asked past the size the HEAD at open found.
 class S3ObjectFile final : public BackingFile {
  public:
   S3ObjectFile(S3Client* client, std::string key, std::string path, uint64_t size)
@@ -33,7 +34,7 @@ class S3ObjectFile final : public BackingFile {
   Status Read(uint64_t offset, size_t n, void* buf, size_t* got) override {
     *got = 0;
     if (n == 0) return Status::OK();
-    return client_->Get(key_, offset, n, buf, got);
+    return client_->Get(key_, offset, n, buf, got, size_.load());
   }
   Status Write(std::span<const WriteOp>) override { return ReadOnly(); }
   Status Sync() override { return Status::OK(); }
@@ -42,7 +43,7 @@ class S3ObjectFile final : public BackingFile {
     auto h = client_->Head(key_);
     if (!h.ok()) return h.status();
     size_ = h->size;
-    return size_;
+    return h->size;
   }
   const std::string& path() const override { return path_; }
 
@@ -52,7 +53,7 @@ class S3ObjectFile final : public BackingFile {
   }
   S3Client* const client_;
   const std::string key_, path_;
-  uint64_t size_;
+  std::atomic<uint64_t> size_;  // the object's size at the last HEAD (Size() refreshes it)
 };
 
 // A "through" file open for writing: local writes; each Sync() PUTs the whole local file.

@@ -537,7 +537,7 @@ void StoreImpl::UnlinkDue(bool all) {
     if (r.ok()) {
       {
         std::lock_guard<std::mutex> fl(files_mu_);
-        files_.erase(d.id);  // close our fd (an in-flight read keeps its shared_ptr until it returns)
+        ForgetSegmentFileLocked(d.id);  // close our fd (an in-flight read keeps its shared_ptr until it returns)
       }
       r = env_->Remove(SegmentFilePath(opts_.backing_dir, d.id));
       if (r.IsNotFound()) r = Status::OK();
@@ -608,12 +608,15 @@ void StoreImpl::ReleaseReserve() {
 Status StoreImpl::GoneOr(const Location& loc, Status s) {
   if (s.ok() || s.IsNotFound() || s.IsCorruption()) return s;
   // An I/O error (e.g. ESTALE of an NFS handle whose file a peer unlinked): is the segment gone?
+  // Not asked after a timeout: the backing did not answer in time, and asking it again would make the
+  // caller wait for a second deadline (a FUSE READ on a frozen S3 gateway waited two).
   {
     std::lock_guard<std::mutex> fl(files_mu_);
-    files_.erase(loc.segment);
+    ForgetSegmentFileLocked(loc.segment);
   }
   auto st = index_->GetSegment(loc.segment);
   if (st.ok() && st->state == SegmentState::kDropped) return Status::NotFound("segment dropped (evicted)");
+  if (s.IsTimedOut()) return s;
   auto info = env_->Stat(SegmentFilePath(opts_.backing_dir, loc.segment));
   if (!info.ok() && info.status().IsNotFound()) return Status::NotFound("segment vanished");
   return s;

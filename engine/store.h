@@ -75,6 +75,11 @@ struct StoreOptions {
   // requests (NFS: rsize RPCs in flight) instead of through the client's read-ahead. Falls back to
   // buffered reads where the backing file system refuses O_DIRECT (tmpfs).
   bool read_direct_io = true;
+  // The budget of one read's backing calls (Read, ReadPinned, ReadUncached: opening the segment, reading
+  // it, checking whether it vanished), from the read's start: every call made for the read ends by then
+  // (BackingDeadlineScope; a backing that bounds its calls honours it: the S3 client, DeadlineEnv), so
+  // a FUSE READ never waits on the backing past it (kvfs mount --backing-deadline-ms). 0 = none.
+  uint32_t read_deadline_ms = 0;
   Env* env = nullptr;                   // default Env::Posix()
 
   // ---- checkpoints and journal retirement (engine/checkpoint.h, docs/operations.md) ----
@@ -307,6 +312,10 @@ struct StoreStats {
   std::vector<std::pair<std::string, uint64_t>> s3_requests;
   uint64_t s3_requests_total = 0, s3_segments_uploaded = 0, s3_segments_pending = 0, s3_journal_publications = 0;
   uint64_t s3_failures = 0, s3_bytes_sent = 0, s3_bytes_received = 0;
+  // Parallel ranged GETs (S3Counters): reads split into parts, their parts, the parts fetched on helper
+  // threads; GETs in flight now and the most at once.
+  uint64_t s3_split_reads = 0, s3_read_parts = 0, s3_read_parts_parallel = 0, s3_gets_in_flight = 0,
+           s3_gets_in_flight_peak = 0;
   // Segments on the export now: this node first (exact), then peers by id (their files' sizes); never empty.
   // The totals over all nodes: SumSegmentStats(nodes).
   std::vector<NodeSegmentStats> nodes;
@@ -469,7 +478,8 @@ class Store {
   virtual Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr) = 0;
   // Reads [offset, offset+len) of the value at loc into buf, verified against the block checksums
   // (Corruption -> EIO, never wrong bytes). Served from the LRU when cached. *got < len only at the end
-  // of the value.
+  // of the value. The backing calls of a read (this and the two below) end within
+  // StoreOptions::read_deadline_ms of its start (TimedOut -> EIO).
   virtual Status Read(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) = 0;
   // Same bytes, same verification and errors, without copying them into a caller's buffer: out->data
   // points into the cached value (or a buffer the read filled) and out->owner keeps it alive. For the

@@ -167,9 +167,17 @@ Status StoreImpl::CommitFile(uint64_t ino, const Location& loc, const Attr& attr
 }
 
 Result<std::shared_ptr<BackingFile>> StoreImpl::SegmentFile(const SegmentId& id) {
-  std::lock_guard<std::mutex> l(files_mu_);
-  auto it = files_.find(id);
-  if (it != files_.end()) return it->second;
+  uint64_t epoch;
+  {
+    std::lock_guard<std::mutex> l(files_mu_);
+    auto it = files_.find(id);
+    if (it != files_.end()) return it->second;
+    epoch = files_epoch_;
+  }
+  // Opened without files_mu_: an open that waits on the backing (a HEAD on S3, a hung NFS server) must
+  // not hold up the reads of other segments. Two readers may open the same segment at once; the first
+  // descriptor entered is kept. One opened while a descriptor was closed (the segment dropped, uploaded,
+  // vanished) serves this read only: it may be of a file removed since.
   OpenOptions o;
   o.direct = opts_.read_direct_io;
   auto f = env_->Open(SegmentFilePath(opts_.backing_dir, id), o);
@@ -180,8 +188,9 @@ Result<std::shared_ptr<BackingFile>> StoreImpl::SegmentFile(const SegmentId& id)
   }
   if (!f.ok()) return f.status();
   std::shared_ptr<BackingFile> file(std::move(*f));
-  files_.emplace(id, file);
-  return file;
+  std::lock_guard<std::mutex> l(files_mu_);
+  if (files_epoch_ != epoch) return file;
+  return files_.emplace(id, std::move(file)).first->second;
 }
 
 Result<LruCache::Value> StoreImpl::LoadPiece(const Location& loc, uint64_t off, uint64_t len) {
@@ -207,6 +216,7 @@ Result<LruCache::Value> StoreImpl::LoadValue(const Location& loc) {
 
 Status StoreImpl::Read(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) {
   *got = 0;
+  BackingDeadlineScope budget(std::chrono::milliseconds(opts_.read_deadline_ms));
   PinnedBytes p;
   KVFS_RETURN_IF_ERROR(ReadImpl(loc, offset, len, buf, &p, got));
   if (p.owner) {
@@ -220,6 +230,7 @@ Status StoreImpl::ReadUncached(const Location& loc, uint64_t offset, size_t len,
   *got = 0;
   if (loc.empty() || offset >= loc.length || len == 0) return Status::OK();
   const size_t n = static_cast<size_t>(std::min<uint64_t>(len, loc.length - offset));
+  BackingDeadlineScope budget(std::chrono::milliseconds(opts_.read_deadline_ms));
   // Not a value read of a user (a commit streaming spilled chunks): no hit or miss is counted.
   if (auto v = cache_.Lookup(CacheKey(loc))) {
     std::memcpy(buf, v->data() + offset, n);
@@ -241,6 +252,7 @@ Status StoreImpl::ReadUncached(const Location& loc, uint64_t offset, size_t len,
 Status StoreImpl::ReadPinned(const Location& loc, uint64_t offset, size_t len, PinnedBytes* out) {
   *out = PinnedBytes{};
   size_t got = 0;
+  BackingDeadlineScope budget(std::chrono::milliseconds(opts_.read_deadline_ms));
   return ReadImpl(loc, offset, len, nullptr, out, &got);
 }
 
@@ -340,6 +352,10 @@ Status StoreImpl::ReadImpl(const Location& loc, uint64_t offset, size_t len, cha
   bool leader = false;
   {
     std::lock_guard<std::mutex> l(flights_mu_);
+    if (auto t = timed_out_loads_.find(key); t != timed_out_loads_.end()) {
+      if (std::chrono::steady_clock::now() < t->second.until) return t->second.status;
+      timed_out_loads_.erase(t);
+    }
     auto& slot = flights_[key];
     if (!slot) {
       slot = std::make_shared<Flight>();
@@ -357,7 +373,7 @@ Status StoreImpl::ReadImpl(const Location& loc, uint64_t offset, size_t len, cha
       // segment whose growth this descriptor's cache does not show yet), then report EIO.
       {
         std::lock_guard<std::mutex> l(files_mu_);
-        files_.erase(loc.segment);
+        ForgetSegmentFileLocked(loc.segment);
       }
       meta_cache_.Erase(loc);
       v = load();
@@ -380,6 +396,14 @@ Status StoreImpl::ReadImpl(const Location& loc, uint64_t offset, size_t len, cha
     flight->cv.notify_all();
     std::lock_guard<std::mutex> l(flights_mu_);
     flights_.erase(key);
+    if (v.ok() && !timed_out_loads_.empty()) timed_out_loads_.clear();  // the backing answers again
+    if (!v.ok() && v.status().IsTimedOut() && opts_.read_deadline_ms > 0) {
+      const auto now = std::chrono::steady_clock::now();
+      if (timed_out_loads_.size() >= 1024) std::erase_if(timed_out_loads_, [&](const auto& e) { return e.second.until <= now; });
+      timed_out_loads_[key] = {now + std::chrono::milliseconds(opts_.read_deadline_ms),
+                               Status::TimedOut(v.status().message() + " (later reads of this value fail at once "
+                                                "for the read deadline)")};
+    }
   } else {
     std::unique_lock<std::mutex> l(flight->mu);
     flight->cv.wait(l, [&] { return flight->done; });

@@ -291,6 +291,13 @@ class StoreImpl final : public Store {
   // Read side: open segment files, shared loads.
   std::mutex files_mu_;
   std::map<SegmentId, std::shared_ptr<BackingFile>> files_;
+  // Bumped with every descriptor closed (ForgetSegmentFileLocked): SegmentFile opens without files_mu_
+  // and keeps its descriptor only if none was closed meanwhile (it may be of a file removed since).
+  uint64_t files_epoch_ = 0;  // guarded by files_mu_
+  void ForgetSegmentFileLocked(const SegmentId& id) {
+    files_.erase(id);
+    files_epoch_++;
+  }
   struct Flight {
     std::mutex mu;
     std::condition_variable cv;
@@ -300,6 +307,15 @@ class StoreImpl final : public Store {
   };
   std::mutex flights_mu_;
   std::map<std::string, std::shared_ptr<Flight>> flights_;
+  // Loads that missed the read deadline (TimedOut): the unit's key -> until when a new load of it fails at
+  // once with that status (read_deadline_ms after the failure, or until a load succeeds: all forgotten). The kernel retries a failed page read
+  // right away with a READ of its own; without this it would wait a second deadline on a backing that
+  // just did not answer. Guarded by flights_mu_; expired entries are pruned as new ones come.
+  struct TimedOutLoad {
+    std::chrono::steady_clock::time_point until;
+    Status status;
+  };
+  std::map<std::string, TimedOutLoad> timed_out_loads_;
   // Metadata of the large values being read by block range (one metadata read per record, not per READ).
   RecordMetaCache meta_cache_;
   // Which loaded values enter the LRU (probation FIFO + ghost keys); sized in the constructor.

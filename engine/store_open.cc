@@ -204,7 +204,7 @@ Status StoreImpl::StartPeerTailer() {
   hooks.notify = [this](const PeerChanges& c) { NotifyChanges(c); };
   hooks.segment_dropped = [this](const SegmentId& id) {
     std::lock_guard<std::mutex> fl(files_mu_);
-    files_.erase(id);
+    ForgetSegmentFileLocked(id);
   };
   tailer_ = std::make_unique<PeerTailer>(std::move(po), index_.get(), &hlc_, &ns_mu_, std::move(hooks));
   tailer_->ResumeFromIndex();

@@ -169,6 +169,11 @@ StoreStats StoreImpl::GetStats() {
     s.s3_requests_total = c.TotalRequests();
     s.s3_bytes_sent = c.bytes_sent.load();
     s.s3_bytes_received = c.bytes_received.load();
+    s.s3_split_reads = c.split_reads.load();
+    s.s3_read_parts = c.read_parts.load();
+    s.s3_read_parts_parallel = c.read_parts_parallel.load();
+    s.s3_gets_in_flight = c.gets_in_flight.load();
+    s.s3_gets_in_flight_peak = c.gets_in_flight_peak.load();
     s.s3_segments_uploaded = tier_segments_uploaded_.load();
     s.s3_journal_publications = tier_journal_publications_.load();
     s.s3_failures = tier_failures_.load();

@@ -169,7 +169,7 @@ void StoreImpl::TierRound(bool force) {
     {
       // Reads of it reopen the path: the object now (the staged copy is gone).
       std::lock_guard<std::mutex> fl(files_mu_);
-      files_.erase(id);
+      ForgetSegmentFileLocked(id);
     }
     spdlog::debug("kvfs: s3: segment {}-{} uploaded", id.generation, id.seq);
     tier_segments_uploaded_++;

@@ -189,7 +189,12 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                {"journal_publications", st.s3_journal_publications},
                {"failures", st.s3_failures},
                {"bytes_sent", st.s3_bytes_sent},
-               {"bytes_received", st.s3_bytes_received}};
+               {"bytes_received", st.s3_bytes_received},
+               {"split_reads", st.s3_split_reads},
+               {"read_parts", st.s3_read_parts},
+               {"read_parts_parallel", st.s3_read_parts_parallel},
+               {"gets_in_flight", st.s3_gets_in_flight},
+               {"gets_in_flight_peak", st.s3_gets_in_flight_peak}};
   }
   j["recovery"] = {{"own_entries_applied", st.recovery_entries},
                    {"cuts", st.recovery_cuts},
@@ -475,6 +480,15 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
           st.s3_journal_publications);
     e.One("kvfs_s3_failures_total", "counter", "Failed segment uploads and journal publications (retried).",
           st.s3_failures);
+    e.One("kvfs_s3_split_reads_total", "counter", "Large reads fetched as several ranged GETs in flight.",
+          st.s3_split_reads);
+    e.One("kvfs_s3_read_parts_total", "counter", "Ranged GETs (parts) of split reads.", st.s3_read_parts);
+    e.One("kvfs_s3_read_parts_parallel_total", "counter",
+          "Parts of split reads fetched on a helper thread, concurrently with the reader's own part.",
+          st.s3_read_parts_parallel);
+    e.One("kvfs_s3_gets_in_flight", "gauge", "S3 GETs being transferred now.", st.s3_gets_in_flight);
+    e.One("kvfs_s3_gets_in_flight_peak", "gauge", "The most S3 GETs in flight at once since the mount.",
+          st.s3_gets_in_flight_peak);
   }
   return std::move(e.str());
 }

@@ -215,6 +215,8 @@ int main(int argc, char** argv) {
     sc.path_style = cfg.s3_path_style;
     sc.ca_file = cfg.s3_ca;
     sc.credentials = *creds;
+    // The s3-object baseline is LMCache's shape: one plain GET per chunk load (no parallel ranged parts).
+    sc.read_parts = 1;
     auto client = kvfs::S3Client::Create(sc);
     if (!client.ok()) Usage(("--s3-endpoint: " + client.status().message()).c_str());
     cfg.s3 = std::move(*client);

@@ -248,6 +248,8 @@ int RunMount(MountArgs a) {
   so.sync_interval_ms = a.sync_interval_ms;
   so.peer_poll_ms = a.peer_poll_ms;
   so.seal_after_ms = a.seal_after_ms;
+  // Every read's backing calls end within the deadline together (a FUSE READ never waits past it).
+  so.read_deadline_ms = a.backing_deadline_ms;
   // TEST ONLY (not in --help): KVFS_TEST_DEAD_SEGMENT_AGE_MS and KVFS_TEST_DROP_GRACE_MS shorten the
   // wait before a dead segment is dropped (10 s) and before a dropped segment is unlinked.
   if (const char* d = std::getenv("KVFS_TEST_DEAD_SEGMENT_AGE_MS")) so.dead_segment_age_ms = static_cast<uint32_t>(std::atoi(d));
@@ -474,6 +476,7 @@ int RunMount(MountArgs a) {
     cfg.path_style = a.s3_path_style;
     cfg.ca_file = a.s3_ca;
     if (a.backing_deadline_ms > 0) cfg.deadline_ms = a.backing_deadline_ms;
+    cfg.read_parts = a.s3_read_parts;
     auto creds = kvfs::S3Credentials::FromEnvironment();
     if (!creds.ok()) return fail(kExitUsage, creds.status().message());
     cfg.credentials = *creds;

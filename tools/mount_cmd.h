@@ -61,6 +61,7 @@ struct MountArgs {
   // their upload, the journal until its publication, copies of the small files).
   std::string s3_endpoint, s3_region = "us-east-1", s3_ca, s3_staging;
   uint32_t seal_after_ms = 0;  // S3: seal the active segment once it held records this long (0 = when full)
+  uint32_t s3_read_parts = 4;  // S3: ranged GETs in flight per large read (S3Config::read_parts)
   bool s3_path_style = false;
   std::string s3_url;  // set by RunMount: the s3:// URL (a.backing becomes the staging directory)
 };

@@ -162,6 +162,11 @@ int RunStats(const std::string& mp_in, bool json) {
                 (unsigned long long)s3.value("segments_pending", uint64_t{0}),
                 (unsigned long long)s3.value("journal_publications", uint64_t{0}),
                 (unsigned long long)s3.value("failures", uint64_t{0}));
+    std::printf("s3 split reads         %llu (%llu ranged GETs, %llu on helpers), %llu GETs in flight at most\n",
+                (unsigned long long)s3.value("split_reads", uint64_t{0}),
+                (unsigned long long)s3.value("read_parts", uint64_t{0}),
+                (unsigned long long)s3.value("read_parts_parallel", uint64_t{0}),
+                (unsigned long long)s3.value("gets_in_flight_peak", uint64_t{0}));
   }
   if (j.contains("eviction")) {
     const auto& e = j["eviction"];

@@ -433,6 +433,47 @@ TEST(DeadlineEnvTest, HungRequestsTimeOutAndLateResultsAreDropped) {
   fs::remove_all(dir);
 }
 
+// A BackingDeadlineScope (a FUSE READ's budget) ends the calls made inside it by its end, together: the
+// first waits for the hung read until the scope ends, the second finds the budget spent; a call outside
+// the scope gets the Env's own deadline again.
+TEST(DeadlineEnvTest, ReadBudgetScopeBoundsSequentialCalls) {
+  char tmpl[] = "/var/tmp/kvfs-deadline-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  {
+    FaultInjectionEnv fenv(Env::Posix());
+    DeadlineEnvOptions o;
+    o.deadline = std::chrono::seconds(60);  // far longer than the hang: only the scope can end the calls
+    DeadlineEnv env(&fenv, o);
+    OpenOptions w;
+    w.write = w.create = true;
+    auto f = env.Open(dir + "/f", w);
+    ASSERT_TRUE(f.ok());
+    std::string data(4096, 'x');
+    ASSERT_TRUE((*f)->Write(0, data.data(), data.size()).ok());
+    fenv.Hang(std::chrono::seconds(5), kFaultRead | kFaultList);
+    std::string buf(4096, '\0');
+    size_t got = 0;
+    {
+      BackingDeadlineScope budget(std::chrono::milliseconds(200));
+      EXPECT_TRUE((*f)->Read(0, 4096, buf.data(), &got).IsTimedOut());
+      std::vector<std::string> names;
+      EXPECT_TRUE(env.GetChildren(dir, &names).IsTimedOut());
+      {
+        BackingDeadlineScope longer(std::chrono::seconds(30));  // nested: the earlier end stays
+        EXPECT_EQ(BackingDeadlineScope::Current(), budget.Current());
+      }
+    }
+    EXPECT_EQ(env.timeouts(), 2u);
+    EXPECT_EQ(BackingDeadlineScope::Current(), BackingDeadlineScope::Clock::time_point::max());
+    fenv.ClearFaults();
+    ASSERT_TRUE((*f)->Read(0, 4096, buf.data(), &got).ok());
+    EXPECT_EQ(buf, data);
+    f->reset();
+  }
+  fs::remove_all(dir);
+}
+
 // Unit-level crash harness: 4 writer threads commit self-describing files (name + size in the name,
 // content derived from the name) and Sync now and then; at a random moment the backing layer drops every
 // unsynced write (power cut / NFS client crash) while they run. After restart: every file acknowledged
