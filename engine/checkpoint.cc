@@ -127,7 +127,10 @@ Status WriteSnapshotFromIndex(Env* env, IndexDb* index, const IndexDb::View& vie
         break;
       }
       case K::kSymlink:
-        KVFS_RETURN_IF_ERROR(sw->Add(JournalEntry::Symlink(it.path, it.symlink, ToEntryAttrs(it.attr), it.stamp)));
+        KVFS_RETURN_IF_ERROR(sw->Add(
+            IsSpecialFileMode(it.attr.mode)
+                ? JournalEntry::Special(it.path, ToEntryAttrs(it.attr), it.attr.rdev, it.stamp)
+                : JournalEntry::Symlink(it.path, it.symlink, ToEntryAttrs(it.attr), it.stamp)));
         break;
       case K::kTombstone:
         return sw->Add(JournalEntry::Unlink(it.path, it.stamp));

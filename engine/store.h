@@ -370,6 +370,11 @@ class Store {
                                   uint32_t gid, bool exclusive) = 0;
   virtual Result<Node> Symlink(uint64_t parent, std::string_view name, std::string_view target,
                                uint32_t uid, uint32_t gid) = 0;
+  // A FIFO, socket, character or block device (mode's type S_IFIFO / S_IFSOCK / S_IFCHR / S_IFBLK, else
+  // InvalidArgument): an index-only node with mode and rdev (devices), committed and journaled at once
+  // (a SYMLINK entry of version 4). Exists if the name is taken. The kernel serves a FIFO's opens.
+  virtual Result<Node> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
+                             uint32_t uid, uint32_t gid) = 0;
   virtual Result<std::string> ReadLink(uint64_t ino) = 0;
   // Removes a non-directory name (EISDIR for directories). *ino_out = the inode it named. Journals an
   // UNLINK if the entry was committed; a staged entry is just dropped.
@@ -379,8 +384,10 @@ class Store {
   // still names `ino`: never another file that took the name meanwhile. InvalidArgument if ino is
   // committed (its content stays), NotFound if it has no name any more.
   virtual Status DropStaged(uint64_t ino) = 0;
-  // flags: 0 or RENAME_NOREPLACE (RENAME_EXCHANGE -> InvalidArgument). Replaces an existing non-directory
-  // destination atomically; *replaced_ino = the inode the destination named before (0 if none).
+  // flags: 0, RENAME_NOREPLACE or RENAME_EXCHANGE (alone; both names must exist, NotFound otherwise;
+  // they swap atomically, journaled as one EXCHANGE when both are in the journal; *replaced_ino = 0).
+  // Replaces an existing non-directory destination atomically; *replaced_ino = the inode the
+  // destination named before (0 if none).
   // Renaming a directory to another parent may answer EXDEV.
   virtual Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                         std::string_view new_name, unsigned flags, uint64_t* replaced_ino) = 0;

@@ -129,6 +129,10 @@ class StoreImpl final : public Store {
     std::lock_guard<std::mutex> l(ns_mu_);
     return index_->CreateFile(parent, name, mode, uid, gid, exclusive);
   }
+  // RENAME_EXCHANGE (store_namespace.cc); ns_mu_ held.
+  Status ExchangeLocked(uint64_t parent, std::string_view name, uint64_t new_parent, std::string_view new_name);
+  Result<Node> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev, uint32_t uid,
+                     uint32_t gid) override;
   Result<Node> Symlink(uint64_t parent, std::string_view name, std::string_view target, uint32_t uid,
                        uint32_t gid) override;
   Result<std::string> ReadLink(uint64_t ino) override { return index_->ReadLink(ino); }

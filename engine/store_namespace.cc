@@ -1,4 +1,4 @@
-// Namespace mutations (store.h "namespace"): Mkdir, Rmdir, Symlink, Unlink, Rename, SetAttr, xattrs and
+// Namespace mutations (store.h "namespace"): Mkdir, Rmdir, Symlink, Mknod, Unlink, Rename, SetAttr, xattrs and
 // Renumber. Each applies the change to the index and enqueues its journal entry (group_commit.cc);
 // lookups and listings are inline in store_impl.h and go straight to the index.
 //
@@ -43,6 +43,18 @@ Result<Node> StoreImpl::Symlink(uint64_t parent, std::string_view name, std::str
   return n;
 }
 
+Result<Node> StoreImpl::Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev, uint32_t uid,
+                              uint32_t gid) {
+  std::lock_guard<std::mutex> l(ns_mu_);
+  auto path = PathOf(parent, name);
+  if (!path.ok()) return path.status();
+  const uint64_t stamp = hlc_.Now();
+  auto n = index_->Mknod(parent, name, mode, rdev, uid, gid, stamp);
+  if (!n.ok()) return n;
+  EnqueueLocked(JournalEntry::Special(*path, ToEntryAttrs(n->attr), n->attr.rdev, stamp));
+  return n;
+}
+
 Status StoreImpl::Unlink(uint64_t parent, std::string_view name, uint64_t* ino_out) {
   std::lock_guard<std::mutex> l(ns_mu_);
   auto existing = index_->Lookup(parent, name);
@@ -82,6 +94,10 @@ Status StoreImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
                          std::string_view new_name, unsigned flags, uint64_t* replaced_ino) {
   std::lock_guard<std::mutex> l(ns_mu_);
   if (replaced_ino) *replaced_ino = 0;
+  if (flags & RENAME_EXCHANGE) {
+    if (flags != RENAME_EXCHANGE) return Status::InvalidArgument("RENAME_EXCHANGE with other flags");
+    return ExchangeLocked(parent, name, new_parent, new_name);
+  }
   auto src = index_->Lookup(parent, name);
   if (!src.ok()) return src.status();
   auto from = PathOf(parent, name);
@@ -120,6 +136,49 @@ Status StoreImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
   // staged file is discarded instead (unlinked or renamed away before its commit), that UNLINK is
   // journaled then (shadowing_).
   if (dst_in_journal) shadowing_.insert(src_ino);
+  return Status::OK();
+}
+
+// renameat2(RENAME_EXCHANGE). Two journaled names (committed files, symlinks, special files, directories)
+// journal one EXCHANGE, which peers and replay apply whole (never as two renames a crash could split).
+// A staged file is not in the journal yet: its later PUT goes under its new name. So with one staged
+// side S and one journaled side X, X's move to S's name is a RENAME (preceded by an UNLINK of the file
+// S had replaced there, when X is a directory, since a directory's RENAME never replaces a file); with
+// two staged sides nothing is journaled and each name keeps whether the journal has a file under it
+// (shadowing_).
+Status StoreImpl::ExchangeLocked(uint64_t parent, std::string_view name, uint64_t new_parent,
+                                 std::string_view new_name) {
+  auto a = index_->Lookup(parent, name);
+  if (!a.ok()) return a.status();
+  auto b = index_->Lookup(new_parent, new_name);
+  if (!b.ok()) return b.status();
+  auto pa = PathOf(parent, name);
+  if (!pa.ok()) return pa.status();
+  auto pb = PathOf(new_parent, new_name);
+  if (!pb.ok()) return pb.status();
+  const bool ja = a->committed || S_ISDIR(a->attr.mode);
+  const bool jb = b->committed || S_ISDIR(b->attr.mode);
+  const uint64_t stamp = hlc_.Now();
+  auto r = index_->Exchange(parent, name, new_parent, new_name, ja || jb ? stamp : 0);
+  if (!r.ok()) return r.status();
+  const uint64_t ia = a->attr.ino, ib = b->attr.ino;
+  if (ia == ib) return Status::OK();
+  if (ja && jb) {
+    EnqueueLocked(JournalEntry::Exchange(*pa, *pb, stamp));
+    return Status::OK();
+  }
+  if (!ja && !jb) {
+    const bool sa = shadowing_.erase(ia) != 0, sb = shadowing_.erase(ib) != 0;
+    if (sa) shadowing_.insert(ib);
+    if (sb) shadowing_.insert(ia);
+    return Status::OK();
+  }
+  const Node& x = ja ? *a : *b;
+  const uint64_t staged = ja ? ib : ia;
+  const std::string& px = ja ? *pa : *pb;
+  const std::string& ps = ja ? *pb : *pa;
+  if (shadowing_.erase(staged) != 0 && S_ISDIR(x.attr.mode)) EnqueueLocked(JournalEntry::Unlink(ps, stamp));
+  EnqueueLocked(JournalEntry::Rename(px, ps, x.location, stamp));
   return Status::OK();
 }
 

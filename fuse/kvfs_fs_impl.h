@@ -108,6 +108,7 @@ inline void FillStat(const Attr& a, struct stat* st) {
   st->st_ino = a.ino;
   st->st_mode = a.mode;
   st->st_nlink = a.nlink;
+  st->st_rdev = static_cast<dev_t>(a.rdev);
   st->st_uid = a.uid;
   st->st_gid = a.gid;
   st->st_size = static_cast<off_t>(a.size);

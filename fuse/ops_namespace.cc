@@ -92,8 +92,12 @@ void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent, const char* newname,
               unsigned flags) {
   auto* fs = FS(req);
-  if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) return (void)fuse_reply_err(req, EINVAL);
+  if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE | RENAME_EXCHANGE)) return (void)fuse_reply_err(req, EINVAL);
   if (NameTooLong(newname)) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  if (flags & RENAME_EXCHANGE) {  // the two names swap (Store::Rename): nothing loses its name
+    uint64_t none = 0;
+    return Reply(req, fs->store->Rename(parent, name, newparent, newname, flags, &none));
+  }
   uint64_t replaced = 0;
   if (fs->RetryPending(newparent, newname)) {
     // A writer's open of the destination is being retried (it got ESTALE): the file it will find
@@ -116,7 +120,7 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
 // flushed to its record first (FlushLocked: nothing is written if its bytes are already the record), so
 // the LMCache publish (O_EXCL temp, write, close, link, unlink temp) journals one PUT under the final
 // name and the temp's own commit is discarded by its unlink. Directories -> EPERM (as Linux); a symlink
-// gets a new symlink with the same target.
+// gets a new symlink with the same target, a special file a new one with the same mode and rdev.
 void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   auto* fs = FS(req);
   if (NameTooLong(newname)) return (void)fuse_reply_err(req, ENAMETOOLONG);
@@ -127,6 +131,11 @@ void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* ne
     auto target = fs->store->ReadLink(ino);
     if (!target.ok()) return Reply(req, target.status());
     auto r = fs->store->Symlink(newparent, newname, *target, n->attr.uid, n->attr.gid);
+    if (!r.ok()) return Reply(req, r.status());
+    return (void)fs->ReplyEntry(req, *r);
+  }
+  if (IsSpecialFileMode(n->attr.mode)) {  // a new node of the same type, mode and rdev
+    auto r = fs->store->Mknod(newparent, newname, n->attr.mode, n->attr.rdev, n->attr.uid, n->attr.gid);
     if (!r.ok()) return Reply(req, r.status());
     return (void)fs->ReplyEntry(req, *r);
   }
@@ -160,11 +169,20 @@ void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* ne
   fs->ReplyEntry(req, *r);
 }
 
-void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t) {
+// mknod(2): a regular file is created empty and committed at once; a FIFO, socket or character / block
+// device is an index-only node (Store::Mknod: mode and rdev kept, journaled at once). The kernel serves
+// the opens of a FIFO (pipe) and of a device (nodev mounts refuse them), never kvfs.
+void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   auto* fs = FS(req);
-  if (!S_ISREG(mode)) return (void)fuse_reply_err(req, EPERM);
   if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
   const fuse_ctx* ctx = fuse_req_ctx(req);
+  if (IsSpecialFileMode(mode)) {
+    const gid_t gid = NewEntryGid(fs, parent, ctx, &mode);
+    auto r = fs->store->Mknod(parent, name, mode, rdev, ctx->uid, gid);
+    if (!r.ok()) return Reply(req, r.status());
+    return (void)fs->ReplyEntry(req, *r);
+  }
+  if (!S_ISREG(mode) && (mode & S_IFMT) != 0) return (void)fuse_reply_err(req, EINVAL);
   mode = (mode & 07777) | S_IFREG;
   const gid_t gid = NewEntryGid(fs, parent, ctx, &mode);
   auto r = fs->store->CreateFile(parent, name, mode, ctx->uid, gid, true);

@@ -178,6 +178,7 @@ Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) 
             break;
           case JournalOp::kSymlink: bind(e.path); break;
           case JournalOp::kRename: ref(e.location); bind(e.path2); break;
+          case JournalOp::kExchange: bind(e.path); bind(e.path2); break;
           case JournalOp::kMove: ref(e.location); ref(e.old_location); bind(e.path); break;
           case JournalOp::kSeal: seals.insert(e.segment); break;
           case JournalOp::kDrop: drops.insert(e.segment); break;

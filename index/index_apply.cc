@@ -1,5 +1,5 @@
-// IndexDb, journal-entry application by PATH: ApplyBatch and the single-op conveniences (ApplyPut,
-// ApplyRename, ApplyUnlink, ApplyMkdir, ApplyRmdir, ApplySetattr, ApplyXattr, ApplyMove, ApplySeal,
+// IndexDb, journal-entry application by PATH: ApplyBatch (PUT, RENAME, EXCHANGE, ...) and the single-op
+// conveniences (ApplyPut, ApplyRename, ApplyUnlink, ApplyMkdir, ApplyRmdir, ApplySetattr, ApplyXattr, ApplyMove, ApplySeal,
 // ApplyDrop). Writes the namespace CFs and the segments CF through Ops (index_txn.h) and records meta
 // "applied/<node>" (layout: index_keys.h).
 // Callers: replay (index/replay.h) at rebuild and catch-up, the Store (engine/peer_tailer.cc: peers'
@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "index/index_keys.h"
+#include "index/journal_format.h"
 #include "index/index_txn.h"
 
 namespace kvfs {
@@ -144,12 +145,18 @@ struct Applier {
     rec.attr = op.attr;
     rec.attr.ino = 0;
     rec.attr.nlink = 1;
+    // A PUT binds a regular file; a SYMLINK entry (also a PUT here) a symlink or, from entry version 4,
+    // an index-only special file. Any other type (a directory) becomes a regular file, as before.
     uint32_t type = op.attr.mode & S_IFMT;
-    if (type != S_IFLNK) type = S_IFREG;
+    const bool special = IsSpecialFileMode(type);
+    if (type != S_IFLNK && !special) type = S_IFREG;
     rec.attr.mode = type | (op.attr.mode & 07777);
+    rec.attr.rdev = IsDeviceMode(type) ? op.attr.rdev : 0;
     if (type == S_IFLNK) {
       rec.symlink = op.symlink;
       rec.attr.size = op.symlink.size();
+    } else if (special) {
+      rec.attr.size = 0;
     } else {
       rec.loc = op.location;
       rec.extents = op.extents;
@@ -158,7 +165,7 @@ struct Applier {
       std::optional<InodeRec> cr;
       KVFS_RETURN_IF_ERROR(o.GetRec(cur->ino, &cr));
       if (cr && cr->committed && (cr->attr.mode & S_IFMT) == type && cr->loc == rec.loc &&
-          cr->extents == rec.extents && cr->symlink == rec.symlink)
+          cr->extents == rec.extents && cr->symlink == rec.symlink && cr->attr.rdev == rec.attr.rdev)
         rec.attr.ino = cr->attr.ino;
     }
     if (rec.attr.ino && cur) {
@@ -296,6 +303,51 @@ struct Applier {
     }
     t.RaiseHlc(op.stamp);
     return changed;
+  }
+
+  // renameat2(RENAME_EXCHANGE) from a journal: applied whole or not at all. Both names must exist here,
+  // each binding older than the entry by (stamp, node) (a non-directory must be committed: a staged
+  // local file is newer), and neither directory may end up inside itself; otherwise nothing changes
+  // (a cross-node race: the nodes differ there until one of them changes those names again). A
+  // re-applied EXCHANGE is skipped: both dentries already carry its stamp.
+  Result<bool> Exchange(const ApplyOp& op) {
+    if (op.path == op.to) return false;
+    std::string la, lb;
+    bool skip_a, skip_b;
+    auto pa = Parent(op.path, false, op.attr, &la, &skip_a);
+    if (!pa.ok()) return pa.status();
+    auto pb = Parent(op.to, false, op.attr, &lb, &skip_b);
+    if (!pb.ok()) return pb.status();
+    if (skip_a || skip_b) return false;
+    std::optional<DentryVal> da, db;
+    KVFS_RETURN_IF_ERROR(o.GetDentry(*pa, la, &da));
+    KVFS_RETURN_IF_ERROR(o.GetDentry(*pb, lb, &db));
+    if (!da || !db || da->ino == db->ino) return false;
+    std::optional<InodeRec> ra, rb;
+    KVFS_RETURN_IF_ERROR(o.GetRec(da->ino, &ra));
+    KVFS_RETURN_IF_ERROR(o.GetRec(db->ino, &rb));
+    if (!ra || !rb) return false;
+    for (const auto& [d, r] : {std::pair{&*da, &*ra}, std::pair{&*db, &*rb}}) {
+      if (!r->is_dir() && !r->committed) return false;
+      if (!Newer(op.stamp, node, d->stamp, d->node)) return false;
+    }
+    if (*pa != *pb) {
+      if (ra->is_dir()) {
+        auto under = o.IsUnder(*pb, ra->attr.ino);
+        if (!under.ok()) return under.status();
+        if (*under) return false;
+      }
+      if (rb->is_dir()) {
+        auto under = o.IsUnder(*pa, rb->attr.ino);
+        if (!under.ok()) return under.status();
+        if (*under) return false;
+      }
+    }
+    KVFS_RETURN_IF_ERROR(o.SwapDentries(*pa, la, *da, *ra, *pb, lb, *db, *rb, op.stamp, node));
+    res.changed.push_back({*pa, la, ra->attr.ino, rb->attr.ino});
+    res.changed.push_back({*pb, lb, rb->attr.ino, ra->attr.ino});
+    t.RaiseHlc(op.stamp);
+    return true;
   }
 
   Result<bool> Mkdir(const ApplyOp& op) {
@@ -478,6 +530,7 @@ struct Applier {
     switch (op.kind) {
       case ApplyOp::Kind::kPut: return Put(op);
       case ApplyOp::Kind::kRename: return Rename(op);
+      case ApplyOp::Kind::kExchange: return Exchange(op);
       case ApplyOp::Kind::kUnlink: return Unlink(op);
       case ApplyOp::Kind::kMkdir: return Mkdir(op);
       case ApplyOp::Kind::kRmdir: return Rmdir(op);

@@ -50,8 +50,9 @@
 // dropped segment's files stay absent (ENOENT).
 //
 // ---- counters ----
-// files (committed regular files + symlinks), directories (root included), live_bytes (sum of the sizes
-// of committed regular files; an extent file counts its data bytes, holes excluded) are kept exactly in memory and persisted in meta "stats" in the same
+// files (committed regular files + symlinks + special files), directories (root included), live_bytes
+// (sum of the sizes of committed regular files; an extent file counts its data bytes, holes excluded) are
+// kept exactly in memory and persisted in meta "stats" in the same
 // WriteBatch as the change that moves them.
 //
 // ---- inode numbers ----
@@ -131,17 +132,19 @@ struct Tombstone {
 
 // One journal entry to apply (docs/design.md §2 "Journal"). Fields not used by a kind are ignored.
 struct ApplyOp {
-  enum class Kind : uint8_t { kPut, kRename, kUnlink, kMkdir, kRmdir, kSetattr, kXattr, kMove, kSeal, kDrop, kCut };
+  enum class Kind : uint8_t { kPut, kRename, kUnlink, kMkdir, kRmdir, kSetattr, kXattr, kMove, kSeal, kDrop, kCut,
+                              kExchange };
   Kind kind = Kind::kPut;
   std::string path;        // PUT/UNLINK/MKDIR/RMDIR/SETATTR/XATTR/MOVE; RENAME: from
-  std::string to;          // RENAME: destination
+  std::string to;          // RENAME: destination; EXCHANGE: the other name
   Location location;       // PUT, RENAME (the moved file's location; may be empty), MOVE: new location
   Location old_location;   // MOVE: replaces this record (the file's location, or the record of every
                            // extent that references it); nothing if the file does not use it
   ExtentMapRef extents;    // PUT: the file's extent map (location empty); null = a single record
-  Attr attr;               // PUT: mode (S_IFREG or S_IFLNK | perms), uid, gid, size, times; MKDIR; SETATTR
+  Attr attr;               // PUT: mode (S_IFREG, S_IFLNK or a special type | perms; rdev of a device),
+                           // uid, gid, size, times; MKDIR; SETATTR
   uint32_t mask = 0;       // SETATTR: SetAttrMask bits
-  std::string symlink;     // PUT of a symlink: the target
+  std::string symlink;     // PUT of a symlink (from a SYMLINK entry): the target
   // PUT: the file's complete xattr set, which replaces the one the index has (nullopt: leave as is)
   std::optional<std::vector<std::pair<std::string, std::string>>> xattrs;
   std::string xattr_name;  // XATTR
@@ -174,6 +177,7 @@ struct DumpEntry {
   uint32_t uid = 0, gid = 0;
   int64_t mtime_ns = 0;  // regular files and symlinks (journaled)
   std::string symlink;
+  uint64_t rdev = 0;  // character / block devices
   std::map<std::string, std::string> xattrs;
   bool operator==(const DumpEntry&) const = default;
 };
@@ -220,6 +224,11 @@ class IndexDb {
   // Symlinks are committed at creation (the caller journals a PUT of S_IFLNK with the target).
   Result<Node> Symlink(uint64_t parent, std::string_view name, std::string_view target, uint32_t uid,
                        uint32_t gid, uint64_t stamp = 0);
+  // A FIFO, socket or character / block device (mode's type S_IFIFO / S_IFSOCK / S_IFCHR / S_IFBLK,
+  // else InvalidArgument; rdev kept for devices): an index-only node, committed at creation like a
+  // symlink (the caller journals JournalEntry::Special). Exists if the name is taken.
+  Result<Node> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev, uint32_t uid,
+                     uint32_t gid, uint64_t stamp = 0);
   Result<std::string> ReadLink(uint64_t ino);  // InvalidArgument if not a symlink
   // Removes a non-directory (EISDIR for a dir) and returns what it was. With stamp != 0 (the caller
   // journals an UNLINK) a tombstone is written for the path.
@@ -229,6 +238,13 @@ class IndexDb {
   // With stamp != 0 the source path gets a tombstone and the destination dentry that stamp.
   Result<RenameResult> Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                               std::string_view new_name, unsigned flags, uint64_t stamp = 0);
+  // renameat2(RENAME_EXCHANGE): parent/name and new_parent/new_name, which must both exist (NotFound),
+  // swap what they name in one transaction; any types (file, directory, symlink, special, staged). A
+  // directory that would end up inside itself is InvalidArgument. Returns (the node that was at
+  // parent/name, now at new_parent/new_name; the other one). stamp != 0: both dentries take it (the
+  // caller journals an EXCHANGE); same inode on both names: nothing changes.
+  Result<std::pair<Node, Node>> Exchange(uint64_t parent, std::string_view name, uint64_t new_parent,
+                                         std::string_view new_name, uint64_t stamp = 0);
   // Sets the masked fields (the caller sets ctime via kSetCtime). Returns the new Attr.
   Result<Attr> SetAttr(uint64_t ino, const Attr& attr, uint32_t mask, uint64_t stamp = 0);
   // Staged -> committed (or a new commit of a committed file): location, size/mode/uid/gid/times from
@@ -310,6 +326,7 @@ class IndexDb {
   class View;
   std::shared_ptr<const View> NewView();
   struct ExportItem {
+    // kSymlink: any index-only node, a symlink or a special file (attr.mode says which; attr.rdev).
     enum class Kind : uint8_t { kDir, kFile, kSymlink, kTombstone, kSegment };
     Kind kind = Kind::kDir;
     std::string path;   // absolute; empty for kSegment
@@ -339,6 +356,9 @@ class IndexDb {
 
  private:
   IndexDb();
+  // Symlink and Mknod: binds a new committed index-only inode (mode, rdev, target) at parent/name.
+  Result<Node> MakeIndexOnly(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
+                             std::string_view target, uint32_t uid, uint32_t gid, uint64_t stamp);
   std::unique_ptr<Impl> impl_;
   std::string node_id_;
   bool created_ = false;

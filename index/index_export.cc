@@ -54,6 +54,7 @@ Result<std::map<std::string, DumpEntry>> IndexDb::DumpByPath() {
         e.uid = r.attr.uid, e.gid = r.attr.gid, e.mtime_ns = r.attr.mtime_ns;
         if (r.is_reg()) e.location = r.loc, e.extents = r.extents, e.size = r.attr.size;
         e.symlink = r.symlink;
+        e.rdev = r.attr.rdev;
       }
       std::string xp = InoKey(ino);
       for (xit->Seek(xp); xit->Valid() && xit->key().starts_with(xp); xit->Next())
@@ -119,7 +120,8 @@ Status IndexDb::ExportLive(const View& view, std::string_view node,
         DentryVal d;
         if (!DecodeDentry(dv, &d)) return Status::Corruption("bad dentry");
         if (d.node != node || d.stamp == 0) continue;
-        item.kind = S_ISLNK(r.attr.mode) ? ExportItem::Kind::kSymlink : ExportItem::Kind::kFile;
+        // A symlink or a special file (its mode and rdev in attr): both index-only, journaled as SYMLINK.
+        item.kind = r.is_reg() ? ExportItem::Kind::kFile : ExportItem::Kind::kSymlink;
         item.stamp = d.stamp;
         item.location = r.loc;
         item.extents = r.extents;

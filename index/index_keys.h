@@ -150,6 +150,9 @@ struct InodeRec {
 // str symlink | u64 stamp | str stamp_node
 // InodeRecord v2 = v1 + str extents (the `ext` bytes of index/journal_format.h, the file's extent map;
 // loc is then empty). Written only for a file with an extent map: every other record keeps v1 bytes.
+// `symlink` holds a symlink's target; for a character or block device it holds the device number
+// (attr.rdev, 8 bytes LE); it is empty for every other type.
+inline bool IsDeviceMode(uint32_t mode) { return S_ISCHR(mode) || S_ISBLK(mode); }
 inline std::string EncodeInode(const InodeRec& r) {
   std::string s;
   PutLE(&s, r.extents ? 2 : 1, 1);
@@ -171,7 +174,13 @@ inline std::string EncodeInode(const InodeRec& r) {
   PutLE(&s, r.loc.record_offset, 8);
   PutLE(&s, r.loc.value_offset, 8);
   PutLE(&s, r.loc.length, 8);
-  PutStr(&s, r.symlink);
+  if (IsDeviceMode(r.attr.mode)) {
+    std::string dev;
+    PutLE(&dev, r.attr.rdev, 8);
+    PutStr(&s, dev);
+  } else {
+    PutStr(&s, r.symlink);
+  }
   PutLE(&s, r.stamp, 8);
   PutStr(&s, r.stamp_node);
   if (r.extents) {
@@ -205,6 +214,13 @@ inline bool DecodeInode(std::string_view v, InodeRec* r) {
   r->loc.value_offset = rd.U64();
   r->loc.length = rd.U64();
   r->symlink = rd.Str();
+  r->attr.rdev = 0;
+  if (rd.ok && IsDeviceMode(r->attr.mode)) {
+    if (r->symlink.size() != 8) return false;
+    Reader dev{r->symlink};
+    r->attr.rdev = dev.U64();
+    r->symlink.clear();
+  }
   r->stamp = rd.U64();
   r->stamp_node = rd.Str();
   r->extents = {};

@@ -413,6 +413,30 @@ struct Ops {
     }
     return Status::Corruption("parent loop");
   }
+  // renameat2(RENAME_EXCHANGE): parent a/name a (dentry da, inode ra) and parent b/name b (db, rb) swap
+  // what they name, in this transaction. Each dentry keeps its cookie (a listing neither skips nor
+  // repeats either name) and gets (stamp, node); each inode record moves to the other name (ctime now;
+  // non-directories take (stamp, node) as their binding). A directory exchanged with a non-directory
+  // across parents moves one link count between them. The caller checked existence and cycles.
+  Status SwapDentries(uint64_t pa, std::string_view na, const DentryVal& da, const InodeRec& ra, uint64_t pb,
+                      std::string_view nb, const DentryVal& db, const InodeRec& rb, uint64_t stamp,
+                      std::string_view node) {
+    KVFS_RETURN_IF_ERROR(Link(pa, na, rb.attr.ino, rb.attr.mode, stamp, node, da.cookie));
+    KVFS_RETURN_IF_ERROR(Link(pb, nb, ra.attr.ino, ra.attr.mode, stamp, node, db.cookie));
+    const int64_t now = NowNs();
+    InodeRec ma = ra, mb = rb;
+    ma.parent = pb, ma.name = std::string(nb), ma.attr.ctime_ns = now;
+    mb.parent = pa, mb.name = std::string(na), mb.attr.ctime_ns = now;
+    if (stamp && !ma.is_dir()) ma.stamp = stamp, ma.stamp_node = std::string(node);
+    if (stamp && !mb.is_dir()) mb.stamp = stamp, mb.stamp_node = std::string(node);
+    KVFS_RETURN_IF_ERROR(UpdateRec(ra, ma));
+    KVFS_RETURN_IF_ERROR(UpdateRec(rb, mb));
+    // A subdirectory's ".." counts in its parent's nlink.
+    const int delta = (pa != pb) ? (int(rb.is_dir()) - int(ra.is_dir())) : 0;
+    KVFS_RETURN_IF_ERROR(TouchDir(pa, delta));
+    if (pb != pa) KVFS_RETURN_IF_ERROR(TouchDir(pb, -delta));
+    return Status::OK();
+  }
   Status GetTomb(const std::string& path, std::optional<Tombstone>* out) {
     std::string v;
     bool found;

@@ -3,6 +3,8 @@
 // between threads.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <string>
 
@@ -16,12 +18,20 @@ inline constexpr uint64_t kRootIno = 1;
 // Attributes of an inode (what stat(2) shows). Times in ns since the epoch.
 struct Attr {
   uint64_t ino = 0;
-  uint32_t mode = 0;  // S_IFREG / S_IFDIR / S_IFLNK | permission bits
+  uint32_t mode = 0;  // S_IFREG / S_IFDIR / S_IFLNK / S_IFIFO / S_IFSOCK / S_IFCHR / S_IFBLK | perms
   uint32_t uid = 0, gid = 0;
   uint64_t size = 0;  // bytes
   int64_t atime_ns = 0, mtime_ns = 0, ctime_ns = 0;
   uint32_t nlink = 1;
+  uint64_t rdev = 0;  // character / block devices: the device number (st_rdev); 0 for other types
 };
+
+// Whether mode's type is a special file kvfs keeps as an index-only node: FIFO, socket, character or
+// block device (journaled as a SYMLINK entry of version 4, docs/format.md).
+inline bool IsSpecialFileMode(uint32_t mode) {
+  const uint32_t t = mode & S_IFMT;
+  return t == S_IFIFO || t == S_IFSOCK || t == S_IFCHR || t == S_IFBLK;
+}
 
 struct Node {
   Attr attr;

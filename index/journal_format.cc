@@ -3,6 +3,8 @@
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -271,6 +273,7 @@ const char* JournalOpName(JournalOp op) {
     case JournalOp::kMove: return "MOVE";
     case JournalOp::kCut: return "CUT";
     case JournalOp::kSymlink: return "SYMLINK";
+    case JournalOp::kExchange: return "EXCHANGE";
   }
   return "UNKNOWN";
 }
@@ -379,8 +382,29 @@ JournalEntry JournalEntry::Symlink(std::string path, std::string target, EntryAt
   return e;
 }
 
+JournalEntry JournalEntry::Special(std::string path, EntryAttrs attrs, uint64_t rdev, uint64_t stamp) {
+  JournalEntry e;
+  e.op = JournalOp::kSymlink;
+  e.path = std::move(path);
+  e.attrs = attrs;
+  e.rdev = rdev;
+  e.stamp = stamp;
+  return e;
+}
+
+JournalEntry JournalEntry::Exchange(std::string a, std::string b, uint64_t stamp) {
+  JournalEntry e;
+  e.op = JournalOp::kExchange;
+  e.path = std::move(a);
+  e.path2 = std::move(b);
+  e.stamp = stamp;
+  return e;
+}
+
 // ---- codec ----
 uint8_t JournalEntryVersion(const JournalEntry& e) {
+  if (e.op == JournalOp::kExchange) return 4;
+  if (e.op == JournalOp::kSymlink && IsSpecialFileMode(e.attrs.mode)) return 4;
   if (e.op != JournalOp::kPut) return 1;
   if (e.extents) return 3;
   return e.xattrs.has_value() ? 2 : 1;
@@ -398,7 +422,7 @@ std::vector<Location> JournalEntry::Records() const {
 
 void EncodeJournalEntry(const JournalEntry& e, std::string* out) {
   const uint8_t version = JournalEntryVersion(e);
-  const bool v2 = version >= 2;
+  const bool v2 = e.op == JournalOp::kPut && version >= 2;
   out->push_back(static_cast<char>(version));
   out->push_back(static_cast<char>(e.op));
   PutVarint64(out, e.stamp);
@@ -466,6 +490,11 @@ void EncodeJournalEntry(const JournalEntry& e, std::string* out) {
       PutVarStr(out, e.path);
       PutVarStr(out, e.path2);
       PutAttrs(out, e.attrs);
+      if (version >= 4) PutVarint64(out, e.rdev);
+      break;
+    case JournalOp::kExchange:
+      PutVarStr(out, e.path);
+      PutVarStr(out, e.path2);
       break;
   }
 }
@@ -563,6 +592,20 @@ Status DecodeJournalEntry(std::string_view in, JournalEntry* e) {
       e->path = d.Str("path");
       e->path2 = d.Str("target");
       e->attrs = d.Attrs();
+      if (version >= 4) e->rdev = d.Varint("rdev");
+      // Version 4 is exactly a special file (no target); versions 1-3 never carry one.
+      if (d.ok() && (version >= 4) != IsSpecialFileMode(e->attrs.mode)) {
+        return Status::Corruption("journal entry (SYMLINK): version " + std::to_string(version) + " with mode " +
+                                  std::to_string(e->attrs.mode));
+      }
+      if (d.ok() && version >= 4 && !e->path2.empty()) {
+        return Status::Corruption("journal entry (SYMLINK): special file with a target");
+      }
+      break;
+    case JournalOp::kExchange:
+      if (version < 4) return Status::Corruption("journal entry (EXCHANGE): version " + std::to_string(version));
+      e->path = d.Str("path");
+      e->path2 = d.Str("path2");
       break;
   }
   if (!d.ok()) {

@@ -70,7 +70,15 @@
 //   9 DROP      seg segment
 //   10 MOVE     str path, loc old_location, loc location (new)
 //   11 CUT      file cut_file, varint cut_offset
-//   12 SYMLINK  str path, str path2 (target), attrs
+//   12 SYMLINK  str path, str path2 (target), attrs; an index-only node: a symlink (entry version 1,
+//               attrs.mode's type S_IFLNK) or, at entry version 4, a FIFO / socket / character or block
+//               device (attrs.mode's type S_IFIFO / S_IFSOCK / S_IFCHR / S_IFBLK, target empty) followed
+//               by varint rdev (st_rdev). Version 1-3 with a special type, or version 4 with S_IFLNK or
+//               a target, is Corruption: an older reader (entry version <= 3) stops at the version-4
+//               entry (NotSupported) instead of binding the name as a symlink or regular file.
+//   13 EXCHANGE str path, str path2: renameat2(RENAME_EXCHANGE), the two names swap what they name in
+//               one step; written at entry version 4 only (so an older reader stops with NotSupported
+//               instead of skipping an unknown op); a version 1-3 EXCHANGE is Corruption
 // Decoding rejects (Corruption) an unknown op, a truncated field, a varint longer than 10 bytes or
 // overflowing its type, a bool other than 0/1, and trailing bytes; an entry version > the one this build
 // knows is NotSupported (a newer peer), not Corruption.
@@ -88,6 +96,7 @@
 #include "blockstore/node_dir.h"
 #include "blockstore/status.h"
 #include "blockstore/types.h"
+#include "index/inode.h"  // IsSpecialFileMode
 
 namespace kvfs {
 
@@ -96,10 +105,11 @@ inline constexpr size_t kJournalBlockSize = 32768;
 inline constexpr size_t kJournalFragmentHeaderSize = 7;
 inline constexpr size_t kJournalMaxFragmentPayload = kJournalBlockSize - kJournalFragmentHeaderSize;
 inline constexpr uint32_t kJournalFormatVersion = 1;
-// Entry version written: 3 for a PUT of an extent file (JournalEntry::extents set), 2 for any other PUT
-// that carries the file's xattrs, 1 for every other op (same layout in 1, 2 and 3). Readers accept
-// 1..kJournalEntryVersion.
-inline constexpr uint8_t kJournalEntryVersion = 3;
+// Entry version written (JournalEntryVersion): 4 for EXCHANGE and for a SYMLINK entry of a special file
+// (FIFO, socket, device: adds rdev), 3 for a PUT of an extent file (JournalEntry::extents set), 2 for
+// any other PUT that carries the file's xattrs, 1 for every other op (same layout in 1 to 4). Readers
+// accept 1..kJournalEntryVersion.
+inline constexpr uint8_t kJournalEntryVersion = 4;
 inline constexpr char kJournalMagic[8] = {'K', 'V', 'F', 'S', 'J', 'R', 'N', 'L'};
 inline constexpr uint64_t kJournalDefaultMaxFileSize = 64ull << 20;
 
@@ -147,8 +157,9 @@ enum class JournalOp : uint8_t {
   kMove = 10,
   kCut = 11,
   kSymlink = 12,
+  kExchange = 13,
 };
-inline constexpr uint8_t kMaxJournalOp = 12;
+inline constexpr uint8_t kMaxJournalOp = 13;
 const char* JournalOpName(JournalOp op);
 
 // Attributes carried by PUT / MKDIR / SETATTR / SYMLINK (no inode number: inodes are node-local).
@@ -173,14 +184,14 @@ struct FileRef {
 
 // One namespace operation. A flat struct: each op uses the fields listed in the table above; the others
 // stay default (the codec neither writes nor reads them, so a round trip of a well-formed entry is exact).
-// `stamp` (HLC) is encoded for every op: PUT/RENAME/UNLINK/MKDIR/RMDIR/SETATTR/XATTR/SYMLINK use it for
+// `stamp` (HLC) is encoded for every op: PUT/RENAME/UNLINK/MKDIR/RMDIR/SETATTR/XATTR/SYMLINK/EXCHANGE use it for
 // last-writer-wins by (stamp, node); MOVE carries the ORIGINAL PUT's stamp; SEAL/DROP/CUT carry the local
 // clock when written (informational).
 struct JournalEntry {
   JournalOp op = JournalOp::kPut;
   uint64_t stamp = 0;
   std::string path;   // every op except SEAL/DROP/CUT; RENAME: the source
-  std::string path2;  // RENAME: destination; SYMLINK: target
+  std::string path2;  // RENAME: destination; SYMLINK: target; EXCHANGE: the other name
   Location location;  // PUT, RENAME (the renamed file's location, for checks), MOVE (the new location)
   Location old_location;  // MOVE: applies only while the path still has this location
   EntryAttrs attrs;       // PUT, MKDIR, SETATTR, SYMLINK
@@ -198,6 +209,7 @@ struct JournalEntry {
   SegmentId segment;                    // SEAL, DROP
   FileRef cut_file;                     // CUT
   uint64_t cut_offset = 0;              // CUT: bytes of cut_file that remain valid
+  uint64_t rdev = 0;                    // SYMLINK of a special file (version 4): st_rdev (devices; else 0)
 
   bool operator==(const JournalEntry&) const = default;
 
@@ -216,13 +228,20 @@ struct JournalEntry {
   static JournalEntry Move(std::string path, Location old_loc, Location new_loc, uint64_t original_stamp);
   static JournalEntry Cut(FileRef file, uint64_t offset, uint64_t stamp);
   static JournalEntry Symlink(std::string path, std::string target, EntryAttrs attrs, uint64_t stamp);
+  // An index-only special file: attrs.mode's type is S_IFIFO, S_IFSOCK, S_IFCHR or S_IFBLK (op SYMLINK,
+  // entry version 4, no target).
+  static JournalEntry Special(std::string path, EntryAttrs attrs, uint64_t rdev, uint64_t stamp);
+  // renameat2(RENAME_EXCHANGE) of two existing names (entry version 4).
+  static JournalEntry Exchange(std::string a, std::string b, uint64_t stamp);
 
   // Every record this entry references: location (PUT, RENAME, MOVE), old_location (MOVE) and the
   // records of `extents` (PUT), no duplicates.
   std::vector<Location> Records() const;
 };
 
-// The entry version EncodeJournalEntry writes for e (1, 2 or 3; see kJournalEntryVersion).
+// The entry version EncodeJournalEntry writes for e: the lowest that carries all of its fields (4: an
+// EXCHANGE or a special file; 3: a PUT with an extent map; 2: a PUT with an xattr set; else 1), so
+// older readers keep reading everything else (see kJournalEntryVersion).
 uint8_t JournalEntryVersion(const JournalEntry& e);
 
 // Appends the encoding of e to *out.

@@ -18,6 +18,7 @@
 #include <mutex>
 
 #include "index/index_keys.h"
+#include "index/journal_format.h"
 #include "index/index_txn.h"
 
 #ifndef RENAME_NOREPLACE
@@ -224,8 +225,19 @@ Result<Node> IndexDb::CreateFile(uint64_t parent, std::string_view name, uint32_
 
 Result<Node> IndexDb::Symlink(uint64_t parent, std::string_view name, std::string_view target, uint32_t uid,
                               uint32_t gid, uint64_t stamp) {
-  KVFS_RETURN_IF_ERROR(ValidateName(name));
   if (target.empty() || target.size() > 4095) return Status::InvalidArgument("bad symlink target");
+  return MakeIndexOnly(parent, name, S_IFLNK | 0777, 0, target, uid, gid, stamp);
+}
+
+Result<Node> IndexDb::Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev, uint32_t uid,
+                            uint32_t gid, uint64_t stamp) {
+  if (!IsSpecialFileMode(mode)) return Status::InvalidArgument("mknod of a type that is not a special file");
+  return MakeIndexOnly(parent, name, mode, IsDeviceMode(mode) ? rdev : 0, {}, uid, gid, stamp);
+}
+
+Result<Node> IndexDb::MakeIndexOnly(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev,
+                                    std::string_view target, uint32_t uid, uint32_t gid, uint64_t stamp) {
+  KVFS_RETURN_IF_ERROR(ValidateName(name));
   std::lock_guard<std::mutex> l(impl_->mu);
   Txn t(impl_.get());
   Ops o{impl_.get(), t};
@@ -234,10 +246,11 @@ Result<Node> IndexDb::Symlink(uint64_t parent, std::string_view name, std::strin
   std::optional<DentryVal> d;
   KVFS_RETURN_IF_ERROR(o.GetDentry(parent, name, &d));
   if (d) return Status::Exists(std::string(name));
-  auto r = o.NewRec(S_IFLNK | 0777, parent, name);
+  auto r = o.NewRec((mode & S_IFMT) | (mode & 07777), parent, name);
   if (!r.ok()) return r.status();
   r->attr.uid = uid, r->attr.gid = gid;
   r->attr.size = target.size();
+  r->attr.rdev = rdev;
   r->symlink = std::string(target);
   r->stamp = stamp;
   if (stamp) r->stamp_node = impl_->node;
@@ -342,6 +355,47 @@ Result<RenameResult> IndexDb::Rename(uint64_t parent, std::string_view name, uin
   KVFS_RETURN_IF_ERROR(t.Commit());
   res.moved = NodeOf(moved);
   return res;
+}
+
+Result<std::pair<Node, Node>> IndexDb::Exchange(uint64_t parent, std::string_view name, uint64_t new_parent,
+                                                std::string_view new_name, uint64_t stamp) {
+  KVFS_RETURN_IF_ERROR(ValidateName(name));
+  KVFS_RETURN_IF_ERROR(ValidateName(new_name));
+  std::lock_guard<std::mutex> l(impl_->mu);
+  Txn t(impl_.get());
+  Ops o{impl_.get(), t};
+  std::optional<DentryVal> da, db;
+  KVFS_RETURN_IF_ERROR(o.GetDentry(parent, name, &da));
+  if (!da) return Status::NotFound(std::string(name));
+  auto np = o.MustDir(new_parent);
+  if (!np.ok()) return np.status();
+  KVFS_RETURN_IF_ERROR(o.GetDentry(new_parent, new_name, &db));
+  if (!db) return Status::NotFound(std::string(new_name));
+  auto ra = o.MustRec(da->ino);
+  if (!ra.ok()) return ra.status();
+  auto rb = o.MustRec(db->ino);
+  if (!rb.ok()) return rb.status();
+  if (da->ino == db->ino) return std::make_pair(NodeOf(*ra), NodeOf(*rb));  // one inode: nothing to do
+  // Neither directory may end up inside itself.
+  if (ra->is_dir() && parent != new_parent) {
+    auto under = o.IsUnder(new_parent, da->ino);
+    if (!under.ok()) return under.status();
+    if (*under) return Status::InvalidArgument("exchange would move a directory into its own subtree");
+  }
+  if (rb->is_dir() && parent != new_parent) {
+    auto under = o.IsUnder(parent, db->ino);
+    if (!under.ok()) return under.status();
+    if (*under) return Status::InvalidArgument("exchange would move a directory into its own subtree");
+  }
+  // A dentry journaled by this exchange takes its stamp; an unjournaled one (stamp 0) keeps the other's.
+  KVFS_RETURN_IF_ERROR(o.SwapDentries(parent, name, *da, *ra, new_parent, new_name, *db, *rb, stamp,
+                                      stamp ? std::string_view(impl_->node) : std::string_view()));
+  KVFS_RETURN_IF_ERROR(t.Commit());
+  auto a = o.MustRec(da->ino);
+  if (!a.ok()) return a.status();
+  auto b = o.MustRec(db->ino);
+  if (!b.ok()) return b.status();
+  return std::make_pair(NodeOf(*a), NodeOf(*b));
 }
 
 Result<Attr> IndexDb::SetAttr(uint64_t ino, const Attr& attr, uint32_t mask, uint64_t stamp) {

@@ -63,15 +63,21 @@ bool JournalEntryToApplyOp(const JournalEntry& e, ApplyOp* op) {
       op->attr = FromEntryAttrs(e.attrs);
       op->xattrs = e.xattrs;
       return true;
-    case JournalOp::kSymlink:
+    case JournalOp::kSymlink:  // a symlink, or (entry version 4) a FIFO, socket or device
       op->kind = ApplyOp::Kind::kPut;
       op->attr = FromEntryAttrs(e.attrs);
+      op->attr.rdev = e.rdev;
       op->symlink = e.path2;
+      if (!IsSpecialFileMode(e.attrs.mode)) op->attr.mode = S_IFLNK | (e.attrs.mode & 07777);
       return true;
     case JournalOp::kRename:
       op->kind = ApplyOp::Kind::kRename;
       op->to = e.path2;
       op->location = e.location;
+      return true;
+    case JournalOp::kExchange:
+      op->kind = ApplyOp::Kind::kExchange;
+      op->to = e.path2;
       return true;
     case JournalOp::kUnlink:
       op->kind = ApplyOp::Kind::kUnlink;

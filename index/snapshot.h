@@ -115,7 +115,7 @@ class SnapshotWriter {
   std::string dir_, node_, tmp_, final_;
   uint64_t generation_ = 0, number_ = 0, max_stamp_ = 0;
   // The header's entry version: the highest of the entries added, at least 2 (a snapshot without an
-  // extent file keeps the header older readers accept).
+  // extent file or special file keeps the header older readers accept).
   uint32_t entry_version_ = 2;
   int64_t created_ns_ = 0;
   std::unique_ptr<BackingFile> file_;

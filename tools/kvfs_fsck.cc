@@ -179,6 +179,7 @@ int DumpIndex(const std::string& dir, const std::string& node) {
     x["gid"] = e.gid;
     x["mtime_ns"] = e.mtime_ns;
     if (!e.symlink.empty()) x["symlink"] = e.symlink;
+    if (e.rdev != 0) x["rdev"] = e.rdev;
     if (!e.location.empty()) {
       x["location"] = {{"node", e.location.segment.node}, {"generation", e.location.segment.generation},
                        {"seq", e.location.segment.seq}, {"record_offset", e.location.record_offset},

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/sysmacros.h>
 #include <sys/xattr.h>
 
 #include <atomic>
@@ -10,6 +11,8 @@
 #include <set>
 #include <thread>
 
+#include "index/journal_format.h"
+#include "index/replay.h"
 #include "index_db_fixture.h"
 
 namespace kvfs {
@@ -118,6 +121,128 @@ TEST_F(IndexDbTest, RootExistsAndNamespaceOps) {
   EXPECT_EQ(tb->stamp, 77u);
   EXPECT_EQ(tb->node, "n1");
   EXPECT_EQ(db_->GetStats().files, 0u);
+}
+
+// FIFOs, sockets and devices: index-only nodes made locally (Mknod) or applied from SYMLINK entries of
+// version 4 (a peer's journal, a replay): mode and rdev kept, re-applying keeps the inode, rename and
+// unlink entries move and remove them like any committed file.
+TEST_F(IndexDbTest, SpecialFilesLocalAndApplied) {
+  auto f = db_->Mknod(kRootIno, "fifo", S_IFIFO | 0640, 99, 5, 6, 10);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->attr.mode, static_cast<uint32_t>(S_IFIFO | 0640));
+  EXPECT_EQ(f->attr.rdev, 0u);  // only devices keep rdev
+  EXPECT_TRUE(f->committed);
+  EXPECT_EQ(f->attr.uid, 5u);
+  EXPECT_TRUE(db_->Mknod(kRootIno, "fifo", S_IFSOCK | 0600, 0, 0, 0, 11).status().IsExists());
+  EXPECT_TRUE(db_->Mknod(kRootIno, "r", S_IFREG | 0600, 0, 0, 0, 11).status().IsInvalidArgument());
+  EXPECT_TRUE(db_->Mknod(kRootIno, "l", S_IFLNK | 0600, 0, 0, 0, 11).status().IsInvalidArgument());
+  auto dev = db_->Mknod(kRootIno, "null", S_IFCHR | 0666, makedev(1, 3), 0, 0, 12);
+  ASSERT_TRUE(dev.ok());
+  auto got = db_->GetInode(dev->attr.ino);  // read back from the inode record
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->attr.rdev, makedev(1, 3));
+  EXPECT_EQ(got->attr.mode, static_cast<uint32_t>(S_IFCHR | 0666));
+  EXPECT_EQ(db_->ReadLink(dev->attr.ino).status().ToErrno(), EINVAL);
+
+  // From a peer's journal.
+  EntryAttrs ea;
+  ea.mode = S_IFBLK | 0660;
+  ea.uid = 1;
+  ea.gid = 2;
+  ea.mtime_ns = 777;
+  ApplyOp op;
+  ASSERT_TRUE(JournalEntryToApplyOp(JournalEntry::Special("/d/sda1", ea, makedev(8, 1), 100), &op));
+  ApplyOp sock;
+  ea.mode = S_IFSOCK | 0755;
+  ASSERT_TRUE(JournalEntryToApplyOp(JournalEntry::Special("/d/sock", ea, 0, 101), &sock));
+  ASSERT_TRUE(db_->ApplyBatch(std::vector<ApplyOp>{op, sock}, "peer").ok());
+  auto d = db_->Lookup(kRootIno, "d");
+  ASSERT_TRUE(d.ok());
+  auto blk = db_->Lookup(d->attr.ino, "sda1");
+  ASSERT_TRUE(blk.ok());
+  EXPECT_EQ(blk->attr.mode, static_cast<uint32_t>(S_IFBLK | 0660));
+  EXPECT_EQ(blk->attr.rdev, makedev(8, 1));
+  EXPECT_EQ(blk->attr.size, 0u);
+  EXPECT_EQ(blk->attr.mtime_ns, 777);
+  EXPECT_TRUE(blk->committed);
+  // Replayed again (a restart's catch-up): same inode, nothing changes.
+  auto again = db_->ApplyBatch(std::vector<ApplyOp>{op}, "peer");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(db_->Lookup(d->attr.ino, "sda1")->attr.ino, blk->attr.ino);
+  auto dump = db_->DumpByPath();
+  ASSERT_TRUE(dump.ok());
+  EXPECT_EQ(dump->at("/d/sock").mode, static_cast<uint32_t>(S_IFSOCK | 0755));
+  EXPECT_EQ(dump->at("/d/sda1").rdev, makedev(8, 1));
+  EXPECT_EQ(dump->at("/null").rdev, makedev(1, 3));
+  // Rename and unlink entries.
+  ASSERT_TRUE(db_->ApplyRename("/d/sda1", "/d/sdb1", Location{}, 102, "peer").ok());
+  auto moved = db_->Lookup(d->attr.ino, "sdb1");
+  ASSERT_TRUE(moved.ok());
+  EXPECT_EQ(moved->attr.mode, static_cast<uint32_t>(S_IFBLK | 0660));
+  EXPECT_EQ(moved->attr.rdev, makedev(8, 1));
+  EXPECT_TRUE(db_->Lookup(d->attr.ino, "sda1").status().IsNotFound());
+  ASSERT_TRUE(db_->ApplyUnlink("/d/sock", 103, "peer").ok());
+  EXPECT_TRUE(db_->Lookup(d->attr.ino, "sock").status().IsNotFound());
+}
+
+// RENAME_EXCHANGE locally (IndexDb::Exchange) and from a journal (EXCHANGE entries): files, a file with
+// a directory across parents (link counts follow), refusals, and a replayed entry that changes nothing.
+TEST_F(IndexDbTest, ExchangeLocalAndApplied) {
+  auto d1 = db_->Mkdir(kRootIno, "d1", S_IFDIR | 0755, 0, 0, 1);
+  auto d2 = db_->Mkdir(kRootIno, "d2", S_IFDIR | 0755, 0, 0, 2);
+  ASSERT_TRUE(d1.ok() && d2.ok());
+  Attr fa;
+  fa.mode = S_IFREG | 0644;
+  fa.size = 10;
+  ASSERT_TRUE(db_->ApplyPut("/d1/a", Loc("n", 1, 0, 10), fa, 10, "n").ok());
+  fa.size = 20;
+  ASSERT_TRUE(db_->ApplyPut("/d2/b", Loc("n", 1, 100, 20), fa, 11, "n").ok());
+  auto sub = db_->Mkdir(d2->attr.ino, "sub", S_IFDIR | 0700, 0, 0, 12);
+  ASSERT_TRUE(sub.ok());
+  const uint64_t ia = db_->Lookup(d1->attr.ino, "a")->attr.ino, ib = db_->Lookup(d2->attr.ino, "b")->attr.ino;
+
+  auto r = db_->Exchange(d1->attr.ino, "a", d2->attr.ino, "b", 20);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->first.attr.ino, ia);
+  EXPECT_EQ(r->first.parent, d2->attr.ino);
+  EXPECT_EQ(db_->Lookup(d1->attr.ino, "a")->attr.ino, ib);
+  EXPECT_EQ(db_->Lookup(d1->attr.ino, "a")->attr.size, 20u);
+  EXPECT_EQ(db_->Lookup(d2->attr.ino, "b")->attr.ino, ia);
+  EXPECT_EQ(db_->GetInode(ia)->name, "b");
+  // A file with a directory across parents: d2 loses a subdirectory, d1 gains one.
+  const uint32_t n1 = db_->GetInode(d1->attr.ino)->attr.nlink, n2 = db_->GetInode(d2->attr.ino)->attr.nlink;
+  ASSERT_TRUE(db_->Exchange(d1->attr.ino, "a", d2->attr.ino, "sub", 21).ok());
+  EXPECT_TRUE(S_ISDIR(db_->Lookup(d1->attr.ino, "a")->attr.mode));
+  EXPECT_EQ(db_->Lookup(d2->attr.ino, "sub")->attr.ino, ib);
+  EXPECT_EQ(db_->GetInode(d1->attr.ino)->attr.nlink, n1 + 1);
+  EXPECT_EQ(db_->GetInode(d2->attr.ino)->attr.nlink, n2 - 1);
+  EXPECT_EQ(List(d1->attr.ino), std::vector<std::string>{"a"});
+  // Refusals: a missing name, a directory into its own subtree.
+  EXPECT_TRUE(db_->Exchange(d1->attr.ino, "a", d2->attr.ino, "zz", 22).status().IsNotFound());
+  EXPECT_TRUE(db_->Exchange(d1->attr.ino, "zz", d2->attr.ino, "b", 22).status().IsNotFound());
+  auto inner = db_->Mkdir(sub->attr.ino, "inner", S_IFDIR | 0700, 0, 0, 23);  // sub is now /d1/a
+  ASSERT_TRUE(inner.ok());
+  EXPECT_TRUE(db_->Exchange(kRootIno, "d1", sub->attr.ino, "inner", 24).status().IsInvalidArgument());
+
+  // From a journal: an EXCHANGE of "n" swaps /d2/b and /d2/sub back; applied again, nothing changes.
+  ApplyOp op;
+  ASSERT_TRUE(JournalEntryToApplyOp(JournalEntry::Exchange("/d2/b", "/d2/sub", 30), &op));
+  EXPECT_EQ(op.kind, ApplyOp::Kind::kExchange);
+  auto ar = db_->ApplyBatch(std::vector<ApplyOp>{op}, "n");
+  ASSERT_TRUE(ar.ok());
+  EXPECT_EQ(ar->applied, 1u);
+  EXPECT_EQ(db_->Lookup(d2->attr.ino, "b")->attr.ino, ib);
+  EXPECT_EQ(db_->Lookup(d2->attr.ino, "sub")->attr.ino, ia);
+  auto again = db_->ApplyBatch(std::vector<ApplyOp>{op}, "n");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->applied, 0u);
+  EXPECT_EQ(db_->Lookup(d2->attr.ino, "b")->attr.ino, ib);
+  // An older EXCHANGE (a binding is newer) and one with a missing name change nothing.
+  ASSERT_TRUE(JournalEntryToApplyOp(JournalEntry::Exchange("/d2/b", "/d2/sub", 25), &op));
+  EXPECT_EQ(db_->ApplyBatch(std::vector<ApplyOp>{op}, "n")->applied, 0u);
+  ASSERT_TRUE(JournalEntryToApplyOp(JournalEntry::Exchange("/d2/b", "/d2/none", 40), &op));
+  EXPECT_EQ(db_->ApplyBatch(std::vector<ApplyOp>{op}, "n")->applied, 0u);
+  EXPECT_EQ(db_->Lookup(d2->attr.ino, "b")->attr.ino, ib);
 }
 
 TEST_F(IndexDbTest, CommitSetAttrAndStats) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -71,6 +72,10 @@ std::vector<JournalEntry> OneOfEach() {
       JournalEntry::Cut(FileRef{FileRef::Kind::kJournal, "node-a", 2, 5}, 123457, s + 11),
       JournalEntry::Cut(FileRef{FileRef::Kind::kSegment, "node-a", 2, 6}, 0, s + 12),
       JournalEntry::Symlink("/l", "../target/with/a/long/path", Attrs(0120777, 26), 0),
+      // Entry version 4: index-only special files and EXCHANGE.
+      JournalEntry::Special("/fifo", Attrs(S_IFIFO | 0644, 0), 0, s + 15),
+      JournalEntry::Special("/dev/sda", Attrs(S_IFBLK | 0660, 0), (8u << 8) | 1, s + 16),
+      JournalEntry::Exchange("/a/x", "/b/dir", s + 17),
   };
 }
 
@@ -104,7 +109,11 @@ TEST(JournalCodecTest, RejectsGarbage) {
   }
   JournalEntry d;
   EXPECT_TRUE(DecodeJournalEntry(std::string("\x01\x00\x05", 3), &d).IsCorruption());  // op 0
-  EXPECT_TRUE(DecodeJournalEntry(std::string("\x01\x0d\x05", 3), &d).IsCorruption());  // op 13
+  EXPECT_TRUE(DecodeJournalEntry(std::string("\x03\x0e\x05", 3), &d).IsCorruption());  // op 14
+  // EXCHANGE (op 13) exists only from entry version 4.
+  EXPECT_TRUE(DecodeJournalEntry(std::string("\x01\x0d\x05\x01" "a" "\x01" "b", 7), &d).IsCorruption());
+  EXPECT_TRUE(DecodeJournalEntry(std::string("\x03\x0d\x05\x01" "a" "\x01" "b", 7), &d).IsCorruption());
+  EXPECT_TRUE(DecodeJournalEntry(std::string("\x04\x0d\x05\x01" "a" "\x01" "b", 7), &d).ok());
   EXPECT_TRUE(DecodeJournalEntry(std::string("\x00\x01\x05", 3), &d).IsCorruption());  // version 0
   // An 11-byte varint stamp.
   EXPECT_TRUE(DecodeJournalEntry(std::string("\x01\x03") + std::string(10, '\xff') + "\x01" + "\x00", &d)
@@ -126,6 +135,51 @@ TEST(JournalCodecTest, RejectsGarbage) {
       EXPECT_EQ(re, g);
     }
   }
+}
+
+// A SYMLINK entry of a special file is version 4 (the lowest that carries rdev); symlinks keep version
+// 1, so an older reader keeps reading them and stops (NotSupported) only at a special file. A version
+// and type that do not match are Corruption, never a special file bound as a symlink or vice versa.
+TEST(JournalCodecTest, SpecialFileEntryVersion) {
+  const JournalEntry fifo = JournalEntry::Special("/p", Attrs(S_IFIFO | 0600, 0), 0, 9);
+  const JournalEntry chr = JournalEntry::Special("/c", Attrs(S_IFCHR | 0600, 0), 0x12345678, 9);
+  const JournalEntry sock = JournalEntry::Special("/s", Attrs(S_IFSOCK | 0755, 0), 0, 9);
+  const JournalEntry link = JournalEntry::Symlink("/l", "t", Attrs(S_IFLNK | 0777, 1), 9);
+  for (const auto& e : {fifo, chr, sock}) {
+    EXPECT_EQ(JournalEntryVersion(e), 4);
+    std::string buf;
+    EncodeJournalEntry(e, &buf);
+    EXPECT_EQ(buf[0], 4);
+    JournalEntry d;
+    ASSERT_TRUE(DecodeJournalEntry(buf, &d).ok());
+    EXPECT_EQ(d, e);
+    // The same bytes labelled version 1 to 3 (what an older writer could never produce) are refused.
+    for (char v : {1, 2, 3}) {
+      std::string old = buf;
+      old[0] = v;
+      EXPECT_TRUE(DecodeJournalEntry(old, &d).IsCorruption()) << int(v);
+    }
+  }
+  std::string buf;
+  EncodeJournalEntry(link, &buf);
+  EXPECT_EQ(buf[0], 1);  // unchanged bytes for symlinks
+  // A version-4 SYMLINK of a symlink type, or a special file with a target, is Corruption.
+  std::string v3 = buf;
+  v3[0] = 4;
+  v3.push_back(0);  // rdev
+  JournalEntry d;
+  EXPECT_TRUE(DecodeJournalEntry(v3, &d).IsCorruption());
+  JournalEntry with_target = fifo;
+  with_target.path2 = "x";
+  std::string wt;
+  EncodeJournalEntry(with_target, &wt);
+  EXPECT_TRUE(DecodeJournalEntry(wt, &d).IsCorruption());
+  EXPECT_EQ(kJournalEntryVersion, 4);
+  EXPECT_EQ(JournalEntryVersion(JournalEntry::Exchange("/a", "/b", 1)), 4);
+  EXPECT_TRUE(IsSpecialFileMode(S_IFBLK | 0600));
+  EXPECT_FALSE(IsSpecialFileMode(S_IFLNK | 0777));
+  EXPECT_FALSE(IsSpecialFileMode(S_IFREG | 0600));
+  EXPECT_FALSE(IsSpecialFileMode(S_IFDIR | 0700));
 }
 
 TEST(JournalCodecTest, FileHeaderRoundTrip) {

@@ -1,5 +1,6 @@
 // Journal checkpoints: snapshot format (index/snapshot.h), replay from snapshots (index/replay.h),
 // retirement (engine/checkpoint.h) and the Store's use of them (peers re-reading snapshots, purged nodes).
+#include <sys/sysmacros.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -321,8 +322,13 @@ TEST_F(CheckpointStoreTest, JoinFromSnapshotEqualsFullReplayAndKeepsTombstones) 
   ASSERT_TRUE(c5.ok());
   ASSERT_TRUE(a->SetXattr(c5->attr.ino, "user.model", "llama", 0).ok());
   ASSERT_TRUE(a->Symlink(d->attr.ino, "latest", "c6", 0, 0).ok());
+  // Index-only special files (SYMLINK entries of version 4) travel in journals and snapshots alike.
+  ASSERT_TRUE(a->Mknod(d->attr.ino, "fifo", S_IFIFO | 0640, 0, 7, 8).ok());
+  ASSERT_TRUE(a->Mknod(d->attr.ino, "tty", S_IFCHR | 0600, makedev(4, 64), 0, 0).ok());
   ASSERT_TRUE(a->Sync().ok());
   const auto before = Rebuilt("journals-only");
+  EXPECT_EQ(before.at("/kv/fifo").mode, static_cast<uint32_t>(S_IFIFO | 0640));
+  EXPECT_EQ(before.at("/kv/tty").rdev, makedev(4, 64));
 
   ASSERT_TRUE(a->Checkpoint().ok());
   NodeFiles nf = Files("node-a");
@@ -350,6 +356,10 @@ TEST_F(CheckpointStoreTest, JoinFromSnapshotEqualsFullReplayAndKeepsTombstones) 
   ASSERT_EQ(joined.count("/kv/c4-renamed"), 1u);
   EXPECT_EQ(joined["/kv/c5"].xattrs.at("user.model"), "llama");
   EXPECT_EQ(joined["/kv/latest"].symlink, "c6");
+  EXPECT_EQ(joined["/kv/fifo"].mode, static_cast<uint32_t>(S_IFIFO | 0640));
+  EXPECT_EQ(joined["/kv/fifo"].uid, 7u);
+  EXPECT_EQ(joined["/kv/tty"].mode, static_cast<uint32_t>(S_IFCHR | 0600));
+  EXPECT_EQ(joined["/kv/tty"].rdev, makedev(4, 64));
   EXPECT_EQ(joined["/kv/after"].size, 4u);
   EXPECT_EQ(joined["/kv"].mode, static_cast<uint32_t>(S_IFDIR));
   EXPECT_EQ(before.count("/kv/c7"), 1u);
