@@ -139,6 +139,7 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
       inval = in->contended || v->hidden;
       in->last_attr = a;
       in->last_loc = loc;
+      in->last_ext = {};
       in->last_committed = true;
     }
     if (prepinned) store->UnpinRecord(loc);

@@ -227,7 +227,7 @@ bool KvfsFs::Impl::StagedAttr(Inode& in, Attr* out) {
   return true;
 }
 
-Status KvfsFs::Impl::GetAttr(uint64_t ino, Attr* out, double* timeout) {
+Status KvfsFs::Impl::GetAttr(uint64_t ino, Attr* out, double* timeout, ExtentMapRef* ext) {
   auto in = Get(ino);
   if (in) {
     std::lock_guard<std::mutex> g(in->mu);
@@ -261,11 +261,13 @@ Status KvfsFs::Impl::GetAttr(uint64_t ino, Attr* out, double* timeout) {
   *out = n->attr;
   out->ino = ino;
   out->atime_ns = std::max(out->atime_ns, store->PendingAtime(ino));
+  if (ext) *ext = n->extents;
   bool cacheable = S_ISDIR(out->mode) || S_ISLNK(out->mode) || n->committed;
   if (in) {
     std::lock_guard<std::mutex> g(in->mu);
     in->last_attr = *out;
     in->last_loc = n->location;
+    in->last_ext = n->extents;
     in->last_committed = n->committed;
     // A hidden version is being written: its writer's lseek(SEEK_END)/append must ask again.
     if (!in->writing.empty()) cacheable = false;
@@ -295,13 +297,14 @@ bool KvfsFs::Impl::ReplyEntry(fuse_req_t req, const Node& n, bool fresh_only) {
     }
     in->last_attr = a;
     in->last_loc = n.location;
+    in->last_ext = n.extents;
     in->last_committed = n.committed;
     if (S_ISREG(n.attr.mode) && !in->unlinked) {
       in->lost_parent = n.parent;
       in->lost_name = n.name;
     }
   }
-  FillStat(a, &e.attr);
+  FillStat(a, &e.attr, at != 0 ? n.extents : ExtentMapRef{});
   e.attr_timeout = at;
   e.entry_timeout = opts.entry_timeout_s;
   fuse_reply_entry(req, &e);

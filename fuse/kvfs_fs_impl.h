@@ -103,7 +103,8 @@ inline int ToErrno(const Status& s, ErrCtx ctx = ErrCtx::kDefault) {
   return e > 0 ? e : EIO;
 }
 
-inline void FillStat(const Attr& a, struct stat* st) {
+// ext: the committed content's extent map, if it is one (st_blocks counts its data bytes, holes excluded).
+inline void FillStat(const Attr& a, struct stat* st, const ExtentMapRef& ext = {}) {
   std::memset(st, 0, sizeof(*st));
   st->st_ino = a.ino;
   st->st_mode = a.mode;
@@ -113,7 +114,7 @@ inline void FillStat(const Attr& a, struct stat* st) {
   st->st_gid = a.gid;
   st->st_size = static_cast<off_t>(a.size);
   st->st_blksize = 4096;
-  st->st_blocks = static_cast<blkcnt_t>((a.size + 511) / 512);
+  st->st_blocks = static_cast<blkcnt_t>(((ext ? ext->DataBytes() : a.size) + 511) / 512);
   st->st_atim = NsTs(a.atime_ns);
   st->st_mtim = NsTs(a.mtime_ns);
   st->st_ctim = NsTs(a.ctime_ns);
@@ -254,6 +255,7 @@ struct Inode {
   bool hidden_ever = false;          // never keep_cache again: cached pages may belong to a hidden version
   Attr last_attr;                    // last attributes seen (answers fstat of an unlinked file)
   Location last_loc;                 // last committed location seen (opens of a just-replaced file)
+  ExtentMapRef last_ext;             // its extent map instead, for an extent file (last_loc empty)
   bool last_committed = false;
 };
 
@@ -263,7 +265,9 @@ struct Handle {
   bool writable = false;
   bool append = false;  // O_APPEND
   Location loc;      // readers of committed content: held (Store::PinRecord) from open to RELEASE
-  bool held = false; // loc is pinned by this handle
+  ExtentMapRef ext;  // readers of an extent file's committed content: its map (loc empty), every
+                     // record of it held from open to RELEASE
+  bool held = false; // loc (or every record of ext) is pinned by this handle
   uint64_t size = 0;
   bool pc = false;   // counted in Inode::pc_handles (opened without direct_io)
   bool dw = false;   // counted in Inode::direct_writers
@@ -437,7 +441,8 @@ struct KvfsFs::Impl {
   // reads and appends use it, so it must be the writer's size), else the visible primary. False: none.
   static bool StagedAttr(Inode& in, Attr* out);
 
-  Status GetAttr(uint64_t ino, Attr* out, double* timeout);
+  // ext (optional): the committed content's extent map, when the attributes are the index's.
+  Status GetAttr(uint64_t ino, Attr* out, double* timeout, ExtentMapRef* ext = nullptr);
 
   // Replies with a positive entry for node (one lookup reference). fresh_only: if n is a staged regular
   // file of which no staged version is left here, reply nothing and return false (the caller looks again).

@@ -19,10 +19,11 @@ void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     FillStat(a, &st);
     return (void)fuse_reply_attr(req, &st, 0);
   }
-  Status s = fs->GetAttr(ino, &a, &timeout);
+  ExtentMapRef ext;
+  Status s = fs->GetAttr(ino, &a, &timeout, &ext);
   if (!s.ok()) return Reply(req, s, ErrCtx::kInode);
   struct stat st;
-  FillStat(a, &st);
+  FillStat(a, &st, ext);
   fuse_reply_attr(req, &st, timeout);
 }
 

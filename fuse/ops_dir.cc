@@ -77,7 +77,7 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus
       double at = (S_ISDIR(a.mode) || S_ISLNK(a.mode) || node->committed) ? fs->opts.attr_timeout_s : 0;
       a.ino = d.ino;
       e.ino = d.ino;
-      FillStat(a, &e.attr);
+      FillStat(a, &e.attr, node->extents);
       e.attr_timeout = at;
       e.entry_timeout = fs->opts.entry_timeout_s;
       size_t n = fuse_add_direntry_plus(req, buf.data() + used, size - used, d.name.c_str(), &e, next);

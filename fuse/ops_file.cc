@@ -78,9 +78,11 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
           return n.status();
         }
         h->loc = in->last_loc;
+        h->ext = in->last_ext;
         h->size = in->last_attr.size;
       } else {
         h->loc = n->location;
+        h->ext = n->extents;
         h->size = n->attr.size;
         // atime, relatime rules: noted at the open, so reads the page cache answers count too; the
         // kernel's cached attributes (attr_timeout) are dropped, attributes only (offset -1), so the
@@ -92,9 +94,16 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
       // Held until RELEASE: unlinking or replacing the file, or its segment's reclamation, does not
       // take the bytes from this handle (or a mapping of it), as on a local fs. Already dropped (a
       // cache miss, or a peer dropped it): ENOENT at open, never a failed read later.
-      Status p = fs->store->PinRecord(h->loc);
-      if (!p.ok()) return p;
-      h->held = !h->loc.empty();
+      // An extent file: every record of its map (any of them dropped: ENOENT, as for one record).
+      const std::vector<Location> recs = ContentRecords(h->loc, h->ext);
+      for (size_t i = 0; i < recs.size(); i++) {
+        Status p = fs->store->PinRecord(recs[i]);
+        if (!p.ok()) {
+          for (size_t j = 0; j < i; j++) fs->store->UnpinRecord(recs[j]);
+          return p;
+        }
+      }
+      h->held = !recs.empty();
       // Committed content never changes under this inode except through this daemon, which writes
       // through the page cache or invalidates it: keep the cache across opens.
       fi->keep_cache = (n.ok() && n->committed) ? 1 : 0;
@@ -158,7 +167,9 @@ void ReleaseHandle(KvfsFs::Impl* fs, Handle* h) {
                  fs->PathOf(h->inode->ino), h->inode->ino, ErrnoText(s));
     }
   }
-  if (h->held) fs->store->UnpinRecord(h->loc);
+  if (h->held) {
+    for (const Location& rec : ContentRecords(h->loc, h->ext)) fs->store->UnpinRecord(rec);
+  }
   if (!h->writable && h->version) {
     Location unpin;
     {
@@ -185,6 +196,41 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (fuse_reply_open(req, fi) != 0) ReleaseHandle(fs, H(fi));  // the kernel never saw the handle
 }
 
+// READ of an extent file's committed content: one Store::ReadPinned per piece (verified blocks, the
+// LRU), holes as zeros. A range inside one extent replies from the pinned bytes without a copy.
+void ReadExtentFile(KvfsFs::Impl* fs, fuse_req_t req, Handle* h, const ExtentMap& map, uint64_t uoff, size_t want) {
+  if (want == 0) return (void)fuse_reply_buf(req, nullptr, 0);
+  const auto pieces = map.Pieces(uoff, want);
+  Status s;
+  if (pieces.size() == 1 && pieces[0].extent != nullptr) {
+    PinnedBytes p;
+    s = fs->store->ReadPinned(pieces[0].extent->record, pieces[0].value_offset, pieces[0].length, &p);
+    if (s.ok()) {
+      fs->bytes_read.fetch_add(p.len, std::memory_order_relaxed);
+      return (void)fuse_reply_buf(req, p.data, p.len);
+    }
+  } else {
+    thread_local std::vector<char> vbuf;
+    if (vbuf.size() < want) vbuf.resize(want);
+    size_t got = 0;
+    s = ReadExtents(map, uoff, want, vbuf.data(), [&](const Location& rec, uint64_t voff, size_t n, char* out) -> Status {
+      PinnedBytes p;
+      Status rs = fs->store->ReadPinned(rec, voff, n, &p);
+      if (!rs.ok()) return rs;
+      if (p.len != n) return Status::Corruption("short read of an extent");
+      std::memcpy(out, p.data, n);
+      return Status::OK();
+    }, &got);
+    if (s.ok()) {
+      fs->bytes_read.fetch_add(got, std::memory_order_relaxed);
+      return (void)fuse_reply_buf(req, vbuf.data(), got);
+    }
+  }
+  LogLimited(spdlog::level::err, LogKey("fuse-read", s), "read of {} (inode {}) at {}+{}: {}",
+             fs->PathOf(h->inode->ino), h->inode->ino, uoff, want, ErrnoText(s));
+  Reply(req, s);
+}
+
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   auto* fs = FS(req);
   Handle* h = H(fi);
@@ -195,6 +241,7 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
   // free the handle and its version while this thread still unlocks.
   std::shared_ptr<Version> vp = h->version;
   Location loc = h->loc;
+  ExtentMapRef ext = h->ext;
   uint64_t hsize = h->size;
   if (!h->writable && h->inode->rewrites.load() != h->rewrites) {
     // The file was rewritten in place since this reader opened it (UndoRenumber): read what it has
@@ -207,6 +254,7 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
       auto n = fs->store->GetInode(h->inode->ino);
       if (n.ok()) {
         loc = n->location;
+        ext = n->extents;
         hsize = n->attr.size;
       }
     }
@@ -238,6 +286,7 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
     return;
   }
   uint64_t uoff = static_cast<uint64_t>(off);
+  if (ext) return ReadExtentFile(fs, req, h, *ext, uoff, std::min<uint64_t>(size, hsize > uoff ? hsize - uoff : 0));
   if (uoff >= hsize || loc.empty()) return (void)fuse_reply_buf(req, nullptr, 0);
   size_t want = std::min<uint64_t>(size, hsize - uoff);
   // Reply straight from the verified bytes the store pins (the LRU value, or the blocks it just read):

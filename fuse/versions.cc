@@ -77,6 +77,7 @@ bool KvfsFs::Impl::UndoRenumber(const std::shared_ptr<Inode>& in) {
     in->renumbered_to = 0;
     in->last_attr = back->attr;
     in->last_loc = back->location;
+    in->last_ext = back->extents;
   }
   spdlog::debug("inode {}: renumber to {} undone (a reopen through a magic link)", in->ino, to);
   // Cached dentries of the name that point to `to` (gone now): the notifier drops them and marks
@@ -152,6 +153,9 @@ Result<std::shared_ptr<Version>> KvfsFs::Impl::AcquireWritableOnce(
     a = in->last_attr;
     a.atime_ns = std::max(a.atime_ns, store->PendingAtime(in->ino));  // a read's note not journaled yet
     a.nlink = 0;
+    if (!trunc && need_content && in->last_committed && in->last_ext) {
+      return Status::NotSupported("a writable open of an extent file keeps its content (not yet)");
+    }
     if (trunc || !need_content || !in->last_committed || in->last_loc.empty()) {
       if (trunc && a.size != 0) a.mtime_ns = a.ctime_ns = now;
       a.size = 0;
@@ -201,6 +205,7 @@ Result<std::shared_ptr<Version>> KvfsFs::Impl::AcquireWritableOnce(
     in->last_attr = n->attr;
     in->last_attr.ino = in->ino;
     in->last_loc = n->location;
+    in->last_ext = n->extents;
     in->last_committed = true;
     renumbered++;
     {
@@ -239,6 +244,7 @@ Result<std::shared_ptr<Version>> KvfsFs::Impl::AcquireWritableOnce(
   auto v = NewVersion(in->ino, false, false);
   if (need_content) {
     if (a.size != 0) {
+      if (n->extents) return Status::NotSupported("a writable open of an extent file keeps its content (not yet)");
       if (n->location.empty()) return Status::Corruption("committed file without a location");
       a.size = std::min<uint64_t>(a.size, n->location.length);
       v->data.SetBacking(n->location, a.size);
