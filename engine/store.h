@@ -397,8 +397,9 @@ class Store {
   // content of `ino` (InvalidArgument if it has none). The new name gets ino's xattrs. Exists if the
   // name exists (checked and bound under the namespace lock: exact on this node); journals one PUT of the
   // new path. The record stays live (segment live bytes/records, segfiles) while any name refers to it.
+  // ext (with loc): the staged version's extent map when its flushed content is one (*loc then empty).
   virtual Result<Node> Link(uint64_t ino, const Location* loc, const Attr* attr, uint64_t new_parent,
-                            std::string_view new_name) = 0;
+                            std::string_view new_name, const ExtentMapRef* ext = nullptr) = 0;
   // Updates the masked attributes (kSetSize only changes the recorded size of a *staged* file or is used
   // together with CommitFile; data is the FUSE layer's business). Journals SETATTR for committed inodes.
   virtual Result<Attr> SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) = 0;
@@ -482,7 +483,13 @@ class Store {
   // Makes `loc` (may be empty for a 0-byte file) the committed content of ino with attrs `attr`
   // (size, mode, times): journals PUT under the inode's current path. A staged inode becomes committed;
   // on success the record's pin (ReleaseRecordPin) is released.
-  virtual Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr) = 0;
+  // ext (docs/design.md §13): the version's extent map when it is not one record (loc empty,
+  // attr.size = its size): journals a version-3 PUT; written = the record the version's FLUSH appended
+  // for it (its write pin is released here, as loc's is for a one-record file). Every other record of
+  // the map must be held by the caller until this returns.
+  virtual Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr, const ExtentMapRef& ext,
+                            const Location& written) = 0;
+  Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr) { return CommitFile(ino, loc, attr, {}, {}); }
   // Reads [offset, offset+len) of the value at loc into buf, verified against the block checksums
   // (Corruption -> EIO, never wrong bytes). Served from the LRU when cached. *got < len only at the end
   // of the value. The backing calls of a read (this and the two below) end within

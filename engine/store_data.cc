@@ -134,16 +134,20 @@ Result<Location> StoreImpl::AppendWith(uint64_t ino, uint64_t len, uint16_t flag
   return loc;
 }
 
-Status StoreImpl::CommitFile(uint64_t ino, const Location& loc, const Attr& attr) {
+Status StoreImpl::CommitFile(uint64_t ino, const Location& loc, const Attr& attr, const ExtentMapRef& ext,
+                             const Location& written) {
   std::lock_guard<std::mutex> l(ns_mu_);
-  if (evict_enabled_ && !loc.empty() && OwnSegment(loc.segment)) {
+  const std::vector<Location> records = ContentRecords(loc, ext);
+  if (evict_enabled_) {
     std::lock_guard<std::mutex> c(cap_mu_);
-    if (dropped_own_.count(loc.segment)) {
-      return Status::NoSpace("the record's segment was evicted before the file was committed");
+    for (const Location& rec : records) {
+      if (OwnSegment(rec.segment) && dropped_own_.count(rec.segment)) {
+        return Status::NoSpace("the record's segment was evicted before the file was committed");
+      }
     }
   }
   const uint64_t stamp = hlc_.Now();
-  auto n = index_->CommitFile(ino, loc, attr, stamp);
+  auto n = index_->CommitFile(ino, loc, attr, stamp, {}, ext);
   if (!n.ok()) return n.status();
   shadowing_.erase(ino);  // its PUT replaces whatever the journal had at its path
   auto path = index_->FullPath(ino);
@@ -153,15 +157,19 @@ Status StoreImpl::CommitFile(uint64_t ino, const Location& loc, const Attr& attr
   auto xattrs = SortedXattrs(ino);
   if (!xattrs.ok()) return xattrs.status();
   put.xattrs = std::move(*xattrs);
+  put.extents = ext;  // an extent file: PUT version 3
   EnqueueLocked(std::move(put));
-  if (track_hits_ && !loc.empty() && OwnSegment(loc.segment)) {
+  if (track_hits_) {
     std::lock_guard<std::mutex> h(hits_mu_);
-    loc_ino_[loc.segment][loc.record_offset] = n->attr.ino;
+    for (const Location& rec : records) {
+      if (OwnSegment(rec.segment)) loc_ino_[rec.segment][rec.record_offset] = n->attr.ino;
+    }
   }
-  if (!loc.empty()) {
+  if (!loc.empty() || !written.empty()) {
     // Committed: from now on the record is the file's content and ages like any other (store.h).
     std::lock_guard<std::mutex> c(cap_mu_);
     ReleaseRecordPinLocked(loc);
+    ReleaseRecordPinLocked(written);
   }
   return Status::OK();
 }

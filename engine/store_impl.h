@@ -141,7 +141,7 @@ class StoreImpl final : public Store {
   Status Rename(uint64_t parent, std::string_view name, uint64_t new_parent, std::string_view new_name,
                 unsigned flags, uint64_t* replaced_ino) override;
   Result<Node> Link(uint64_t ino, const Location* loc, const Attr* attr, uint64_t new_parent,
-                    std::string_view new_name) override;
+                    std::string_view new_name, const ExtentMapRef* ext = nullptr) override;
   Result<Attr> SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) override;
   bool NoteRead(uint64_t ino, const Attr& attr, bool committed = true) override;
   int64_t PendingAtime(uint64_t ino) override;
@@ -171,7 +171,9 @@ class StoreImpl final : public Store {
   Status PinRecord(const Location& loc) override;
   void UnpinRecord(const Location& loc) override;
   Status ReadUncached(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) override;
-  Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr) override;
+  Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr, const ExtentMapRef& ext,
+                    const Location& written) override;
+  using Store::CommitFile;
   Result<Node> Renumber(uint64_t ino, uint64_t to = 0) override;
   Status Read(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) override;
   Status ReadPinned(const Location& loc, uint64_t offset, size_t len, PinnedBytes* out) override;

@@ -187,7 +187,7 @@ Status StoreImpl::ExchangeLocked(uint64_t parent, std::string_view name, uint64_
 // the journaled PUT (segment live bytes/records and segfiles count the record once per name, so it is
 // dead space only when the last name goes).
 Result<Node> StoreImpl::Link(uint64_t ino, const Location* loc, const Attr* attr, uint64_t new_parent,
-                             std::string_view new_name) {
+                             std::string_view new_name, const ExtentMapRef* ext) {
   std::lock_guard<std::mutex> l(ns_mu_);
   auto src = index_->GetInode(ino);
   if (!src.ok()) return src.status();
@@ -197,6 +197,7 @@ Result<Node> StoreImpl::Link(uint64_t ino, const Location* loc, const Attr* attr
   Attr a;
   if (loc != nullptr && attr != nullptr) {
     l_loc = *loc;
+    if (ext != nullptr) l_ext = *ext;
     a = *attr;
   } else {
     if (!src->committed) return Status::InvalidArgument("link of a file with no committed content");

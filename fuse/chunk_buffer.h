@@ -333,6 +333,24 @@ class ChunkBuffer {
     for (auto v : DirtyParts()) n += v.size();
     return n;
   }
+  // After a FLUSH in extent form appended DirtyParts() as a record and `map` = ToExtentMap(that record):
+  // the bytes are now `map` exactly. Every RAM chunk keeps its bytes, with nothing dirty and `map` under
+  // it, so the next DirtyParts() / ToExtentMap() count only what is written after this (N ranks closing
+  // one by one each append their own slice, not everything written so far). Chunks not in RAM read the
+  // same bytes through `map` as before (it was built from them).
+  void Rebase(std::shared_ptr<const ExtentMap> map) {
+    base_map_ = std::move(map);
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Slot& s = slots_[i];
+      if (!s.ram) continue;
+      s.base = Location{};
+      s.base_off = 0;
+      s.base_len = ChunkLen(i);
+      s.base_mapped = true;
+      s.dirty.reset();
+    }
+  }
+
   // The version as an extent map, given `dirty` = the record whose value is DirtyParts() concatenated
   // (empty when DirtyBytes() is 0): referenced chunks and the unchanged base bytes of RAM chunks are
   // extents of their records, dirty pages extents of `dirty`, everything else (holes, zeros past a base)

@@ -11,13 +11,24 @@ bool KvfsFs::Impl::IsUnlinked(Inode& in) {
   return in.unlinked;
 }
 
+// The record a previous FLUSH wrote (whole, or the dirty pages of an extent-form FLUSH) is garbage
+// once a new one replaces it (unless it is one of the version's own spills, still referenced by its
+// chunks and released with them): let its segment age.
+void KvfsFs::Impl::ReleaseFlushedRecord(Version& v) {
+  if (v.has_record && std::find(v.spills.begin(), v.spills.end(), v.record) == v.spills.end()) {
+    store->ReleaseRecordPin(v.record);
+  }
+}
+
 Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
   if (IsUnlinked(in)) return Status::OK();  // discarded at release: nothing to publish
   if (!v.failed.ok()) return v.failed;      // a close or fsync of it failed: never published
   std::shared_lock<std::shared_mutex> g(v.mu);
   if (v.has_record && v.record_gen == v.gen) return Status::OK();
   if (v.data.size() == 0) {
+    ReleaseFlushedRecord(v);
     v.record = Location{};
+    v.record_ext = {};
     v.has_record = true;
     v.record_gen = v.gen;
     return Status::OK();
@@ -28,9 +39,54 @@ Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
     // journal that Location, no second copy.
     staging.whole_record_commits++;
     v.record = whole;
+    v.record_ext = {};
     v.has_record = true;
     v.record_gen = v.gen;
     return Status::OK();
+  }
+  // A version that is not all new bytes (a copy-on-write base, holes, spills): only its dirty pages are
+  // appended, as ONE record, and the version is base extents + holes + that record (docs/design.md §13
+  // "Files as extents"). A map over the fragmentation bound (ExtentMap::NeedsCompaction) is written
+  // whole instead, below (the copies of only the cold extents are the next step).
+  const bool all_new = !v.data.has_refs() && v.data.DirtyBytes() == v.data.size();
+  if (!all_new) {
+    // Held exclusively from taking the dirty pages to marking them flushed (Rebase), so a write cannot
+    // land between (writers wait for any FLUSH already: they take v.mu exclusively).
+    g.unlock();
+    std::unique_lock<std::shared_mutex> u(v.mu);
+    const uint64_t dirty_bytes = v.data.DirtyBytes();
+    Location probe;  // stands for the record the dirty pages would become
+    probe.segment.node = "?";
+    probe.length = dirty_bytes;
+    if (!v.data.ToExtentMap(probe).NeedsCompaction()) {
+      Location rec;
+      if (dirty_bytes > 0) {
+        Result<Location> w = store->WriteRecord(in.ino, v.data.DirtyParts());
+        if (!w.ok()) {
+          flush_errors++;
+          LogLimited(spdlog::level::warn, LogKey("fuse-write-record", w.status()),
+                     "write record of {} (inode {}, {} dirty bytes): {}", PathOf(in.ino), in.ino, dirty_bytes,
+                     ErrnoText(w.status()));
+          return w.status();
+        }
+        rec = *w;
+        flush_records++;
+      }
+      staging.extent_flushes++;
+      ReleaseFlushedRecord(v);
+      auto map = std::make_shared<const ExtentMap>(v.data.ToExtentMap(rec));
+      v.record_ext = NormalizeExtents(*map, &v.record);
+      v.has_record = true;
+      v.record_gen = v.gen;
+      // The flushed pages are that record now (as a spill's chunks are theirs): a later FLUSH of this
+      // version appends only what is written after this one (N ranks closing one by one: each slice
+      // once). The record is held like a spill, until the version ends.
+      v.data.Rebase(std::move(map));
+      if (!rec.empty()) v.spills.push_back(rec);
+      return Status::OK();
+    }
+    u.unlock();
+    g.lock();
   }
   Result<Location> r = Location{};
   if (!v.data.has_refs()) {
@@ -56,12 +112,9 @@ Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
     return r.status();
   }
   flush_records++;
-  // The record this one replaces is garbage now (unless it is one of the version's own spills, still
-  // referenced by its chunks and released with them): let its segment age.
-  if (v.has_record && std::find(v.spills.begin(), v.spills.end(), v.record) == v.spills.end()) {
-    store->ReleaseRecordPin(v.record);
-  }
+  ReleaseFlushedRecord(v);
   v.record = *r;
+  v.record_ext = {};
   v.has_record = true;
   v.record_gen = v.gen;
   return Status::OK();
@@ -96,10 +149,12 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
     a.ino = in->ino;
     if (a.nlink == 0) a.nlink = 1;
     Location loc = a.size == 0 ? Location{} : v->record;
+    ExtentMapRef ext = a.size == 0 ? ExtentMapRef{} : v->record_ext;
     // Held across CommitFile (which releases the append pin of the record): handles that still read
     // this version after the commit keep it below (docs/semantics.md §6.10); else released at once.
     bool prepinned = !loc.empty() && store->PinRecord(loc).ok();
-    Status s = store->CommitFile(in->ino, loc, a);
+    // An extent map's new records are the version's (held like its spills until it ends).
+    Status s = store->CommitFile(in->ino, loc, a, ext, Location{});
     if (!s.ok()) {
       if (prepinned) store->UnpinRecord(loc);
       if (s.IsNotFound() || IsUnlinked(*in)) return Status::OK();  // unlinked meanwhile: discarded
@@ -139,7 +194,7 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
       inval = in->contended || v->hidden;
       in->last_attr = a;
       in->last_loc = loc;
-      in->last_ext = {};
+      in->last_ext = ext;
       in->last_committed = true;
     }
     if (prepinned) store->UnpinRecord(loc);

@@ -229,6 +229,7 @@ FsStats KvfsFs::GetFsStats() {
   s.spilled_bytes_total = impl_->staging.spilled_total.load();
   s.spill_errors = impl_->staging.spill_errors.load();
   s.whole_record_commits = impl_->staging.whole_record_commits.load();
+  s.extent_flushes = impl_->staging.extent_flushes.load();
   s.flushes_deferred = impl_->staging.flushes_deferred.load();
   s.streamed_commits = impl_->staging.streamed_commits.load();
   s.shadow_versions_created = impl_->shadows.load();

@@ -98,6 +98,7 @@ struct FsStats {
   uint64_t spilled_bytes = 0;         // provisional records of versions still staged, bytes now
   uint64_t spills = 0, spilled_bytes_total = 0, spill_errors = 0;  // since mount
   uint64_t whole_record_commits = 0;  // flushes that reused one existing record (no second copy)
+  uint64_t extent_flushes = 0;  // flushes that appended only the dirty pages (a version as extents)
   uint64_t flushes_deferred = 0;      // closes that left the record to another writer still writing
   uint64_t streamed_commits = 0;  // flushes of partly spilled versions, written in 4 MiB pieces
   uint64_t shadow_versions_created = 0, versions_committed = 0, versions_discarded = 0;

@@ -127,7 +127,8 @@ struct Version;
 struct Staging {
   std::atomic<int64_t> ram_bytes{0};      // RAM chunks of all staged versions (ChunkBuffer::capacity)
   std::atomic<int64_t> spilled_bytes{0};  // provisional records written for versions still staged
-  std::atomic<uint64_t> spills{0}, spilled_total{0}, spill_errors{0}, whole_record_commits{0};
+  std::atomic<uint64_t> spills{0}, spilled_total{0}, spill_errors{0}, whole_record_commits{0},
+      extent_flushes{0};
   std::atomic<uint64_t> flushes_deferred{0};  // FLUSHes that left the record to another writer's (OpFlush)
   std::atomic<uint64_t> streamed_commits{0};  // records written by streaming a partly spilled version
   Store* store = nullptr;  // ReleaseRecordPin of a version's records when it is gone
@@ -147,6 +148,7 @@ struct Version {
     for (const Location& l : spills) staging->store->ReleaseRecordPin(l);
     staging->store->ReleaseRecordPin(record);
     staging->store->UnpinRecord(base);
+    for (const Location& l : bases) staging->store->UnpinRecord(l);
     staging->store->UnpinRecord(held);
     std::lock_guard<std::mutex> g(staging->mu);
     staging->versions.erase(this);
@@ -177,6 +179,14 @@ struct Version {
   void HoldBase(const Location& l) {
     if (staging->store->PinRecord(l).ok()) base = l;
   }
+  // The copy-on-write base is a committed extent map (ChunkBuffer::SetBacking(map)): every record of
+  // it held the same way (bases).
+  std::vector<Location> bases;
+  void HoldBases(const ExtentMap& m) {
+    for (const Location& l : m.Records()) {
+      if (staging->store->PinRecord(l).ok()) bases.push_back(l);
+    }
+  }
   std::atomic<uint64_t> ram{0};     // data.capacity() as of the last change (victim choice, no lock)
   std::atomic<bool> spilling{false};  // a thread is spilling it (others pick another victim)
   Attr attr;          // mode, uid, gid, times; attr.size is ignored (data.size() is the size)
@@ -188,6 +198,10 @@ struct Version {
   bool has_record = false;
   uint64_t record_gen = 0;
   Location record;
+  // The extent form (docs/design.md §13): the version as an extent map when it is not one record
+  // (record is then empty). The records its FLUSHes append (only the dirty pages) join `spills`: the
+  // chunks reference them after the FLUSH (ChunkBuffer::Rebase), held until the version ends.
+  ExtentMapRef record_ext;
   uint64_t committed_gen = 0;  // gen of the last successful CommitFile (0 = never)
   uint64_t committed_attr_gen = 0;
   // A FLUSH (close) or fsync of it failed: it is never published, every later flush/commit of it fails
@@ -514,6 +528,8 @@ struct KvfsFs::Impl {
 
   bool IsUnlinked(Inode& in);
 
+  // Releases the write pin of the record(s) v's previous FLUSH wrote (not its spills). Requires v.io_mu.
+  void ReleaseFlushedRecord(Version& v);
   // Writes v's bytes as a record if they changed since the last record. Requires v.io_mu.
   Status FlushLocked(Inode& in, Version& v);
 

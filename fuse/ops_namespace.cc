@@ -160,8 +160,9 @@ void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* ne
       a.size = v->data.size();
     }
     const Location loc = a.size == 0 ? Location{} : v->record;
+    const ExtentMapRef ext = a.size == 0 ? ExtentMapRef{} : v->record_ext;  // an extent-form FLUSH
     a.ino = ino;
-    r = fs->store->Link(ino, &loc, &a, newparent, newname);
+    r = fs->store->Link(ino, &loc, &a, newparent, newname, &ext);
   } else {
     r = fs->store->Link(ino, nullptr, nullptr, newparent, newname);
   }

@@ -225,6 +225,7 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                {"spilled_bytes_total", f.spilled_bytes_total},
                {"spill_errors", f.spill_errors},
                {"whole_record_commits", f.whole_record_commits},
+               {"extent_flushes", f.extent_flushes},
                {"flushes_deferred", f.flushes_deferred},
                {"streamed_commits", f.streamed_commits},
                {"shadow_versions_created", f.shadow_versions_created},

@@ -154,9 +154,10 @@ Result<std::shared_ptr<Version>> KvfsFs::Impl::AcquireWritableOnce(
     a.atime_ns = std::max(a.atime_ns, store->PendingAtime(in->ino));  // a read's note not journaled yet
     a.nlink = 0;
     if (!trunc && need_content && in->last_committed && in->last_ext) {
-      return Status::NotSupported("a writable open of an extent file keeps its content (not yet)");
-    }
-    if (trunc || !need_content || !in->last_committed || in->last_loc.empty()) {
+      v->data.SetBacking(in->last_ext.shared());
+      v->HoldBases(*in->last_ext);
+      a.size = in->last_ext->size();
+    } else if (trunc || !need_content || !in->last_committed || in->last_loc.empty()) {
       if (trunc && a.size != 0) a.mtime_ns = a.ctime_ns = now;
       a.size = 0;
     } else {
@@ -244,14 +245,21 @@ Result<std::shared_ptr<Version>> KvfsFs::Impl::AcquireWritableOnce(
   auto v = NewVersion(in->ino, false, false);
   if (need_content) {
     if (a.size != 0) {
-      if (n->extents) return Status::NotSupported("a writable open of an extent file keeps its content (not yet)");
-      if (n->location.empty()) return Status::Corruption("committed file without a location");
-      a.size = std::min<uint64_t>(a.size, n->location.length);
-      v->data.SetBacking(n->location, a.size);
-      v->HoldBase(n->location);
+      if (n->extents) {
+        // An extent file: its map is the base; only what changes is appended at FLUSH.
+        v->data.SetBacking(n->extents.shared());
+        v->HoldBases(*n->extents);
+        a.size = n->extents->size();
+      } else {
+        if (n->location.empty()) return Status::Corruption("committed file without a location");
+        a.size = std::min<uint64_t>(a.size, n->location.length);
+        v->data.SetBacking(n->location, a.size);
+        v->HoldBase(n->location);
+      }
     }
     v->has_record = true;
     v->record = a.size == 0 ? Location{} : n->location;
+    v->record_ext = a.size == 0 ? ExtentMapRef{} : n->extents;
     v->record_gen = v->gen;
     if (n->committed) {
       v->committed_gen = v->gen;

@@ -546,5 +546,53 @@ TEST(ChunkBufferExtents, RandomOpsOverAnExtentMap) {
   }
 }
 
+// FLUSH after FLUSH of one open version (ChunkBuffer::Rebase, what FlushLocked does after appending the
+// dirty pages): each map reads the whole file, and each FLUSH appends only the pages written since the
+// previous one (4 ranks closing one by one: each slice once).
+TEST(ChunkBufferExtents, RebaseAfterAFlushAppendsOnlyLaterWrites) {
+  ExtRecords recs;
+  std::string file = ExtRandomBytes(8 * kExtMiB, 61);
+  ChunkBuffer b;
+  b.SetBacking(recs.Put(file), file.size());
+  uint64_t total = 0;
+  for (int rank = 0; rank < 4; ++rank) {  // each rank rewrites its 2 MiB slice, then closes (FLUSH)
+    std::string w = ExtRandomBytes(2 * kExtMiB, 70 + rank);
+    ASSERT_TRUE(b.Write(rank * 2 * kExtMiB, w.data(), w.size(), recs.chunk_fetch()).ok());
+    file.replace(rank * 2 * kExtMiB, w.size(), w);
+    uint64_t written = 0;
+    ExtentMap m = FlushAsExtents(b, recs, &written);
+    EXPECT_EQ(written, 2 * kExtMiB) << rank;  // without Rebase: 2, 4, 6, 8 MiB
+    total += written;
+    ASSERT_EQ(ReadMap(m, recs), file) << rank;
+    b.Rebase(std::make_shared<const ExtentMap>(m));
+    ASSERT_EQ(ReadChunks(b, recs), file) << rank;
+  }
+  EXPECT_EQ(total, 8 * kExtMiB);
+  // Random writes, resizes and flushes: every flush's map is the file, a flush with nothing new writes 0.
+  std::mt19937 rng(62);
+  for (int op = 0; op < 60; ++op) {
+    const uint64_t off = rng() % (10 * kExtMiB);
+    if (rng() % 6 == 0) {
+      ASSERT_TRUE(b.Resize(off, recs.chunk_fetch()).ok());
+      file.resize(off, '\0');
+    } else {
+      const uint64_t len = 1 + rng() % (200 * 1024);
+      std::string w = ExtRandomBytes(len, rng());
+      ASSERT_TRUE(b.Write(off, w.data(), len, recs.chunk_fetch()).ok());
+      if (file.size() < off + len) file.resize(off + len, '\0');
+      file.replace(off, len, w);
+    }
+    if (op % 5 == 4) {
+      uint64_t written = 0;
+      ExtentMap m = FlushAsExtents(b, recs, &written);
+      ASSERT_EQ(ReadMap(m, recs), file) << op;
+      b.Rebase(std::make_shared<const ExtentMap>(m));
+      ASSERT_EQ(ReadChunks(b, recs), file) << op;
+      FlushAsExtents(b, recs, &written);
+      EXPECT_EQ(written, 0u) << op;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvfs
