@@ -158,11 +158,17 @@ int main(int argc, char** argv) {
   uint32_t ngrace = 8000;
   auto* nodecmd = app.add_subcommand("node", "list, retire or purge the nodes of a backing directory");
   nodecmd->add_option("command", nsub, "list | retire | purge")->required();
-  nodecmd->add_option("--backing", nbacking, "the backing directory")->required();
+  nodecmd->add_option("--backing", nbacking, "the backing directory, or s3://BUCKET/PREFIX (list, retire; with --s3-endpoint)")->required();
   nodecmd->add_option("--node", nnode, "node id (retire, purge)");
   nodecmd->add_flag("--json", njson, "print JSON");
   nodecmd->add_flag("--force", nforce, "retire a node that looks live; purge a released node");
   nodecmd->add_option("--grace-ms", ngrace, "purge: wait between the DROP entries and the removal (default 8000)");
+  kvfs::NodeS3Options ns3;
+  nodecmd->add_option("--s3-endpoint", ns3.endpoint, "S3 endpoint URL of an s3://BUCKET/PREFIX backing (as kvfs mount)");
+  nodecmd->add_option("--s3-region", ns3.region, "S3 region signed into requests (default us-east-1)");
+  nodecmd->add_flag("--s3-path-style", ns3.path_style, "path-style S3 URLs (ENDPOINT/BUCKET/KEY)");
+  nodecmd->add_option("--s3-ca", ns3.ca, "PEM CA bundle to trust for the S3 endpoint's TLS certificate");
+  nodecmd->add_option("--backing-deadline-ms", ns3.deadline_ms, "S3: deadline of each request, retries included (ms)");
 
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
@@ -189,7 +195,7 @@ int main(int argc, char** argv) {
     }
     if (umount->parsed()) return RunUmount(ump, utimeout);
     if (stats->parsed()) return RunStats(smp, sjson);
-    if (nodecmd->parsed()) return kvfs::RunNodeCommand(nsub, nbacking, nnode, njson, nforce, ngrace);
+    if (nodecmd->parsed()) return kvfs::RunNodeCommand(nsub, nbacking, nnode, njson, nforce, ngrace, ns3);
   } catch (const std::filesystem::filesystem_error& e) {
     std::fprintf(stderr, "kvfs: %s\n", e.what());
     return kExitUsage;

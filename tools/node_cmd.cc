@@ -1,6 +1,8 @@
 // `kvfs node list | retire | purge` (tools/node_cmd.h).
 #include "tools/node_cmd.h"
 
+#include <stdlib.h>
+
 #include <filesystem>
 #include <algorithm>
 #include <chrono>
@@ -15,6 +17,7 @@
 
 #include "blockstore/env.h"
 #include "blockstore/node_dir.h"
+#include "blockstore/s3_env.h"
 #include "engine/peer_holds.h"
 #include "index/hlc.h"
 #include "index/journal.h"
@@ -328,19 +331,61 @@ int Purge(Env* env, const std::string& backing, const NodeInfo& n, bool force, u
 }  // namespace
 
 int RunNodeCommand(const std::string& sub, const std::string& backing_in, const std::string& node, bool json,
-                   bool force, uint32_t grace_ms) {
+                   bool force, uint32_t grace_ms, const NodeS3Options& s3) {
   Env* env = Env::Posix();
+  std::string backing, shown = backing_in;
+  // An S3 backing: the mount's tiered Env over a temporary, empty staging directory (removed at exit), so
+  // every byte read comes from the bucket and what retire writes is PUT.
+  std::unique_ptr<S3TierEnv> s3_env;
+  struct Staging {
+    std::string dir;
+    ~Staging() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  } staging;
   if (backing_in.rfind("s3://", 0) == 0) {
-    return Fail(kExitUsage, "'" + backing_in + "': kvfs node works on a backing directory; S3 backings are not "
-                            "supported by it yet (docs/s3.md)");
+    S3Config cfg;
+    std::string prefix;
+    if (Status u = ParseS3Url(backing_in, &cfg.bucket, &prefix); !u.ok()) return Fail(kExitUsage, u.message());
+    if (sub == "purge") {
+      return Fail(kExitUsage, "kvfs node purge does not support S3 backings yet (list and retire do; docs/s3.md)");
+    }
+    if (s3.endpoint.empty()) return Fail(kExitUsage, backing_in + " needs --s3-endpoint URL (as kvfs mount)");
+    auto creds = S3Credentials::FromEnvironment();
+    if (!creds.ok()) return Fail(kExitUsage, creds.status().message());
+    cfg.endpoint = s3.endpoint;
+    cfg.region = s3.region;
+    cfg.path_style = s3.path_style;
+    cfg.ca_file = s3.ca;
+    cfg.credentials = *creds;
+    if (s3.deadline_ms > 0) cfg.deadline_ms = s3.deadline_ms;
+    auto client = S3Client::Create(cfg);
+    if (!client.ok()) return Fail(kExitUsage, "s3: " + client.status().message());
+    std::shared_ptr<S3Client> shared(std::move(*client));
+    if (auto probe = shared->ListDelimited(prefix, "", 1); !probe.ok()) {
+      return Fail(kExitFail, backing_in + " at " + s3.endpoint + ": " + probe.status().ToString());
+    }
+    char tmpl[] = "/tmp/kvfs-node-staging-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) return Fail(kExitFail, "cannot create a staging directory in /tmp");
+    staging.dir = tmpl;
+    s3_env = std::make_unique<S3TierEnv>(shared, prefix, staging.dir);
+    env = s3_env.get();
+    backing = staging.dir;
+  } else {
+    if (!s3.endpoint.empty() || !s3.ca.empty() || s3.path_style) {
+      return Fail(kExitUsage, "--s3-* options need --backing s3://BUCKET/PREFIX");
+    }
+    // Relative paths as kvfs mount takes them.
+    backing = std::filesystem::absolute(backing_in).lexically_normal().string();
+    while (backing.size() > 1 && backing.back() == '/') backing.pop_back();
+    shown = backing;
   }
-  // Relative paths as kvfs mount takes them.
-  std::string backing = std::filesystem::absolute(backing_in).lexically_normal().string();
-  while (backing.size() > 1 && backing.back() == '/') backing.pop_back();
   Status s = CheckBackingDir(env, backing);
   if (!s.ok()) return Fail(kExitUsage, s.message());
   if (!Exists(env, FormatFilePath(backing))) {
-    return Fail(kExitUsage, "'" + backing + "' is not a kvfs backing directory (no .kvfs/v1/FORMAT)");
+    return Fail(kExitUsage, "'" + shown + "' is not a kvfs backing " + (s3_env ? "" : "directory ") +
+                                "(no .kvfs/v1/FORMAT)");
   }
   if (sub == "list") return List(env, backing, json);
   if (sub != "retire" && sub != "purge") {
@@ -349,7 +394,7 @@ int RunNodeCommand(const std::string& sub, const std::string& backing_in, const 
   if (node.empty()) return Fail(kExitUsage, "kvfs node " + sub + " needs --node ID");
   if (!ValidateNodeId(node).ok()) return Fail(kExitUsage, "invalid node id '" + node + "'");
   if (!Exists(env, NodeDirPath(backing, node))) {
-    return Fail(kExitUsage, "no node '" + node + "' in " + backing + " (see kvfs node list)");
+    return Fail(kExitUsage, "no node '" + node + "' in " + shown + " (see kvfs node list)");
   }
   auto n = Inspect(env, backing, node);
   if (!n.ok()) return Fail(kExitFail, "node " + node + ": " + n.status().ToString());

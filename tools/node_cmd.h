@@ -34,10 +34,20 @@ namespace kvfs {
 
 inline constexpr int64_t kNodeHeartbeatTimeoutMs = 30000;  // = NodeDirOptions::heartbeat_timeout
 
+// How to reach an s3://BUCKET/PREFIX backing (as kvfs mount takes it; credentials from the environment
+// or the shared credentials file). list and retire work on it (through the mount's S3TierEnv over a
+// temporary, empty staging directory: everything read comes from the bucket, RETIRED is PUT); purge does
+// not yet (exit 2).
+struct NodeS3Options {
+  std::string endpoint, region = "us-east-1", ca;
+  bool path_style = false;
+  uint32_t deadline_ms = 0;  // 0: the client's default (60 s per call)
+};
+
 // sub: "list" | "retire" | "purge"; node: required for retire/purge, ignored for list.
 // grace_ms (purge): time between the DROP entries and the removal of the files; the default covers
 // peers polling at the default 200 ms with the full 16x idle back-off, twice.
 int RunNodeCommand(const std::string& sub, const std::string& backing, const std::string& node, bool json,
-                   bool force, uint32_t grace_ms = 8000);
+                   bool force, uint32_t grace_ms = 8000, const NodeS3Options& s3 = {});
 
 }  // namespace kvfs

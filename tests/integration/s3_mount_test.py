@@ -691,6 +691,35 @@ class S3ToolsTest(S3MountTest):
                 except OSError as e:
                     self.assertEqual(e.errno, errno.EIO, rel)
 
+    def test_node_list_and_retire_on_s3(self):
+        """kvfs node list / retire --backing s3://...: the node's state, generation and bytes from the bucket
+        alone; retire PUTs its RETIRED object; purge is refused on S3 (not built yet), nothing changed."""
+        a = self.node("a", "staging-a")
+        with self.mount(a, segment_size="8MiB") as (mnt, _, _):
+            with open(os.path.join(mnt, "one.bin"), "wb") as f:
+                f.write(chunk_bytes(1))
+        url = "s3://%s/kv" % self.bucket
+        flags = ["--backing", url, "--s3-endpoint", self.srv["endpoint"], "--s3-path-style"]
+        node = lambda *args: subprocess.run([kvfs_binary(), "node"] + list(args) + flags, capture_output=True,
+                                            text=True, timeout=120, env=self.env)
+        r = node("list", "--json")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        (n,) = json.loads(r.stdout)
+        self.assertEqual((n["node"], n["state"]), ("a", "released"), n)
+        self.assertGreaterEqual(n["segment_bytes"], CHUNK)
+        r = node("purge", "--node", "a", "--force")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("does not support S3", r.stderr)
+        r = node("retire", "--node", "a")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("kv/.kvfs/v1/nodes/a/RETIRED", [k for k, _ in self.s3.list(self.bucket, "kv/")])
+        r = node("list", "--json")
+        self.assertEqual(json.loads(r.stdout)[0]["state"], "retired", r.stdout)
+        r = subprocess.run([kvfs_binary(), "node", "list", "--backing", url], capture_output=True, text=True,
+                           timeout=60, env=self.env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--s3-endpoint", r.stderr)
+
     def test_fsck_s3_usage(self):
         if not os.path.exists(FSCK):
             self.skipTest("kvfs-fsck not built")
