@@ -10,9 +10,8 @@ What is asserted (two daemons over one backing directory, as in multinode_test.p
                  a peer, after a clean remount and after SIGKILL + remount (replay of the journal);
                  rename, chmod and unlink of them reach the peer; link(2) of one makes a new node of the
                  same type and rdev
-  exchange       renameat2(RENAME_EXCHANGE) of two files, two directories and a file with a directory:
-                 the names swap atomically on the node, on the peer and after SIGKILL + remount; a
-                 missing name is ENOENT and nothing moves
+  exchange       renameat2(RENAME_EXCHANGE) is refused with EINVAL (not yet exact across nodes,
+                 docs/semantics.md §2) and nothing moves, on the node and on the peer
 """
 
 import contextlib
@@ -204,58 +203,24 @@ class SpecialFilesTest(unittest.TestCase):
         check(c, "node C joining later", "fifo2")
 
 
-    def test_rename_exchange(self):
-        a, proc = self.mount("A")
+    def test_rename_exchange_is_refused(self):
+        # Store::Rename swaps two names on one node, but the EXCHANGE journal entry carries no contents:
+        # a breaker lost both names across nodes (a peer's exchange dropped by the creator's snapshot,
+        # then a SIGKILL replay; a replay meeting a later write first skipped it). Until the entry
+        # carries both sides the mount answers EINVAL and nothing moves, here and on the peer.
+        a, _ = self.mount("A")
         b, _ = self.mount("B")
         r = os.path.join(a, "r")
-        os.makedirs(os.path.join(r, "d1", "in1"))
-        os.makedirs(os.path.join(r, "d2"))
-        one, two = os.urandom(70000), os.urandom(3000)
-        kf.write_file(os.path.join(r, "f1"), one)
-        kf.write_file(os.path.join(r, "d2", "f2"), two)
-        kf.write_file(os.path.join(r, "d1", "in1", "x"), b"x")
-        fd = os.open(os.path.join(r, "f1"), os.O_RDONLY)  # an open reader keeps its file across the swap
-        # Two files in different directories.
-        renameat2(os.path.join(r, "f1"), os.path.join(r, "d2", "f2"), RENAME_EXCHANGE)
-        self.assertEqual(os.read(fd, 100000), one)
-        os.close(fd)
-        # Two directories, then a file with a directory.
-        renameat2(os.path.join(r, "d1"), os.path.join(r, "d2"), RENAME_EXCHANGE)
-        renameat2(os.path.join(r, "f1"), os.path.join(r, "d2", "in1"), RENAME_EXCHANGE)
-        # Refusals: a missing name (ENOENT), a directory into its own subtree (EINVAL); nothing moves.
-        with self.assertRaises(FileNotFoundError):
-            renameat2(os.path.join(r, "f1"), os.path.join(r, "nope"), RENAME_EXCHANGE)
+        os.makedirs(os.path.join(r, "d"))
+        kf.write_file(os.path.join(r, "f1"), b"one")
+        kf.write_file(os.path.join(r, "d", "f2"), b"two")
         with self.assertRaises(OSError) as cm:
-            renameat2(os.path.join(r, "f1"), os.path.join(r, "f1", "x"), RENAME_EXCHANGE)
+            renameat2(os.path.join(r, "f1"), os.path.join(r, "d", "f2"), RENAME_EXCHANGE)
         self.assertEqual(cm.exception.errno, errno.EINVAL)
-        # Expected now:
-        #   step 1: r/f1 = two, r/d2/f2 = one
-        #   step 2: r/d1 = old d2 (holding f2 = one), r/d2 = old d1 (holding in1/x)
-        #   step 3: r/f1 = in1 (holding x), r/d2/in1 = two
-        def check(mnt, what, extra=()):
-            rr = os.path.join(mnt, "r")
-            ok = wait_for(lambda: os.path.isdir(os.path.join(rr, "f1")))
-            self.assertTrue(ok, "%s: r/f1 is not the exchanged directory" % what)
-            self.assertEqual(sorted(os.listdir(rr)), sorted(["d1", "d2", "f1"] + list(extra)), what)
-            self.assertEqual(kf.read_file(os.path.join(rr, "d1", "f2")), one, what)
-            self.assertEqual(kf.read_file(os.path.join(rr, "d2", "in1")), two, what)
-            self.assertEqual(kf.read_file(os.path.join(rr, "f1", "x")), b"x", what)
-            self.assertEqual(os.listdir(os.path.join(rr, "d2")), ["in1"], what)
-            self.assertEqual(os.lstat(os.path.join(rr, "d2")).st_nlink, 2, "%s: nlink of r/d2" % what)
-
-        check(a, "node A")
-        check(b, "peer B")
-        # Exchange on B (a symlink with a FIFO), seen by A; then A's index rebuilt after SIGKILL.
-        os.symlink("d1", os.path.join(b, "r", "ln"))
-        os.mkfifo(os.path.join(b, "r", "p"))
-        renameat2(os.path.join(b, "r", "ln"), os.path.join(b, "r", "p"), RENAME_EXCHANGE)
-        self.assertTrue(wait_for(lambda: is_fifo(os.path.join(a, "r", "ln"))), "exchange on B: r/ln is not the FIFO on A")
-        self.assertEqual(os.readlink(os.path.join(a, "r", "p")), "d1")
-        a, proc = self.crash_and_remount("A", proc)
-        check(a, "A after SIGKILL + remount", ["ln", "p"])
-        self.assertEqual(os.readlink(os.path.join(a, "r", "p")), "d1")
-        self.assertTrue(stat.S_ISFIFO(os.lstat(os.path.join(a, "r", "ln")).st_mode))
-
+        self.assertEqual(kf.read_file(os.path.join(r, "f1")), b"one")
+        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(b, "r", "d", "f2"))))
+        self.assertEqual(kf.read_file(os.path.join(b, "r", "f1")), b"one")
+        self.assertEqual(kf.read_file(os.path.join(b, "r", "d", "f2")), b"two")
 
 if __name__ == "__main__":
     unittest.main()
