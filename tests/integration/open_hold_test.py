@@ -13,7 +13,9 @@ read through the still-open handle and compared. Before #16 the reads got ENOENT
 After the close, the hold is released (stats: records_held_open 0) and the segment is reclaimed.
 test_opened_before_commit_*: the handle is opened while the file's commit is pending (a 1.5 s commit
 delay), reads the staged version, and holds the committed record from the commit on (before: nothing
-held, ENOENT / SIGBUS once the version was spilled to that record and its segment dropped).
+held, ENOENT / SIGBUS once the version was spilled to that record and its segment dropped); the 4 MiB
+file is spilled while written and commits as an extent map whose records the version pins itself, the
+_one_record_ variants (2 MiB) commit one record that the commit holds for the handle.
 PeerHoldTest: the same across two mounts over one backing directory (node B reads node A's file while A
 unlinks it and drops its segment; B's hold marker makes A keep the segment file), and `kvfs node purge`
 of a dead A keeps a segment that a live B holds.
@@ -115,7 +117,7 @@ class OpenHoldTest(unittest.TestCase):
             self.assertIsNone(check_mapping(m, data))
         else:
             got = read_all(fd, reader == "direct")
-            self.assertEqual(len(got), SIZE)
+            self.assertEqual(len(got), len(data))
             self.assertTrue(got == data, "wrong bytes")
 
     def churn(self, mnt, tag):
@@ -136,6 +138,20 @@ class OpenHoldTest(unittest.TestCase):
                 i += 1
             wait_for(done, 1.0)
         self.assertTrue(done(), kf.stats(mnt)["eviction"])
+
+    def assert_version_held(self, mnt, extent_flushes_before, records_held_before, extent):
+        """What keeps a committed staged version's bytes while a handle uses it. A version committed as
+        one record (a file under the staging budget): that record is held for its handles
+        (records_held_open + 1). A version spilled while it was written (4 MiB over a 4 MiB budget) is
+        committed as an extent map (fuse.extent_flushes + 1): its records are its own provisional
+        records, write-pinned until the version ends (segments_pinned), so nothing more is held."""
+        st = kf.stats(mnt)
+        self.assertEqual(st["fuse"]["extent_flushes"], extent_flushes_before + (1 if extent else 0), st["fuse"])
+        if extent:
+            self.assertEqual(st["eviction"]["records_held_open"], records_held_before, st["eviction"])
+            self.assertGreaterEqual(st["eviction"]["segments_pinned"], 1, st["eviction"])
+        else:
+            self.assertEqual(st["eviction"]["records_held_open"], records_held_before + 1, st["eviction"])
 
     def run_case(self, reader, lose):
         with kf.mounted(segment_size="2MiB", cache_size="1MiB") as (mnt, _, _):
@@ -179,7 +195,7 @@ class OpenHoldTest(unittest.TestCase):
                             kf.stats(mnt)["eviction"])
 
 
-    def run_pending_case(self, reader):
+    def run_pending_case(self, reader, size=SIZE):
         """The handle is opened while its file's commit is pending (closed by its writer, the deferred
         commit not run yet: KVFS_TEST_COMMIT_DELAY_MS widens the 5 ms window to 1.5 s), so it reads the
         staged version. After the commit that version's bytes are the committed record: the staging
@@ -197,9 +213,10 @@ class OpenHoldTest(unittest.TestCase):
             else:
                 os.environ["KVFS_TEST_COMMIT_DELAY_MS"] = saved
         try:
-            data = os.urandom(SIZE)
+            data = os.urandom(size)
             path = os.path.join(mnt, "victim")
-            committed = kf.stats(mnt)["fuse"]["versions_committed"]
+            before = kf.stats(mnt)["fuse"]
+            committed, extent_flushes = before["versions_committed"], before["extent_flushes"]
             kf.write_file(path, data)  # close, no fsync: the commit is deferred
             flags = os.O_RDONLY | (os.O_DIRECT if reader == "direct" else 0)
             fd = os.open(path, flags)
@@ -208,15 +225,14 @@ class OpenHoldTest(unittest.TestCase):
                 self.assertEqual(kf.stats(mnt)["fuse"]["versions_committed"], committed,
                                  "the commit was not pending at the open")
                 if reader == "mmap":
-                    m = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+                    m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
                     self.assertEqual(m[:PAGE], data[:PAGE])
                 elif reader == "direct":
                     self.assertEqual(read_all(fd, True)[:PAGE], data[:PAGE])
                 else:
                     self.assertEqual(os.pread(fd, PAGE, 0), data[:PAGE])
                 self.assertTrue(wait_for(lambda: kf.stats(mnt)["fuse"]["versions_committed"] > committed))
-                held = kf.stats(mnt)["eviction"]
-                self.assertGreaterEqual(held["records_held_open"], 1, held)
+                self.assert_version_held(mnt, extent_flushes, 0, extent=size > 3 * MiB)
                 os.unlink(path)
                 self.churn(mnt, "pending" + reader)
                 self.assert_reads_whole(fd, m, data, reader)
@@ -242,14 +258,14 @@ class OpenHoldTest(unittest.TestCase):
         try:
             data = os.urandom(SIZE)
             path = os.path.join(mnt, "victim")
-            committed = kf.stats(mnt)["fuse"]["versions_committed"]
+            before = kf.stats(mnt)["fuse"]
+            committed, extent_flushes = before["versions_committed"], before["extent_flushes"]
             kf.write_file(path, data)  # close: the deferred commit runs 5 ms later, then waits 3 s
             self.assertTrue(wait_for(lambda: kf.stats(mnt)["fuse"]["versions_committed"] > committed, 2.0))
             held = kf.stats(mnt)["eviction"]["records_held_open"]
             fd = os.open(path, os.O_RDWR)  # joins the committed version (still being released)
             try:
-                self.assertEqual(kf.stats(mnt)["eviction"]["records_held_open"], held + 1,
-                                 "the joining writer holds the committed record")
+                self.assert_version_held(mnt, extent_flushes, held, extent=True)  # the joining writer's
                 filler = os.path.join(mnt, "filler")
                 kf.write_file(filler, os.urandom(5 * MiB))  # over the budget: the victim's RAM is spilled
                 os.unlink(filler)
@@ -320,6 +336,10 @@ for _reader in ("read", "direct", "mmap"):
     def _ptest(self, reader=_reader):
         self.run_pending_case(reader)
     setattr(OpenHoldTest, "test_opened_before_commit_%s" % _reader, _ptest)
+
+    def _ptest_one(self, reader=_reader):
+        self.run_pending_case(reader, size=2 * MiB)  # one record: the commit holds it for the handle
+    setattr(OpenHoldTest, "test_opened_before_commit_one_record_%s" % _reader, _ptest_one)
 
 for _reader in ("read", "direct", "mmap", "rdwr"):
     for _lose in ("unlink", "rename"):
