@@ -12,8 +12,8 @@
 //     of several extents and/or holes, read (and materialized) through that map;
 //   * a *hole*: a chunk that reads as zeros and holds no RAM. Growing a file (truncate up, a write far
 //     beyond the end) makes the chunks it skips holes, so ftruncate(fd, 1 TiB) costs no memory; a
-//     write into a hole allocates that one chunk. Holes are a staging detail: the committed value has
-//     every byte (files on kvfs are not sparse, docs/semantics.md).
+//     write into a hole allocates that one chunk. A hole a FLUSH in extent form finds stays a hole of
+//     the committed map (docs/semantics.md "Holes"); NextData/NextHole answer lseek from them.
 // Bytes between the old end and a write or truncate beyond it read as zeros.
 //
 // Reading or changing a referenced chunk goes through a Fetch callback (the FUSE layer passes one that
@@ -22,7 +22,7 @@
 // 1 MiB), unless the write replaces every byte of it. The methods without a Fetch are for all-RAM
 // buffers (they must not touch a referenced chunk).
 //
-// Dirty pages (the extent form of a version, docs/design.md §13; not used by FLUSH yet): a RAM chunk
+// Dirty pages (the extent form of a version, docs/design.md §13; what FLUSH appends, fuse/commit.cc): a RAM chunk
 // remembers what lies *under* it — the referenced bytes it was copied from (base), or a hole — and which
 // 4 KiB pages changed since (written, or zeroed by a growing resize over base bytes). ToExtentMap(rec)
 // describes the version as base extents + holes + the dirty pages, which DirtyParts() lists in the order
@@ -351,6 +351,14 @@ class ChunkBuffer {
     }
   }
 
+  // SEEK_DATA / SEEK_HOLE of the staged bytes, split as ToExtentMap splits them (what a FLUSH in
+  // extent form would commit): data = written pages, referenced chunks, base bytes under RAM chunks and
+  // the extents of the base map; holes = hole chunks, pages of a RAM chunk neither written nor over
+  // base bytes, the base map's holes. NextData: the first data offset >= off, NextHole: the first hole
+  // offset >= off (size() counts as a hole); both size() if none. Walks from off's chunk, reads nothing.
+  uint64_t NextData(uint64_t off) const { return NextOf(off, /*want_hole=*/false); }
+  uint64_t NextHole(uint64_t off) const { return NextOf(off, /*want_hole=*/true); }
+
   // The version as an extent map, given `dirty` = the record whose value is DirtyParts() concatenated
   // (empty when DirtyBytes() is 0): referenced chunks and the unchanged base bytes of RAM chunks are
   // extents of their records, dirty pages extents of `dirty`, everything else (holes, zeros past a base)
@@ -400,15 +408,23 @@ class ChunkBuffer {
   // ranges within the chunk clipped to its length.
   template <typename Fn>
   void ForEachRun(Fn&& fn) const {
-    for (size_t i = 0; i < slots_.size(); ++i) {
+    ForEachRunFrom(0, [&](size_t i, uint64_t lo, uint64_t hi, RunKind k) {
+      fn(i, lo, hi, k);
+      return false;
+    });
+  }
+  // The same from chunk `first` on; fn returns true to stop the walk.
+  template <typename Fn>
+  void ForEachRunFrom(size_t first, Fn&& fn) const {
+    for (size_t i = first; i < slots_.size(); ++i) {
       const Slot& s = slots_[i];
       const uint64_t len = ChunkLen(i);
       if (s.hole) {
-        fn(i, 0, len, RunKind::kHole);
+        if (fn(i, 0, len, RunKind::kHole)) return;
         continue;
       }
       if (!s.ram) {
-        fn(i, 0, len, s.mapped ? RunKind::kMapped : RunKind::kRef);
+        if (fn(i, 0, len, s.mapped ? RunKind::kMapped : RunKind::kRef)) return;
         continue;
       }
       uint64_t lo = 0;
@@ -430,14 +446,37 @@ class ChunkBuffer {
         }
         if (b == 0) cur = k;
         if (k != cur) {
-          fn(i, lo, b, cur);
+          if (fn(i, lo, b, cur)) return;
           lo = b;
           cur = k;
         }
         b = e;
       }
-      if (len > lo) fn(i, lo, len, cur);
+      if (len > lo && fn(i, lo, len, cur)) return;
     }
+  }
+  uint64_t NextOf(uint64_t off, bool want_hole) const {
+    if (off >= size_) return size_;
+    uint64_t found = size_;
+    ForEachRunFrom(static_cast<size_t>(off / kChunk), [&](size_t i, uint64_t lo, uint64_t hi, RunKind k) {
+      const uint64_t cs = i * kChunk;
+      if (cs + hi <= off) return false;
+      const uint64_t start = std::max(off, cs + lo);
+      if (k == RunKind::kMapped) {
+        const uint64_t at = want_hole ? base_map_->NextHole(start) : base_map_->NextData(start);
+        if (at < cs + hi) {
+          found = at;
+          return true;
+        }
+        return false;
+      }
+      if ((k == RunKind::kHole) == want_hole) {
+        found = start;
+        return true;
+      }
+      return false;
+    });
+    return found;
   }
   void MarkDirty(uint64_t from, uint64_t to) {
     for (uint64_t p = from / kPage; p * kPage < to; ++p) {

@@ -409,26 +409,47 @@ void OpFallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t lengt
 }
 
 void OpLseek(fuse_req_t req, fuse_ino_t, off_t off, int whence, fuse_file_info* fi) {
+  auto* fs = FS(req);
   Handle* h = H(fi);
-  uint64_t size;
-  if (h->version) {
-    std::shared_lock<std::shared_mutex> g(h->version->mu);
-    size = h->version->data.size();
-  } else {
-    size = h->size;
-  }
   if (off < 0) return (void)fuse_reply_err(req, EINVAL);
-  uint64_t o = static_cast<uint64_t>(off);
-  // Files have no holes: data is exactly [0, size), the only hole is the virtual one at EOF.
-  if (whence == SEEK_DATA) {
-    if (o >= size) return (void)fuse_reply_err(req, ENXIO);
-    return (void)fuse_reply_lseek(req, off);
+  if (whence != SEEK_DATA && whence != SEEK_HOLE) return (void)fuse_reply_err(req, EINVAL);
+  const bool want_hole = whence == SEEK_HOLE;
+  const uint64_t o = static_cast<uint64_t>(off);
+  // The content this handle reads (as OpRead picks it): the staged version, else the committed map or
+  // record it opened (or, for a reader of a file rewritten in place since, what the file has now).
+  std::shared_ptr<Version> vp = h->version;
+  ExtentMapRef ext = h->ext;
+  uint64_t size = h->size;
+  if (!h->writable && h->inode->rewrites.load() != h->rewrites) {
+    {
+      std::lock_guard<std::mutex> g(h->inode->mu);
+      vp = h->inode->primary;
+    }
+    if (!vp) {
+      auto n = fs->store->GetInode(h->inode->ino);
+      if (n.ok()) {
+        ext = n->extents;
+        size = n->attr.size;
+      }
+    }
   }
-  if (whence == SEEK_HOLE) {
-    if (o >= size) return (void)fuse_reply_err(req, ENXIO);
-    return (void)fuse_reply_lseek(req, static_cast<off_t>(size));
+  // Data and holes as the content has them (docs/semantics.md "Holes"): a staged version's holes
+  // (ChunkBuffer), a committed extent map's holes (ExtentMap); a one-record file is data up to its
+  // size. The end of file counts as a hole; at or past it both answer ENXIO (POSIX, Linux), and
+  // SEEK_DATA in a trailing hole too.
+  uint64_t at;
+  if (vp) {
+    std::shared_lock<std::shared_mutex> g(vp->mu);
+    size = vp->data.size();
+    at = o >= size ? size : (want_hole ? vp->data.NextHole(o) : vp->data.NextData(o));
+  } else if (ext) {
+    size = ext->size();
+    at = o >= size ? size : (want_hole ? ext->NextHole(o) : ext->NextData(o));
+  } else {
+    at = o >= size ? size : (want_hole ? size : o);
   }
-  fuse_reply_err(req, EINVAL);
+  if (o >= size || (!want_hole && at >= size)) return (void)fuse_reply_err(req, ENXIO);
+  fuse_reply_lseek(req, static_cast<off_t>(at));
 }
 
 }  // namespace kvfs

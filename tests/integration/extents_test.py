@@ -13,9 +13,11 @@ segments + journal) stay about the bytes written through the mount, whatever the
 Counts, not timings. Environment: kvfs_fixture's KVFS_BINARY, KVFS_TEST_KEEP, KVFS_TEST_LOG.
 """
 
+import errno
 import os
 import shutil
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -164,6 +166,130 @@ class ExtentFiles(kf.SharedBackingCase):
             os.close(fd)
         want = files["slots.bin"][:63 * MIB] + b"peer" + files["slots.bin"][63 * MIB + 4:]
         self.assertTrue(wait_for(lambda: kf.read_file(os.path.join(a, "slots.bin")) == want, 10.0))
+
+
+def seek_answers(path, offsets):
+    """(SEEK_DATA, SEEK_HOLE) answers of `path` at each offset: an offset, or the errno name."""
+    out = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for off in offsets:
+            row = []
+            for whence in (os.SEEK_DATA, os.SEEK_HOLE):
+                try:
+                    row.append(os.lseek(fd, off, whence))
+                except OSError as e:
+                    row.append(errno.errorcode[e.errno])
+            out.append((off, tuple(row)))
+    finally:
+        os.close(fd)
+    return out
+
+
+def probe_offsets(size, marks):
+    """Offsets worth asking: 0, every mark and a byte either side, a 256 KiB stride, and the end."""
+    offs = {0, 1, 4095, 4096, size - 1, size, size + 1, size + 5 * MIB}
+    for m in marks:
+        offs.update((m - 1, m, m + 1))
+    offs.update(range(0, size, 256 * KIB))
+    return sorted(o for o in offs if o >= 0)
+
+
+@kf.skip_unless_fuse
+class SeekDataHole(kf.SharedBackingCase):
+    """lseek SEEK_DATA / SEEK_HOLE on a mount answer from the file's holes (design.md §13 step 4): the
+    same answers as ext4 (/tmp) and tmpfs (/dev/shm) give for the same file, at every probe offset,
+    while the file is being written (the staged version's holes), once it is committed (its extent
+    map), after a remount, and from a second node."""
+
+    PREFIX = "kvfs-holes-"
+
+    # Each case: (name, steps); a step is ("pwrite", off, len) / ("ftruncate", n) / ("close",) /
+    # ("reopen",): the same steps run on the mount and on the reference directories.
+    CASES = [
+        # A 50 KiB pwrite at 1.6 MB of a new file: [0, 1597440) is a hole.
+        ("sparse.bin", [("pwrite", 1600 * 1000, 50 * KIB)]),
+        # A 2 MiB slot written into an 8 MiB ftruncated file, then (another open) a 1 MiB slot and 100
+        # bytes in the middle of a page: data only where written, a trailing hole.
+        ("slots.bin", [("ftruncate", 8 * MIB), ("pwrite", 2 * MIB, 2 * MIB), ("close",), ("reopen",),
+                       ("pwrite", 5 * MIB, 1 * MIB), ("pwrite", 7 * MIB + 10, 100)]),
+        # A file written whole: one record, all data.
+        ("whole.bin", [("pwrite", 0, 3 * MIB + 17)]),
+        # 64 KiB in the middle of nothing, then the file cut inside that data (40 KiB of it stay: over
+        # the fragmentation bound's 1/6 live, so the FLUSH keeps the map and its hole).
+        ("cut.bin", [("ftruncate", 4 * MIB), ("pwrite", 3 * MIB, 64 * KIB), ("close",), ("reopen",),
+                     ("ftruncate", 3 * MIB + 40 * KIB + 1)]),
+    ]
+
+    def run_steps(self, root, name, steps, check_open=None):
+        path = os.path.join(root, name)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        rng = 0
+        try:
+            for st in steps:
+                if st[0] == "pwrite":
+                    rng += 1
+                    os.pwrite(fd, bytes([rng]) * st[2], st[1])
+                elif st[0] == "ftruncate":
+                    os.ftruncate(fd, st[1])
+                elif st[0] == "close":
+                    os.close(fd)
+                    fd = -1
+                elif st[0] == "reopen":
+                    fd = os.open(path, os.O_RDWR)
+            if check_open:
+                check_open(path)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        return path
+
+    def marks(self, steps):
+        m = []
+        for st in steps:
+            if st[0] == "pwrite":
+                m += [st[1], st[1] + st[2], st[1] // 4096 * 4096, (st[1] + st[2] + 4095) // 4096 * 4096]
+            elif st[0] == "ftruncate":
+                m.append(st[1])
+        return m
+
+    def test_seek_data_and_hole_match_ext4_and_tmpfs(self):
+        refs = []
+        for parent in ("/tmp", "/dev/shm"):
+            if os.path.isdir(parent):
+                d = tempfile.mkdtemp(prefix="kvfs-holes-ref-", dir=parent)
+                self.addCleanup(shutil.rmtree, d, True)
+                refs.append(d)
+        want = {}
+        for name, steps in self.CASES:
+            ref = self.run_steps(refs[0], name, steps)
+            size = os.stat(ref).st_size
+            want[name] = seek_answers(ref, probe_offsets(size, self.marks(steps)))
+            for other in refs[1:]:
+                self.assertEqual(seek_answers(self.run_steps(other, name, steps), [o for o, _ in want[name]]),
+                                 want[name], "%s: the reference file systems disagree" % name)
+        # Sanity of the references: the sparse file's data starts at the page its write starts in.
+        self.assertEqual(dict(want["sparse.bin"])[0], (1597440, 0))
+        spec = self.node("a")
+        staged = {}
+        with kf.mounted(backing=spec, node_id="a") as (mnt, _, _):
+            for name, steps in self.CASES:
+                offs = [o for o, _ in want[name]]
+                path = self.run_steps(mnt, name, steps,
+                                      check_open=lambda p, n=name, o=offs: staged.__setitem__(n, seek_answers(p, o)))
+                self.assertEqual(staged[name], want[name], "%s while open for writing" % name)
+                self.assertEqual(seek_answers(path, offs), want[name], "%s committed" % name)
+            st = kf.stats(mnt)
+            self.assertGreaterEqual(st["fuse"]["extent_flushes"], 3, st["fuse"])
+        with kf.mounted(backing=spec, node_id="a", peer_poll_ms=200) as (mnt, _, _):
+            for name, _ in self.CASES:
+                self.assertEqual(seek_answers(os.path.join(mnt, name), [o for o, _ in want[name]]), want[name],
+                                 "%s after a remount" % name)
+            with kf.mounted(backing=self.node("b"), node_id="b", peer_poll_ms=200) as (b, _, _):
+                for name, _ in self.CASES:
+                    p = os.path.join(b, name)
+                    self.assertTrue(wait_for(lambda: os.path.exists(p), 10.0), name)
+                    self.assertEqual(seek_answers(p, [o for o, _ in want[name]]), want[name], "%s on node b" % name)
 
 
 if __name__ == "__main__":

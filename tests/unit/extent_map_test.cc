@@ -594,5 +594,86 @@ TEST(ChunkBufferExtents, RebaseAfterAFlushAppendsOnlyLaterWrites) {
   }
 }
 
+// lseek SEEK_DATA / SEEK_HOLE of a staged version (ChunkBuffer::NextData / NextHole, what OpLseek asks
+// of a version being written) agree with the map a FLUSH would commit (ToExtentMap), at every extent
+// boundary (and one byte either side) and at random offsets; every byte they call a hole reads zero.
+void ExpectSeekMatchesTheMap(const ChunkBuffer& b, ExtRecords& recs, std::mt19937& rng, const std::string& what) {
+  Location probe;
+  probe.segment.node = "?";
+  probe.record_offset = 1ull << 40;
+  probe.length = std::max<uint64_t>(1, b.DirtyBytes());
+  const ExtentMap m = b.ToExtentMap(probe);
+  std::vector<uint64_t> offs = {0, b.size() > 0 ? b.size() - 1 : 0};
+  for (const Extent& e : m.extents()) {
+    for (uint64_t o : {e.file_offset, e.file_end()}) {
+      offs.push_back(o);
+      if (o > 0) offs.push_back(o - 1);
+      offs.push_back(o + 1);
+    }
+  }
+  for (int i = 0; i < 64 && b.size() > 0; ++i) offs.push_back(rng() % b.size());
+  for (uint64_t o : offs) {
+    if (o >= b.size()) continue;
+    EXPECT_EQ(b.NextData(o), m.NextData(o)) << what << " data@" << o;
+    EXPECT_EQ(b.NextHole(o), m.NextHole(o)) << what << " hole@" << o;
+    // The hole it reports reads as zeros up to the next data.
+    const uint64_t h = b.NextHole(o);
+    if (h < b.size()) {
+      const uint64_t d = b.NextData(h);
+      EXPECT_GT(d, h) << what;
+      std::string z(std::min<uint64_t>(d - h, 3 * kExtMiB), 'X');
+      size_t got = 0;
+      ASSERT_TRUE(b.Read(h, z.size(), z.data(), recs.chunk_fetch(), &got).ok());
+      EXPECT_EQ(z, std::string(got, '\0')) << what << " hole@" << h;
+    }
+  }
+}
+
+TEST(ChunkBufferExtents, SeekDataAndHoleOfAStagedVersion) {
+  ExtRecords recs;
+  std::mt19937 rng(71);
+  // A 50 KiB pwrite at 1.6 MB of a new file: data from the page it starts in to the end.
+  {
+    ChunkBuffer b;
+    std::string w = ExtRandomBytes(50 * 1024, 72);
+    b.Write(1600000, w.data(), w.size());
+    EXPECT_EQ(b.NextData(0), 1600000u / 4096 * 4096);
+    EXPECT_EQ(b.NextHole(0), 0u);
+    EXPECT_EQ(b.NextHole(1600000), b.size());
+    EXPECT_EQ(b.NextData(b.size()), b.size());
+  }
+  // A committed extent map as the base (holes included), random writes, resizes and flushes.
+  for (int round = 0; round < 8; ++round) {
+    recs.values.clear();
+    ExtentMap base(rng() % (4 * kExtMiB));
+    for (int i = 0; i < 6; ++i) {
+      const uint64_t off = rng() % (4 * kExtMiB), len = 1 + rng() % kExtMiB;
+      Location l = recs.Put(ExtRandomBytes(len + 100, rng()));
+      ASSERT_TRUE(base.Overlay(off, len, l, 100).ok());
+      if (rng() % 2 == 0) base.Punch(rng() % (4 * kExtMiB), rng() % kExtMiB);
+    }
+    ChunkBuffer b;
+    b.SetBacking(std::make_shared<const ExtentMap>(base));
+    ExpectSeekMatchesTheMap(b, recs, rng, "base " + std::to_string(round));
+    for (int op = 0; op < 16; ++op) {
+      const uint64_t off = rng() % (6 * kExtMiB);
+      if (rng() % 5 == 0) {
+        ASSERT_TRUE(b.Resize(off, recs.chunk_fetch()).ok());
+      } else {
+        const uint64_t len = 1 + rng() % (300 * 1024);
+        std::string w = ExtRandomBytes(len, rng());
+        ASSERT_TRUE(b.Write(off, w.data(), len, recs.chunk_fetch()).ok());
+      }
+      ExpectSeekMatchesTheMap(b, recs, rng, std::to_string(round) + "/" + std::to_string(op));
+      if (op % 6 == 5) {
+        uint64_t written = 0;
+        ExtentMap m = FlushAsExtents(b, recs, &written);
+        b.Rebase(std::make_shared<const ExtentMap>(m));
+        ExpectSeekMatchesTheMap(b, recs, rng, "rebased " + std::to_string(round) + "/" + std::to_string(op));
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvfs
