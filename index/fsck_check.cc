@@ -461,6 +461,16 @@ Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) 
           why = "record does not match the location";
         } else if (r->second.bad_value) {
           why = "value checksum mismatch: " + r->second.bad_detail;
+        } else if (d.extents) {
+          // Each extent's value range must lie inside the record it names (design.md §13 step 5).
+          for (const Extent& e : d.extents->extents()) {
+            if (!(e.record == l)) continue;
+            if (e.value_offset > r->second.value_len || e.length > r->second.value_len - e.value_offset) {
+              why = "extent at file bytes [" + std::to_string(e.file_offset) + ", " + std::to_string(e.file_end()) +
+                    ") lies past the record's " + std::to_string(r->second.value_len) + " value bytes";
+              break;
+            }
+          }
         }
       }
       if (why.empty()) {
@@ -480,6 +490,18 @@ Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) 
       f.bytes = l.length;
       f.path = path;
       f.detail = "live file " + path + ": " + why + " (reads fail with EIO/ENOENT)";
+      if (d.extents) {
+        // An extent file: which of its bytes this record holds (the others may read; the file goes whole).
+        uint64_t in_rec = 0, n_ext = 0;
+        for (const Extent& e : d.extents->extents()) {
+          if (e.record == l) {
+            in_rec += e.length;
+            n_ext++;
+          }
+        }
+        f.detail += "; extent file of " + std::to_string(d.extents->extents().size()) + " extents, " +
+                    std::to_string(n_ext) + " of them (" + std::to_string(in_rec) + " bytes) in this record";
+      }
       f.repairable = true;
       f.repair = "UNLINK";
       a->findings.push_back(std::move(f));

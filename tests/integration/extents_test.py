@@ -292,5 +292,135 @@ class SeekDataHole(kf.SharedBackingCase):
                     self.assertEqual(seek_answers(p, [o for o, _ in want[name]]), want[name], "%s on node b" % name)
 
 
+def fsck_binary():
+    b = os.environ.get("KVFS_FSCK")
+    return b if b else os.path.join(os.path.dirname(kf.kvfs_binary()), "kvfs-fsck")
+
+
+def fsck(*args):
+    import subprocess
+    return subprocess.run([fsck_binary()] + [str(a) for a in args], capture_output=True, text=True, timeout=300)
+
+
+@kf.skip_unless_fuse
+class ExtentFileDamage(unittest.TestCase):
+    """kvfs-fsck on extent files (design.md §13 step 5, operations.md "fsck"): each record an extent file
+    uses must exist, hold the extent's value range and (--verify-data) verify. Two 8 MiB files each get a
+    1 MiB slot rewritten by a later mount (so the slot's record is in a segment of its own); one slot's
+    record is corrupted (one byte), the other's segment truncated in the middle of it. fsck reports a
+    dangling entry naming each file (the truncation without --verify-data, the corruption with it), the
+    mount's reads of the damaged ranges fail with EIO (never other bytes) while the file's other extents
+    and an untouched file read right, and --repair unlinks exactly those two files, after which fsck is
+    clean."""
+
+    def setUp(self):
+        self.b = kf.Backing(prefix="kvfs-extent-fsck-")
+        self.node_dir = os.path.join(self.b.backing, ".kvfs", "v1", "nodes", "n1")
+
+    def tearDown(self):
+        self.b.cleanup()
+
+    def dump(self):
+        r = fsck("--dump-index", self.b.index, "--node", "n1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        import json
+        return json.loads(r.stdout)
+
+    def seg_path(self, e):
+        return os.path.join(self.node_dir, "seg", "%020d-%020d.kseg" % (e["generation"], e["seq"]))
+
+    def findings(self, *args):
+        import json
+        r = fsck(self.b.backing, "--json", *args)
+        self.assertIn(r.returncode, (0, 1), r.stdout + r.stderr)
+        return r.returncode, json.loads(r.stdout)["findings"]
+
+    def test_damaged_extent_record_is_found_fails_reads_and_is_repaired(self):
+        x, y, z = os.urandom(8 * MIB), os.urandom(8 * MIB), os.urandom(1 * MIB)
+        sx, sy = os.urandom(1 * MIB), os.urandom(1 * MIB)
+        with kf.mounted(backing=self.b, node_id="n1") as (mnt, _, _):
+            for name, data in (("x", x), ("y", y), ("z", z)):
+                kf.write_file(os.path.join(mnt, name), data)
+        for name, off, slot in (("x", 2 * MIB, sx), ("y", 5 * MIB, sy)):  # each slot by a mount of its own
+            with kf.mounted(backing=self.b, node_id="n1") as (mnt, _, _):
+                fd = os.open(os.path.join(mnt, name), os.O_RDWR)
+                try:
+                    self.assertEqual(os.pwrite(fd, slot, off), len(slot))
+                finally:
+                    os.close(fd)
+        x = x[:2 * MIB] + sx + x[3 * MIB:]
+        y = y[:5 * MIB] + sy + y[6 * MIB:]
+        d = self.dump()
+        slot_ext = {}
+        for name, off in (("/x", 2 * MIB), ("/y", 5 * MIB)):
+            ext = d[name]["extents"]
+            self.assertEqual([(e["file_offset"], e["length"]) for e in ext],
+                             [(0, off), (off, MIB), (off + MIB, 8 * MIB - off - MIB)], name)
+            self.assertEqual(ext[0]["generation"], ext[2]["generation"])
+            self.assertNotEqual(ext[1]["generation"], ext[0]["generation"], name)  # a segment of its own
+            slot_ext[name] = ext[1]
+        code, _ = self.findings("--verify-data")
+        self.assertEqual(code, 0)
+        # x: one byte of its slot's value flipped; y: its slot's segment cut half-way through the value.
+        ex, ey = slot_ext["/x"], slot_ext["/y"]
+        with open(self.seg_path(ex), "r+b") as f:
+            f.seek(ex["record_value_offset"] + ex["value_offset"] + 300000)
+            c = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([c[0] ^ 0x55]))
+        os.truncate(self.seg_path(ey), ey["record_value_offset"] + ey["value_offset"] + 500000)
+
+        def dangling(findings):
+            return {f["path"]: f for f in findings if f["kind"] == "dangling-entry"}
+        code, f = self.findings()
+        self.assertEqual(code, 1)
+        self.assertEqual(sorted(dangling(f)), ["/y"])  # a value's bytes are read with --verify-data only
+        self.assertIn("torn tail", dangling(f)["/y"]["detail"])
+        self.assertIn("extent file of 3 extents, 1 of them (1048576 bytes) in this record", dangling(f)["/y"]["detail"])
+        code, f = self.findings("--verify-data")
+        self.assertEqual(code, 1)
+        dx = dangling(f)
+        self.assertEqual(sorted(dx), ["/x", "/y"])
+        self.assertIn("value checksum mismatch", dx["/x"]["detail"])
+        self.assertEqual(dx["/x"]["offset"], ex["record_offset"])
+        self.assertEqual(dx["/x"]["repair"], "UNLINK")
+
+        # The mount before any repair: the damaged ranges fail with EIO, the rest reads right.
+        with kf.mounted(backing=self.b, node_id="n1") as (mnt, _, _):
+            fd = os.open(os.path.join(mnt, "x"), os.O_RDONLY)
+            try:
+                self.assertEqual(os.pread(fd, MIB, 0), x[:MIB])
+                self.assertEqual(os.pread(fd, MIB, 6 * MIB), x[6 * MIB:7 * MIB])
+                with self.assertRaises(OSError) as cm:
+                    os.pread(fd, MIB, 2 * MIB)
+                self.assertEqual(cm.exception.errno, errno.EIO)
+            finally:
+                os.close(fd)
+            with self.assertRaises(OSError) as cm:
+                kf.read_file(os.path.join(mnt, "x"))
+            self.assertEqual(cm.exception.errno, errno.EIO)
+            # y: its slot's record is lost with the cut segment (an older generation's: the mount lists
+            # the file as journaled): EIO on that range, its other extents read; never other bytes.
+            fd = os.open(os.path.join(mnt, "y"), os.O_RDONLY)
+            try:
+                self.assertEqual(os.pread(fd, MIB, 0), y[:MIB])
+                self.assertEqual(os.pread(fd, MIB, 7 * MIB), y[7 * MIB:])
+                with self.assertRaises(OSError) as cm:
+                    os.pread(fd, MIB, 5 * MIB)
+                self.assertEqual(cm.exception.errno, errno.EIO)
+            finally:
+                os.close(fd)
+            self.assertEqual(kf.read_file(os.path.join(mnt, "z")), z)
+        r = fsck(self.b.backing, "--node", "n1", "--verify-data", "--repair")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("REPAIRED", r.stdout)
+        code, f = self.findings("--verify-data")
+        self.assertEqual(code, 0, f)
+        self.assertEqual(dangling(f), {})
+        with kf.mounted(backing=self.b, node_id="n1") as (mnt, _, _):
+            self.assertEqual(sorted(os.listdir(mnt)), ["z"])
+            self.assertEqual(kf.read_file(os.path.join(mnt, "z")), z)
+
+
 if __name__ == "__main__":
     unittest.main()
