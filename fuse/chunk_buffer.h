@@ -11,8 +11,9 @@
 //   * *mapped* (SetBacking of an ExtentMap, docs/design.md §13): a chunk of a committed version made
 //     of several extents and/or holes, read (and materialized) through that map;
 //   * a *hole*: a chunk that reads as zeros and holds no RAM. Growing a file (truncate up, a write far
-//     beyond the end) makes the chunks it skips holes, so ftruncate(fd, 1 TiB) costs no memory; a
-//     write into a hole allocates that one chunk. A hole a FLUSH in extent form finds stays a hole of
+//     beyond the end) makes the chunks it skips holes, so ftruncate(fd, 1 TiB) costs no memory, and
+//     Punch (fallocate PUNCH_HOLE) makes the chunks it covers whole holes; a write into a hole
+//     allocates that one chunk. A hole a FLUSH in extent form finds stays a hole of
 //     the committed map (docs/semantics.md "Holes"); NextData/NextHole answer lseek from them.
 // Bytes between the old end and a write or truncate beyond it read as zeros.
 //
@@ -217,6 +218,46 @@ class ChunkBuffer {
     return Status::OK();
   }
   void Write(uint64_t off, const char* p, size_t len) { (void)Write(off, p, len, nullptr); }
+
+  // fallocate PUNCH_HOLE (the size never changes): [off, off + len) clipped to the size reads as zeros.
+  // A chunk it covers whole (up to the end of the file) becomes a hole (its RAM freed); in a chunk it
+  // covers in part (materialized first: one read of up to 1 MiB, at most two such chunks) the bytes
+  // are zeroed, and a page becomes a hole when the range covers it whole and nothing lies under it (no
+  // base bytes); the other pages it touches are written zeros (dirty), since a RAM chunk's base is one
+  // run from its start and cannot have a hole in its middle. On an error (a fetch, no memory) the bytes
+  // are unchanged (a chunk may be materialized, with the same bytes).
+  Status Punch(uint64_t off, uint64_t len, const Fetch& fetch) {
+    if (len == 0 || off >= size_) return Status::OK();
+    const uint64_t end = std::min(size_, off + std::min(len, size_ - off));
+    const size_t first = off / kChunk, last = (end - 1) / kChunk;
+    for (size_t ci : {first, last}) {  // the partly covered chunks: into RAM first, so nothing fails later
+      const uint64_t cs = ci * kChunk;
+      const bool whole = off <= cs && end >= cs + ChunkLen(ci);
+      if (!whole && !slots_[ci].hole) KVFS_RETURN_IF_ERROR(Materialize(ci, fetch));
+    }
+    for (size_t ci = first; ci <= last; ++ci) {
+      Slot& s = slots_[ci];
+      const uint64_t cs = ci * kChunk, clen = ChunkLen(ci);
+      const uint64_t lo = std::max(off, cs) - cs, hi = std::min(end, cs + clen) - cs;
+      if (lo == 0 && hi == clen) {
+        if (s.ram) ram_chunks_--;
+        s = Slot{nullptr, Location{}, 0, true};
+        continue;
+      }
+      if (s.hole) continue;  // zeros already
+      std::memset(s.ram.get() + lo, 0, hi - lo);
+      const bool has_base = s.base_mapped || !s.base.empty();
+      for (uint64_t pg = lo / kPage; pg * kPage < hi; ++pg) {
+        const uint64_t ps = pg * kPage, pe = std::min(clen, ps + kPage);
+        if (has_base && ps < s.base_len) {
+          s.dirty.set(pg);  // zeros over base bytes
+        } else if (lo <= ps && hi >= pe) {
+          s.dirty.reset(pg);  // covered whole, nothing under it: a hole
+        }  // else: part of a page over nothing; its other bytes keep their state
+      }
+    }
+    return Status::OK();
+  }
 
   // Copies up to len bytes at off into out; *got = the count (short only at the end).
   Status Read(uint64_t off, size_t len, char* out, const Fetch& fetch, size_t* got) const {

@@ -6,6 +6,9 @@
 #ifndef FALLOC_FL_KEEP_SIZE
 #define FALLOC_FL_KEEP_SIZE 0x01
 #endif
+#ifndef FALLOC_FL_PUNCH_HOLE
+#define FALLOC_FL_PUNCH_HOLE 0x02
+#endif
 
 namespace kvfs {
 
@@ -392,11 +395,34 @@ void OpIoctl(fuse_req_t req, fuse_ino_t, unsigned int, void*, fuse_file_info*, u
 void OpFallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t length, fuse_file_info* fi) {
   auto* fs = FS(req);
   Handle* h = H(fi);
-  if (mode & ~FALLOC_FL_KEEP_SIZE) return (void)fuse_reply_err(req, EOPNOTSUPP);
+  // PUNCH_HOLE comes with KEEP_SIZE (the kernel refuses it alone); zero-range, collapse, insert: no.
+  const bool punch = mode == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE);
+  if (!punch && (mode & ~FALLOC_FL_KEEP_SIZE)) return (void)fuse_reply_err(req, EOPNOTSUPP);
   if (!h->writable || !h->version) return (void)fuse_reply_err(req, EBADF);
   if (offset < 0 || length <= 0) return (void)fuse_reply_err(req, EINVAL);
-  if (mode & FALLOC_FL_KEEP_SIZE) return (void)fuse_reply_err(req, 0);  // no holes, nothing to reserve
   Version& v = *h->version;
+  if (punch) {
+    // The range reads as zeros and becomes holes of the version (ChunkBuffer::Punch): whole chunks
+    // free their RAM, a FLUSH writes nothing for them; the kernel drops its cached pages of the range
+    // after this reply. At most two partly covered chunks are read in.
+    Status s = fs->MakeRoom(2 * ChunkBuffer::kChunk);
+    if (s.ok()) {
+      std::unique_lock<std::shared_mutex> g(v.mu);
+      uint64_t cap = v.data.capacity();
+      s = v.data.Punch(static_cast<uint64_t>(offset), static_cast<uint64_t>(length), fs->fetch);
+      fs->AccountRam(v, cap);
+      if (s.ok()) {
+        v.gen++;
+        v.attr.mtime_ns = v.attr.ctime_ns = NowNs();
+      }
+    }
+    if (!s.ok()) {
+      LogLimited(spdlog::level::err, LogKey("fuse-punch", s), "punch of {} (inode {}) at {}+{}: {}",
+                 fs->PathOf(h->inode->ino), h->inode->ino, offset, length, ErrnoText(s));
+    }
+    return (void)fuse_reply_err(req, ToErrno(s));
+  }
+  if (mode & FALLOC_FL_KEEP_SIZE) return (void)fuse_reply_err(req, 0);  // nothing to reserve
   uint64_t end = static_cast<uint64_t>(offset) + static_cast<uint64_t>(length);
   uint64_t cur;
   {

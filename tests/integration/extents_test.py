@@ -168,6 +168,16 @@ class ExtentFiles(kf.SharedBackingCase):
         self.assertTrue(wait_for(lambda: kf.read_file(os.path.join(a, "slots.bin")) == want, 10.0))
 
 
+def punch_hole(fd, off, length):
+    """fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, length)."""
+    import ctypes
+    import ctypes.util
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    if libc.fallocate(fd, ctypes.c_int(0x02 | 0x01), ctypes.c_long(off), ctypes.c_long(length)) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
 def seek_answers(path, offsets):
     """(SEEK_DATA, SEEK_HOLE) answers of `path` at each offset: an offset, or the errno name."""
     out = []
@@ -200,7 +210,8 @@ class SeekDataHole(kf.SharedBackingCase):
     """lseek SEEK_DATA / SEEK_HOLE on a mount answer from the file's holes (design.md §13 step 4): the
     same answers as ext4 (/tmp) and tmpfs (/dev/shm) give for the same file, at every probe offset,
     while the file is being written (the staged version's holes), once it is committed (its extent
-    map), after a remount, and from a second node."""
+    map), after a remount, and from a second node; holes made by growth and by fallocate PUNCH_HOLE
+    (which writes no data bytes for whole chunks)."""
 
     PREFIX = "kvfs-holes-"
 
@@ -213,6 +224,10 @@ class SeekDataHole(kf.SharedBackingCase):
         # bytes in the middle of a page: data only where written, a trailing hole.
         ("slots.bin", [("ftruncate", 8 * MIB), ("pwrite", 2 * MIB, 2 * MIB), ("close",), ("reopen",),
                        ("pwrite", 5 * MIB, 1 * MIB), ("pwrite", 7 * MIB + 10, 100)]),
+        # fallocate PUNCH_HOLE: two whole 1 MiB chunks of a committed 4 MiB file (holes, nothing
+        # written), and 4 pages of a new file's written bytes (holes).
+        ("punched.bin", [("pwrite", 0, 4 * MIB), ("close",), ("reopen",), ("punch", 1 * MIB, 2 * MIB)]),
+        ("punched-new.bin", [("pwrite", 0, 3 * MIB), ("punch", 20480, 16384)]),
         # A file written whole: one record, all data.
         ("whole.bin", [("pwrite", 0, 3 * MIB + 17)]),
         # 64 KiB in the middle of nothing, then the file cut inside that data (40 KiB of it stay: over
@@ -232,6 +247,8 @@ class SeekDataHole(kf.SharedBackingCase):
                     os.pwrite(fd, bytes([rng]) * st[2], st[1])
                 elif st[0] == "ftruncate":
                     os.ftruncate(fd, st[1])
+                elif st[0] == "punch":
+                    punch_hole(fd, st[1], st[2])
                 elif st[0] == "close":
                     os.close(fd)
                     fd = -1
@@ -251,6 +268,8 @@ class SeekDataHole(kf.SharedBackingCase):
                 m += [st[1], st[1] + st[2], st[1] // 4096 * 4096, (st[1] + st[2] + 4095) // 4096 * 4096]
             elif st[0] == "ftruncate":
                 m.append(st[1])
+            elif st[0] == "punch":
+                m += [st[1], st[1] + st[2]]
         return m
 
     def test_seek_data_and_hole_match_ext4_and_tmpfs(self):
@@ -281,10 +300,29 @@ class SeekDataHole(kf.SharedBackingCase):
                 self.assertEqual(seek_answers(path, offs), want[name], "%s committed" % name)
             st = kf.stats(mnt)
             self.assertGreaterEqual(st["fuse"]["extent_flushes"], 3, st["fuse"])
+            # Punching 2 MiB out of a committed 8 MiB file writes no data bytes (the journal entry only)
+            # and the range reads zeros, after a remount too (below).
+            data = bytearray(os.urandom(8 * MIB))
+            kf.write_file(os.path.join(mnt, "punch2.bin"), bytes(data))
+            time.sleep(0.2)  # committed (the commit delay), so the punch opens a copy-on-write version
+
+            def punch():
+                fd = os.open(os.path.join(mnt, "punch2.bin"), os.O_RDWR)
+                try:
+                    punch_hole(fd, 3 * MIB, 2 * MIB)
+                    self.assertEqual(os.fstat(fd).st_size, 8 * MIB)
+                finally:
+                    os.close(fd)
+            wrote = ExtentFiles.written(self, mnt, punch)
+            self.assertLess(wrote, 16 * KIB, "a 2 MiB punch wrote %d bytes" % wrote)
+            data[3 * MIB:5 * MIB] = bytes(2 * MIB)
+            self.assertTrue(kf.read_file(os.path.join(mnt, "punch2.bin")) == data)
+            self.assertEqual(os.stat(os.path.join(mnt, "punch2.bin")).st_blocks * 512, 6 * MIB)
         with kf.mounted(backing=spec, node_id="a", peer_poll_ms=200) as (mnt, _, _):
             for name, _ in self.CASES:
                 self.assertEqual(seek_answers(os.path.join(mnt, name), [o for o, _ in want[name]]), want[name],
                                  "%s after a remount" % name)
+            self.assertTrue(kf.read_file(os.path.join(mnt, "punch2.bin")) == data)
             with kf.mounted(backing=self.node("b"), node_id="b", peer_poll_ms=200) as (b, _, _):
                 for name, _ in self.CASES:
                     p = os.path.join(b, name)

@@ -654,25 +654,88 @@ TEST(ChunkBufferExtents, SeekDataAndHoleOfAStagedVersion) {
     }
     ChunkBuffer b;
     b.SetBacking(std::make_shared<const ExtentMap>(base));
+    std::string file = ReadMap(base, recs);
     ExpectSeekMatchesTheMap(b, recs, rng, "base " + std::to_string(round));
     for (int op = 0; op < 16; ++op) {
       const uint64_t off = rng() % (6 * kExtMiB);
-      if (rng() % 5 == 0) {
+      const int what = rng() % 5;
+      if (what == 0) {
         ASSERT_TRUE(b.Resize(off, recs.chunk_fetch()).ok());
+        file.resize(off, '\0');
+      } else if (what == 1) {  // fallocate PUNCH_HOLE
+        const uint64_t len = 1 + rng() % (3 * kExtMiB);
+        ASSERT_TRUE(b.Punch(off, len, recs.chunk_fetch()).ok());
+        if (off < file.size()) file.replace(off, std::min<uint64_t>(len, file.size() - off), std::min<uint64_t>(len, file.size() - off), '\0');
       } else {
         const uint64_t len = 1 + rng() % (300 * 1024);
         std::string w = ExtRandomBytes(len, rng());
         ASSERT_TRUE(b.Write(off, w.data(), len, recs.chunk_fetch()).ok());
+        if (file.size() < off + len) file.resize(off + len, '\0');
+        file.replace(off, len, w);
       }
+      ASSERT_EQ(b.size(), file.size());
+      ASSERT_EQ(ReadChunks(b, recs), file) << round << "/" << op;
       ExpectSeekMatchesTheMap(b, recs, rng, std::to_string(round) + "/" + std::to_string(op));
       if (op % 6 == 5) {
         uint64_t written = 0;
         ExtentMap m = FlushAsExtents(b, recs, &written);
+        ASSERT_EQ(ReadMap(m, recs), file);
         b.Rebase(std::make_shared<const ExtentMap>(m));
         ExpectSeekMatchesTheMap(b, recs, rng, "rebased " + std::to_string(round) + "/" + std::to_string(op));
       }
     }
   }
+}
+
+// fallocate PUNCH_HOLE of a staged version (ChunkBuffer::Punch): whole chunks become holes (RAM freed,
+// nothing written), partly covered chunks get zeros: holes where nothing lies under a whole page, written
+// zero pages over base bytes.
+TEST(ChunkBufferExtents, PunchMakesHolesAndWritesOnlyPagesOverBase) {
+  ExtRecords recs;
+  std::string file = ExtRandomBytes(8 * kExtMiB, 81);
+  ChunkBuffer b;
+  b.SetBacking(recs.Put(file), file.size());
+  ASSERT_TRUE(b.Punch(kExtMiB, 2 * kExtMiB, recs.chunk_fetch()).ok());
+  file.replace(kExtMiB, 2 * kExtMiB, 2 * kExtMiB, '\0');
+  EXPECT_EQ(b.capacity(), 0u);
+  EXPECT_EQ(b.DirtyBytes(), 0u);
+  EXPECT_EQ(b.NextHole(0), kExtMiB);
+  EXPECT_EQ(b.NextData(kExtMiB), 3 * kExtMiB);
+  uint64_t written = 0;
+  ExtentMap m = FlushAsExtents(b, recs, &written);
+  EXPECT_EQ(written, 0u);
+  EXPECT_EQ(m.DataBytes(), 6 * kExtMiB);
+  EXPECT_EQ(ReadMap(m, recs), file);
+  // Unaligned, inside a referenced chunk: it is read in, the three pages it touches are written zeros.
+  ASSERT_TRUE(b.Punch(5 * kExtMiB + 100, 10000, recs.chunk_fetch()).ok());
+  file.replace(5 * kExtMiB + 100, 10000, 10000, '\0');
+  EXPECT_EQ(b.DirtyBytes(), 3u * 4096);
+  EXPECT_EQ(ReadChunks(b, recs), file);
+  m = FlushAsExtents(b, recs, &written);
+  EXPECT_EQ(written, 3u * 4096);
+  EXPECT_EQ(ReadMap(m, recs), file);
+  // A punch past the end changes nothing; one over the end stops at it (the size stays).
+  ASSERT_TRUE(b.Punch(9 * kExtMiB, 4096, recs.chunk_fetch()).ok());
+  ASSERT_TRUE(b.Punch(7 * kExtMiB, 5 * kExtMiB, recs.chunk_fetch()).ok());
+  file.replace(7 * kExtMiB, kExtMiB, kExtMiB, '\0');
+  EXPECT_EQ(b.size(), 8 * kExtMiB);
+  EXPECT_EQ(b.NextData(7 * kExtMiB), 8 * kExtMiB);  // none: the caller answers ENXIO
+  EXPECT_EQ(ReadChunks(b, recs), file);
+  // A new file written in RAM: whole pages punched over nothing are holes, not written zeros.
+  ChunkBuffer n;
+  std::string w = ExtRandomBytes(3 * kExtMiB, 82);
+  n.Write(0, w.data(), w.size());
+  ASSERT_TRUE(n.Punch(4096, 8192, nullptr).ok());
+  ASSERT_TRUE(n.Punch(2 * kExtMiB + 10, 100, nullptr).ok());  // inside one page: zeros in a written page
+  w.replace(4096, 8192, 8192, '\0');
+  w.replace(2 * kExtMiB + 10, 100, 100, '\0');
+  EXPECT_EQ(n.DirtyBytes(), 3 * kExtMiB - 8192);
+  EXPECT_EQ(n.NextHole(0), 4096u);
+  EXPECT_EQ(n.NextData(4096), 12288u);
+  EXPECT_EQ(ReadChunks(n, recs), w);
+  m = FlushAsExtents(n, recs, &written);
+  EXPECT_EQ(written, 3 * kExtMiB - 8192);
+  EXPECT_EQ(ReadMap(m, recs), w);
 }
 
 }  // namespace
