@@ -191,7 +191,10 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
       }
       // A newer commit hides an older staged primary (its writers keep writing; it commits later).
       if (in->primary && in->primary != v && in->primary->seq < v->seq) in->primary = nullptr;
-      inval = in->contended || v->hidden;
+      // The kernel may keep a staged version's attributes (StagedCacheable) and marks its own
+      // WRITEs' size and mtime stale, but st_blocks of an extent map (holes excluded) it cannot derive.
+      inval = in->contended || v->hidden || (in->staged_cached && ext);
+      in->staged_cached = false;
       in->last_attr = a;
       in->last_loc = loc;
       in->last_ext = ext;

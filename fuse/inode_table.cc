@@ -227,6 +227,18 @@ bool KvfsFs::Impl::StagedAttr(Inode& in, Attr* out) {
   return true;
 }
 
+bool KvfsFs::Impl::StagedCacheable(Inode& in) {
+  if (in.contended || in.hidden_ever || in.unlinked || in.renumbered || !in.primary ||
+      in.primary->hidden) {
+    return false;
+  }
+  for (const auto& w : in.writing) {
+    if (w != in.primary) return false;
+  }
+  in.staged_cached = true;
+  return true;
+}
+
 Status KvfsFs::Impl::GetAttr(uint64_t ino, Attr* out, double* timeout, ExtentMapRef* ext) {
   auto in = Get(ino);
   if (in) {
@@ -234,7 +246,7 @@ Status KvfsFs::Impl::GetAttr(uint64_t ino, Attr* out, double* timeout, ExtentMap
     if (StagedAttr(*in, out)) {
       out->atime_ns = std::max(out->atime_ns, store->PendingAtime(ino));
       in->last_attr = *out;
-      *timeout = 0;
+      *timeout = StagedCacheable(*in) ? opts.attr_timeout_s : 0;
       return Status::OK();
     }
   }
@@ -285,11 +297,13 @@ bool KvfsFs::Impl::ReplyEntry(fuse_req_t req, const Node& n, bool fresh_only) {
   Attr a = n.attr;
   a.atime_ns = std::max(a.atime_ns, store->PendingAtime(a.ino));
   double at = (S_ISDIR(a.mode) || S_ISLNK(a.mode) || n.committed) ? opts.attr_timeout_s : 0;
+  bool staged = false;
   {
     std::unique_lock<std::mutex> g(in->mu);
     if (StagedAttr(*in, &a)) {
+      staged = true;
       a.atime_ns = std::max(a.atime_ns, store->PendingAtime(a.ino));
-      at = 0;
+      at = StagedCacheable(*in) ? opts.attr_timeout_s : 0;
     } else if (fresh_only && S_ISREG(n.attr.mode) && !n.committed) {
       g.unlock();
       Forget(n.attr.ino, 1);
@@ -304,7 +318,7 @@ bool KvfsFs::Impl::ReplyEntry(fuse_req_t req, const Node& n, bool fresh_only) {
       in->lost_name = n.name;
     }
   }
-  FillStat(a, &e.attr, at != 0 ? n.extents : ExtentMapRef{});
+  FillStat(a, &e.attr, staged ? ExtentMapRef{} : n.extents);
   e.attr_timeout = at;
   e.entry_timeout = opts.entry_timeout_s;
   fuse_reply_entry(req, &e);

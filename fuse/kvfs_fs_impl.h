@@ -271,6 +271,9 @@ struct Inode {
   Location last_loc;                 // last committed location seen (opens of a just-replaced file)
   ExtentMapRef last_ext;             // its extent map instead, for an extent file (last_loc empty)
   bool last_committed = false;
+  // The kernel was given this inode's staged attributes with a positive attr_timeout
+  // (Impl::StagedCacheable): a commit whose attributes the kernel cannot derive invalidates them.
+  bool staged_cached = false;
 };
 
 struct Handle {
@@ -454,6 +457,14 @@ struct KvfsFs::Impl {
   // written (hidden ones included: the kernel keeps ONE i_size per inode, and the writer's page-cache
   // reads and appends use it, so it must be the writer's size), else the visible primary. False: none.
   static bool StagedAttr(Inode& in, Attr* out);
+  // Whether the kernel may cache a staged file's attributes for attr_timeout_s (in->mu held): one
+  // visible version (primary) and no other version being written, never contended or renumbered. Its
+  // attributes then change only by requests of this kernel: WRITE, fallocate and the O_TRUNC open
+  // mark the kernel's size/mtime stale (stat asks again), SETATTR replies with new ones. What the kernel
+  // cannot see invalidates: a hidden version's commit or a contended one (Commit), a failed publish
+  // (Unpublish), a peer's SETATTR/XATTR (OnPeerChanges), a commit whose st_blocks differs (an extent
+  // map). Sets in->staged_cached when true.
+  static bool StagedCacheable(Inode& in);
 
   // ext (optional): the committed content's extent map, when the attributes are the index's.
   Status GetAttr(uint64_t ino, Attr* out, double* timeout, ExtentMapRef* ext = nullptr);

@@ -230,7 +230,14 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   if (h->version) KvfsFs::Impl::VersionAttr(*h->version, &a);
   a.ino = n.attr.ino;
   FillStat(a, &e.attr);
-  e.attr_timeout = 0;
+  {
+    // One visible version written only through this kernel: it may keep these attributes (its WRITEs
+    // mark size and mtime stale themselves), so the commit costs the next access no GETATTR.
+    std::lock_guard<std::mutex> g(in->mu);
+    e.attr_timeout = h->version && h->version == in->primary && KvfsFs::Impl::StagedCacheable(*in)
+                         ? fs->opts.attr_timeout_s
+                         : 0;
+  }
   e.entry_timeout = fs->opts.entry_timeout_s;
   if (fuse_reply_create(req, &e, fi) != 0) {
     ReleaseHandle(fs, h);
