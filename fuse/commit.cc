@@ -165,7 +165,7 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
     }
     v->committed_gen = gen;
     v->committed_attr_gen = attr_gen;
-    bool inval = false;
+    bool inval = false, relink = false;
     Location unpin_old;
     {
       std::lock_guard<std::mutex> lg(in->mu);
@@ -195,6 +195,8 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
       // WRITEs' size and mtime stale, but st_blocks of an extent map (holes excluded) it cannot derive.
       inval = in->contended || v->hidden || (in->staged_cached && ext);
       in->staged_cached = false;
+      relink = in->detached;
+      in->detached = false;
       in->last_attr = a;
       in->last_loc = loc;
       in->last_ext = ext;
@@ -206,6 +208,16 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
     // The content changed under readers that cached the old one (a hidden version committed, or
     // versions raced): drop the kernel's cached pages and attributes of this inode.
     if (inval) QueueInval(in->ino);
+    if (relink) {
+      // A peer's PUT had taken the name while this file was staged (the index detached it); the
+      // commit took it back (newer stamp): the kernel's dentry of the name may be the peer's inode.
+      auto n = store->GetInode(in->ino);
+      if (n.ok()) {
+        std::lock_guard<std::mutex> qg(nq_mu);
+        nq.push_back(Notice{0, n->parent, n->name});
+        nq_cv.notify_one();
+      }
+    }
     return Status::OK();
   }
 }

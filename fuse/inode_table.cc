@@ -177,9 +177,25 @@ void KvfsFs::Impl::QueueInval(uint64_t ino) {
 }
 
 void KvfsFs::Impl::OnPeerChanges(const PeerChanges& c) {
+  // A staged file whose name a peer's PUT took (detached in the index): its commit takes the name back
+  // and must drop the kernel's dentry then (Commit), and its attributes are no longer cacheable.
+  for (const auto& n : c.names) {
+    if (n.old_ino == 0) continue;
+    if (auto in = Get(n.old_ino)) {
+      std::lock_guard<std::mutex> ig(in->mu);
+      if (in->primary || !in->writing.empty()) in->detached = true;
+    }
+  }
   std::lock_guard<std::mutex> g(nq_mu);
-  for (const auto& n : c.names) nq.push_back(Notice{n.old_ino, n.parent, n.name});
+  // The name's dentry (positive, or a negative entry of an absent name), then the parent directory's
+  // attributes (mtime, nlink): the kernel drops those itself only when it had a dentry of the name.
+  std::vector<uint64_t> parents;
+  for (const auto& n : c.names) {
+    nq.push_back(Notice{n.old_ino, n.parent, n.name});
+    if (std::find(parents.begin(), parents.end(), n.parent) == parents.end()) parents.push_back(n.parent);
+  }
   for (uint64_t ino : c.inodes) nq.push_back(Notice{ino, 0, {}});
+  for (uint64_t p : parents) nq.push_back(Notice{p, 0, {}, /*attrs_only=*/true});
   nq_cv.notify_one();
 }
 
@@ -201,7 +217,7 @@ void KvfsFs::Impl::NotifierMain() {
       if (r != 0 && r != -ENOENT) spdlog::debug("inval_entry {}/{}: {}", n.parent, n.name, strerror(-r));
       if (n.ino != 0 && store->GetInode(n.ino).status().IsNotFound()) MarkUnlinked(n.ino, n.parent, n.name);
     } else if (se && n.ino != 0) {
-      int r = fuse_lowlevel_notify_inval_inode(se, n.ino, 0, 0);
+      int r = fuse_lowlevel_notify_inval_inode(se, n.ino, n.attrs_only ? -1 : 0, 0);
       if (r != 0 && r != -ENOENT) spdlog::debug("inval_inode {}: {}", n.ino, strerror(-r));
     }
     lk.lock();
@@ -228,7 +244,7 @@ bool KvfsFs::Impl::StagedAttr(Inode& in, Attr* out) {
 }
 
 bool KvfsFs::Impl::StagedCacheable(Inode& in) {
-  if (in.contended || in.hidden_ever || in.unlinked || in.renumbered || !in.primary ||
+  if (in.contended || in.hidden_ever || in.unlinked || in.renumbered || in.detached || !in.primary ||
       in.primary->hidden) {
     return false;
   }

@@ -274,6 +274,9 @@ struct Inode {
   // The kernel was given this inode's staged attributes with a positive attr_timeout
   // (Impl::StagedCacheable): a commit whose attributes the kernel cannot derive invalidates them.
   bool staged_cached = false;
+  // A peer's PUT took this staged file's name (the index detached it): its commit takes the name back,
+  // and the kernel's dentry of the name (the peer's inode) must be dropped then.
+  bool detached = false;
 };
 
 struct Handle {
@@ -418,6 +421,7 @@ struct KvfsFs::Impl {
     uint64_t ino = 0;       // inval_inode (name empty) or the old inode of a changed name
     uint64_t parent = 0;    // inval_entry when name is not empty
     std::string name;
+    bool attrs_only = false;  // inval_inode of the attributes only (a directory a peer changed)
   };
   std::deque<Notice> nq;
   struct ListenerGate {

@@ -520,6 +520,9 @@ int RunMount(MountArgs a) {
   if (const char* d = std::getenv("KVFS_TEST_UNLINK_MARK_DELAY_MS")) {
     fo.test_unlink_mark_delay_ms = static_cast<uint32_t>(std::atoi(d));
   }
+  // TEST ONLY: KVFS_TEST_NEGATIVE_TIMEOUT_S: how long the kernel caches an ENOENT answer (FsOptions;
+  // default 1 s), so a test can tell a peer's invalidation of a negative entry from its expiry.
+  if (const char* d = std::getenv("KVFS_TEST_NEGATIVE_TIMEOUT_S")) fo.negative_timeout_s = std::atof(d);
   // TEST ONLY: KVFS_TEST_NOTIFY_DELAY_MS delays every dentry invalidation (FsOptions).
   if (const char* d = std::getenv("KVFS_TEST_NOTIFY_DELAY_MS")) fo.test_notify_delay_ms = static_cast<uint32_t>(std::atoi(d));
   if (const char* d = std::getenv("KVFS_TEST_AFTER_COMMIT_DELAY_MS")) {

@@ -12,17 +12,28 @@ attr_timeout while it was staged, are still valid; a miss costs one LOOKUP; the 
 nothing. SGLang's stat of a flat-directory file costs one GETATTR (its write and its rename mark the
 kernel's size and ctime stale: a kernel rule). Staged files with cached attributes still show exact
 sizes to stat, fstat and lseek(SEEK_END) after every write, truncate and rewrite.
+
+CrossNodeTest: two nodes over one backing directory. A name node A probed as absent (a negative entry
+in A's kernel, kept 60 s here so only an invalidation can end it) shows up on A once B creates it, a
+file B renames over one A has cached shows its new size and mtime on A, and a directory B adds a name
+to shows its new mtime on A - each within VISIBLE_S (the peer poll + group commit; docs/semantics.md §2);
+a file A was writing when B's PUT took its name is A's again on A after A's commit.
 """
+import errno
 import hashlib
 import mmap
 import os
+import shutil
 import sys
+import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kvfs_fixture as kf  # noqa: E402
 
+VISIBLE_S = 10.0
+NEGATIVE_S = 60  # KVFS_TEST_NEGATIVE_TIMEOUT_S of node A: far above VISIBLE_S
 
 
 def ops(mnt):
@@ -210,6 +221,118 @@ class RequestsPerProbeTest(unittest.TestCase):
         time.sleep(0.3)
         self.assertEqual(os.stat(p).st_size, 3)
         self.assertEqual(kf.read_file(p), b"new")
+
+
+class CrossNodeTest(unittest.TestCase):
+    def setUp(self):
+        if not kf.fuse_available():
+            raise unittest.SkipTest("no FUSE")
+        self.root = tempfile.mkdtemp(prefix="kvfs-lc-")
+        self.backing = os.path.join(self.root, "backing")
+        os.mkdir(self.backing)
+        self.ctxs = []
+
+    def tearDown(self):
+        for c in reversed(self.ctxs):
+            c.__exit__(None, None, None)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def mount(self, name, env=None):
+        spec = kf.Backing.__new__(kf.Backing)
+        spec.backing = self.backing
+        spec.index = os.path.join(self.root, "idx-" + name)
+        spec.mnt = os.path.join(self.root, "mnt-" + name)
+        os.makedirs(spec.mnt, exist_ok=True)
+        c = kf.mounted(backing=spec, node_id=name, peer_poll_ms=200, group_commit_ms=20,
+                       o="default_permissions", env=env)
+        mnt, _, _ = c.__enter__()
+        self.ctxs.append(c)
+        return mnt
+
+    def two_nodes(self):
+        a = self.mount("A", env={"KVFS_TEST_NEGATIVE_TIMEOUT_S": str(NEGATIVE_S)})
+        b = self.mount("B")
+        return a, b
+
+    def wait(self, fn, what):
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < VISIBLE_S:
+            if fn():
+                return time.monotonic() - t0
+            time.sleep(0.01)
+        self.fail("%s: not seen within %.0f s" % (what, VISIBLE_S))
+
+    def test_negative_entry_of_a_name_a_peer_creates(self):
+        a, b = self.two_nodes()
+        os.makedirs(os.path.join(a, "kv", "ab"))
+        self.wait(lambda: os.path.isdir(os.path.join(b, "kv", "ab")), "B sees A's directory")
+        flat = os.path.join("kv", "ab", "chunk0")      # in a directory both have
+        deep = os.path.join("kv", "cd", "ef", "chunk1")  # its directories are absent too
+        for rel in (flat, deep):
+            self.assertFalse(os.path.exists(os.path.join(a, rel)))
+        # the second probes are answered by A's kernel (negative entries): no request reaches A
+        before = ops(a)
+        for rel in (flat, deep):
+            self.assertFalse(os.path.exists(os.path.join(a, rel)))
+        self.assertEqual(delta(before, ops(a)), {}, "repeated probes of absent names reached the daemon")
+        kf.write_file(os.path.join(b, flat), b"flat")
+        os.makedirs(os.path.join(b, "kv", "cd", "ef"))
+        kf.write_file(os.path.join(b, deep), b"deep")
+        t = self.wait(lambda: os.path.exists(os.path.join(a, flat)), "A: B's file in a known directory")
+        self.wait(lambda: os.path.exists(os.path.join(a, deep)), "A: B's file under new directories")
+        self.assertLess(t, NEGATIVE_S)
+        self.assertEqual(kf.read_file(os.path.join(a, flat)), b"flat")
+        self.assertEqual(kf.read_file(os.path.join(a, deep)), b"deep")
+
+    def test_rename_over_on_a_peer_shows_new_attributes(self):
+        a, b = self.two_nodes()
+        os.makedirs(os.path.join(a, "kv"))
+        f = os.path.join("kv", "chunk")
+        kf.write_file(os.path.join(a, f), b"x" * 1000)
+        self.wait(lambda: exists_stat(os.path.join(b, f)), "B sees A's file")
+        st0 = os.stat(os.path.join(a, f))  # A's kernel caches it (committed: long timeouts)
+        self.assertEqual(st0.st_size, 1000)
+        time.sleep(0.05)
+        kf.write_file(os.path.join(b, "kv", "chunk.tmp"), b"y" * 2345)
+        os.rename(os.path.join(b, "kv", "chunk.tmp"), os.path.join(b, f))
+
+        def changed():
+            st = os.stat(os.path.join(a, f))
+            return st.st_size == 2345 and st.st_mtime_ns > st0.st_mtime_ns
+        self.wait(changed, "A: stat of the name B renamed a new file over")
+        self.assertEqual(kf.read_file(os.path.join(a, f)), b"y" * 2345)
+        self.assertFalse(os.path.exists(os.path.join(a, "kv", "chunk.tmp")))
+
+    def test_directory_a_peer_adds_to_shows_new_mtime(self):
+        a, b = self.two_nodes()
+        d = os.path.join("kv", "dir")
+        os.makedirs(os.path.join(a, d))
+        kf.write_file(os.path.join(a, d, "one"), b"1")
+        self.wait(lambda: exists_stat(os.path.join(b, d, "one")), "B sees A's file")
+        time.sleep(0.3)
+        m0 = os.stat(os.path.join(a, d)).st_mtime_ns  # cached by A's kernel (3600 s)
+        time.sleep(0.05)
+        kf.write_file(os.path.join(b, d, "two"), b"2")  # A never looked "two" up: no dentry to drop
+        self.wait(lambda: os.stat(os.path.join(a, d)).st_mtime_ns > m0, "A: mtime of the directory B added to")
+        self.assertEqual(sorted(os.listdir(os.path.join(a, d))), ["one", "two"])
+
+    def test_staged_file_takes_its_name_back_from_a_peer(self):
+        """A's file is being written when B's PUT of the same name is applied on A (A's kernel then looks
+        up B's file); A's commit takes the name back (newer stamp): A's kernel must drop B's dentry."""
+        a, b = self.two_nodes()
+        os.makedirs(os.path.join(a, "kv"))
+        f = os.path.join("kv", "race")
+        self.wait(lambda: os.path.isdir(os.path.join(b, "kv")), "B sees A's directory")
+        fd = os.open(os.path.join(a, f), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, b"a" * 111)
+            kf.write_file(os.path.join(b, f), b"b" * 2222)
+            self.wait(lambda: os.stat(os.path.join(a, f)).st_size == 2222, "A: B's PUT of the name")
+        finally:
+            os.close(fd)
+        self.wait(lambda: os.stat(os.path.join(a, f)).st_size == 111, "A: its own file back after its commit")
+        self.assertEqual(kf.read_file(os.path.join(a, f)), b"a" * 111)
+        self.wait(lambda: os.stat(os.path.join(b, f)).st_size == 111, "B: A's newer PUT")
 
 
 if __name__ == "__main__":
