@@ -792,7 +792,8 @@ Status S3Client::Get(const std::string& key, uint64_t offset, size_t n, void* bu
   // request for nothing: 416).
   const uint64_t span = offset + n <= object_size ? n : (object_size > offset ? object_size - offset : 0);
   constexpr uint64_t kBlock = 64 << 10;
-  uint64_t parts = config_.read_parts > 1 && config_.read_part_min > 0 && config_.read_parallel > 0
+  uint64_t parts = config_.read_parts > 1 && config_.read_part_min > 0 && config_.read_parallel > 0 &&
+                           span >= config_.read_split_min
                        ? std::min<uint64_t>(config_.read_parts, span / config_.read_part_min)
                        : 1;
   if (parts <= 1) return GetRange(key, offset, n, out, got, deadline, nullptr);

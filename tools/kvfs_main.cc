@@ -62,9 +62,13 @@ int main(int argc, char** argv) {
                     "local directory for what is not in the bucket yet (the active segment, the journal until "
                     "its publication); keep it across restarts: a crash leaves unpublished data there");
   mount->add_option("--s3-read-parts", ma.s3_read_parts,
-                    "S3: ranged GETs in flight for one large read (parts of at least 512 KiB; at most 16 extra "
-                    "per mount); 1 = one GET per read (default 4)")
+                    "S3: ranged GETs in flight for one read of at least --s3-read-split-min (parts of at least "
+                    "512 KiB; at most 16 extra per mount); 1 = one GET per read (default 4)")
       ->check(CLI::Range(1, 64));
+  mount->add_option("--s3-read-split-min", ma.s3_read_split_min,
+                    "S3: the smallest read split into --s3-read-parts ranged GETs, e.g. 4MiB (the default: a "
+                    "36 MiB value's 4 MiB pieces are split, a 2.25 MiB value is one GET); 0 = split every read "
+                    "of at least 2 parts");
   mount->add_option("--seal-after-ms", ma.seal_after_ms,
                     "S3: seal (and upload) the active segment once it has held files this long, so other nodes "
                     "see them within about this bound (default 0: when full, or at unmount)");

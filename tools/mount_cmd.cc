@@ -169,6 +169,7 @@ int RunMount(MountArgs a) {
     if (!IsDir(a.s3_staging)) Die(kExitUsage, "--s3-staging '" + a.s3_staging + "' does not exist or is not a directory");
     // Credentials are looked up before the daemon forks: missing ones are one line and exit 2 here.
     if (auto c = kvfs::S3Credentials::FromEnvironment(); !c.ok()) Die(kExitUsage, c.status().message());
+    (void)SizeOrDie("--s3-read-split-min", a.s3_read_split_min);
     a.s3_url = a.backing;
     a.backing = a.s3_staging;
   } else if (!a.s3_endpoint.empty() || !a.s3_staging.empty() || !a.s3_ca.empty() || a.s3_path_style) {
@@ -477,6 +478,7 @@ int RunMount(MountArgs a) {
     cfg.ca_file = a.s3_ca;
     if (a.backing_deadline_ms > 0) cfg.deadline_ms = a.backing_deadline_ms;
     cfg.read_parts = a.s3_read_parts;
+    cfg.read_split_min = SizeOrDie("--s3-read-split-min", a.s3_read_split_min);
     auto creds = kvfs::S3Credentials::FromEnvironment();
     if (!creds.ok()) return fail(kExitUsage, creds.status().message());
     cfg.credentials = *creds;

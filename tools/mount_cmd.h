@@ -62,6 +62,7 @@ struct MountArgs {
   std::string s3_endpoint, s3_region = "us-east-1", s3_ca, s3_staging;
   uint32_t seal_after_ms = 0;  // S3: seal the active segment once it held records this long (0 = when full)
   uint32_t s3_read_parts = 4;  // S3: ranged GETs in flight per large read (S3Config::read_parts)
+  std::string s3_read_split_min = "4MiB";  // S3: the smallest read split into parts (S3Config::read_split_min)
   bool s3_path_style = false;
   std::string s3_url;  // set by RunMount: the s3:// URL (a.backing becomes the staging directory)
 };
