@@ -347,6 +347,7 @@ void PeerTailer::RequestRefresh() {
     followup_at_ = now + 2 * opts_.group_commit_interval + std::chrono::milliseconds(10);
     followup_pending_ = true;
     followup_moved_ = true;  // the loop may be waiting for a later deadline
+    refresh_requested_ = true;
     if (!early_polled_ ||
         now - last_early_poll_ >= std::chrono::milliseconds(std::max<int64_t>(1, opts_.poll_interval.count() / 4))) {
       early_polled_ = true;
@@ -360,11 +361,13 @@ void PeerTailer::RequestRefresh() {
 void PeerTailer::Loop() {
   using clock = std::chrono::steady_clock;
   const auto interval = opts_.poll_interval;
+  const auto idle_max = std::max(interval, opts_.idle_poll_max.count() > 0 ? opts_.idle_poll_max : 4 * interval);
   std::vector<std::string> nodes;
+  bool all_idle = false;  // every known peer waits idle_max between polls (the last round saw them so)
   bool listed_once = false;
   clock::time_point listed_at;
   for (;;) {
-    bool early = false;
+    bool early = false, reset_idle = false;
     {
       std::unique_lock<std::mutex> l(wake_mu_);
       const auto regular = clock::now() + interval;
@@ -382,6 +385,11 @@ void PeerTailer::Loop() {
         followup_pending_ = false;
       }
       wake_ = false;
+      // Only with a long backoff (S3): with the default 4 x on a directory the schedule stays as it was
+      // (a connector that misses on every name it stores would otherwise keep every peer on the
+      // interval, adding NFS metadata ops per chunk; its misses already poll every peer early).
+      reset_idle = refresh_requested_ && early && idle_max > 4 * interval;
+      if (early) refresh_requested_ = false;
     }
     // New nodes appear rarely: list the nodes directory every 25 intervals (5 s at the default) and on
     // an early poll (a lookup miss: maybe a new node's file) if the last listing is 5 intervals old (1 s).
@@ -389,8 +397,11 @@ void PeerTailer::Loop() {
     // this thread up to 20-40 times/s, and each listing (opendir, readdir x2, getattr) is a round trip on
     // NFS: 1.9 backing metadata ops per vLLM chunk stored (docs/benchmarks.md, full-size run). Known
     // nodes are polled on every early round as before, and are not stat'ed again.
+    // While every known peer is idle at the bound, the nodes directory waits as long (a new node is
+    // rare, and a lookup miss still lists it within 5 intervals).
     const auto since = clock::now() - listed_at;
-    if (!listed_once || since >= 25 * interval || (early && since >= 5 * interval)) {
+    const auto list_every = all_idle ? std::max(25 * interval, idle_max) : 25 * interval;
+    if (!listed_once || since >= list_every || (early && since >= 5 * interval)) {
       auto listed = ListNodes(opts_.env, opts_.backing_dir, &nodes);
       if (listed.ok()) nodes = *listed;
       listed_at = clock::now();
@@ -398,10 +409,19 @@ void PeerTailer::Loop() {
     }
     std::lock_guard<std::mutex> l(mu_);
     const auto now = clock::now();
+    bool idle_now = true;
     for (const auto& node : nodes) {
       if (node == opts_.node) continue;
       PeerState& st = peers_[node];
-      if (!early && now < st.next_poll) continue;
+      if (reset_idle) {
+        // A lookup miss: this node wants what peers publish now; idle peers go back to the interval.
+        st.idle_polls = 0;
+        st.next_poll = now + interval;
+      }
+      if (!early && now < st.next_poll) {
+        idle_now = idle_now && interval * (uint64_t{1} << st.idle_polls) >= idle_max;
+        continue;
+      }
       uint64_t changed = 0;
       Status s = PollPeer(node, &st, &changed);
       if (!s.ok()) {
@@ -412,14 +432,20 @@ void PeerTailer::Loop() {
         st.idle_polls = 0;
         st.next_poll = now + interval;
       } else if (!early) {
-        // Back off for idle peers (64 idle nodes must not flood the server): 1x, 2x, 4x the interval.
-        // An early (lookup-miss) poll that finds nothing leaves the schedule alone. The visibility
-        // bound for a peer idle for a while is therefore group commit + 4 x interval, and a reader
-        // that probes (a lookup miss) sees it within group commit + interval / 4 + a few ms.
-        st.idle_polls = std::min<uint32_t>(st.idle_polls + 1, 2);
-        st.next_poll = now + interval * (1u << st.idle_polls) - interval / 2;
+        // Back off for idle peers (64 idle nodes must not flood the server, and on S3 every poll is
+        // billed: a LIST, a HEAD and a GET): the wait doubles, 1x, 2x, 4x ... the interval, up to
+        // idle_max (4 x on a directory by default, 10 s on S3). An early (lookup-miss) poll that finds
+        // nothing leaves the schedule alone with the default bound, and with a longer one (S3) puts the
+        // peers back on the interval (above). The visibility bound for a peer idle for
+        // a while is therefore group commit + idle_max, and a reader that probes (a lookup miss) sees it
+        // within group commit + interval / 4 + a few ms.
+        if (interval * (uint64_t{1} << st.idle_polls) < idle_max) st.idle_polls++;
+        const auto wait = std::min<std::chrono::milliseconds>(interval * (uint64_t{1} << st.idle_polls), idle_max);
+        st.next_poll = now + wait - interval / 2;
       }
+      idle_now = idle_now && interval * (uint64_t{1} << st.idle_polls) >= idle_max;
     }
+    all_idle = idle_now && !nodes.empty();
   }
 }
 

@@ -11,9 +11,12 @@
 //  * reports what the applied entries changed (names, in-place inode changes) through the notify hook
 //    (kernel invalidation), and each DROP of a peer's segment through segment_dropped.
 // The peer thread (Start) wakes every poll_interval and polls each known peer, backing off for idle
-// peers (every 2, then every 4 intervals), and polls every peer early on RequestRefresh (a lookup miss;
-// at most every interval / 4), again after the peer's group commit. It lists the nodes directory every
-// 25 intervals (on an early poll: when the last listing is 5 intervals old).
+// peers (the wait doubles with each poll that finds nothing, up to idle_poll_max: 4 intervals by
+// default, 10 s on S3), and polls every peer early on RequestRefresh (a lookup miss; at most every
+// interval / 4), again after the peer's group commit; with a bound over 4 intervals (S3) an early poll
+// also puts every peer back on the interval. It lists the nodes directory every 25 intervals (every
+// idle_poll_max while all known peers are idle at it; on an early poll: when the last listing is 5
+// intervals old).
 //
 // Callers: StoreImpl (engine/store_open.cc) makes one in Init over its index, HLC and namespace mutex,
 // ResumeFromIndex, Start; Store::RefreshPeers -> RefreshAll (tests, tools); Store::RequestPeerRefresh
@@ -66,6 +69,10 @@ struct PeerTailerOptions {
   // The peer thread's period (idle peers are polled every 2, then 4 intervals); 0 = no thread, RequestRefresh is a no-op
   // (RefreshAll only).
   std::chrono::milliseconds poll_interval{200};
+  // The longest wait between polls of an idle peer: the wait doubles from poll_interval with every poll
+  // that finds nothing new, up to this; 0 = 4 x poll_interval. The nodes directory is listed every
+  // max(25 x poll_interval, this) while every known peer is idle at this bound.
+  std::chrono::milliseconds idle_poll_max{0};
   // The peers' group commit interval: an early poll is followed by one more 2 x this + 10 ms later.
   std::chrono::milliseconds group_commit_interval{20};
   bool direct_io = false;  // read peers' journals with O_DIRECT (NFS: see growth at once)
@@ -161,6 +168,7 @@ class PeerTailer {
   bool followup_pending_ = false;
   bool early_polled_ = false;    // last_early_poll_ is set (steady_clock's epoch is the boot)
   bool followup_moved_ = false;  // RequestRefresh set followup_at_: the loop recomputes its deadline
+  bool refresh_requested_ = false;  // RequestRefresh since the last round: idle peers back to the interval
   std::thread thread_;
 
   std::atomic<uint64_t> entries_applied_{0}, polls_{0};

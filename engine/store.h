@@ -68,7 +68,11 @@ struct StoreOptions {
   uint32_t seal_after_ms = 0;
   uint32_t heartbeat_interval_ms = 5000;  // HEARTBEAT period (a stat of OWNER, an in-place write + fdatasync)
   uint32_t peer_poll_ms = 200;          // how often peers' journals are tailed (0 = never); backs off
-                                        // to 4x for idle peers
+                                        // for idle peers, doubling up to peer_poll_max_ms
+  // The longest wait between polls of an idle peer (doubling from peer_poll_ms while polls find nothing,
+  // back to peer_poll_ms on activity, and on a lookup miss when over 4 x). 0 = 4 x peer_poll_ms (kvfs mount sets 10 s on S3,
+  // where every poll is billed requests: docs/s3.md "Idle cost").
+  uint32_t peer_poll_max_ms = 0;
   bool peer_direct_io = false;          // read peers' journals with O_DIRECT (NFS: see growth at once)
   // Segment (value) reads with O_DIRECT: every read is 4 KiB aligned, the bytes land once in kvfs's own
   // buffer (LRU) instead of also in the backing mount's page cache, and a large read is sent as parallel

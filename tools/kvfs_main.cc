@@ -100,6 +100,10 @@ int main(int argc, char** argv) {
   mount->add_flag("--buffered-segment-writes", ma.buffered_segment_writes,
                   "write segments through the backing's page cache instead of O_DIRECT (one more copy per byte)");
   mount->add_option("--peer-poll-ms", ma.peer_poll_ms, "how often peers' journals are tailed, ms (default 200; 0 = never)");
+  mount->add_option("--peer-poll-max-ms", ma.peer_poll_max_ms,
+                    "longest wait between polls of an idle peer, ms: the wait doubles from --peer-poll-ms while "
+                    "polls find nothing new, and is reset by new entries (and by a lookup miss when above 4 x) "
+                    "(default 4 x --peer-poll-ms; 10000 on S3, where each poll is billed requests)");
   mount->add_flag("--peer-direct-io", ma.peer_direct_io, "read peers' journals with O_DIRECT");
   mount->add_option("--backing-deadline-ms", ma.backing_deadline_ms,
                     "deadline for every backing-store request; a hung export becomes EIO (default 0 = off)");

@@ -248,6 +248,9 @@ int RunMount(MountArgs a) {
   so.group_commit_interval_ms = a.group_commit_ms;
   so.sync_interval_ms = a.sync_interval_ms;
   so.peer_poll_ms = a.peer_poll_ms;
+  // On S3 every poll of an idle peer is billed (a LIST, a HEAD and a GET): idle peers back off to 10 s
+  // (docs/s3.md "Idle cost"); a lookup miss still polls at once.
+  so.peer_poll_max_ms = a.peer_poll_max_ms > 0 ? a.peer_poll_max_ms : !a.s3_url.empty() ? 10000 : 0;
   so.seal_after_ms = a.seal_after_ms;
   // Every read's backing calls end within the deadline together (a FUSE READ never waits past it).
   so.read_deadline_ms = a.backing_deadline_ms;

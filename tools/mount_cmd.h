@@ -40,6 +40,7 @@ struct MountArgs {
   uint32_t group_commit_ms = 20;
   uint32_t sync_interval_ms = 1000;  // 0 = every group commit is durable
   uint32_t peer_poll_ms = 200;
+  uint32_t peer_poll_max_ms = 0;  // 0: 4 x peer_poll_ms on a directory, kS3PeerPollMaxMs on S3
   bool peer_direct_io = false;
   uint32_t backing_deadline_ms = 0;
   std::vector<std::string> fuse_opts;

@@ -497,6 +497,37 @@ class S3MountTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("--seal-after-ms needs --backing s3://", r.stderr)
 
+    def test_idle_nodes_cost_few_requests(self):
+        """Two mounted nodes with nothing to do: the S3 requests each sends in 30 s (kvfs stats --json, by
+        type) stay under a bound. Idle tailing backs off (the poll of a peer doubles from --peer-poll-ms up
+        to 10 s on S3; the nodes listing waits as long): one idle node made 134 requests in 30 s before
+        (a LIST + HEAD + GET poll of its peer every ~0.8 s, a nodes LIST every 5 s, a HEARTBEAT PUT every
+        5 s). The peer is still polled, and a lookup miss on B still polls A at once."""
+        a, b = self.node("a", "staging-a"), self.node("b", "staging-b")
+        window = 30.0
+        polls = lambda st: sum(p["polls"] for p in st["peer_journals"])
+        with self.mount(a, node_id="a") as (ma, _, _):
+            with open(os.path.join(ma, "first.bin"), "wb") as f:
+                f.write(chunk_bytes(1, 65536))
+            with self.mount(b, node_id="b") as (mb, _, _):
+                time.sleep(15.0)  # both mounted, listed each other, backed off (200 ms doubling to 10 s)
+                s0 = {n: stats(m) for n, m in (("a", ma), ("b", mb))}
+                time.sleep(window)
+                s1 = {n: stats(m) for n, m in (("a", ma), ("b", mb))}
+                for n in ("a", "b"):
+                    r0, r1 = s0[n]["s3"]["requests"], s1[n]["s3"]["requests"]
+                    d = {k: r1[k] - r0[k] for k in r1 if r1[k] - r0[k]}
+                    print("\nidle node %s, %.0f s: S3 requests %s = %.0f per idle minute; %d polls of its peer"
+                          % (n, window, d, d.get("total", 0) * 60 / window, polls(s1[n]) - polls(s0[n])))
+                    # Per node and 30 s: 6 HEARTBEAT PUTs, ~3 polls of the peer at 10 s (LIST, HEAD, GET each),
+                    # ~3 nodes LISTs, and the ramp of the backoff where it falls inside the window.
+                    self.assertLessEqual(d.get("total", 0), 30, (n, d))
+                    self.assertGreaterEqual(polls(s1[n]) - polls(s0[n]), 2, n)  # still tailing
+                # A lookup miss on B polls A at once (and puts it back on the short interval).
+                p0 = polls(stats(mb))
+                self.assertFalse(os.path.exists(os.path.join(mb, "no-such-key.bin")))
+                self.assertTrue(self.wait_for(lambda: polls(stats(mb)) > p0, timeout=3.0))
+
     def test_usage_errors(self):
         a = self.node("u")
         r = subprocess.run([kvfs_binary(), "mount", a.mnt, "--backing", a.backing,
