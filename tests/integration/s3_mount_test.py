@@ -497,6 +497,31 @@ class S3MountTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("--seal-after-ms needs --backing s3://", r.stderr)
 
+    def rgw_admin(self, *args):
+        """radosgw-admin on the test server's cluster (the key tests); skips on an external server."""
+        d = self.srv.get("dir")
+        if not d:
+            self.skipTest("external server (KVFS_S3_ENDPOINT): its users are not ours to change")
+        r = subprocess.run(["radosgw-admin", "-c", os.path.join(d, "ceph.conf"), "-n", "client.rgw.test"] +
+                           list(args), capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r.stdout
+
+    def add_key(self, access, secret):
+        self.rgw_admin("key", "create", "--uid=kvfs-test", "--key-type=s3", "--access-key=" + access,
+                       "--secret-key=" + secret)
+
+    def remove_key(self, access):
+        self.rgw_admin("key", "rm", "--uid=kvfs-test", "--key-type=s3", "--access-key=" + access)
+
+    def key_refused(self, access, secret):
+        """True once the gateway answers 403 for this key (a removal reaches the gateway's cache)."""
+        try:
+            S3(self.srv["endpoint"], access, secret).request("GET", "/" + self.bucket, {"list-type": "2", "max-keys": "1"})
+            return False
+        except urllib.error.HTTPError as e:
+            return e.code == 403
+
     def test_idle_nodes_cost_few_requests(self):
         """Two mounted nodes with nothing to do: the S3 requests each sends in 30 s (kvfs stats --json, by
         type) stay under a bound. Idle tailing backs off (the poll of a peer doubles from --peer-poll-ms up
@@ -527,6 +552,51 @@ class S3MountTest(unittest.TestCase):
                 p0 = polls(stats(mb))
                 self.assertFalse(os.path.exists(os.path.join(mb, "no-such-key.bin")))
                 self.assertTrue(self.wait_for(lambda: polls(stats(mb)) > p0, timeout=3.0))
+
+    def test_access_denied_is_eacces(self):
+        """403 from the gateway answers EACCES, as docs/s3.md says: a mount with a wrong secret fails (exit 1)
+        naming the credentials; a key removed while a node is mounted makes a read of a file only in the
+        bucket fail with EACCES (not EIO: nothing is wrong with the data or the gateway, and retrying does
+        not help until the credentials are fixed), never wrong bytes, with a log line naming the credentials."""
+        a, b = self.node("a", "staging-a"), self.node("b", "staging-b")
+        files = {}
+        with self.mount(a, node_id="a", segment_size="8MiB") as (ma, _, _):
+            os.makedirs(os.path.join(ma, "kv"))
+            for i in range(6):
+                rel = "kv/chunk-%03d.bin" % i
+                with open(os.path.join(ma, rel), "wb") as f:
+                    f.write(chunk_bytes(i))
+                files[rel] = chunk_bytes(i)
+        access, secret = "KVFSTESTDENIEDKEY0003", "kvfs-test-secret-key-denied-0000000000003"
+        self.add_key(access, secret)
+        saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+        try:
+            env = dict(self.env, AWS_ACCESS_KEY_ID=access, AWS_SECRET_ACCESS_KEY=secret)
+            self.env, old_env = env, self.env
+            with self.mount(b, node_id="b", peer_poll_ms=0) as (mb, _, _):
+                with open(os.path.join(mb, "kv/chunk-000.bin"), "rb") as f:
+                    self.assertEqual(f.read(), files["kv/chunk-000.bin"])
+                self.remove_key(access)
+                self.assertTrue(self.wait_for(lambda: self.key_refused(access, secret), timeout=30))
+                with self.assertRaises(OSError) as cm:
+                    with open(os.path.join(mb, "kv/chunk-003.bin"), "rb") as f:
+                        f.read()
+                self.assertEqual(cm.exception.errno, errno.EACCES, cm.exception)
+                self.assertGreaterEqual(sum(s3_stats(mb)["requests"].values()), 1)
+            self.env = old_env
+        finally:
+            for k, v in saved.items():
+                if v is not None:
+                    os.environ[k] = v
+        with open(b.log, errors="replace") as f:
+            self.assertIn("check the credentials", f.read())
+        r = subprocess.run([kvfs_binary(), "mount", b.mnt, "--backing", b.backing, "--index-dir", b.index + "-2",
+                            "--foreground", "--s3-endpoint", self.srv["endpoint"], "--s3-staging", b.staging,
+                            "--s3-path-style", "--node-id", "c"], capture_output=True, text=True, timeout=120,
+                           env=dict(self.env, AWS_SECRET_ACCESS_KEY="wrong-secret"))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("HTTP 403", r.stderr)
+        self.assertIn("check the credentials", r.stderr)
 
     def test_usage_errors(self):
         a = self.node("u")
