@@ -16,6 +16,8 @@
 #include <random>
 #include <thread>
 
+#include <sys/stat.h>
+
 #include "blockstore/log.h"
 
 namespace kvfs {
@@ -195,6 +197,8 @@ Result<S3Credentials> S3Credentials::FromSharedFile(const std::string& path, con
     return Status::InvalidArgument("s3 credentials file " + path + " profile [" + profile +
                                    "] lacks aws_access_key_id or aws_secret_access_key");
   }
+  c.file = path;
+  c.profile = profile;
   return c;
 }
 
@@ -396,6 +400,9 @@ Result<std::unique_ptr<S3Client>> S3Client::Create(S3Config config) {
     return Status::InvalidArgument("s3: timeouts and the deadline must be positive");
   }
   std::unique_ptr<S3Client> c(new S3Client(std::move(config)));
+  c->creds_ = std::make_shared<const S3Credentials>(c->config_.credentials);
+  c->cred_file_id_ = S3CredFileId(c->config_.credentials.file);  // a change after this is re-read
+  c->cred_checked_ = S3Clock::now();
   c->scheme_host_ = scheme + "://" + (c->config_.path_style ? ep : c->config_.bucket + "." + ep);
   c->sigv4_ = "aws:amz:" + c->config_.region + ":s3";
   return c;
@@ -423,6 +430,52 @@ Status S3Client::Fail(S3Op op, Status s) {
   return s;
 }
 
+// What tells a rewritten credentials file: mtime, size, inode (an agent's write-temp + rename).
+S3Client::FileId S3Client::S3CredFileId(const std::string& file) {
+  FileId id;
+  struct stat st{};
+  if (!file.empty() && stat(file.c_str(), &st) == 0) {
+    id.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+    id.size = st.st_size;
+    id.ino = st.st_ino;
+  }
+  return id;
+}
+
+std::shared_ptr<const S3Credentials> S3Client::Credentials(bool force, bool* changed) {
+  if (changed) *changed = false;
+  std::lock_guard<std::mutex> l(cred_mu_);
+  const std::string& file = creds_->file;
+  if (file.empty()) return creds_;
+  const auto now = S3Clock::now();
+  if (!force && cred_checked_ != TimePoint{} && now - cred_checked_ < std::chrono::seconds(1)) return creds_;
+  cred_checked_ = now;
+  const FileId id = S3CredFileId(file);
+  if (!force && id == cred_file_id_) return creds_;
+  auto fresh = S3Credentials::FromSharedFile(file, creds_->profile);
+  if (!fresh.ok()) {
+    // Mid-rewrite, removed, or broken: keep signing with what we have (they may still work).
+    if (!cred_warned_) {
+      spdlog::warn("kvfs: s3: re-reading the credentials: {}; still using the previous ones", fresh.status().message());
+      cred_warned_ = true;
+    }
+    return creds_;
+  }
+  cred_warned_ = false;
+  cred_file_id_ = id;
+  const bool differ = fresh->access_key_id != creds_->access_key_id ||
+                      fresh->secret_access_key != creds_->secret_access_key ||
+                      fresh->session_token != creds_->session_token;
+  if (differ) {
+    creds_ = std::make_shared<const S3Credentials>(std::move(*fresh));
+    counters_.credential_reloads++;
+    spdlog::info("kvfs: s3: credentials re-read from {} [{}] (access key {}){}", file, creds_->profile,
+                 creds_->access_key_id, force ? " after an access denied" : "");
+  }
+  if (changed) *changed = differ;
+  return creds_;
+}
+
 S3Client::TimePoint S3Client::CallDeadline() const {
   return std::min(S3Clock::now() + std::chrono::milliseconds(config_.deadline_ms), BackingDeadlineScope::Current());
 }
@@ -434,6 +487,7 @@ Status S3Client::Perform(S3Op op, Request& req, Response* resp, const TimePoint*
   const std::string url = Url(req.key, req.query);
   thread_local std::minstd_rand rng(std::random_device{}());
   std::string last_error;
+  bool cred_retried = false;  // a 403 naming the key or token was retried once with re-read credentials
   for (uint32_t attempt = 0;; ++attempt) {
     const auto now = S3Clock::now();
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
@@ -458,8 +512,9 @@ Status S3Client::Perform(S3Op op, Request& req, Response* resp, const TimePoint*
     // No "Expect:" override here: libcurl 7.88 signs an empty header it then does not send (403). Its
     // own Expect: 100-continue on large bodies is added after signing, and spares sending a body a 403
     // or 412 would refuse.
-    if (!config_.credentials.session_token.empty()) {
-      hdrs = curl_slist_append(hdrs, ("x-amz-security-token: " + config_.credentials.session_token).c_str());
+    const std::shared_ptr<const S3Credentials> creds = Credentials();
+    if (!creds->session_token.empty()) {
+      hdrs = curl_slist_append(hdrs, ("x-amz-security-token: " + creds->session_token).c_str());
     }
     for (const auto& x : req.headers) hdrs = curl_slist_append(hdrs, x.c_str());
 
@@ -467,8 +522,8 @@ Status S3Client::Perform(S3Op op, Request& req, Response* resp, const TimePoint*
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4_.c_str());
-    curl_easy_setopt(h, CURLOPT_USERNAME, config_.credentials.access_key_id.c_str());
-    curl_easy_setopt(h, CURLOPT_PASSWORD, config_.credentials.secret_access_key.c_str());
+    curl_easy_setopt(h, CURLOPT_USERNAME, creds->access_key_id.c_str());
+    curl_easy_setopt(h, CURLOPT_PASSWORD, creds->secret_access_key.c_str());
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
                      static_cast<long>(std::min<int64_t>(config_.connect_timeout_ms, left)));
@@ -569,6 +624,20 @@ Status S3Client::Perform(S3Op op, Request& req, Response* resp, const TimePoint*
       if (status == 404) {
         s = Status::NotFound(msg);
       } else if (status == 403) {
+        // Credentials that stopped working (temporary ones expired, a key rotated): if they come from a
+        // shared credentials file, re-read it and retry once at once with the new ones. A HEAD's 403 has
+        // no body (no code): it counts as naming the key. AccessDenied (a policy) is not retried.
+        const std::string& c3 = resp->s3_code;
+        const bool key_or_token = c3.empty() || c3 == "ExpiredToken" || c3 == "InvalidAccessKeyId" ||
+                                  c3 == "InvalidToken" || c3 == "TokenRefreshRequired" ||
+                                  c3 == "SignatureDoesNotMatch" || c3 == "InvalidClientTokenId";
+        bool changed = false;
+        if (key_or_token && !cred_retried && !creds->file.empty() && (Credentials(true, &changed), changed)) {
+          cred_retried = true;
+          counters_.credential_retries++;
+          spdlog::debug("{}: {} — retrying with the re-read credentials", what, last_error);
+          continue;
+        }
         s = Status::IOError(
             msg +
                 ": access denied; check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "

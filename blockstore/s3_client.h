@@ -52,6 +52,11 @@ struct S3Credentials {
   std::string access_key_id;
   std::string secret_access_key;
   std::string session_token;  // optional (temporary credentials): sent as x-amz-security-token
+  // Where they came from, when from a shared credentials file (FromSharedFile): the client re-reads the
+  // file when it changes and after a 403 naming the key or the token (S3Client::Credentials), so a file
+  // rotated by an agent (temporary credentials) keeps a long-running mount working. Empty: fixed (the
+  // environment is read once).
+  std::string file, profile;
 
   // AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (/ AWS_SESSION_TOKEN) when both of the first two are set;
   // else the shared credentials file (AWS_SHARED_CREDENTIALS_FILE, default ~/.aws/credentials), section
@@ -130,6 +135,9 @@ struct S3Counters {
   std::atomic<uint64_t> split_reads{0}, read_parts{0}, read_parts_parallel{0};
   // GET transfers running now, and the most at once since the client was made (a gauge and its peak).
   std::atomic<uint64_t> gets_in_flight{0}, gets_in_flight_peak{0};
+  // Credentials re-read from the shared credentials file because it changed or a 403 named the key or
+  // token (S3Credentials::file), and the 403s retried once with the re-read credentials.
+  std::atomic<uint64_t> credential_reloads{0}, credential_retries{0};
   uint64_t Requests(S3Op op) const { return requests[static_cast<size_t>(op)].load(); }
   uint64_t Failures(S3Op op) const { return failures[static_cast<size_t>(op)].load(); }
   uint64_t TotalRequests() const;
@@ -236,6 +244,11 @@ class S3Client {
                    const std::function<Result<std::string_view>(uint64_t, size_t)>& part_data);
   // Counts a failed call of type op and logs it (rate-limited warn; NotFound at debug); returns s.
   Status Fail(S3Op op, Status s);
+  // The credentials to sign the next request with. From a shared credentials file
+  // (S3Credentials::file), the file is stat'ed at most once a second and re-read when its mtime, size or
+  // inode changed; force: re-read now (after a 403 naming the key or token). *changed: the keys differ
+  // from the ones in use before. A file that cannot be read or parsed keeps the old ones (one warning).
+  std::shared_ptr<const S3Credentials> Credentials(bool force = false, bool* changed = nullptr);
   friend struct S3ClientCallbacks;
 
   S3Config config_;
@@ -245,6 +258,16 @@ class S3Client {
   std::unique_ptr<HandlePool> pool_;
   std::once_flag helpers_once_;
   std::unique_ptr<ReadHelpers> helpers_;  // made at the first split read (read_parallel threads)
+  std::mutex cred_mu_;  // guards the four below
+  std::shared_ptr<const S3Credentials> creds_;
+  TimePoint cred_checked_{};
+  struct FileId {
+    int64_t mtime_ns = 0, size = -1;
+    uint64_t ino = 0;
+    bool operator==(const FileId&) const = default;
+  } cred_file_id_;
+  bool cred_warned_ = false;
+  static FileId S3CredFileId(const std::string& file);
 };
 
 }  // namespace kvfs

@@ -320,6 +320,9 @@ struct StoreStats {
   // threads; GETs in flight now and the most at once.
   uint64_t s3_split_reads = 0, s3_read_parts = 0, s3_read_parts_parallel = 0, s3_gets_in_flight = 0,
            s3_gets_in_flight_peak = 0;
+  // Credentials re-read from the shared credentials file (changed, or after a 403 naming the key or
+  // token), and requests retried once with the re-read ones (S3Counters).
+  uint64_t s3_credential_reloads = 0, s3_credential_retries = 0;
   // Segments on the export now: this node first (exact), then peers by id (their files' sizes); never empty.
   // The totals over all nodes: SumSegmentStats(nodes).
   std::vector<NodeSegmentStats> nodes;

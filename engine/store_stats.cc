@@ -174,6 +174,8 @@ StoreStats StoreImpl::GetStats() {
     s.s3_read_parts_parallel = c.read_parts_parallel.load();
     s.s3_gets_in_flight = c.gets_in_flight.load();
     s.s3_gets_in_flight_peak = c.gets_in_flight_peak.load();
+    s.s3_credential_reloads = c.credential_reloads.load();
+    s.s3_credential_retries = c.credential_retries.load();
     s.s3_segments_uploaded = tier_segments_uploaded_.load();
     s.s3_journal_publications = tier_journal_publications_.load();
     s.s3_failures = tier_failures_.load();

@@ -194,7 +194,9 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                {"read_parts", st.s3_read_parts},
                {"read_parts_parallel", st.s3_read_parts_parallel},
                {"gets_in_flight", st.s3_gets_in_flight},
-               {"gets_in_flight_peak", st.s3_gets_in_flight_peak}};
+               {"gets_in_flight_peak", st.s3_gets_in_flight_peak},
+               {"credential_reloads", st.s3_credential_reloads},
+               {"credential_retries", st.s3_credential_retries}};
   }
   j["recovery"] = {{"own_entries_applied", st.recovery_entries},
                    {"cuts", st.recovery_cuts},
@@ -490,6 +492,11 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
     e.One("kvfs_s3_gets_in_flight", "gauge", "S3 GETs being transferred now.", st.s3_gets_in_flight);
     e.One("kvfs_s3_gets_in_flight_peak", "gauge", "The most S3 GETs in flight at once since the mount.",
           st.s3_gets_in_flight_peak);
+    e.One("kvfs_s3_credential_reloads_total", "counter",
+          "S3 credentials re-read from the shared credentials file (it changed, or a 403 named the key).",
+          st.s3_credential_reloads);
+    e.One("kvfs_s3_credential_retries_total", "counter",
+          "S3 requests answered 403 and retried once with re-read credentials.", st.s3_credential_retries);
   }
   return std::move(e.str());
 }

@@ -598,6 +598,80 @@ class S3MountTest(unittest.TestCase):
         self.assertIn("HTTP 403", r.stderr)
         self.assertIn("check the credentials", r.stderr)
 
+    def test_rotated_credentials_file_keeps_writes_working(self):
+        """Credentials from the shared credentials file (AWS_SHARED_CREDENTIALS_FILE), rotated under a running
+        mount (an agent renewing temporary credentials; the gateway user has two keys, the old one removed
+        after the rotation): uploads keep working. First rotation: a new file renamed over the old (mtime,
+        inode: re-read at the next request); second: rewritten in place with the old mtime and size (only the
+        403 InvalidAccessKeyId tells: re-read, the request retried once). A remount with the last key reads
+        every file back byte-exact from the bucket."""
+        keys = [("KVFSTESTROTATEKEY0001", "kvfs-test-secret-key-rotate-0000000000001"),
+                ("KVFSTESTROTATEKEY0002", "kvfs-test-secret-key-rotate-0000000000002"),
+                ("KVFSTESTROTATEKEY0003", "kvfs-test-secret-key-rotate-0000000000003")]
+        self.add_key(*keys[0])
+        cred = os.path.join(self.root, "credentials")
+
+        def write_creds(k, path):
+            with open(path, "w") as f:
+                f.write("[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n" % k)
+
+        write_creds(keys[0], cred)
+        a = self.node("a", "staging-a")
+        files = {}
+        saved = {k: os.environ.pop(k, None) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+        old_env = self.env
+        try:
+            self.env = {k: v for k, v in self.env.items() if k not in saved}
+            self.env["AWS_SHARED_CREDENTIALS_FILE"] = cred
+            with self.mount(a, node_id="a", segment_size="4MiB") as (ma, _, _):
+                os.makedirs(os.path.join(ma, "kv"))
+
+                def store_and_upload(i):
+                    rel = "kv/chunk-%03d.bin" % i
+                    with open(os.path.join(ma, rel), "wb") as f:
+                        f.write(chunk_bytes(i))
+                    files[rel] = chunk_bytes(i)
+                    want = s3_stats(ma)["segments_uploaded"] + 1
+                    with open(os.path.join(ma, "kv/seal-%d.bin" % i), "wb") as f:  # seals the segment
+                        f.write(chunk_bytes(100 + i, 3 << 20))
+                    files["kv/seal-%d.bin" % i] = chunk_bytes(100 + i, 3 << 20)
+                    return self.wait_for(lambda: s3_stats(ma)["segments_uploaded"] >= want and
+                                         s3_stats(ma)["segments_pending"] == 0, timeout=30)
+
+                self.assertTrue(store_and_upload(0))
+                # Rotation 1: a new file renamed over the old one, the old key removed.
+                self.add_key(*keys[1])
+                write_creds(keys[1], cred + ".tmp")
+                os.rename(cred + ".tmp", cred)
+                self.remove_key(keys[0][0])
+                self.assertTrue(self.wait_for(lambda: self.key_refused(*keys[0]), timeout=30))
+                self.assertTrue(store_and_upload(1), s3_stats(ma))
+                st = s3_stats(ma)
+                self.assertEqual(st["credential_reloads"], 1, st)
+                # Rotation 2: same file, same size, the old mtime: only the gateway's 403 tells.
+                self.add_key(*keys[2])
+                before = os.stat(cred)
+                with open(cred, "r+") as f:
+                    f.write("[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n" % keys[2])
+                os.utime(cred, ns=(before.st_atime_ns, before.st_mtime_ns))
+                self.assertEqual((os.stat(cred).st_size, os.stat(cred).st_ino), (before.st_size, before.st_ino))
+                self.remove_key(keys[1][0])
+                self.assertTrue(self.wait_for(lambda: self.key_refused(*keys[1]), timeout=30))
+                self.assertTrue(store_and_upload(2), s3_stats(ma))
+                st = s3_stats(ma)
+                self.assertEqual(st["credential_reloads"], 2, st)
+                self.assertGreaterEqual(st["credential_retries"], 1, st)
+                self.assertEqual(st["segments_pending"], 0, st)
+            b = self.node("b", "staging-b")
+            with self.mount(b, node_id="b") as (mb, _, _):
+                self.assertEqual(self.read_all(mb, files), sorted(os.path.basename(r) for r in files))
+        finally:
+            self.env = old_env
+            os.environ.pop("AWS_SHARED_CREDENTIALS_FILE", None)
+            for k, v in saved.items():
+                if v is not None:
+                    os.environ[k] = v
+
     def test_usage_errors(self):
         a = self.node("u")
         r = subprocess.run([kvfs_binary(), "mount", a.mnt, "--backing", a.backing,

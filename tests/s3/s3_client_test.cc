@@ -932,7 +932,7 @@ TEST(S3ConfigTest, CreateChecksTheConfig) {
   c.endpoint = "http://127.0.0.1:1";
   c.bucket = "bkt";
   EXPECT_TRUE(S3Client::Create(c).status().IsInvalidArgument());  // no credentials
-  c.credentials = {"id", "secret", ""};
+  c.credentials = {"id", "secret", "", "", ""};
   EXPECT_TRUE(S3Client::Create(c).ok());
   c.endpoint = "ftp://x";
   EXPECT_TRUE(S3Client::Create(c).status().IsInvalidArgument());
