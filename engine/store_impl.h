@@ -397,8 +397,10 @@ class StoreImpl final : public Store {
   // this generation's journal up to the last synced entry such that it and every entry before it have
   // their segments in the bucket. force: publish even if the last publication was less than
   // kTierPublishInterval ago.
-  void TierRound(bool force);
-  // Close: TierRound until nothing is queued (a few tries); the error if something stays unpublished.
+  // Returns the round's failure (OK when everything it tried succeeded).
+  Status TierRound(bool force);
+  // Close: TierRound until nothing is queued (a few tries, none after a round that timed out); the error
+  // if something stays unpublished.
   Status TierFlush();
   // OK once this generation's journal is published through pos (after a TierRound); Busy otherwise.
   // UnlinkDue: a dropped segment's object is deleted only after its DROP is published.

@@ -367,7 +367,8 @@ Status StoreImpl::Close() {
     if (!c.ok()) spdlog::warn("kvfs: peers file at unmount: {}", c.ToString());
   }
   if (s.ok() && opts_.tier) s = TierFlush();  // what the checkpoint appended (journal rotation)
-  if (s.ok() && opts_.tier) {
+  if (opts_.tier) {
+    // Also after a failed unmount (a gateway down): what it cost is what a site pays for.
     const S3Counters& c = opts_.tier->s3_counters();
     spdlog::info("kvfs: s3: {} segment(s) uploaded, {} journal publication(s); requests put={} get={} head={} "
                  "delete={} list={} multipart={}/{}/{} total={}; bytes sent {} received {}",

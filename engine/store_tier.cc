@@ -133,9 +133,9 @@ void StoreImpl::TierNoteSynced(const JournalPosition& synced) {
   tier_cv_.notify_all();
 }
 
-void StoreImpl::TierRound(bool force) {
+Status StoreImpl::TierRound(bool force) {
   ObjectTier* tier = opts_.tier;
-  if (!tier) return;
+  if (!tier) return Status::OK();
   std::lock_guard<std::mutex> io(tier_io_mu_);
   // 1. Uploads, oldest first.
   bool uploaded_any = false;
@@ -233,6 +233,7 @@ void StoreImpl::TierRound(bool force) {
     spdlog::info("kvfs: s3: uploads work again");
     tier_failing_ = false;
   }
+  return failed;
 }
 
 Status StoreImpl::TierPublishedThrough(const JournalPosition& pos) {
@@ -248,10 +249,20 @@ Status StoreImpl::TierFlush() {
   if (!opts_.tier) return Status::OK();
   TierNoteSynced(journal_->synced_position());
   for (int i = 0; i < kTierFlushTries; i++) {
-    TierRound(true);
+    Status r = TierRound(true);
     {
       std::lock_guard<std::mutex> l(tier_mu_);
       if (tier_pending_.empty() && tier_rounds_.empty()) break;
+    }
+    // A round that timed out waited the whole S3 deadline (--backing-deadline-ms) for a gateway that
+    // does not answer: another would wait as long again. Ten of them made an unmount under a hung
+    // gateway take 10 x the deadline (63 s at 5 s); now it gives up here, the staging directory keeps
+    // what is not uploaded, and the next mount with it uploads it. Fast failures (refused connections,
+    // 5xx: each call already retried with backoff inside its deadline) still get the ten tries.
+    if (r.IsTimedOut()) {
+      spdlog::warn("kvfs: s3: unmount: the gateway did not answer within the deadline ({}); not retrying",
+                   ErrnoText(r));
+      break;
     }
     std::this_thread::sleep_for(kTierFlushWait);
   }

@@ -672,6 +672,46 @@ class S3MountTest(unittest.TestCase):
                 if v is not None:
                     os.environ[k] = v
 
+    def test_unmount_under_a_hung_gateway_is_bounded(self):
+        """The gateway frozen (SIGSTOP: it accepts connections and never answers) while a node holds an
+        unsealed segment: kvfs umount fails (exit 1: the staging directory keeps the data) after ONE round
+        of uploads timed out, not ten: the S3 requests sent from the freeze to the end of the unmount (the
+        daemon's last counter line) are a handful (the uploader's and the unmount's segment PUT, a heartbeat
+        PUT, a tailer LIST), where ten rounds of retries sent 10+ PUTs and took 63 s at a 5 s deadline. The
+        time is printed only (a bound of 10 x the deadline only tells "returned" from "hung")."""
+        if not self.srv.get("dir"):
+            self.skipTest("external server (KVFS_S3_ENDPOINT): not stopped by the tests")
+        a = self.node("a", "staging-a")
+        with open(os.path.join(self.srv["dir"], "rgw.pid")) as f:
+            rgw = int(f.read())
+        deadline_ms = 2000
+        with self.mount(a, node_id="a", backing_deadline_ms=deadline_ms) as (ma, _, proc):
+            with open(os.path.join(ma, "one.bin"), "wb") as f:
+                f.write(chunk_bytes(1))
+            before = s3_stats(ma)["requests"]["total"]
+            os.kill(rgw, signal.SIGSTOP)
+            try:
+                t0 = time.time()
+                r = subprocess.run([kvfs_binary(), "umount", ma], capture_output=True, text=True, timeout=300)
+                secs = time.time() - t0
+                proc.wait(timeout=60)
+            finally:
+                os.kill(rgw, signal.SIGCONT)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        after = s3_requests(a.log)
+        self.assertIsNotNone(after, "no s3 counter line in " + a.log)
+        sent = after["total"] - before
+        print("\nhung gateway, deadline %d ms: kvfs umount exit %d after %.1f s, %d S3 requests sent (%s)"
+              % (deadline_ms, r.returncode, secs, sent, after))
+        self.assertLessEqual(sent, 6, after)
+        self.assertLess(secs, 10 * deadline_ms / 1000.0)
+        with open(a.log, errors="replace") as f:
+            self.assertIn("did not answer within the deadline", f.read())
+        # The data is not lost: the next mount with the staging directory uploads it.
+        with self.mount(a, node_id="a") as (ma, _, _):
+            with open(os.path.join(ma, "one.bin"), "rb") as f:
+                self.assertEqual(f.read(), chunk_bytes(1))
+
     def test_usage_errors(self):
         a = self.node("u")
         r = subprocess.run([kvfs_binary(), "mount", a.mnt, "--backing", a.backing,
