@@ -712,6 +712,65 @@ class S3MountTest(unittest.TestCase):
             with open(os.path.join(ma, "one.bin"), "rb") as f:
                 self.assertEqual(f.read(), chunk_bytes(1))
 
+    def test_config_file_and_fstab_forms(self):
+        """The S3 options as config-file keys (`kvfs mount MNT --config FILE`, what kvfs@.service runs) and as
+        fstab options (the mount(8) helper form mount.fuse3 runs, `kvfs s3://BUCKET/PREFIX MNT -o
+        s3_endpoint=...,s3_staging=...,s3_path_style`, and, as root with mount.fuse3, a real fstab line through
+        `mount --fstab FILE`): each mounts the bucket as a daemon, and what one wrote the next reads back."""
+        a = self.node("a", "staging-a")
+        cfg = os.path.join(self.root, "kvfs.conf")
+        with open(cfg, "w") as f:
+            f.write("# the S3 keys of docs/operations.md\n"
+                    "backing = s3://%s/kv\ns3-endpoint = %s\ns3-region = us-east-1\ns3-path-style = true\n"
+                    "s3-staging = %s\nseal-after-ms = 0\ns3-read-parts = 4\ns3-read-split-min = 4MiB\n"
+                    "peer-poll-max-ms = 10000\nbacking-deadline-ms = 30000\nnode-id = cfg\nindex-dir = %s\n"
+                    "log-file = %s\n" % (self.bucket, self.srv["endpoint"], a.staging, a.index, a.log))
+        run = lambda cmd: subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=self.env)
+        r = run([kvfs_binary(), "mount", a.mnt, "--config", cfg, "--quiet"])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        try:
+            self.assertTrue(s3_stats(a.mnt)["requests"]["list"] >= 1)  # an S3 backing, from the file's keys
+            with open(os.path.join(a.mnt, "from-config.bin"), "wb") as f:
+                f.write(chunk_bytes(1))
+        finally:
+            r = run([kvfs_binary(), "umount", a.mnt])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        opts = ("_netdev,nofail,node_id=cfg,index_dir=%s,s3_endpoint=%s,s3_staging=%s,s3_path_style,"
+                "s3_read_split_min=4MiB,log_file=%s" % (a.index, self.srv["endpoint"], a.staging, a.log))
+        r = run([kvfs_binary(), "s3://%s/kv" % self.bucket, a.mnt, "-o", opts + ",dev,suid"])  # as mount.fuse3
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        try:
+            with open(os.path.join(a.mnt, "from-config.bin"), "rb") as f:
+                self.assertEqual(f.read(), chunk_bytes(1))
+            with open(os.path.join(a.mnt, "from-helper.bin"), "wb") as f:
+                f.write(chunk_bytes(2))
+        finally:
+            r = run([kvfs_binary(), "umount", a.mnt])
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        helper = [p for p in ("/sbin/mount.fuse3", "/usr/sbin/mount.fuse3") if os.path.exists(p)]
+        link = "/usr/local/sbin/kvfs"
+        if os.geteuid() != 0 or not helper or not shutil.which("mount") or os.path.lexists(link):
+            print("\nfstab line through mount(8): skipped (needs root, mount.fuse3 and a free %s)" % link)
+            return
+        # mount(8) finds the helper's kvfs only in sh's default path (docs/operations.md "fstab").
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        os.symlink(os.path.realpath(kvfs_binary()), link)
+        try:
+            fstab = os.path.join(self.root, "fstab")
+            with open(fstab, "w") as f:
+                f.write("s3://%s/kv %s fuse.kvfs %s 0 0\n" % (self.bucket, a.mnt, opts))
+            r = run(["mount", "--fstab", fstab, a.mnt])
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            try:
+                for name, i in (("from-config.bin", 1), ("from-helper.bin", 2)):
+                    with open(os.path.join(a.mnt, name), "rb") as f:
+                        self.assertEqual(f.read(), chunk_bytes(i), name)
+            finally:
+                r = run([kvfs_binary(), "umount", a.mnt])
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        finally:
+            os.unlink(link)
+
     def test_usage_errors(self):
         a = self.node("u")
         r = subprocess.run([kvfs_binary(), "mount", a.mnt, "--backing", a.backing,
