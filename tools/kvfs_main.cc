@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
                     "staged bytes spill to the active segment");
   mount->add_option("--max-file-size", ma.max_file_size,
                     "largest file size, e.g. 64GiB (default 16GiB, at most 1TiB); a write or truncate "
-                    "beyond it is EFBIG (files on kvfs are not sparse: a file costs its size when committed)");
+                    "beyond it is EFBIG (holes cost neither memory nor export space)");
   mount->add_flag("--foreground,-f", ma.foreground, "stay in the foreground");
   mount->add_flag("--quiet,-q", ma.quiet,
                   "print nothing when mounted (default: one line naming the mount, node, segment size and log)");
