@@ -184,6 +184,7 @@ class ChunkBuffer {
         slots_[ci].base_mapped = false;
         slots_[ci].mapped = false;
         slots_[ci].dirty.reset();
+        slots_[ci].holed.reset();
         ram_chunks_++;
       } else {
         Status s = Materialize(ci, fetch);
@@ -199,6 +200,7 @@ class ChunkBuffer {
       slots_[ci].base_mapped = false;
       slots_[ci].mapped = false;
       slots_[ci].dirty.reset();
+      slots_[ci].holed.reset();
       ram_chunks_++;
     }
     if (off > size_) {
@@ -222,10 +224,10 @@ class ChunkBuffer {
   // fallocate PUNCH_HOLE (the size never changes): [off, off + len) clipped to the size reads as zeros.
   // A chunk it covers whole (up to the end of the file) becomes a hole (its RAM freed); in a chunk it
   // covers in part (materialized first: one read of up to 1 MiB, at most two such chunks) the bytes
-  // are zeroed, and a page becomes a hole when the range covers it whole and nothing lies under it (no
-  // base bytes); the other pages it touches are written zeros (dirty), since a RAM chunk's base is one
-  // run from its start and cannot have a hole in its middle. On an error (a fetch, no memory) the bytes
-  // are unchanged (a chunk may be materialized, with the same bytes).
+  // are zeroed, a page the range covers whole becomes a hole (over base bytes too: `holed`, the base
+  // is not used there any more), and the pages it covers in part over base bytes are written zeros
+  // (dirty). On an error (a fetch, no memory) the bytes are unchanged (a chunk may be materialized,
+  // with the same bytes).
   Status Punch(uint64_t off, uint64_t len, const Fetch& fetch) {
     if (len == 0 || off >= size_) return Status::OK();
     const uint64_t end = std::min(size_, off + std::min(len, size_ - off));
@@ -249,10 +251,11 @@ class ChunkBuffer {
       const bool has_base = s.base_mapped || !s.base.empty();
       for (uint64_t pg = lo / kPage; pg * kPage < hi; ++pg) {
         const uint64_t ps = pg * kPage, pe = std::min(clen, ps + kPage);
-        if (has_base && ps < s.base_len) {
-          s.dirty.set(pg);  // zeros over base bytes
-        } else if (lo <= ps && hi >= pe) {
-          s.dirty.reset(pg);  // covered whole, nothing under it: a hole
+        if (lo <= ps && hi >= pe) {
+          s.dirty.reset(pg);  // covered whole: a hole (over base bytes too)
+          if (has_base && ps < s.base_len) s.holed.set(pg);
+        } else if (has_base && ps < s.base_len) {
+          s.dirty.set(pg);  // zeros over part of a page of base bytes
         }  // else: part of a page over nothing; its other bytes keep their state
       }
     }
@@ -389,7 +392,32 @@ class ChunkBuffer {
       s.base_len = ChunkLen(i);
       s.base_mapped = true;
       s.dirty.reset();
+      s.holed.reset();  // the map has those holes now
     }
+  }
+
+  // After a FLUSH wrote the whole value as one record `rec` (Parts(): every chunk i is value bytes
+  // [i * kChunk, ...) of rec): every RAM chunk keeps its bytes, clean, with rec under it, so the next
+  // DirtyParts() / ToExtentMap() count only what is written after this (a file reopened for writing
+  // before its first close committed, or written on after an fsync, appends only its changes, not the
+  // whole file again). Chunks not in RAM (holes, references a spill made meanwhile) are unchanged.
+  // O(chunks), nothing read or copied.
+  void RebaseWhole(const Location& rec) {
+    bool mapped_left = false;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Slot& s = slots_[i];
+      if (!s.ram) {
+        mapped_left = mapped_left || s.mapped;
+        continue;
+      }
+      s.base = rec;
+      s.base_off = i * kChunk;
+      s.base_len = ChunkLen(i);
+      s.base_mapped = false;
+      s.dirty.reset();
+      s.holed.reset();
+    }
+    if (!mapped_left) base_map_.reset();
   }
 
   // SEEK_DATA / SEEK_HOLE of the staged bytes, split as ToExtentMap splits them (what a FLUSH in
@@ -440,6 +468,9 @@ class ChunkBuffer {
     uint64_t base_len = 0;
     bool base_mapped = false;  // the bytes under it are base_map_'s (base/base_off unused)
     std::bitset<kChunk / kPage> dirty{};
+    // Pages over base bytes that a punch made holes (read as zeros, no base under them); a write
+    // makes the page dirty, which wins.
+    std::bitset<kChunk / kPage> holed{};
     bool mapped = false;  // not in RAM: read through base_map_ (several extents and/or holes)
   };
 
@@ -478,7 +509,7 @@ class ChunkBuffer {
         if (s.dirty.test(b / kPage)) {
           k = RunKind::kDirty;
           e = page_end;
-        } else if (b < s.base_len && (s.base_mapped || !s.base.empty())) {
+        } else if (b < s.base_len && (s.base_mapped || !s.base.empty()) && !s.holed.test(b / kPage)) {
           k = s.base_mapped ? RunKind::kMapped : RunKind::kBase;
           e = std::min(page_end, s.base_len);
         } else {
@@ -552,6 +583,7 @@ class ChunkBuffer {
       s.base_len = 0;
       s.base_mapped = false;
       s.dirty.reset();
+      s.holed.reset();
       ram_chunks_++;
       return Status::OK();
     }
@@ -571,6 +603,7 @@ class ChunkBuffer {
     s.mapped = false;
     s.base_len = ChunkLen(i);
     s.dirty.reset();
+    s.holed.reset();
     s.loc = Location{};
     ram_chunks_++;
     return Status::OK();

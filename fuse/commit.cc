@@ -89,7 +89,9 @@ Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
     g.lock();
   }
   Result<Location> r = Location{};
-  if (!v.data.has_refs()) {
+  const uint64_t wrote_gen = v.gen;  // g (shared) is held: writers wait until the record is written
+  const bool from_parts = !v.data.has_refs();
+  if (from_parts) {
     r = store->WriteRecord(in.ino, v.data.Parts());
   } else {
     // Partly spilled (or a changed copy-on-write version): the value is written again whole, streamed
@@ -116,7 +118,20 @@ Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
   v.record = *r;
   v.record_ext = {};
   v.has_record = true;
-  v.record_gen = v.gen;
+  v.record_gen = wrote_gen;
+  if (from_parts) {
+    // The version's RAM chunks are that record now, clean (ChunkBuffer::RebaseWhole): a writer that
+    // joins the version (reopened within the commit delay) or writes on after an fsync makes the next
+    // FLUSH append only its changes, as after an extent FLUSH. Skipped if a write landed between the
+    // two locks (its pages are not in the record: everything stays dirty, the next FLUSH writes it
+    // whole again). The record is then held like a spill, until the version ends.
+    g.unlock();
+    std::unique_lock<std::shared_mutex> u(v.mu);
+    if (v.gen == wrote_gen) {
+      v.data.RebaseWhole(*r);
+      v.spills.push_back(*r);
+    }
+  }
   return Status::OK();
 }
 

@@ -330,6 +330,105 @@ class SeekDataHole(kf.SharedBackingCase):
                     self.assertEqual(seek_answers(p, [o for o, _ in want[name]]), want[name], "%s on node b" % name)
 
 
+@kf.skip_unless_fuse
+class RewriteAfterWholeFlush(kf.SharedBackingCase):
+    """A version whose FLUSH wrote it whole (all new bytes: one plain record) and that is written again
+    (a writable reopen within the commit delay joins it; writes after an fsync) appends only what
+    changed since that FLUSH: its chunks are clean references to that record (ChunkBuffer::RebaseWhole,
+    design.md §13 step 3). Before, its pages stayed dirty and the next FLUSH appended them all again
+    (a 2 MiB punch of a just-written 8 MiB file wrote 6,295,665 more bytes). Counts
+    backing_bytes_written; a 1 s commit delay makes every reopen join the closed version."""
+
+    PREFIX = "kvfs-rebase-whole-"
+    DELAY_S = 1.0
+
+    def written(self, mnt, fn):
+        before = kf.stats(mnt)["backing_bytes_written"]
+        fn()
+        time.sleep(self.DELAY_S + 0.5)  # the deferred commit and its group commit round
+        n = kf.stats(mnt)["backing_bytes_written"] - before
+        sys.stderr.write("extents_test: %s wrote %d bytes to the export\n" % (fn.__name__, n))
+        return n
+
+    def test_reopen_within_commit_delay_and_write_after_fsync(self):
+        spec = self.node("a")
+        env = {"KVFS_TEST_COMMIT_DELAY_MS": str(int(self.DELAY_S * 1000))}
+        want = {}
+        with kf.mounted(backing=spec, node_id="a", env=env) as (mnt, _, _):
+            # Written once and closed: one plain record (no extent FLUSH), the file's bytes + journal.
+            once = os.urandom(8 * MIB)
+
+            def write_once():
+                kf.write_file(os.path.join(mnt, "once.bin"), once)
+            f0 = kf.stats(mnt)["fuse"]
+            wrote = self.written(mnt, write_once)
+            f1 = kf.stats(mnt)["fuse"]
+            self.assertGreaterEqual(wrote, len(once))
+            self.assertLess(wrote, len(once) + 16 * KIB)
+            self.assertEqual(f1["extent_flushes"], f0["extent_flushes"], f1)
+            want["once.bin"] = once
+
+            # Written, closed, reopened at once (joins the version), 2 MiB punched out.
+            punched = bytearray(os.urandom(8 * MIB))
+
+            def write_then_punch():
+                p = os.path.join(mnt, "punch.bin")
+                kf.write_file(p, bytes(punched))
+                fd = os.open(p, os.O_RDWR)
+                try:
+                    punch_hole(fd, 3 * MIB, 2 * MIB)
+                finally:
+                    os.close(fd)
+            wrote = self.written(mnt, write_then_punch)
+            punched[3 * MIB:5 * MIB] = bytes(2 * MIB)
+            self.assertGreaterEqual(wrote, 8 * MIB)
+            self.assertLess(wrote, 8 * MIB + 16 * KIB, "8 MiB + a 2 MiB punch wrote %d bytes" % wrote)
+            want["punch.bin"] = bytes(punched)
+
+            # Written, closed, reopened at once, 64 KiB (plus a byte either side: 18 pages) rewritten.
+            rewritten = bytearray(os.urandom(8 * MIB))
+            piece = os.urandom(64 * KIB + 2)
+
+            def write_then_pwrite():
+                p = os.path.join(mnt, "pwrite.bin")
+                kf.write_file(p, bytes(rewritten))
+                fd = os.open(p, os.O_RDWR)
+                try:
+                    os.pwrite(fd, piece, 5 * MIB - 1)
+                finally:
+                    os.close(fd)
+            wrote = self.written(mnt, write_then_pwrite)
+            rewritten[5 * MIB - 1:5 * MIB - 1 + len(piece)] = piece
+            self.assertLess(wrote, 8 * MIB + 1.2 * 72 * KIB + 16 * KIB, "8 MiB + 64 KiB wrote %d bytes" % wrote)
+            want["pwrite.bin"] = bytes(rewritten)
+
+            # One open: 8 MiB written, fsync (FLUSH + commit), 64 KiB more at 1 MiB, close.
+            synced = bytearray(os.urandom(8 * MIB))
+            piece2 = os.urandom(64 * KIB)
+
+            def write_fsync_pwrite():
+                fd = os.open(os.path.join(mnt, "fsync.bin"), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                try:
+                    os.pwrite(fd, bytes(synced), 0)
+                    os.fsync(fd)
+                    os.pwrite(fd, piece2, 1 * MIB)
+                finally:
+                    os.close(fd)
+            wrote = self.written(mnt, write_fsync_pwrite)
+            synced[1 * MIB:1 * MIB + len(piece2)] = piece2
+            self.assertLess(wrote, 8 * MIB + 1.2 * len(piece2) + 16 * KIB, "8 MiB, fsync, 64 KiB wrote %d bytes" % wrote)
+            want["fsync.bin"] = bytes(synced)
+
+            for name, data in want.items():
+                self.assertTrue(kf.read_file(os.path.join(mnt, name)) == data, name)
+            self.assertEqual(os.stat(os.path.join(mnt, "punch.bin")).st_blocks * 512, 6 * MIB)
+        with kf.mounted(backing=spec, node_id="a") as (mnt, _, _):
+            for name, data in want.items():
+                self.assertTrue(kf.read_file(os.path.join(mnt, name)) == data, name + " after a remount")
+            self.assertEqual(seek_answers(os.path.join(mnt, "punch.bin"), [0, 3 * MIB, 5 * MIB]),
+                             [(0, (0, 3 * MIB)), (3 * MIB, (5 * MIB, 3 * MIB)), (5 * MIB, (5 * MIB, 8 * MIB))])
+
+
 def fsck_binary():
     b = os.environ.get("KVFS_FSCK")
     return b if b else os.path.join(os.path.dirname(kf.kvfs_binary()), "kvfs-fsck")

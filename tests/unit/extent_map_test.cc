@@ -706,13 +706,25 @@ TEST(ChunkBufferExtents, PunchMakesHolesAndWritesOnlyPagesOverBase) {
   EXPECT_EQ(written, 0u);
   EXPECT_EQ(m.DataBytes(), 6 * kExtMiB);
   EXPECT_EQ(ReadMap(m, recs), file);
-  // Unaligned, inside a referenced chunk: it is read in, the three pages it touches are written zeros.
+  // Unaligned, inside a referenced chunk: it is read in, the page it covers whole is a hole (over base
+  // bytes), the two it covers in part are written zeros.
   ASSERT_TRUE(b.Punch(5 * kExtMiB + 100, 10000, recs.chunk_fetch()).ok());
   file.replace(5 * kExtMiB + 100, 10000, 10000, '\0');
-  EXPECT_EQ(b.DirtyBytes(), 3u * 4096);
+  EXPECT_EQ(b.DirtyBytes(), 2u * 4096);
+  EXPECT_EQ(b.NextHole(5 * kExtMiB), 5 * kExtMiB + 4096);
+  EXPECT_EQ(b.NextData(5 * kExtMiB + 4096), 5 * kExtMiB + 8192);
   EXPECT_EQ(ReadChunks(b, recs), file);
   m = FlushAsExtents(b, recs, &written);
-  EXPECT_EQ(written, 3u * 4096);
+  EXPECT_EQ(written, 2u * 4096);
+  EXPECT_EQ(m.NextHole(5 * kExtMiB), 5 * kExtMiB + 4096);
+  EXPECT_EQ(ReadMap(m, recs), file);
+  // Written again after that: the hole page becomes data again (dirty wins).
+  ASSERT_TRUE(b.Write(5 * kExtMiB + 5000, "abc", 3, recs.chunk_fetch()).ok());
+  file.replace(5 * kExtMiB + 5000, 3, "abc");
+  EXPECT_EQ(b.DirtyBytes(), 3u * 4096);
+  EXPECT_EQ(b.NextHole(5 * kExtMiB), 8 * kExtMiB);
+  EXPECT_EQ(ReadChunks(b, recs), file);
+  m = FlushAsExtents(b, recs, &written);
   EXPECT_EQ(ReadMap(m, recs), file);
   // A punch past the end changes nothing; one over the end stops at it (the size stays).
   ASSERT_TRUE(b.Punch(9 * kExtMiB, 4096, recs.chunk_fetch()).ok());
