@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <queue>
 #include <set>
 
 namespace kvfs {
@@ -206,6 +207,97 @@ bool ExtentMap::NeedsCompaction(std::vector<Location>* cold) const {
     }
   }
   return need;
+}
+
+std::vector<ExtentMap::Range> ExtentMap::CompactionRanges(const Location& fresh) const {
+  std::vector<Location> cold;
+  if (!NeedsCompaction(&cold)) return {};
+  const size_t n = extents_.size();
+  // written[i]: extent i is part of the FLUSH record (fresh, or a cold record's); filled[i]: the gap
+  // between extents i and i + 1 is written too (zeros). Extents i and i + 1 end up as one extent of
+  // the new record when both are written and the gap between them is empty or filled.
+  std::vector<char> written(n, 0), filled(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const Location& r = extents_[i].record;
+    written[i] = r == fresh || std::find(cold.begin(), cold.end(), r) != cold.end();
+  }
+  auto gap = [&](size_t i) { return extents_[i + 1].file_offset - extents_[i].file_end(); };
+  auto joined = [&](size_t i) { return written[i] && written[i + 1] && (gap(i) == 0 || filled[i]); };
+  size_t count = n;
+  for (size_t i = 0; i + 1 < n; ++i) {
+    if (joined(i)) count--;
+  }
+  if (count > kMaxExtents) {
+    auto cost = [&](size_t i) {
+      return (written[i] ? 0 : extents_[i].length) + (written[i + 1] ? 0 : extents_[i + 1].length) +
+             (filled[i] ? 0 : gap(i));
+    };
+    using Item = std::pair<uint64_t, size_t>;  // (cost, boundary i: between extents i and i + 1)
+    std::priority_queue<Item, std::vector<Item>, std::greater<Item>> q;
+    for (size_t i = 0; i + 1 < n; ++i) {
+      if (!joined(i)) q.push({cost(i), i});
+    }
+    while (count > kMaxExtents / 2 && !q.empty()) {
+      auto [c, i] = q.top();
+      q.pop();
+      if (joined(i)) continue;
+      if (const uint64_t now = cost(i); now != c) {  // a neighbour's join copied one side meanwhile
+        q.push({now, i});
+        continue;
+      }
+      written[i] = written[i + 1] = 1;
+      filled[i] = 1;
+      count--;
+    }
+  }
+  // A join copies whole extents: a record some of whose extents were copied may now be under
+  // 1/kMinLiveFraction live in what stays: copy the rest of it too, so the result meets the bound
+  // (only that record's own live bytes change, so one pass is enough).
+  std::map<std::pair<SegmentId, uint64_t>, uint64_t> left;  // live bytes not copied, per record
+  for (size_t i = 0; i < n; ++i) {
+    if (!written[i]) left[{extents_[i].record.segment, extents_[i].record.record_offset}] += extents_[i].length;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const Location& r = extents_[i].record;
+    if (!written[i] && left[{r.segment, r.record_offset}] * kMinLiveFraction < r.length) written[i] = 1;
+  }
+  std::vector<Range> out;
+  auto add = [&](uint64_t off, uint64_t len) {
+    if (len == 0) return;
+    if (!out.empty() && out.back().offset + out.back().length == off) {
+      out.back().length += len;
+    } else {
+      out.push_back(Range{off, len});
+    }
+  };
+  for (size_t i = 0; i < n; ++i) {
+    if (written[i]) add(extents_[i].file_offset, extents_[i].length);
+    if (i + 1 < n && filled[i]) add(extents_[i].file_end(), gap(i));
+  }
+  return out;
+}
+
+ExtentMap ExtentMap::WithRangesFrom(const std::vector<Range>& ranges, const Location& record) const {
+  ExtentMap out(size_);
+  size_t j = 0;
+  auto keep_between = [&](uint64_t from, uint64_t to) {  // this map's extents clipped to [from, to)
+    while (j < extents_.size() && extents_[j].file_end() <= from) ++j;
+    for (size_t k = j; k < extents_.size() && extents_[k].file_offset < to; ++k) {
+      const Extent& e = extents_[k];
+      const uint64_t s = std::max(e.file_offset, from), t = std::min(e.file_end(), to);
+      if (s < t) out.PushBack(Extent{s, t - s, e.record, e.value_offset + (s - e.file_offset)});
+    }
+  };
+  uint64_t at = 0, value_off = 0;
+  for (const Range& r : ranges) {
+    keep_between(at, r.offset);
+    out.PushBack(Extent{r.offset, r.length, record, value_off});
+    value_off += r.length;
+    at = r.offset + r.length;
+  }
+  keep_between(at, size_);
+  out.Resize(size_);
+  return out;
 }
 
 Status ExtentMap::Validate() const {

@@ -108,6 +108,27 @@ class ExtentMap {
   // extents into the next record).
   bool NeedsCompaction(std::vector<Location>* cold = nullptr) const;
 
+  // A file byte range [offset, offset + length).
+  struct Range {
+    uint64_t offset = 0;
+    uint64_t length = 0;
+    bool operator==(const Range&) const = default;
+  };
+  // The compaction copies (design.md §13): given that the extents of `fresh` are what the next FLUSH
+  // appends (its dirty pages), the file ranges that FLUSH should write as its ONE record so that the
+  // result meets the bound above: the extents of `fresh`, every extent of a cold record (under
+  // 1/kMinLiveFraction live, `fresh` excepted), and, when more than kMaxExtents extents would still be
+  // left, runs of neighbouring extents joined into one by copying them (and zero-filling the gap between
+  // them, if any), cheapest join first (the bytes it copies that are not copied anyway), until at most
+  // kMaxExtents / 2 remain: small cold extents go first, large holes stay holes (a gap costs its
+  // length), extents already copied make their neighbours' joins cheaper. Sorted, disjoint, adjacent
+  // ranges merged; the total is at most DataBytes() plus the gaps filled. Empty when the map meets the
+  // bound (NeedsCompaction() is false): the FLUSH appends `fresh`'s extents only.
+  std::vector<Range> CompactionRanges(const Location& fresh) const;
+  // This map with the bytes of `ranges` (sorted, disjoint, within the size) read from `record`, laid
+  // out back to back in range order from value offset 0 (what a FLUSH of CompactionRanges() wrote).
+  ExtentMap WithRangesFrom(const std::vector<Range>& ranges, const Location& record) const;
+
   // Checks the invariants (sorted, non-overlapping, length > 0, within size, value range within the
   // record, record not empty). Decoders call it: Corruption with `what` on a violation.
   Status Validate() const;

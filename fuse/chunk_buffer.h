@@ -106,18 +106,7 @@ class ChunkBuffer {
     ram_chunks_ = 0;
     size_ = map->size();
     base_map_ = std::move(map);
-    for (uint64_t off = 0; off < size_; off += kChunk) {
-      const auto pieces = base_map_->Pieces(off, std::min(kChunk, size_ - off));
-      if (pieces.size() == 1 && pieces[0].extent) {
-        slots_.push_back(Slot{nullptr, pieces[0].extent->record, pieces[0].value_offset});
-      } else if (std::all_of(pieces.begin(), pieces.end(), [](const ExtentMap::Piece& p) { return !p.extent; })) {
-        slots_.push_back(Slot{nullptr, Location{}, 0, true});
-      } else {
-        Slot m{nullptr, Location{}, 0, false};
-        m.mapped = true;
-        slots_.push_back(std::move(m));
-      }
-    }
+    for (uint64_t off = 0; off < size_; off += kChunk) slots_.push_back(BackingSlot(off / kChunk));
   }
 
   // Sets the size; growing zero-fills [old size, n), shrinking frees the chunks past the end.
@@ -381,12 +370,18 @@ class ChunkBuffer {
   // the bytes are now `map` exactly. Every RAM chunk keeps its bytes, with nothing dirty and `map` under
   // it, so the next DirtyParts() / ToExtentMap() count only what is written after this (N ranks closing
   // one by one each append their own slice, not everything written so far). Chunks not in RAM read the
-  // same bytes through `map` as before (it was built from them).
-  void Rebase(std::shared_ptr<const ExtentMap> map) {
+  // same bytes through `map` as before (it was built from them). refs_too (a FLUSH that copied extents
+  // of other records into its record: the compaction copies): the referenced and mapped chunks are
+  // made again from `map`, as SetBacking(map) makes them, so they no longer name the records the copies
+  // replaced (a later FLUSH's map would bring them back).
+  void Rebase(std::shared_ptr<const ExtentMap> map, bool refs_too = false) {
     base_map_ = std::move(map);
     for (size_t i = 0; i < slots_.size(); ++i) {
       Slot& s = slots_[i];
-      if (!s.ram) continue;
+      if (!s.ram) {
+        if (refs_too && !s.hole) s = BackingSlot(i);
+        continue;
+      }
       s.base = Location{};
       s.base_off = 0;
       s.base_len = ChunkLen(i);
@@ -567,6 +562,19 @@ class ChunkBuffer {
       }
       from += n;
     }
+  }
+
+  // Chunk i as base_map_ has it: one extent covering it whole is a plain reference, no data a hole,
+  // anything else mapped.
+  Slot BackingSlot(size_t i) const {
+    const auto pieces = base_map_->Pieces(i * kChunk, ChunkLen(i));
+    if (pieces.size() == 1 && pieces[0].extent) return Slot{nullptr, pieces[0].extent->record, pieces[0].value_offset};
+    if (std::all_of(pieces.begin(), pieces.end(), [](const ExtentMap::Piece& p) { return !p.extent; })) {
+      return Slot{nullptr, Location{}, 0, true};
+    }
+    Slot m{nullptr, Location{}, 0, false};
+    m.mapped = true;
+    return m;
   }
 
   size_t ChunkLen(size_t i) const { return static_cast<size_t>(std::min<uint64_t>(kChunk, size_ - i * kChunk)); }

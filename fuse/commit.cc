@@ -46,8 +46,9 @@ Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
   }
   // A version that is not all new bytes (a copy-on-write base, holes, spills): only its dirty pages are
   // appended, as ONE record, and the version is base extents + holes + that record (docs/design.md §13
-  // "Files as extents"). A map over the fragmentation bound (ExtentMap::NeedsCompaction) is written
-  // whole instead, below (the copies of only the cold extents are the next step).
+  // "Files as extents"). A map over the fragmentation bound (ExtentMap::NeedsCompaction) also copies
+  // the cold extents ExtentMap::CompactionRanges picks into that record (the compaction copies), so it
+  // keeps its holes and the bound, and the FLUSH writes the dirty pages plus a bounded copy.
   const bool all_new = !v.data.has_refs() && v.data.DirtyBytes() == v.data.size();
   if (!all_new) {
     // Held exclusively from taking the dirty pages to marking them flushed (Rebase), so a write cannot
@@ -58,8 +59,53 @@ Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
     Location probe;  // stands for the record the dirty pages would become
     probe.segment.node = "?";
     probe.length = dirty_bytes;
-    if (!v.data.ToExtentMap(probe).NeedsCompaction()) {
-      Location rec;
+    const ExtentMap planned = v.data.ToExtentMap(probe);
+    const std::vector<ExtentMap::Range> ranges = planned.CompactionRanges(probe);
+    Location rec;
+    std::shared_ptr<const ExtentMap> map;
+    uint64_t record_bytes = dirty_bytes;
+    if (!ranges.empty()) {
+      // The record is `ranges` back to back (the dirty pages among them), read from the version itself
+      // (RAM pages, or the records under it, verified) in pieces of up to 4 MiB.
+      std::vector<uint64_t> starts;  // value offset of each range in the record
+      record_bytes = 0;
+      for (const auto& r : ranges) {
+        starts.push_back(record_bytes);
+        record_bytes += r.length;
+      }
+      Result<Location> w = store->WriteRecordStreamed(
+          in.ino, record_bytes, [&](uint64_t off, size_t len, char* out) -> Status {
+            size_t k = std::upper_bound(starts.begin(), starts.end(), off) - starts.begin() - 1;
+            while (len > 0) {
+              if (k >= ranges.size()) return Status::Corruption("compaction record past its ranges");
+              const uint64_t in_range = off - starts[k];
+              const size_t n = static_cast<size_t>(std::min<uint64_t>(len, ranges[k].length - in_range));
+              size_t got = 0;
+              KVFS_RETURN_IF_ERROR(v.data.Read(ranges[k].offset + in_range, n, out, fetch_uncached, &got));
+              if (got != n) return Status::Corruption("short read of a staged version");
+              off += n;
+              out += n;
+              len -= n;
+              ++k;
+            }
+            return Status::OK();
+          });
+      if (!w.ok()) {
+        flush_errors++;
+        LogLimited(spdlog::level::warn, LogKey("fuse-write-record", w.status()),
+                   "write record of {} (inode {}, {} dirty bytes + {} copied to compact it): {}", PathOf(in.ino),
+                   in.ino, dirty_bytes, record_bytes - dirty_bytes, ErrnoText(w.status()));
+        return w.status();
+      }
+      rec = *w;
+      map = std::make_shared<const ExtentMap>(planned.WithRangesFrom(ranges, rec));
+      for (const Location& l : map->Records()) {
+        if (l == probe) return Status::Corruption("compaction left a dirty page out of its record");
+      }
+      flush_records++;
+      staging.compaction_flushes++;
+      staging.compaction_copied_bytes += record_bytes - dirty_bytes;
+    } else {
       if (dirty_bytes > 0) {
         Result<Location> w = store->WriteRecord(in.ino, v.data.DirtyParts());
         if (!w.ok()) {
@@ -72,41 +118,24 @@ Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
         rec = *w;
         flush_records++;
       }
-      staging.extent_flushes++;
-      ReleaseFlushedRecord(v);
-      auto map = std::make_shared<const ExtentMap>(v.data.ToExtentMap(rec));
-      v.record_ext = NormalizeExtents(*map, &v.record);
-      v.has_record = true;
-      v.record_gen = v.gen;
-      // The flushed pages are that record now (as a spill's chunks are theirs): a later FLUSH of this
-      // version appends only what is written after this one (N ranks closing one by one: each slice
-      // once). The record is held like a spill, until the version ends.
-      v.data.Rebase(std::move(map));
-      if (!rec.empty()) v.spills.push_back(rec);
-      return Status::OK();
+      map = std::make_shared<const ExtentMap>(v.data.ToExtentMap(rec));
     }
-    u.unlock();
-    g.lock();
+    staging.extent_flushes++;
+    ReleaseFlushedRecord(v);
+    v.record_ext = NormalizeExtents(*map, &v.record);
+    v.has_record = true;
+    v.record_gen = v.gen;
+    // The flushed pages are that record now (as a spill's chunks are theirs): a later FLUSH of this
+    // version appends only what is written after this one (N ranks closing one by one: each slice
+    // once). The record is held like a spill, until the version ends. After compaction copies the
+    // referenced chunks are remade from the map too (they must not name the replaced records).
+    v.data.Rebase(std::move(map), /*refs_too=*/!ranges.empty());
+    if (!rec.empty()) v.spills.push_back(rec);
+    return Status::OK();
   }
-  Result<Location> r = Location{};
+  // All new bytes, all in RAM: one record of the whole value, as a file written once always was.
   const uint64_t wrote_gen = v.gen;  // g (shared) is held: writers wait until the record is written
-  const bool from_parts = !v.data.has_refs();
-  if (from_parts) {
-    r = store->WriteRecord(in.ino, v.data.Parts());
-  } else {
-    // Partly spilled (or a changed copy-on-write version): the value is written again whole, streamed
-    // in 4 MiB pieces: the referenced chunks are copied segment-to-segment (read back verified,
-    // bypassing the LRU) and the RAM chunks copied in, so the commit needs one 4 MiB buffer, not the
-    // file's size.
-    const uint64_t size = v.data.size();
-    r = store->WriteRecordStreamed(in.ino, size, [&](uint64_t off, size_t len, char* out) -> Status {
-      size_t got = 0;
-      KVFS_RETURN_IF_ERROR(v.data.Read(off, len, out, fetch_uncached, &got));
-      if (got != len) return Status::Corruption("short read of a staged version");
-      return Status::OK();
-    });
-    if (r.ok()) staging.streamed_commits++;
-  }
+  Result<Location> r = store->WriteRecord(in.ino, v.data.Parts());
   if (!r.ok()) {
     flush_errors++;
     LogLimited(spdlog::level::warn, LogKey("fuse-write-record", r.status()), "write record of {} (inode {}, {} bytes): {}",
@@ -119,7 +148,7 @@ Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
   v.record_ext = {};
   v.has_record = true;
   v.record_gen = wrote_gen;
-  if (from_parts) {
+  {
     // The version's RAM chunks are that record now, clean (ChunkBuffer::RebaseWhole): a writer that
     // joins the version (reopened within the commit delay) or writes on after an fsync makes the next
     // FLUSH append only its changes, as after an extent FLUSH. Skipped if a write landed between the

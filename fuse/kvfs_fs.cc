@@ -230,6 +230,8 @@ FsStats KvfsFs::GetFsStats() {
   s.spill_errors = impl_->staging.spill_errors.load();
   s.whole_record_commits = impl_->staging.whole_record_commits.load();
   s.extent_flushes = impl_->staging.extent_flushes.load();
+  s.compaction_flushes = impl_->staging.compaction_flushes.load();
+  s.compaction_copied_bytes = impl_->staging.compaction_copied_bytes.load();
   s.flushes_deferred = impl_->staging.flushes_deferred.load();
   s.streamed_commits = impl_->staging.streamed_commits.load();
   s.shadow_versions_created = impl_->shadows.load();

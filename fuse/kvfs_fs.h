@@ -99,6 +99,9 @@ struct FsStats {
   uint64_t spills = 0, spilled_bytes_total = 0, spill_errors = 0;  // since mount
   uint64_t whole_record_commits = 0;  // flushes that reused one existing record (no second copy)
   uint64_t extent_flushes = 0;  // flushes that appended only the dirty pages (a version as extents)
+  // Extent flushes over the fragmentation bound that also copied cold extents (design.md §13), and
+  // the bytes they copied besides the dirty pages (zero-filled gaps included).
+  uint64_t compaction_flushes = 0, compaction_copied_bytes = 0;
   uint64_t flushes_deferred = 0;      // closes that left the record to another writer still writing
   uint64_t streamed_commits = 0;  // flushes of partly spilled versions, written in 4 MiB pieces
   uint64_t shadow_versions_created = 0, versions_committed = 0, versions_discarded = 0;

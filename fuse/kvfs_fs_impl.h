@@ -129,6 +129,7 @@ struct Staging {
   std::atomic<int64_t> spilled_bytes{0};  // provisional records written for versions still staged
   std::atomic<uint64_t> spills{0}, spilled_total{0}, spill_errors{0}, whole_record_commits{0},
       extent_flushes{0};
+  std::atomic<uint64_t> compaction_flushes{0}, compaction_copied_bytes{0};  // design.md §13 compaction copies
   std::atomic<uint64_t> flushes_deferred{0};  // FLUSHes that left the record to another writer's (OpFlush)
   std::atomic<uint64_t> streamed_commits{0};  // records written by streaming a partly spilled version
   Store* store = nullptr;  // ReleaseRecordPin of a version's records when it is gone

@@ -228,6 +228,8 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                {"spill_errors", f.spill_errors},
                {"whole_record_commits", f.whole_record_commits},
                {"extent_flushes", f.extent_flushes},
+               {"compaction_flushes", f.compaction_flushes},
+               {"compaction_copied_bytes", f.compaction_copied_bytes},
                {"flushes_deferred", f.flushes_deferred},
                {"streamed_commits", f.streamed_commits},
                {"shadow_versions_created", f.shadow_versions_created},

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <random>
@@ -748,6 +749,145 @@ TEST(ChunkBufferExtents, PunchMakesHolesAndWritesOnlyPagesOverBase) {
   m = FlushAsExtents(n, recs, &written);
   EXPECT_EQ(written, 3 * kExtMiB - 8192);
   EXPECT_EQ(ReadMap(m, recs), w);
+}
+
+
+// ---- compaction copies (design.md §13): what FLUSH (fuse/commit.cc FlushLocked) does over the bound ----
+
+TEST(ExtentMap, CompactionRangesCopyColdExtentsAndKeepLargeHoles) {
+  ExtRecords recs;
+  // Under the bound: nothing to copy.
+  ExtentMap ok = ExtentMap::FromLocation(recs.Put(std::string(8 * kExtMiB, 'a')), 8 * kExtMiB);
+  EXPECT_TRUE(ok.CompactionRanges(Location{}).empty());
+  // A record of which only 64 KiB of 1 MiB is live (cold): its extent is copied, nothing else.
+  Location base = recs.Put(std::string(8 * kExtMiB, 'b'));
+  Location cold = recs.Put(std::string(kExtMiB, 'c'));
+  Location fresh = recs.Put(std::string(4096, 'f'));
+  ExtentMap m = ExtentMap::FromLocation(base, 8 * kExtMiB);
+  ASSERT_TRUE(m.Overlay(kExtMiB, 64 * 1024, cold, 0).ok());
+  ASSERT_TRUE(m.Overlay(5 * kExtMiB, 4096, fresh, 0).ok());
+  m.Punch(6 * kExtMiB, kExtMiB);  // a hole
+  ASSERT_TRUE(m.NeedsCompaction());
+  auto r = m.CompactionRanges(fresh);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0], (ExtentMap::Range{kExtMiB, 64 * 1024}));
+  EXPECT_EQ(r[1], (ExtentMap::Range{5 * kExtMiB, 4096}));
+  Location rec = recs.Put(std::string(64 * 1024, 'c') + std::string(4096, 'f'));
+  ExtentMap c = m.WithRangesFrom(r, rec);
+  EXPECT_TRUE(c.Validate().ok());
+  EXPECT_EQ(ReadMap(c, recs), ReadMap(m, recs));
+  EXPECT_FALSE(c.NeedsCompaction());
+  EXPECT_EQ(c.NextData(6 * kExtMiB), 7 * kExtMiB);  // the hole stays a hole
+  // Too many extents: 4 KiB records at every 8th page of a 16 MiB file, plus 3 large holes. Joins go
+  // cheapest first until at most kMaxExtents / 2 are left; the large holes are never filled.
+  ExtentMap f = ExtentMap::FromLocation(recs.Put(std::string(16 * kExtMiB, 'g')), 16 * kExtMiB);
+  for (uint64_t i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(f.Overlay(i * 2 * 4096 + 4096, 4096, recs.Put(std::string(4096, static_cast<char>(i))), 0).ok());
+  }
+  for (uint64_t h = 0; h < 3; ++h) f.Punch((9 + 2 * h) * kExtMiB + 12345, kExtMiB);
+  ASSERT_GT(f.extents().size(), ExtentMap::kMaxExtents);
+  auto fr = f.CompactionRanges(Location{});
+  uint64_t copied = 0;
+  std::string v;
+  for (const auto& x : fr) {
+    copied += x.length;
+    v += ReadMap(f, recs, x.offset, x.length);
+  }
+  ExtentMap fc = f.WithRangesFrom(fr, recs.Put(v));
+  EXPECT_TRUE(fc.Validate().ok());
+  EXPECT_LE(fc.extents().size(), ExtentMap::kMaxExtents / 2);
+  EXPECT_GE(fc.extents().size(), ExtentMap::kMaxExtents / 2 - 2);
+  EXPECT_EQ(ReadMap(fc, recs), ReadMap(f, recs));
+  for (uint64_t h = 0; h < 3; ++h) {
+    const uint64_t at = (9 + 2 * h) * kExtMiB + 12345;
+    EXPECT_EQ(fc.NextHole(at - 1), at) << h;
+    EXPECT_EQ(fc.NextData(at), at + kExtMiB) << h;
+  }
+  EXPECT_LT(copied, f.DataBytes()) << copied;  // only part of the file
+}
+
+// A version flushed as FlushLocked does: the dirty pages, plus the compaction copies when the map is
+// over the bound; *written = the record's bytes, *copies = those beyond the dirty pages.
+ExtentMap FlushCompacting(ChunkBuffer& b, ExtRecords& recs, uint64_t* written, uint64_t* copies) {
+  Location probe;
+  probe.segment.node = "?";
+  probe.length = b.DirtyBytes();
+  const ExtentMap planned = b.ToExtentMap(probe);
+  const auto ranges = planned.CompactionRanges(probe);
+  *copies = 0;
+  if (ranges.empty()) {
+    ExtentMap m = FlushAsExtents(b, recs, written);
+    b.Rebase(std::make_shared<const ExtentMap>(m));
+    return m;
+  }
+  std::string v;
+  for (const auto& r : ranges) {
+    std::string piece(r.length, 'X');
+    size_t got = 0;
+    EXPECT_TRUE(b.Read(r.offset, r.length, piece.data(), recs.chunk_fetch(), &got).ok());
+    v += piece;
+  }
+  *written = v.size();
+  *copies = v.size() - probe.length;
+  ExtentMap m = planned.WithRangesFrom(ranges, recs.Put(std::move(v)));
+  EXPECT_TRUE(m.Validate().ok());
+  for (const Location& l : m.Records()) EXPECT_NE(l, probe);
+  b.Rebase(std::make_shared<const ExtentMap>(m), /*refs_too=*/true);
+  return m;
+}
+
+TEST(ChunkBufferExtents, CompactionCopiesKeepTheBoundAndTheHoles) {
+  ExtRecords recs;
+  // 16 MiB: data in [0, 6 MiB) and [10 MiB, 16 MiB), a 4 MiB hole between; then 300 reopen/close
+  // cycles of 8 scattered small pwrites each (4 KiB pages and unaligned 100-byte writes) into the data.
+  std::string file(16 * kExtMiB, '\0');
+  ChunkBuffer b;
+  std::string d1 = ExtRandomBytes(6 * kExtMiB, 90), d2 = ExtRandomBytes(6 * kExtMiB, 91);
+  b.Write(0, d1.data(), d1.size());
+  b.Write(10 * kExtMiB, d2.data(), d2.size());
+  file.replace(0, d1.size(), d1);
+  file.replace(10 * kExtMiB, d2.size(), d2);
+  uint64_t written = 0, copies = 0, total_written = 0, total_copies = 0, through_mount = 0;
+  ExtentMap m = FlushCompacting(b, recs, &written, &copies);
+  int compactions = 0;
+  std::mt19937 rng(92);
+  for (int cycle = 0; cycle < 300; ++cycle) {
+    ChunkBuffer w;  // a reopen: copy-on-write of the committed map
+    w.SetBacking(std::make_shared<const ExtentMap>(m));
+    for (int i = 0; i < 8; ++i) {
+      const uint64_t region = rng() % 2 ? 0 : 10 * kExtMiB;
+      const bool page = rng() % 4 != 0;
+      const uint64_t len = page ? 4096 : 100;
+      const uint64_t off = region + (page ? (rng() % (6 * kExtMiB / 4096)) * 4096 : rng() % (6 * kExtMiB - 100));
+      std::string x = ExtRandomBytes(len, rng());
+      ASSERT_TRUE(w.Write(off, x.data(), len, recs.chunk_fetch()).ok());
+      file.replace(off, len, x);
+      through_mount += len;
+    }
+    m = FlushCompacting(w, recs, &written, &copies);
+    total_written += written;
+    total_copies += copies;
+    compactions += copies > 0;
+    ASSERT_LE(m.extents().size(), ExtentMap::kMaxExtents) << cycle;
+    {
+      std::vector<Location> cold;
+      const bool need = m.NeedsCompaction(&cold);
+      ASSERT_FALSE(need) << cycle << " extents " << m.extents().size() << " cold " << cold.size() << " copies "
+                         << copies << " written " << written;
+    }
+    ASSERT_EQ(m.NextData(6 * kExtMiB), 10 * kExtMiB) << cycle;  // the hole stays
+    if (cycle % 25 == 24) {
+      ASSERT_EQ(ReadMap(m, recs), file) << cycle;
+      ASSERT_EQ(ReadChunks(w, recs), file) << cycle;  // the rebased buffer reads the same bytes
+    }
+  }
+  ASSERT_EQ(ReadMap(m, recs), file);
+  std::printf("compaction: %llu bytes through the mount (page-rounded %llu), %llu written, %llu of them copies, "
+              "%d compactions\n",
+              (unsigned long long)through_mount, (unsigned long long)(total_written - total_copies),
+              (unsigned long long)total_written, (unsigned long long)total_copies, compactions);
+  EXPECT_GE(compactions, 1);
+  EXPECT_LT(total_written, 6 * (total_written - total_copies));
 }
 
 }  // namespace
