@@ -199,28 +199,110 @@ void KvfsFs::Impl::OnPeerChanges(const PeerChanges& c) {
   nq_cv.notify_one();
 }
 
+uint64_t KvfsFs::Impl::MissSeq() {
+  std::lock_guard<std::mutex> g(miss_mu);
+  return miss_seq;
+}
+
+bool KvfsFs::Impl::RecordMissLocked(uint64_t ino, uint64_t parent, const std::string& name) {
+  {
+    std::lock_guard<std::mutex> g(miss_mu);
+    misses.push_back(Miss{++miss_seq, ino, parent, name});
+    if (misses.size() > kMaxMisses) misses.pop_front();
+  }
+  if (ino == 0) return false;
+  auto it = table.find(ino);
+  return it != table.end() && it->second->nlookup > 0;
+}
+
+void KvfsFs::Impl::MissedSince(uint64_t seq0, uint64_t ino, uint64_t parent, const std::string& name,
+                               bool* name_missed, bool* attrs_missed) {
+  *name_missed = *attrs_missed = false;
+  std::lock_guard<std::mutex> g(miss_mu);
+  if (seq0 >= miss_seq) return;
+  if (misses.empty() || misses.front().seq > seq0 + 1) {  // some misses after seq0 are forgotten
+    *name_missed = *attrs_missed = true;
+    return;
+  }
+  for (auto it = misses.rbegin(); it != misses.rend() && it->seq > seq0; ++it) {
+    if (it->name.empty() ? it->ino == ino : (it->parent == parent && it->name == name)) {
+      if (!it->name.empty()) *name_missed = true;
+      *attrs_missed = true;
+    }
+  }
+}
+
 void KvfsFs::Impl::NotifierMain() {
   std::unique_lock<std::mutex> lk(nq_mu);
   for (;;) {
-    nq_cv.wait(lk, [&] { return nq_stop || !nq.empty(); });
+    // Retries that are due come first; otherwise wait for a notice or the next retry's due time.
+    auto now = std::chrono::steady_clock::now();
+    auto due = std::chrono::steady_clock::time_point::max();
+    for (auto& r : inval_retry_q) due = std::min(due, r.due);
+    if (!nq_stop && nq.empty() && due > now) {
+      if (due == std::chrono::steady_clock::time_point::max()) {
+        nq_cv.wait(lk, [&] { return nq_stop || !nq.empty() || !inval_retry_q.empty(); });
+      } else {
+        nq_cv.wait_until(lk, due);
+      }
+      continue;
+    }
     if (nq_stop) return;
-    Notice n = std::move(nq.front());
-    nq.pop_front();
+    Notice n;
+    int tries = 0;
+    bool retry = false;
+    if (due <= now) {
+      auto it = std::find_if(inval_retry_q.begin(), inval_retry_q.end(), [&](auto& r) { return r.due <= now; });
+      n.ino = it->ino;
+      n.attrs_only = it->attrs_only;
+      tries = it->tries;
+      retry = true;
+      inval_retry_q.erase(it);
+    } else {
+      n = std::move(nq.front());
+      nq.pop_front();
+    }
     lk.unlock();
     fuse_session* se = session.get();
+    bool again = false;
     if (se && !n.name.empty()) {
       if (opts.test_notify_delay_ms > 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(opts.test_notify_delay_ms));  // TEST ONLY
       }
       // The kernel takes the parent directory's lock for this: never call it from a FUSE worker.
+      inval_calls++;
       int r = fuse_lowlevel_notify_inval_entry(se, n.parent, n.name.data(), n.name.size());
-      if (r != 0 && r != -ENOENT) spdlog::debug("inval_entry {}/{}: {}", n.parent, n.name, strerror(-r));
+      if (r == -ENOENT) {
+        inval_missed++;
+        std::lock_guard<std::mutex> g(table_mu);
+        RecordMissLocked(0, n.parent, n.name);
+      } else if (r != 0) {
+        spdlog::debug("inval_entry {}/{}: {}", n.parent, n.name, strerror(-r));
+      }
       if (n.ino != 0 && store->GetInode(n.ino).status().IsNotFound()) MarkUnlinked(n.ino, n.parent, n.name);
     } else if (se && n.ino != 0) {
+      inval_calls++;
+      if (retry) inval_retries++;
       int r = fuse_lowlevel_notify_inval_inode(se, n.ino, n.attrs_only ? -1 : 0, 0);
-      if (r != 0 && r != -ENOENT) spdlog::debug("inval_inode {}: {}", n.ino, strerror(-r));
+      if (r == -ENOENT) {
+        inval_missed++;
+        std::lock_guard<std::mutex> g(table_mu);
+        // A reply holding a lookup reference of it is on its way to the kernel: invalidate again later.
+        again = RecordMissLocked(n.ino, 0, {}) && tries < 5;
+      } else if (r != 0) {
+        spdlog::debug("inval_inode {}: {}", n.ino, strerror(-r));
+      }
     }
     lk.lock();
+    if (again) {
+      if (inval_retry_q.size() >= kMaxInvalRetries) {
+        spdlog::warn("inval_inode retries full: dropping the retry of inode {}", inval_retry_q.front().ino);
+        inval_retry_q.pop_front();
+      }
+      // 10, 40, 160, 640, 2560 ms after the miss: the kernel installs a reply right after reading it.
+      inval_retry_q.push_back(InvalRetry{std::chrono::steady_clock::now() + std::chrono::milliseconds(10 << (2 * tries)),
+                                         n.ino, n.attrs_only, tries + 1});
+    }
   }
 }
 
@@ -304,8 +386,11 @@ Status KvfsFs::Impl::GetAttr(uint64_t ino, Attr* out, double* timeout, ExtentMap
   return Status::OK();
 }
 
-bool KvfsFs::Impl::ReplyEntry(fuse_req_t req, const Node& n, bool fresh_only) {
+bool KvfsFs::Impl::ReplyEntry(fuse_req_t req, const Node& n, bool fresh_only, uint64_t seq0, uint32_t test_delay_ms) {
   auto in = Ref(n.attr.ino, n.attr.mode);
+  // After Ref: a miss recorded before it is seen here, one after it is retried by the notifier.
+  bool name_missed = false, attrs_missed = false;
+  if (seq0 != UINT64_MAX) MissedSince(seq0, n.attr.ino, n.parent, n.name, &name_missed, &attrs_missed);
   fuse_entry_param e;
   std::memset(&e, 0, sizeof(e));
   e.ino = n.attr.ino;
@@ -335,8 +420,10 @@ bool KvfsFs::Impl::ReplyEntry(fuse_req_t req, const Node& n, bool fresh_only) {
     }
   }
   FillStat(a, &e.attr, staged ? ExtentMapRef{} : n.extents);
-  e.attr_timeout = at;
-  e.entry_timeout = opts.entry_timeout_s;
+  e.attr_timeout = attrs_missed ? 0 : at;
+  e.entry_timeout = name_missed ? 0 : opts.entry_timeout_s;
+  if (attrs_missed) lookups_uncached++;
+  if (test_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(test_delay_ms));  // TEST ONLY
   fuse_reply_entry(req, &e);
   return true;
 }

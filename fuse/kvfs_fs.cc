@@ -241,6 +241,10 @@ FsStats KvfsFs::GetFsStats() {
   s.flush_errors = impl_->flush_errors.load();
   s.commit_errors = impl_->commit_errors.load();
   s.failed_publishes = impl_->failed_publishes.load();
+  s.inval_calls = impl_->inval_calls.load();
+  s.inval_missed = impl_->inval_missed.load();
+  s.inval_retries = impl_->inval_retries.load();
+  s.lookups_uncached = impl_->lookups_uncached.load();
   s.inodes_renumbered = impl_->renumbered.load();
   s.bytes_read = impl_->bytes_read.load();
   s.bytes_written = impl_->bytes_written.load();

@@ -75,6 +75,15 @@ struct FsOptions {
   // invalidation, so a peer's replacement is in the index while the kernel still has the old dentry
   // and inode unmarked (open_hold_test PeerRetryTest).
   uint32_t test_notify_delay_ms = 0;
+  // TEST ONLY (KVFS_TEST_LOOKUP_REPLY_DELAY_MS, KVFS_TEST_LOOKUP_REPLY_DELAY_NAME): a LOOKUP of that name
+  // that found it waits this long (ms) between the index lookup and its reply (before the inode's lookup
+  // reference is taken), so a peer's change of the name or inode is applied and invalidated while the
+  // older answer is in flight (lookup_cache_test.py CrossNodeTest, the racing-LOOKUP cases).
+  uint32_t test_lookup_reply_delay_ms = 0;
+  std::string test_lookup_reply_delay_name;
+  // TEST ONLY (KVFS_TEST_LOOKUP_REPLY_DELAY_AFTER_REF=1): that wait comes after the lookup reference is
+  // taken instead (the invalidation that misses meanwhile is then repeated: fuse.inval_retries).
+  bool test_lookup_reply_delay_after_ref = false;
   // Staging memory budget, bytes: RAM held by the bytes of files being written (docs/design.md §4). A write
   // that would take it over the budget first spills the staged chunks of the version holding the most
   // RAM to a provisional record in the active segment (Store::WriteProvisionalRecord) and keeps only
@@ -110,6 +119,11 @@ struct FsStats {
   uint64_t bytes_read = 0, bytes_written = 0;  // READ reply bytes, WRITE request bytes
   uint64_t reads_in_flight_max = 0;  // most READ requests handled at once since mount
   uint64_t inodes_renumbered = 0;  // committed files moved to a new inode number for a new version
+  // Kernel cache invalidations (notify_inval_entry / notify_inval_inode calls, retries included), those
+  // the kernel answered ENOENT (it held no such dentry / inode), inval_inode calls repeated because a
+  // reply holding a lookup reference was in flight, and LOOKUP / READDIRPLUS entries answered with
+  // timeout 0 because an invalidation of their name or inode missed while they were computed.
+  uint64_t inval_calls = 0, inval_missed = 0, inval_retries = 0, lookups_uncached = 0;
 };
 
 // Everything `kvfs stats` and the Prometheus exposition show, taken at one moment (KvfsFs::Snapshot);

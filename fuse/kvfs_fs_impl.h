@@ -28,7 +28,8 @@
 // Inode::mu (versions of the inode, flags) -> Version::mu (bytes, attr; shared for readers).
 // Impl::table_mu (inode map, Inode::nlookup/open_handles) comes before Inode::mu (MaybeEraseLocked,
 // stats) and is never taken while an inode's or version's lock is held. Leaf locks: Impl::fresh_mu,
-// retry_mu, nq_mu, cq_mu, Staging::mu. The comments on each field name the mutex that guards it.
+// retry_mu, nq_mu, cq_mu, miss_mu (taken under table_mu by the notifier), Staging::mu. The comments on
+// each field name the mutex that guards it.
 //
 // Invariants: an Inode stays in the table while the kernel holds a lookup reference, a handle is open,
 // or a version is still being written or committed (Inode::writing non-empty); the root is never
@@ -432,6 +433,45 @@ struct KvfsFs::Impl {
   std::shared_ptr<ListenerGate> gate;
   bool nq_stop = false;
   std::thread notifier;
+  // Invalidations the kernel missed. inval_inode answers ENOENT when the kernel holds no inode of that
+  // number, inval_entry when it holds no dentry of the name; either may be a LOOKUP (or READDIRPLUS)
+  // reply computed from the index before the peer's change was applied and not yet installed by the
+  // kernel, which would then cache the older answer for the full timeouts. Two checks close that:
+  //  * a reply whose inode or name missed an invalidation since its index lookup began (seq0 =
+  //    MissSeq() then; checked after the inode's lookup reference is taken) gets timeout 0 for what
+  //    missed (ReplyEntry, readdirplus: counted as fuse.lookups_uncached);
+  //  * an inode that missed while the daemon holds a lookup reference of it (its reply was already
+  //    computed) gets its inval_inode again after 10, 40, 160, 640 and 2560 ms while it keeps missing
+  //    and the reference stays (fuse.inval_retries). A dentry needs no retry: the kernel holds the
+  //    directory's lock over a LOOKUP it sends without a dentry (lookup_slow) and inval_entry takes it.
+  // Order: the notifier checks nlookup and records the miss under table_mu; Ref takes table_mu before
+  // the reply checks the misses (miss_mu, a leaf lock), so every miss is seen by one of the two.
+  struct Miss {
+    uint64_t seq = 0;
+    uint64_t ino = 0;     // inval_inode
+    uint64_t parent = 0;  // inval_entry
+    std::string name;
+  };
+  static constexpr size_t kMaxMisses = 4096;  // older ones: a reply that began before them is uncached
+  std::mutex miss_mu;
+  uint64_t miss_seq = 0;     // misses recorded since mount (miss_mu)
+  std::deque<Miss> misses;   // the last kMaxMisses, oldest first (miss_mu)
+  struct InvalRetry {
+    std::chrono::steady_clock::time_point due;
+    uint64_t ino = 0;
+    bool attrs_only = false;
+    int tries = 0;
+  };
+  static constexpr size_t kMaxInvalRetries = 4096;
+  std::deque<InvalRetry> inval_retry_q;  // nq_mu; due times in order of insertion, not sorted
+  std::atomic<uint64_t> inval_calls{0}, inval_missed{0}, inval_retries{0}, lookups_uncached{0};
+  uint64_t MissSeq();
+  // Records a missed invalidation (table_mu held); true when the daemon holds a lookup reference of ino.
+  bool RecordMissLocked(uint64_t ino, uint64_t parent, const std::string& name);
+  // What of a reply that began at seq0 missed an invalidation since: *name (entry of parent/name) and
+  // *attrs (the inode's attributes; also when the name missed).
+  void MissedSince(uint64_t seq0, uint64_t ino, uint64_t parent, const std::string& name, bool* name_missed,
+                   bool* attrs_missed);
 
   // ---- inode table ----
   std::shared_ptr<Inode> Ref(uint64_t ino, uint32_t type);
@@ -482,7 +522,10 @@ struct KvfsFs::Impl {
   // the kernel then cuts that inode's i_size and page cache under its readers (a publisher's rename
   // looks up the target name: LOOKUP_RENAME_TARGET). The index commits before the version is dropped,
   // so looking again finds the committed node.
-  bool ReplyEntry(fuse_req_t req, const Node& n, bool fresh_only = false);
+  // seq0: MissSeq() before the index lookup (UINT64_MAX: not a LOOKUP's reply, no miss check);
+  // test_delay_ms: TEST ONLY, a wait after the lookup reference is taken (FsOptions).
+  bool ReplyEntry(fuse_req_t req, const Node& n, bool fresh_only = false, uint64_t seq0 = UINT64_MAX,
+                  uint32_t test_delay_ms = 0);
   void ReplyNegative(fuse_req_t req);
 
   // ---- versions ----

@@ -51,6 +51,7 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus
   Status s = Status::OK();
   if (!full) {
     uint64_t after = off <= kAfterDotDot ? 0 : static_cast<uint64_t>(off);
+    const uint64_t seq0 = fs->MissSeq();  // invalidations missed from here on: uncached entries (ReplyEntry)
     s = fs->store->ReadDir(ino, after, [&](const DirEntry& d) {
       off_t next = static_cast<off_t>(d.cookie);
       if (!plus) return add_plain(d.name.c_str(), d.ino, d.mode, next);
@@ -78,12 +79,18 @@ void DoReaddir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus
       a.ino = d.ino;
       e.ino = d.ino;
       FillStat(a, &e.attr, node->extents);
-      e.attr_timeout = at;
-      e.entry_timeout = fs->opts.entry_timeout_s;
+      fs->Ref(d.ino, a.mode);  // the kernel will hold a lookup reference for this entry
+      bool name_missed = false, attrs_missed = false;
+      fs->MissedSince(seq0, d.ino, ino, d.name, &name_missed, &attrs_missed);
+      if (attrs_missed) fs->lookups_uncached++;
+      e.attr_timeout = attrs_missed ? 0 : at;
+      e.entry_timeout = name_missed ? 0 : fs->opts.entry_timeout_s;
       size_t n = fuse_add_direntry_plus(req, buf.data() + used, size - used, d.name.c_str(), &e, next);
-      if (n > size - used) return false;
+      if (n > size - used) {
+        fs->Forget(d.ino, 1);  // not sent
+        return false;
+      }
       used += n;
-      fs->Ref(d.ino, a.mode);  // the kernel now holds a lookup reference for this entry
       return true;
     });
   }

@@ -18,6 +18,8 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   // A staged file found here may be committed (its version dropped) before the reply: look again then
   // (ReplyEntry fresh_only). The last attempt replies whatever it finds: a staged node without a version
   // is a file being created right now (CreateFile before its open), empty.
+  // Invalidations the kernel missed from here on make this reply uncacheable (ReplyEntry, Impl::misses).
+  const uint64_t seq0 = fs->MissSeq();
   for (int attempt = 0;; ++attempt) {
     auto r = fs->store->Lookup(parent, name);
     if (!r.ok()) {
@@ -30,8 +32,16 @@ void OpLookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     if (S_ISREG(r->attr.mode) && !r->committed && fs->opts.test_lookup_delay_ms > 0 && attempt == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(fs->opts.test_lookup_delay_ms));  // TEST ONLY
     }
+    uint32_t delay_ms = 0;  // TEST ONLY
+    if (fs->opts.test_lookup_reply_delay_ms > 0 && attempt == 0 && name == fs->opts.test_lookup_reply_delay_name) {
+      delay_ms = fs->opts.test_lookup_reply_delay_ms;
+      if (!fs->opts.test_lookup_reply_delay_after_ref) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+        delay_ms = 0;
+      }
+    }
     if (S_ISREG(r->attr.mode)) fs->RetryLookup(fuse_req_ctx(req), parent, name, r->attr.ino);
-    if (fs->ReplyEntry(req, *r, /*fresh_only=*/attempt < 3)) return;
+    if (fs->ReplyEntry(req, *r, /*fresh_only=*/attempt < 3, seq0, delay_ms)) return;
   }
 }
 

@@ -240,6 +240,10 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                {"commit_errors", f.commit_errors},
                {"failed_publishes", f.failed_publishes},
                {"inodes_renumbered", f.inodes_renumbered},
+               {"inval_calls", f.inval_calls},
+               {"inval_missed", f.inval_missed},
+               {"inval_retries", f.inval_retries},
+               {"lookups_uncached", f.lookups_uncached},
                {"bytes_read", f.bytes_read},
                {"bytes_written", f.bytes_written},
                {"reads_in_flight_max", f.reads_in_flight_max}};

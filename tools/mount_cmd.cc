@@ -530,6 +530,10 @@ int RunMount(MountArgs a) {
   if (const char* d = std::getenv("KVFS_TEST_NEGATIVE_TIMEOUT_S")) fo.negative_timeout_s = std::atof(d);
   // TEST ONLY: KVFS_TEST_NOTIFY_DELAY_MS delays every dentry invalidation (FsOptions).
   if (const char* d = std::getenv("KVFS_TEST_NOTIFY_DELAY_MS")) fo.test_notify_delay_ms = static_cast<uint32_t>(std::atoi(d));
+  // TEST ONLY: KVFS_TEST_LOOKUP_REPLY_DELAY_MS / _NAME delay a found name's LOOKUP reply (FsOptions).
+  if (const char* d = std::getenv("KVFS_TEST_LOOKUP_REPLY_DELAY_MS")) fo.test_lookup_reply_delay_ms = static_cast<uint32_t>(std::atoi(d));
+  if (const char* d = std::getenv("KVFS_TEST_LOOKUP_REPLY_DELAY_NAME")) fo.test_lookup_reply_delay_name = d;
+  if (const char* d = std::getenv("KVFS_TEST_LOOKUP_REPLY_DELAY_AFTER_REF")) fo.test_lookup_reply_delay_after_ref = std::atoi(d) != 0;
   if (const char* d = std::getenv("KVFS_TEST_AFTER_COMMIT_DELAY_MS")) {
     fo.test_after_commit_delay_ms = static_cast<uint32_t>(std::atoi(d));
   }

@@ -18,6 +18,11 @@ in A's kernel, kept 60 s here so only an invalidation can end it) shows up on A 
 file B renames over one A has cached shows its new size and mtime on A, and a directory B adds a name
 to shows its new mtime on A - each within VISIBLE_S (the peer poll + group commit; docs/semantics.md §2);
 a file A was writing when B's PUT took its name is A's again on A after A's commit.
+
+RacingLookupTest: A's LOOKUP reply is computed before B's change is applied on A and reaches A's kernel
+after the change's invalidation (a test knob holds the reply): a rename over the name, a chmod of the
+file, a name added to the directory being looked up; A sees each within VISIBLE_S (design.md §5
+"Replies in flight").
 """
 import errno
 import hashlib
@@ -26,6 +31,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -333,6 +339,127 @@ class CrossNodeTest(unittest.TestCase):
         self.wait(lambda: os.stat(os.path.join(a, f)).st_size == 111, "A: its own file back after its commit")
         self.assertEqual(kf.read_file(os.path.join(a, f)), b"a" * 111)
         self.wait(lambda: os.stat(os.path.join(b, f)).st_size == 111, "B: A's newer PUT")
+
+
+class RacingLookupTest(unittest.TestCase):
+    """A LOOKUP node A answers from its index just before B's change is applied on A, whose reply reaches
+    A's kernel after the change's invalidation went by (KVFS_TEST_LOOKUP_REPLY_DELAY_MS holds the reply
+    of the name RACE for REPLY_DELAY_S between the index lookup and the reply). The racing stat itself
+    may show the older state (it began before the change); every later one shows B's change within
+    VISIBLE_S, where the older answer would have stayed cached for 3600 s (docs/semantics.md §2)."""
+    RACE = "race"
+    REPLY_DELAY_S = 2.0
+    setUp, tearDown, mount, wait = CrossNodeTest.setUp, CrossNodeTest.tearDown, CrossNodeTest.mount, CrossNodeTest.wait
+
+    def racing_nodes(self, after_ref=False):
+        a = self.mount("A", env={"KVFS_TEST_LOOKUP_REPLY_DELAY_MS": str(int(self.REPLY_DELAY_S * 1000)),
+                                 "KVFS_TEST_LOOKUP_REPLY_DELAY_NAME": self.RACE,
+                                 "KVFS_TEST_LOOKUP_REPLY_DELAY_AFTER_REF": "1" if after_ref else "0"})
+        b = self.mount("B")
+        os.makedirs(os.path.join(a, "kv"))
+        os.makedirs(os.path.join(a, "s"))
+        self.wait(lambda: os.path.isdir(os.path.join(b, "s")), "B sees A's directories")
+        return a, b
+
+    def applied_on_a(self, a, b):
+        """B's changes so far are applied on A: a sentinel B writes after them is there (one journal, in
+        order). It is in another directory than RACE: an invalidation of a name in RACE's directory
+        waits for the directory's lock, which A's kernel holds over the racing LOOKUP (the notifier
+        would then stall until the reply is installed, and every invalidation queued after it too)."""
+        s = os.path.join("s", "sentinel%d" % time.monotonic_ns())
+        kf.write_file(os.path.join(b, s), b"s")
+        self.wait(lambda: os.path.exists(os.path.join(a, s)), "A applies B's entries")
+
+    def race(self, a, rel, change):
+        """stat(rel) on A in a thread (its LOOKUP reply held), change() on B meanwhile, applied on A
+        before the reply goes; returns A's fs stats before and after."""
+        out = {}
+        before = kf.stats(a)["fuse"]
+
+        def probe():
+            try:
+                out["st"] = os.stat(os.path.join(a, rel))
+            except OSError as e:
+                out["err"] = e
+        t = threading.Thread(target=probe)
+        t.start()
+        time.sleep(0.2)
+        self.assertTrue(t.is_alive(), "the LOOKUP reply was not held")
+        change()
+        t.join(30)
+        self.assertFalse(t.is_alive())
+        self.assertNotIn("err", out)
+        return out["st"], before, kf.stats(a)["fuse"]
+
+    def test_lookup_racing_a_peers_rename_over_the_name(self):
+        a, b = self.racing_nodes()
+        f = os.path.join("kv", self.RACE)
+        kf.write_file(os.path.join(b, f), b"x" * 1000)
+        self.applied_on_a(a, b)
+
+        def rename_over():
+            kf.write_file(os.path.join(b, "kv", "new.tmp"), b"y" * 2345)
+            os.rename(os.path.join(b, "kv", "new.tmp"), os.path.join(b, f))
+            self.applied_on_a(a, b)
+        st, s0, s1 = self.race(a, f, rename_over)
+        self.assertIn(st.st_size, (1000, 2345))
+        self.wait(lambda: os.stat(os.path.join(a, f)).st_size == 2345, "A: B's file renamed over the name")
+        self.assertEqual(kf.read_file(os.path.join(a, f)), b"y" * 2345)
+        print("rename over: inval_calls +%d inval_missed +%d inval_retries +%d lookups_uncached +%d" % tuple(
+            s1[k] - s0[k] for k in ("inval_calls", "inval_missed", "inval_retries", "lookups_uncached")),
+            file=sys.stderr)
+
+    def test_lookup_racing_a_peers_chmod(self):
+        """B changes the file's attributes in place (SETATTR): A's inval_inode finds no inode in A's
+        kernel (the LOOKUP that brings it is in flight), so only the reply's timeout 0 keeps the old mode
+        from being cached."""
+        self.chmod_race(after_ref=False)
+
+    def test_lookup_racing_a_peers_chmod_after_its_reference(self):
+        """The same, the reply held after its lookup reference was taken: the missed inval_inode is
+        repeated (10, 40, 160, 640, 2560 ms after the miss) until the kernel has the inode."""
+        self.chmod_race(after_ref=True)
+
+    def chmod_race(self, after_ref):
+        a, b = self.racing_nodes(after_ref)
+        f = os.path.join("kv", self.RACE)
+        kf.write_file(os.path.join(b, f), b"x" * 1000)
+        self.applied_on_a(a, b)
+
+        def chmod():
+            os.chmod(os.path.join(b, f), 0o600)
+            self.applied_on_a(a, b)
+        st, s0, s1 = self.race(a, f, chmod)
+        self.assertEqual(st.st_size, 1000)
+        self.wait(lambda: os.stat(os.path.join(a, f)).st_mode & 0o777 == 0o600, "A: the mode B set")
+        d = {k: s1[k] - s0[k] for k in ("inval_calls", "inval_missed", "inval_retries", "lookups_uncached")}
+        print("chmod (after_ref=%s): %s" % (after_ref, d), file=sys.stderr)
+        if after_ref:
+            self.assertEqual(d["lookups_uncached"], 0)
+            self.assertGreaterEqual(d["inval_retries"], 1)
+            self.assertLessEqual(d["inval_retries"], 5)
+        else:
+            self.assertEqual(d["lookups_uncached"], 1)
+            self.assertEqual(d["inval_retries"], 0)
+
+    def test_lookup_of_a_directory_racing_a_peers_create_in_it(self):
+        """B adds a name to a directory A is looking up for the first time: the directory's mtime and
+        nlink A's kernel gets must not be the ones from before."""
+        a, b = self.racing_nodes()
+        d = os.path.join("kv", self.RACE)
+        os.makedirs(os.path.join(b, d))
+        self.applied_on_a(a, b)
+        self.assertEqual(os.stat(os.path.join(b, d)).st_nlink, 2)
+
+        def create():
+            os.mkdir(os.path.join(b, d, "sub"))
+            self.applied_on_a(a, b)
+        st, s0, s1 = self.race(a, d, create)
+        self.assertIn(st.st_nlink, (2, 3))
+        self.wait(lambda: os.stat(os.path.join(a, d)).st_nlink == 3, "A: nlink of the directory B added to")
+        self.assertEqual(os.listdir(os.path.join(a, d)), ["sub"])
+        print("mkdir in it: %s" % {k: s1[k] - s0[k] for k in ("inval_calls", "inval_missed", "inval_retries",
+                                                              "lookups_uncached")}, file=sys.stderr)
 
 
 if __name__ == "__main__":
