@@ -272,7 +272,7 @@ Result<Attr> StoreImpl::SetAttrStamped(uint64_t ino, const Attr& attr, uint32_t 
   }
   if (!a.ok() || !journaled || ino == kRootIno) return a;
   auto path = index_->FullPath(ino);
-  if (path.ok()) EnqueueLocked(JournalEntry::Setattr(*path, ToEntryAttrs(*a), mask, stamp));
+  if (path.ok()) EnqueueLocked(JournalEntry::Setattr(*path, ToEntryAttrs(*a), mask | kSetAttrsWhole, stamp));  // *a: whole set
   return a;
 }
 

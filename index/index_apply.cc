@@ -99,8 +99,9 @@ struct Applier {
     rec.parent = parent;
     rec.name = leaf;
     rec.committed = true;
-    rec.stamp = stamp;
-    rec.stamp_node = node;
+    // The attribute stamp: the binding's, unless rec's attributes come from a newer SETATTR (a renamed
+    // file's, or those a PUT keeps).
+    if (!Newer(rec.stamp, rec.stamp_node, stamp, node)) rec.stamp = stamp, rec.stamp_node = node;
     KVFS_RETURN_IF_ERROR(o.PutRec(old ? &*old : nullptr, &rec));
     KVFS_RETURN_IF_ERROR(o.Link(parent, leaf, rec.attr.ino, rec.attr.mode, stamp, node, cookie));
     KVFS_RETURN_IF_ERROR(o.TouchDir(parent, 0));
@@ -145,6 +146,7 @@ struct Applier {
     rec.attr = op.attr;
     rec.attr.ino = 0;
     rec.attr.nlink = 1;
+    std::vector<NewerXattr> keep_xattrs;
     // A PUT binds a regular file; a SYMLINK entry (also a PUT here) a symlink or, from entry version 4,
     // an index-only special file. Any other type (a directory) becomes a regular file, as before.
     uint32_t type = op.attr.mode & S_IFMT;
@@ -161,18 +163,34 @@ struct Applier {
       rec.loc = op.location;
       rec.extents = op.extents;
     }
-    if (cur) {  // same content re-applied (e.g. replay): keep the inode number
+    if (cur) {
       std::optional<InodeRec> cr;
       KVFS_RETURN_IF_ERROR(o.GetRec(cur->ino, &cr));
+      // same content re-applied (e.g. replay): keep the inode number
       if (cr && cr->committed && (cr->attr.mode & S_IFMT) == type && cr->loc == rec.loc &&
           cr->extents == rec.extents && cr->symlink == rec.symlink && cr->attr.rdev == rec.attr.rdev)
         rec.attr.ino = cr->attr.ino;
+      // A SETATTR newer than this PUT was applied here before it (it named the previous version; where
+      // the PUT came first it applies on top of it): its attributes stay, the PUT brings the content.
+      if (cr && cr->committed && (cr->attr.mode & S_IFMT) == type && Newer(cr->stamp, cr->stamp_node, op.stamp, node)) {
+        const uint64_t size = rec.attr.size;
+        ApplyAttrMask(&rec.attr, cr->attr, kSetAttrsWholeFields);
+        rec.attr.size = size;
+        rec.stamp = cr->stamp, rec.stamp_node = cr->stamp_node;
+      }
+      // Likewise each xattr name set or removed after this PUT keeps that state (per-name LWW).
+      if (cr && cr->committed) {
+        auto nx = XattrsNewerThan(cr->attr.ino, op.stamp);
+        if (!nx.ok()) return nx.status();
+        keep_xattrs = std::move(*nx);
+      }
     }
     if (rec.attr.ino && cur) {
       // in place: update record and dentry stamp without unlinking
       std::optional<InodeRec> old;
       KVFS_RETURN_IF_ERROR(o.GetRec(rec.attr.ino, &old));
-      rec.parent = *parent, rec.name = leaf, rec.committed = true, rec.stamp = op.stamp, rec.stamp_node = node;
+      rec.parent = *parent, rec.name = leaf, rec.committed = true;
+      if (!Newer(rec.stamp, rec.stamp_node, op.stamp, node)) rec.stamp = op.stamp, rec.stamp_node = node;
       KVFS_RETURN_IF_ERROR(o.PutRec(&*old, &rec));
       KVFS_RETURN_IF_ERROR(o.Link(*parent, leaf, rec.attr.ino, rec.attr.mode, op.stamp, node, cur->cookie));
       res.attr_changed.push_back(rec.attr.ino);
@@ -188,7 +206,19 @@ struct Applier {
         return true;
       }));
       for (auto& k : keys) t.Del(kXattrs, k);
+      keys.clear();
+      KVFS_RETURN_IF_ERROR(t.ForEachPrefix(kXattrStamps, InoKey(rec.attr.ino), [&](auto& k, auto&) {
+        keys.push_back(k);
+        return true;
+      }));
+      for (auto& k : keys) t.Del(kXattrStamps, k);  // older than the PUT, which now gates them (AttrTarget)
       for (const auto& [name, value] : *op.xattrs) t.Put(kXattrs, XattrKey(rec.attr.ino, name), value);
+    }
+    for (const auto& x : keep_xattrs) {  // newer than the PUT: their state stays
+      const std::string k = XattrKey(rec.attr.ino, x.name);
+      if (x.removed) t.Del(kXattrs, k);
+      else t.Put(kXattrs, k, x.value);
+      t.Put(kXattrStamps, k, x.stamp_rec);
     }
     t.Del(kTombstones, op.path);
     t.RaiseHlc(op.stamp);
@@ -419,14 +449,56 @@ struct Applier {
     if (!r.ok()) return r.status();
     if (!*r) return false;
     InodeRec n = **r;
-    if ((op.mask & kSetAtimeOfRead) && !(op.stamp > n.stamp)) return false;  // changed since the read
-    ApplyAttrMask(&n.attr, op.attr, op.mask);
+    // Last writer wins by (stamp, node) against the inode's attribute stamp (its version's PUT, the
+    // newest SETATTR applied): an older entry changes nothing, in whatever order the entries arrive.
+    // (kSetAtimeOfRead, "changed since the read", is this same rule.) An entry with kSetAttrsWhole sets
+    // the whole attribute set its node had, so ignoring it loses no field a newer entry did not name;
+    // an older binary's entry (no bit) sets the fields it names.
+    if (!Newer(op.stamp, node, n.stamp, n.stamp_node)) return false;
+    const uint32_t mask = (op.mask & kSetAttrsWhole) ? op.mask | kSetAttrsWholeFields : op.mask;
+    ApplyAttrMask(&n.attr, op.attr, mask);
     ResizeExtents(&n);
-    if (op.stamp > n.stamp) n.stamp = op.stamp, n.stamp_node = node;
+    n.stamp = op.stamp, n.stamp_node = node;
     KVFS_RETURN_IF_ERROR(o.UpdateRec(**r, n));
     t.RaiseHlc(op.stamp);
     res.attr_changed.push_back(n.attr.ino);
     return true;
+  }
+
+  Status GetXattrStamp(const std::string& k, XattrStamp* x) {
+    std::string v;
+    bool found;
+    KVFS_RETURN_IF_ERROR(t.Get(kXattrStamps, k, &v, &found));
+    if (found && !DecodeXattrStamp(v, x)) return Status::Corruption("bad xattr stamp record");
+    if (!found) *x = XattrStamp{};
+    return Status::OK();
+  }
+
+  // The names of ino whose last set or remove is newer than (stamp, node): (name, stamp record, value).
+  struct NewerXattr {
+    std::string name, stamp_rec, value;
+    bool removed;
+  };
+  Result<std::vector<NewerXattr>> XattrsNewerThan(uint64_t ino, uint64_t stamp) {
+    std::vector<NewerXattr> out;
+    const std::string prefix = InoKey(ino);
+    Status bad;
+    KVFS_RETURN_IF_ERROR(t.ForEachPrefix(kXattrStamps, prefix, [&](auto& k, auto& v) {
+      XattrStamp x;
+      if (!DecodeXattrStamp(v, &x)) {
+        bad = Status::Corruption("bad xattr stamp record");
+        return false;
+      }
+      if (Newer(x.stamp, x.node, stamp, node)) out.push_back({k.substr(prefix.size()), v, "", x.removed});
+      return true;
+    }));
+    KVFS_RETURN_IF_ERROR(bad);
+    for (auto& n : out) {
+      bool found = false;
+      if (!n.removed) KVFS_RETURN_IF_ERROR(t.Get(kXattrs, XattrKey(ino, n.name), &n.value, &found));
+      if (!found) n.removed = true;
+    }
+    return out;
   }
 
   Result<bool> Xattr(const ApplyOp& op) {
@@ -434,8 +506,15 @@ struct Applier {
     if (!r.ok()) return r.status();
     if (!*r) return false;
     std::string k = XattrKey((*r)->attr.ino, op.xattr_name);
+    // Last writer wins per name by (stamp, node) against the name's last set or remove (xattrstamps;
+    // none: older than any entry). The same (stamp, node) is the same event (a re-applied or a
+    // snapshot's entry): applies again, to the same value.
+    XattrStamp cur;
+    KVFS_RETURN_IF_ERROR(GetXattrStamp(k, &cur));
+    if (Newer(cur.stamp, cur.node, op.stamp, node)) return false;
     if (op.xattr_remove) t.Del(kXattrs, k);
     else t.Put(kXattrs, k, op.xattr_value);
+    t.Put(kXattrStamps, k, EncodeXattrStamp({op.stamp, node, op.xattr_remove}));
     t.RaiseHlc(op.stamp);
     res.attr_changed.push_back((*r)->attr.ino);
     return true;

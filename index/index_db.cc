@@ -133,7 +133,11 @@ Result<std::unique_ptr<IndexDb>> IndexDb::Open(const IndexDbOptions& opts) {
   if (found) {
     Reader rd{v};
     uint32_t fmt = rd.U32();
-    if (!rd.ok || fmt != kIndexFormatVersion)
+    if (rd.ok && fmt == 2) {  // format 3 only added a column family (created above, empty): upgrade
+      std::string f;
+      PutLE(&f, kIndexFormatVersion, 4);
+      init.Put(im->H(kMeta), kMetaFormat, f);
+    } else if (!rd.ok || fmt != kIndexFormatVersion)
       return Status::NotSupported("index " + opts.dir + " has format " + std::to_string(fmt) + ", expected " +
                                   std::to_string(kIndexFormatVersion));
   } else {

@@ -94,7 +94,9 @@ class ColumnFamilyHandle;
 
 namespace kvfs {
 
-inline constexpr uint32_t kIndexFormatVersion = 2;
+// 3 added the xattrstamps column family (index_keys.h); a format 2 index opens as 3 (no stamps: every
+// xattr older than any entry).
+inline constexpr uint32_t kIndexFormatVersion = 3;
 
 struct IndexDbOptions {
   std::string dir;                          // local directory (never on NFS); created if missing

@@ -17,6 +17,9 @@
 //   dircookies  parent u64 BE | cookie u64 BE          name str, ino u64, mode u32   (readdir order)  namespace
 //   inodes      ino u64 BE                             InodeRecord (EncodeInode below; versioned)     namespace
 //   xattrs      ino u64 BE | name                      value bytes                                    namespace
+//   xattrstamps ino u64 BE | name                      stamp u64, node str, removed u8: the (stamp,   namespace
+//                                                      node) of the name's last set or remove (format 3;
+//                                                      absent: older than any entry)
 //   staged      ino u64 BE                             (empty)  uncommitted files; dropped at Open    namespace
 //   tombstones  full path                              stamp u64, node str                            namespace
 //   segments    node | 0x00 | gen u64 BE | seq u64 BE  state u8, live_bytes u64, live_records u64,    location
@@ -63,9 +66,12 @@ inline constexpr uint64_t kMaxCookie = (1ull << 63) - 1;
 // 1: every record without an extent map (what older builds wrote); 2: a file with one (+ str extents).
 inline constexpr uint8_t kInodeRecordVersion = 2;
 
-enum Cf : int { kDentries, kDirCookies, kInodes, kXattrs, kStaged, kSegments, kSegFiles, kTombstones, kMeta, kNumCf };
+enum Cf : int {
+  kDentries, kDirCookies, kInodes, kXattrs, kStaged, kSegments, kSegFiles, kTombstones, kMeta, kXattrStamps, kNumCf
+};
 inline constexpr const char* kCfNames[kNumCf] = {"dentries", "dircookies", "inodes",     "xattrs", "staged",
-                                                 "segments", "segfiles",   "tombstones", "meta"};
+                                                 "segments", "segfiles",   "tombstones", "meta",
+                                                 "xattrstamps"};
 
 // meta keys
 inline constexpr char kMetaFormat[] = "format";
@@ -325,6 +331,28 @@ inline bool DecodeTomb(std::string_view v, Tombstone* t) {
   t->stamp = rd.U64();
   t->node = rd.Str();
   return rd.ok;
+}
+
+// xattrstamps value: the last set or remove of one xattr name (per-name last writer wins).
+struct XattrStamp {
+  uint64_t stamp = 0;
+  std::string node;
+  bool removed = false;
+};
+inline std::string EncodeXattrStamp(const XattrStamp& x) {
+  std::string s;
+  PutLE(&s, x.stamp, 8);
+  PutStr(&s, x.node);
+  s.push_back(x.removed ? 1 : 0);
+  return s;
+}
+inline bool DecodeXattrStamp(std::string_view v, XattrStamp* x) {
+  Reader rd{v};
+  x->stamp = rd.U64();
+  x->node = rd.Str();
+  uint8_t r = rd.U8();
+  x->removed = r == 1;
+  return rd.ok && r <= 1 && rd.s.empty();
 }
 
 // (stamp, node) order; true if a > b.

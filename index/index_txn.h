@@ -335,6 +335,12 @@ struct Ops {
         return true;
       }));
       for (auto& k : keys) t.Del(kXattrs, k);
+      keys.clear();
+      KVFS_RETURN_IF_ERROR(t.ForEachPrefix(kXattrStamps, InoKey(old->attr.ino), [&](auto& k, auto&) {
+        keys.push_back(k);
+        return true;
+      }));
+      for (auto& k : keys) t.Del(kXattrStamps, k);
     }
     return Status::OK();
   }

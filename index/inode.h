@@ -58,7 +58,15 @@ enum SetAttrMask : uint32_t {
   // record's stamp: its version's PUT, the last SETATTR): a utimensat or a new version that came after
   // the read, on any node, is never overwritten by it. (Older binaries ignore the bit: plain kSetAtime.)
   kSetAtimeOfRead = 1u << 7,
+  // On a SETATTR entry (every SetAttr journals it, Store::SetAttr): the entry's attrs are the node's whole
+  // attribute set after the change (mode, uid, gid, atime, mtime, ctime; size only with kSetSize), and
+  // applying it sets all of them. Entries are applied last-writer-wins by (stamp, node) against the
+  // inode's attribute stamp (docs/semantics.md §4), so an older entry is ignored without losing a field
+  // a newer one did not name. Older binaries ignore the bit (they apply the named fields only).
+  kSetAttrsWhole = 1u << 8,
 };
+// The fields kSetAttrsWhole sets (kSetSize stays explicit: size belongs to the content, PUT).
+inline constexpr uint32_t kSetAttrsWholeFields = kSetMode | kSetUid | kSetGid | kSetAtime | kSetMtime | kSetCtime;
 
 struct DirEntry {
   std::string name;

@@ -488,11 +488,17 @@ Result<Node> IndexDb::Renumber(uint64_t ino, uint64_t to) {
     xattrs.emplace_back(k.substr(prefix.size()), v);
     return true;
   }));
+  std::vector<std::pair<std::string, std::string>> xstamps;  // (name, stamp record)
+  KVFS_RETURN_IF_ERROR(t.ForEachPrefix(kXattrStamps, prefix, [&](auto& k, auto& v) {
+    xstamps.emplace_back(k.substr(prefix.size()), v);
+    return true;
+  }));
   InodeRec n = *r;
   n.attr.ino = *nino;
   KVFS_RETURN_IF_ERROR(o.PutRec(&*r, nullptr));  // old number: record, xattrs, segment membership
   KVFS_RETURN_IF_ERROR(o.PutRec(nullptr, &n));
   for (auto& [name, value] : xattrs) t.Put(kXattrs, XattrKey(*nino, name), std::move(value));
+  for (auto& [name, st] : xstamps) t.Put(kXattrStamps, XattrKey(*nino, name), std::move(st));
   KVFS_RETURN_IF_ERROR(o.Link(r->parent, r->name, *nino, n.attr.mode, d->stamp, d->node, d->cookie));
   KVFS_RETURN_IF_ERROR(t.Commit());
   return NodeOf(n);
@@ -512,7 +518,10 @@ Status IndexDb::SetXattr(uint64_t ino, std::string_view name, std::string_view v
   if (found && (flags & XATTR_CREATE)) return Status::Exists(std::string(name));
   if (!found && (flags & XATTR_REPLACE)) return Status::NotFound(std::string(name));
   t.Put(kXattrs, XattrKey(ino, name), std::string(value));
-  if (stamp) t.RaiseHlc(stamp);
+  if (stamp) {
+    t.Put(kXattrStamps, XattrKey(ino, name), EncodeXattrStamp({stamp, impl_->node, false}));
+    t.RaiseHlc(stamp);
+  }
   return t.Commit();
 }
 
@@ -524,7 +533,10 @@ Status IndexDb::RemoveXattr(uint64_t ino, std::string_view name, uint64_t stamp)
   KVFS_RETURN_IF_ERROR(t.Get(kXattrs, XattrKey(ino, name), &v, &found));
   if (!found) return Status::NotFound(std::string(name));
   t.Del(kXattrs, XattrKey(ino, name));
-  if (stamp) t.RaiseHlc(stamp);
+  if (stamp) {
+    t.Put(kXattrStamps, XattrKey(ino, name), EncodeXattrStamp({stamp, impl_->node, true}));
+    t.RaiseHlc(stamp);
+  }
   return t.Commit();
 }
 

@@ -397,6 +397,57 @@ class MultiNodeTest(unittest.TestCase):
             else:
                 os.environ["KVFS_TEST_COMMIT_DELAY_MS"] = old_env
 
+    def test_concurrent_attribute_changes_converge(self):
+        """docs/semantics.md §4: chmod on A, then at once utimens on B (which has not read A's journal
+        yet: its peer poll is 2 s), and one xattr name set to different values on both: A, B and a
+        fresh third node (its index replayed from the journals) end with the same stat and xattrs, the
+        later change (B's, by stamp) winning as a whole."""
+        a, _ = self.mount("A")
+        b, _ = self.mount("B", peer_poll_ms=2000, peer_poll_max_ms=2000)
+        names = ["attr%d" % i for i in range(4)]
+        for n in names:
+            kf.write_file(os.path.join(a, n), b"v" * 1000)
+        for n in names:
+            self.expect_bytes("B", os.path.join(b, n), b"v" * 1000, "store on A, load on B")
+        times = (1_700_000_111_000_000_000, 1_700_000_222_000_000_000)
+        for n in names:
+            os.chmod(os.path.join(a, n), 0o600)
+            os.setxattr(os.path.join(a, n), "user.k", b"from-A")
+            os.setxattr(os.path.join(a, n), "user.only-a", b"1")
+        # B's changes must carry the later stamps (HLC: physical ms, then a counter): the next ms
+        time.sleep(0.01)
+        for n in names:
+            os.utime(os.path.join(b, n), ns=times)
+            os.setxattr(os.path.join(b, n), "user.k", b"from-B")
+
+        def view(m, n):
+            p = os.path.join(m, n)
+            try:
+                st = os.stat(p)
+                xs = {x: os.getxattr(p, x) for x in sorted(os.listxattr(p))}
+            except OSError as e:
+                return errname(e)
+            return (oct(st.st_mode), st.st_uid, st.st_gid, st.st_size, st.st_atime_ns, st.st_mtime_ns, xs)
+
+        def converged(mounts):
+            return all(len({repr(view(m, n)) for m in mounts}) == 1 for n in names)
+
+        wait_for(lambda: converged((a, b)))
+        for n in names:
+            self.assertEqual(view(a, n), view(b, n), "%s differs between A and B" % n)
+        c, _ = self.mount("C")
+        wait_for(lambda: converged((a, c)))
+        for n in names:
+            got = view(a, n)
+            self.assertEqual(view(c, n), got, "%s: the replayed node C differs from A" % n)
+            self.assertEqual(view(b, n), got, "%s: B differs from A after C joined" % n)
+            # B's utimens and xattr are the later changes: their values everywhere
+            self.assertEqual((got[4], got[5]), times, "%s: atime/mtime are not B's utimens" % n)
+            self.assertEqual(got[6].get("user.k"), b"from-B", "%s: user.k is not B's later value" % n)
+            self.assertEqual(got[6].get("user.only-a"), b"1", "%s: A's other xattr name was lost" % n)
+            # B's set had mode 644, unless B's poll read A's chmod before B's utimens (then 600)
+            self.assertIn(got[0], (oct(0o100600), oct(0o100644)), n)
+
     def test_xattrs_of_staged_files_reach_peers_and_survive_crash(self):
         """breaker-1 item 4: xattrs set while a file is open for writing, on a temp before its rename, or
         kept across a new version (O_TRUNC rewrite) of a committed file travel with the file's PUT: peer B

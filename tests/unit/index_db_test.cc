@@ -11,6 +11,8 @@
 #include <set>
 #include <thread>
 
+#include <rocksdb/db.h>
+
 #include "index/journal_format.h"
 #include "index/replay.h"
 #include "index_db_fixture.h"
@@ -675,6 +677,133 @@ TEST_F(IndexDbTest, ApplyStagedLocalFileAndOrderIndependence) {
   EXPECT_FALSE(std::filesystem::exists(o2.dir));
 }
 
+// Concurrent attribute and xattr changes on two nodes (docs/semantics.md §4): every order of applying
+// the nodes' journals (each node's own in its order, as live tailing and replay do) gives the same
+// records, last writer by (stamp, node) per attribute set and per xattr name. The entries go through the
+// journal codec, as a replay reads them.
+TEST_F(IndexDbTest, ConcurrentSetattrXattrConvergeInEveryOrder) {
+  using J = std::pair<std::string, JournalEntry>;  // (node, entry)
+  auto ea = [](uint32_t mode, int64_t at, int64_t mt, int64_t ct, uint64_t size) {
+    EntryAttrs a;
+    a.mode = S_IFREG | mode;
+    a.uid = a.gid = 1000;
+    a.size = size;
+    a.atime_ns = at, a.mtime_ns = mt, a.ctime_ns = ct;
+    return a;
+  };
+  const uint32_t W = kSetAttrsWhole;
+  std::vector<J> base = {
+      {"c", JournalEntry::Put("/f", Loc("c", 1, 0, 5), ea(0644, 1, 1, 1, 5), 10)},
+      {"c", JournalEntry::Put("/g", Loc("c", 1, 4096, 5), ea(0644, 1, 1, 1, 5), 35)},
+  };
+  std::vector<J> ja = {
+      // chmod 600 on A (its whole set: the times it had)
+      {"a", JournalEntry::Setattr("/f", ea(0600, 1, 1, 200, 5), kSetMode | W, 20)},
+      {"a", JournalEntry::Xattr("/f", "user.k", "from-a", false, 22)},
+      {"a", JournalEntry::Xattr("/f", "user.r", "x", false, 24)},
+      {"a", JournalEntry::Xattr("/f", "user.r2", "", true, 29)},
+      // chmod 700 of /g's version at 35, which A had when B's new version (40) had not reached it
+      {"a", JournalEntry::Setattr("/g", ea(0700, 1, 1, 410, 5), kSetMode | W, 41)},
+      {"a", JournalEntry::Xattr("/g", "user.g", "1", false, 42)},
+  };
+  std::vector<J> jb = {
+      // utimens on B, later than A's chmod: B's whole set still has mode 644
+      {"b", JournalEntry::Setattr("/f", ea(0644, 555, 666, 210, 5), kSetAtime | kSetMtime | W, 21)},
+      {"b", JournalEntry::Xattr("/f", "user.k", "from-b", false, 23)},
+      {"b", JournalEntry::Xattr("/f", "user.r", "", true, 25)},
+      {"b", JournalEntry::Xattr("/f", "user.r2", "y", false, 30)},
+  };
+  JournalEntry gput = JournalEntry::Put("/g", Loc("b", 1, 0, 9), ea(0644, 400, 400, 400, 9), 40);
+  gput.xattrs = std::vector<std::pair<std::string, std::string>>{{"user.p", "q"}};
+  jb.push_back({"b", gput});
+
+  auto build = [&](const std::vector<std::vector<J>*>& order, const std::string& dir) {
+    IndexDbOptions o;
+    o.dir = dir;
+    o.node_id = "x";
+    auto db = IndexDb::Open(o);
+    EXPECT_TRUE(db.ok()) << db.status().ToString();
+    std::vector<J> all = base;
+    for (auto* j : order) all.insert(all.end(), j->begin(), j->end());
+    for (auto& [node, e] : all) {
+      std::string enc;
+      EncodeJournalEntry(e, &enc);
+      JournalEntry d;
+      EXPECT_TRUE(DecodeJournalEntry(enc, &d).ok());
+      ApplyOp op;
+      EXPECT_TRUE(JournalEntryToApplyOp(d, &op));
+      EXPECT_TRUE((*db)->ApplyBatch({&op, 1}, node).ok());
+    }
+    return std::move(*db);
+  };
+  struct Seen {
+    Attr f, g;
+    std::map<std::string, DumpEntry> dump;
+  };
+  auto look = [&](IndexDb* db) {
+    Seen s;
+    s.f = db->GetInode(*db->ResolvePath("/f"))->attr;
+    s.g = db->GetInode(*db->ResolvePath("/g"))->attr;
+    s.dump = *db->DumpByPath();
+    return s;
+  };
+  // A then B (on A: its own first), B then A (on B), and an interleaving (a replay by stamp).
+  std::vector<J> inter;
+  {
+    std::vector<J> x = ja;
+    x.insert(x.end(), jb.begin(), jb.end());
+    std::stable_sort(x.begin(), x.end(), [](const J& l, const J& r) { return l.second.stamp < r.second.stamp; });
+    inter = x;
+  }
+  auto ab = build({&ja, &jb}, dir_ + "_ab");
+  auto ba = build({&jb, &ja}, dir_ + "_ba");
+  auto il = build({&inter}, dir_ + "_il");
+  Seen sa = look(ab.get()), sb = look(ba.get()), si = look(il.get());
+  for (const Seen* s : {&sa, &sb, &si}) {
+    SCOPED_TRACE(s == &sa ? "A,B" : s == &sb ? "B,A" : "by stamp");
+    // /f: B's utimens (21) is the last attribute set: mode 644, its times; A's chmod (20) lost.
+    EXPECT_EQ(s->f.mode, uint32_t(S_IFREG | 0644));
+    EXPECT_EQ(s->f.atime_ns, 555);
+    EXPECT_EQ(s->f.mtime_ns, 666);
+    EXPECT_EQ(s->f.ctime_ns, 210);
+    EXPECT_EQ(s->dump.at("/f").xattrs,
+              (std::map<std::string, std::string>{{"user.k", "from-b"}, {"user.r2", "y"}}));
+    // /g: B's new version (40) brings content and size; A's later chmod (41) and xattr (42) stay.
+    EXPECT_EQ(s->g.mode, uint32_t(S_IFREG | 0700));
+    EXPECT_EQ(s->g.size, 9u);
+    EXPECT_EQ(s->g.ctime_ns, 410);
+    EXPECT_EQ(s->dump.at("/g").location, Loc("b", 1, 0, 9));
+    EXPECT_EQ(s->dump.at("/g").xattrs, (std::map<std::string, std::string>{{"user.g", "1"}, {"user.p", "q"}}));
+    EXPECT_EQ(s->f.atime_ns, sa.f.atime_ns);
+    EXPECT_EQ(s->g.atime_ns, sa.g.atime_ns);
+    EXPECT_EQ(s->g.mtime_ns, sa.g.mtime_ns);
+    EXPECT_EQ(s->dump, sa.dump);
+  }
+  // Re-applying everything (a catch-up over entries already in) changes nothing.
+  for (auto* j : {&ja, &jb}) {
+    for (auto& [node, e] : *j) {
+      ApplyOp op;
+      ASSERT_TRUE(JournalEntryToApplyOp(e, &op));
+      ASSERT_TRUE(ab->ApplyBatch({&op, 1}, node).ok());
+    }
+  }
+  Seen again = look(ab.get());
+  EXPECT_EQ(again.dump, sa.dump);
+  EXPECT_EQ(again.f.atime_ns, 555);
+  EXPECT_EQ(again.g.mode, uint32_t(S_IFREG | 0700));
+  // An entry of an older binary (no kSetAttrsWhole) sets only the fields it names, if it is the newest.
+  Attr old;
+  old.uid = 7;
+  old.mode = 0777;
+  EXPECT_EQ(ab->ApplySetattr("/f", old, kSetUid, 50, "o")->applied, 1u);
+  EXPECT_EQ(ab->ApplySetattr("/f", old, kSetMode, 49, "o")->skipped, 1u);
+  auto f = ab->GetInode(*ab->ResolvePath("/f"))->attr;
+  EXPECT_EQ(f.uid, 7u);
+  EXPECT_EQ(f.mode, uint32_t(S_IFREG | 0644));
+  for (auto* db : {&ab, &ba, &il}) db->reset();
+  for (auto sfx : {"_ab", "_ba", "_il"}) ASSERT_TRUE(IndexDb::Destroy(dir_ + sfx).ok());
+}
+
 TEST_F(IndexDbTest, ApplyRenameMkdirRmdirSetattrXattrMove) {
   Attr a;
   a.mode = S_IFREG | 0644;
@@ -822,6 +951,37 @@ TEST_F(IndexDbTest, ApplyPositionIsAtomicWithBatch) {
   EXPECT_EQ(db_->GetAppliedPositions().size(), 1u);
   EXPECT_EQ(db_->GetStats().files, 3000u);
   EXPECT_TRUE(db_->ResolvePath("/b300/f9").ok());
+}
+
+// A format-2 index (no xattrstamps column family) opens as format 3 and keeps its xattrs; those count
+// as older than any entry, so a peer's XATTR applies over them.
+TEST_F(IndexDbTest, Format2IndexOpensAsFormat3) {
+  auto f = CommitNew(kRootIno, "f", Loc("n1", 1, 0, 5), 10);
+  ASSERT_TRUE(db_->SetXattr(f.attr.ino, "user.a", "old", 0, 0).ok());
+  db_.reset();
+  {  // make it what a format-2 build left: drop the family, format 2
+    rocksdb::Options o;
+    std::vector<rocksdb::ColumnFamilyDescriptor> cfds;
+    for (const char* n : {"dentries", "dircookies", "inodes", "xattrs", "staged", "segments", "segfiles",
+                          "tombstones", "meta", "xattrstamps"})
+      cfds.emplace_back(n, rocksdb::ColumnFamilyOptions());
+    cfds.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> h;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(o, dir_, cfds, &h, &raw).ok());
+    ASSERT_TRUE(raw->DropColumnFamily(h[9]).ok());
+    std::string two("\x02\0\0\0", 4);
+    ASSERT_TRUE(raw->Put(rocksdb::WriteOptions(), h[8], "format", two).ok());
+    for (auto* x : h) ASSERT_TRUE(raw->DestroyColumnFamilyHandle(x).ok());
+    delete raw;
+  }
+  Reopen();
+  EXPECT_EQ(*db_->GetXattr(f.attr.ino, "user.a"), "old");
+  EXPECT_EQ(db_->ApplyXattr("/f", "user.a", "peer", false, 11, "p")->applied, 1u);
+  EXPECT_EQ(db_->ApplyXattr("/f", "user.a", "older", false, 10, "p")->skipped, 1u);  // older than the name's last set (11)
+  EXPECT_EQ(*db_->GetXattr(f.attr.ino, "user.a"), "peer");
+  Reopen();  // now format 3 with the family
+  EXPECT_EQ(*db_->GetXattr(f.attr.ino, "user.a"), "peer");
 }
 
 TEST_F(IndexDbTest, ReopenPersistsEverything) {
