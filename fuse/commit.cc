@@ -334,11 +334,16 @@ void KvfsFs::Impl::PromoteAtClose(const std::shared_ptr<Inode>& in, const std::s
 }
 
 Status KvfsFs::Impl::ReleaseWritable(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v,
-                                     bool defer) {
+                                     bool defer, bool wrote) {
   {
     std::lock_guard<std::mutex> g(in->mu);
-    if (--v->writers > 0) return Status::OK();
-    v->close_order = next_order.fetch_add(1);
+    if (--v->writers > 0) {
+      // Other writers keep it open: a handle that wrote still commits what was written when it closed
+      // (a hidden version stays invisible until its last writer closes it: not then).
+      if (!wrote || v->hidden || !defer || opts.commit_delay_ms == 0) return Status::OK();
+    } else {
+      v->close_order = next_order.fetch_add(1);
+    }
   }
   if (defer && opts.commit_delay_ms > 0) {
     std::lock_guard<std::mutex> g(cq_mu);
@@ -353,9 +358,18 @@ Status KvfsFs::Impl::ReleaseWritable(const std::shared_ptr<Inode>& in, const std
 }
 
 Status KvfsFs::Impl::FinishRelease(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v) {
+  bool open_writers;
   {
     std::lock_guard<std::mutex> g(in->mu);
-    if (v->writers > 0) return Status::OK();  // a new writer joined: its release commits
+    open_writers = v->writers > 0;
+  }
+  if (open_writers) {
+    // A writer joined after the last close (within the commit delay), or a writer closed while others
+    // keep the version open: what was closed is committed now, as an fsync would (the version stays
+    // being written; its last release commits again). Before, it waited for the last writer's release,
+    // however long that was: a crash meanwhile lost a close that had returned, and peers never saw it.
+    closes_committed_open++;
+    return Commit(in, v);
   }
   bool unl = IsUnlinked(*in);
   Status s;

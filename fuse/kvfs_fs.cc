@@ -233,6 +233,7 @@ FsStats KvfsFs::GetFsStats() {
   s.compaction_flushes = impl_->staging.compaction_flushes.load();
   s.compaction_copied_bytes = impl_->staging.compaction_copied_bytes.load();
   s.flushes_deferred = impl_->staging.flushes_deferred.load();
+  s.closes_committed_open = impl_->closes_committed_open.load();
   s.streamed_commits = impl_->staging.streamed_commits.load();
   s.shadow_versions_created = impl_->shadows.load();
   s.versions_committed = impl_->committed.load();

@@ -295,6 +295,7 @@ struct Handle {
   bool dw = false;   // counted in Inode::direct_writers
   uint64_t rewrites = 0;  // Inode::rewrites at open (readers of committed content)
   std::atomic<bool> dirty{false};  // WRITEs since this handle's last FLUSH (counted in Version::dirty_handles)
+  std::atomic<bool> wrote{false};  // any WRITE through this handle (its release commits the version, below)
 };
 
 inline Handle* H(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
@@ -359,7 +360,7 @@ struct KvfsFs::Impl {
   };
   std::atomic<uint64_t> open_handles{0}, staged_versions{0}, shadows{0}, committed{0}, discarded{0},
       flush_records{0}, flush_errors{0}, commit_errors{0}, renumbered{0},
-      failed_publishes{0};
+      failed_publishes{0}, closes_committed_open{0};
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
   // READ handlers running now, and the most there ever were at once (ReadInFlight): shows whether the
   // requests of one O_DIRECT read(2) overlap (tests/integration/fs_ops_test.py).
@@ -630,8 +631,12 @@ struct KvfsFs::Impl {
   // opts.commit_delay_ms later on the committer thread, so that the rename that usually follows close
   // (temp file + rename) happens first and the journal gets one PUT under the final name instead of a
   // PUT under the temp name + a RENAME. Until then the version stays staged and visible as before.
+  // wrote: the released handle wrote to v. When other writers keep a visible version open, such a
+  // release still commits it (deferred the same way; FinishRelease): a close is a commit point
+  // (close-to-open, and "closed 25 ms before a crash survives it", docs/semantics.md §1), however long
+  // other handles stay open.
   Status ReleaseWritable(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v,
-                         bool defer = false);
+                         bool defer = false, bool wrote = false);
 
   // The last writer is gone: commit v (again if something changed while committing), then drop it.
   Status FinishRelease(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v);

@@ -164,7 +164,7 @@ void ReleaseHandle(KvfsFs::Impl* fs, Handle* h) {
   }
   if (h->writable && h->version) {
     if (h->dirty.exchange(false)) h->version->dirty_handles.fetch_sub(1);  // no FLUSH after its last writes
-    Status s = fs->ReleaseWritable(h->inode, h->version, /*defer=*/true);
+    Status s = fs->ReleaseWritable(h->inode, h->version, /*defer=*/true, h->wrote.load());
     if (!s.ok()) {
       LogLimited(spdlog::level::err, LogKey("fuse-release", s), "release of {} (inode {}): {} (version not published)",
                  fs->PathOf(h->inode->ino), h->inode->ino, ErrnoText(s));
@@ -338,6 +338,7 @@ void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off
   }
   fs->bytes_written.fetch_add(size, std::memory_order_relaxed);
   if (!h->dirty.exchange(true)) v.dirty_handles.fetch_add(1);  // before the reply: this writer's close sees it
+  h->wrote.store(true, std::memory_order_relaxed);
   fuse_reply_write(req, size);
 }
 

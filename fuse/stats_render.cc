@@ -231,6 +231,7 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                {"compaction_flushes", f.compaction_flushes},
                {"compaction_copied_bytes", f.compaction_copied_bytes},
                {"flushes_deferred", f.flushes_deferred},
+               {"closes_committed_open", f.closes_committed_open},
                {"streamed_commits", f.streamed_commits},
                {"shadow_versions_created", f.shadow_versions_created},
                {"versions_committed", f.versions_committed},

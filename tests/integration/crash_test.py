@@ -472,6 +472,62 @@ class CrashTest(unittest.TestCase):
                 d.kill()
             b.cleanup()
 
+    def test_close_survives_writers_still_open(self):
+        """A close(2) that returned is a commit point even while other writable handles stay open (found
+        by a breaker): (a) a file rewritten in place, closed, and reopened O_RDWR within the deferred-commit
+        window (widened to 300 ms here; 5 ms by default) by a handle that writes nothing, a loader's open;
+        (b) two handles of one file, the first writes its slice and closes while the second stays open.
+        The daemon is SIGKILLed 1.5 s after those closes, the other handles still open. Before, the
+        reopen joined the pending version and its commit waited for the last writer: the rewrite (a) and
+        the slice (b) were lost, and peers never saw them; now each close commits (fuse
+        closes_committed_open counts these commits)."""
+        b = kf.Backing(prefix="kvfs-crash-join-")
+        d = Daemon(b, commit_delay_ms=300)
+        fds = []
+        try:
+            a, two = os.path.join(b.mnt, "a"), os.path.join(b.mnt, "two")
+            kf.write_file(a, b"A" * MIB)
+            fd = os.open(two, os.O_RDWR | os.O_CREAT, 0o644)
+            os.ftruncate(fd, 2 * MIB)
+            os.close(fd)
+            time.sleep(0.6)  # both committed (300 ms commit delay + group commit)
+            fd = os.open(a, os.O_RDWR)
+            os.pwrite(fd, b"B" * 4096, 8192)
+            os.close(fd)
+            fds.append(os.open(a, os.O_RDWR))  # joins the version whose commit is pending
+            w1, w2 = os.open(two, os.O_RDWR), os.open(two, os.O_RDWR)
+            fds.append(w2)
+            os.pwrite(w1, b"1" * MIB, 0)
+            os.close(w1)  # its slice closed; w2 stays open (and writes nothing)
+            time.sleep(1.5)
+            st = kf.stats(b.mnt)["fuse"]
+            self.assertGreaterEqual(st["closes_committed_open"], 2, st)
+            d.kill()
+            for f in fds:
+                try:
+                    os.close(f)
+                except OSError:
+                    pass
+            fds = []
+            d = Daemon(b)
+            got = kf.read_file(a)
+            self.assertEqual(len(got), MIB)
+            self.assertEqual(got[8192:8192 + 4096], b"B" * 4096, "the closed rewrite was lost")
+            self.assertEqual(got[:8192] + got[8192 + 4096:], b"A" * (MIB - 4096))
+            got = kf.read_file(two)
+            self.assertEqual(len(got), 2 * MIB)
+            self.assertTrue(got[:MIB] == b"1" * MIB, "the closed slice was lost")
+            self.assertTrue(got[MIB:] == bytes(MIB))
+            self.assertEqual(d.stop(), 0)
+        finally:
+            for f in fds:
+                try:
+                    os.close(f)
+                except OSError:
+                    pass
+            d.kill()
+            b.cleanup()
+
     def test_writer_killed_mid_file(self):
         b = kf.Backing(prefix="kvfs-crash-w-")
         d = Daemon(b)
