@@ -53,6 +53,7 @@ void PeerTailer::Start() {
 }
 
 void PeerTailer::Stop() {
+  stopping_ = true;
   {
     std::lock_guard<std::mutex> l(wake_mu_);
     stop_ = true;
@@ -411,6 +412,7 @@ void PeerTailer::Loop() {
     const auto now = clock::now();
     bool idle_now = true;
     for (const auto& node : nodes) {
+      if (stopping_) break;  // an unmount: no more polls (with a hung backing, each costs a deadline)
       if (node == opts_.node) continue;
       PeerState& st = peers_[node];
       if (reset_idle) {

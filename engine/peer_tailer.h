@@ -164,6 +164,7 @@ class PeerTailer {
   std::mutex wake_mu_;  // the thread's schedule
   std::condition_variable cv_;
   bool wake_ = false, stop_ = false;
+  std::atomic<bool> stopping_{false};  // Stop() called: a poll round ends after the peer it is polling
   std::chrono::steady_clock::time_point last_early_poll_{}, followup_at_{};
   bool followup_pending_ = false;
   bool early_polled_ = false;    // last_early_poll_ is set (steady_clock's epoch is the boot)
