@@ -234,34 +234,51 @@ void ReadExtentFile(KvfsFs::Impl* fs, fuse_req_t req, Handle* h, const ExtentMap
   Reply(req, s);
 }
 
+// What a handle reads (OpRead, OpLseek): the staged version it reads, else the committed record or map
+// it opened; for a reader of a file rewritten in place since it opened (UndoRenumber), what the file
+// has now (the version being written or the committed content), as on a local fs. Our own references:
+// the reply completes the request, after which the kernel may send RELEASE for the handle and another
+// worker may free it and its version while this thread still uses them.
+namespace {
+
+struct HandleContent {
+  std::shared_ptr<Version> version;
+  Location loc;
+  ExtentMapRef ext;
+  uint64_t size = 0;
+};
+
+HandleContent ContentOf(KvfsFs::Impl* fs, const Handle* h) {
+  HandleContent c{h->version, h->loc, h->ext, h->size};
+  if (h->writable || h->inode->rewrites.load() == h->rewrites) return c;
+  {
+    std::lock_guard<std::mutex> g(h->inode->mu);
+    c.version = h->inode->primary;
+  }
+  if (!c.version) {
+    auto n = fs->store->GetInode(h->inode->ino);
+    if (n.ok()) {
+      c.loc = n->location;
+      c.ext = n->extents;
+      c.size = n->attr.size;
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
 void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* fi) {
   auto* fs = FS(req);
   Handle* h = H(fi);
   ReadInFlight in_flight(fs);
   if (off < 0) return (void)fuse_reply_err(req, EINVAL);
-  // Our own reference: the reply completes the request, after which the kernel may send RELEASE for
-  // this handle (an async readahead holds the last reference to the file) and another worker may
-  // free the handle and its version while this thread still unlocks.
-  std::shared_ptr<Version> vp = h->version;
-  Location loc = h->loc;
-  ExtentMapRef ext = h->ext;
-  uint64_t hsize = h->size;
-  if (!h->writable && h->inode->rewrites.load() != h->rewrites) {
-    // The file was rewritten in place since this reader opened it (UndoRenumber): read what it has
-    // now, the version being written or the committed content, as on a local fs.
-    {
-      std::lock_guard<std::mutex> g(h->inode->mu);
-      vp = h->inode->primary;
-    }
-    if (!vp) {
-      auto n = fs->store->GetInode(h->inode->ino);
-      if (n.ok()) {
-        loc = n->location;
-        ext = n->extents;
-        hsize = n->attr.size;
-      }
-    }
-  }
+  // Our own references (an async readahead may hold the last reference to the file): ContentOf.
+  HandleContent c = ContentOf(fs, h);
+  std::shared_ptr<Version> vp = std::move(c.version);
+  Location loc = c.loc;
+  ExtentMapRef ext = std::move(c.ext);
+  uint64_t hsize = c.size;
   if (vp) {
     std::shared_lock<std::shared_mutex> g(vp->mu);
     const uint64_t uoff = static_cast<uint64_t>(off);
@@ -442,24 +459,11 @@ void OpLseek(fuse_req_t req, fuse_ino_t, off_t off, int whence, fuse_file_info* 
   if (whence != SEEK_DATA && whence != SEEK_HOLE) return (void)fuse_reply_err(req, EINVAL);
   const bool want_hole = whence == SEEK_HOLE;
   const uint64_t o = static_cast<uint64_t>(off);
-  // The content this handle reads (as OpRead picks it): the staged version, else the committed map or
-  // record it opened (or, for a reader of a file rewritten in place since, what the file has now).
-  std::shared_ptr<Version> vp = h->version;
-  ExtentMapRef ext = h->ext;
-  uint64_t size = h->size;
-  if (!h->writable && h->inode->rewrites.load() != h->rewrites) {
-    {
-      std::lock_guard<std::mutex> g(h->inode->mu);
-      vp = h->inode->primary;
-    }
-    if (!vp) {
-      auto n = fs->store->GetInode(h->inode->ino);
-      if (n.ok()) {
-        ext = n->extents;
-        size = n->attr.size;
-      }
-    }
-  }
+  // The content this handle reads, as OpRead picks it.
+  HandleContent c = ContentOf(fs, h);
+  std::shared_ptr<Version> vp = std::move(c.version);
+  ExtentMapRef ext = std::move(c.ext);
+  uint64_t size = c.size;
   // Data and holes as the content has them (docs/semantics.md "Holes"): a staged version's holes
   // (ChunkBuffer), a committed extent map's holes (ExtentMap); a one-record file is data up to its
   // size. The end of file counts as a hole; at or past it both answer ENXIO (POSIX, Linux), and
