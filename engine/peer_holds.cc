@@ -9,6 +9,8 @@
 // kPeerHoldLinger after the last hold of the segment is released (SweepPeerHolds, evictor thread), so a
 // reader that opens the chunks of one segment one after the other creates it once. At mount the node
 // removes its markers of an earlier generation (ClearOwnHoldMarkers); a clean Close removes the rest.
+// On an S3 backing a hold makes no marker and reads no journal (no request): the owner could not see a
+// marker there (docs/s3.md "What is left"); only the index's DROP check is made.
 //
 // Owner side (SegmentsHeldByPeers, from UnlinkDue): after the grace period and a durable journal (the
 // DROP is durable), before unlinking dropped segments, it lists holds/<this node>/ of every node on the
@@ -51,7 +53,11 @@ Status StoreImpl::HoldPeerSegment(const SegmentId& seg) {
   }
   {
     std::lock_guard<std::mutex> g(h->mu);
-    if (!h->marker) {
+    // On an S3 backing (opts_.tier) the markers would stay in this node's staging directory, which the
+    // owner never lists (docs/s3.md): neither a marker nor the read of the owner's journal (a LIST, a
+    // whole --backing-deadline-ms each under a frozen gateway, before the open's own read) buys the
+    // guarantee there, so the hold costs no request; a segment the owner dropped then reads NotFound.
+    if (!h->marker && !opts_.tier) {
       const std::string owner_dir = HoldDirPath(opts_.backing_dir, opts_.node_id, seg.node);
       bool made;
       {

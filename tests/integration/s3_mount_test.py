@@ -446,6 +446,56 @@ class S3MountTest(unittest.TestCase):
                 with open(os.path.join(mnt, rel), "rb") as f:
                     self.assertEqual(f.read(), files[rel], rel)
 
+    def test_frozen_gateway_first_read_of_a_peer_segment(self):
+        """Node B (peer tailer on) opens and reads a file in a segment of peer A it never held, with the
+        gateway frozen (SIGSTOP): the read fails with EIO within 1.5 x --backing-deadline-ms, and the open's
+        hold of A's segment sends no request (no LIST of A's journal: hold markers are local on S3, the owner
+        never sees them), so the read's HEAD is the one request. Before, the hold's LIST waited a whole
+        deadline before the read's own (2 x, up to 6 x with several segments held one after another). After
+        SIGCONT the same file reads back byte-exact."""
+        if not self.srv.get("dir"):
+            self.skipTest("external server (KVFS_S3_ENDPOINT): not stopped by the tests")
+        a, b = self.node("a", "staging-a"), self.node("b", "staging-b")
+        files = {}
+        with self.mount(a, node_id="a", segment_size="8MiB") as (mnt, _, _):
+            os.makedirs(os.path.join(mnt, "kv"))
+            for i in range(6):  # A's segments 1 (chunks 0-2) and 2 (3-5), objects after the unmount
+                rel = "kv/chunk-%03d.bin" % i
+                with open(os.path.join(mnt, rel), "wb") as f:
+                    f.write(chunk_bytes(i))
+                files[rel] = chunk_bytes(i)
+        with open(os.path.join(self.srv["dir"], "rgw.pid")) as f:
+            rgw = int(f.read())
+        deadline_ms = 2000
+        # The tailer runs (its background polls far apart, so the counts below are the read's alone).
+        with self.mount(b, node_id="b", backing_deadline_ms=deadline_ms, peer_poll_ms=60000,
+                        peer_poll_max_ms=60000) as (mnt, _, _):
+            self.assertTrue(self.wait_for(lambda: len(os.listdir(os.path.join(mnt, "kv"))) == 6))
+            with open(os.path.join(mnt, "kv/chunk-000.bin"), "rb") as f:  # A's segment 1: held, opened
+                self.assertEqual(f.read(), files["kv/chunk-000.bin"])
+            rel = "kv/chunk-003.bin"  # A's segment 2: never held or opened by B
+            s0 = stats(mnt)["s3"]["requests"]
+            os.kill(rgw, signal.SIGSTOP)
+            try:
+                t0 = time.time()
+                with self.assertRaises(OSError) as cm:
+                    with open(os.path.join(mnt, rel), "rb") as f:
+                        f.read()
+                secs = time.time() - t0
+            finally:
+                os.kill(rgw, signal.SIGCONT)
+            s1 = stats(mnt)["s3"]["requests"]
+            req = {k: s1[k] - s0[k] for k in ("list", "head", "get")}
+            print("\nfrozen gateway, first read of a peer's segment: errno %d after %.2f s (deadline %d ms), "
+                  "requests %s" % (cm.exception.errno, secs, deadline_ms, req))
+            self.assertEqual(cm.exception.errno, errno.EIO)
+            self.assertLess(secs, 1.5 * deadline_ms / 1000.0)
+            self.assertEqual(req, {"list": 0, "head": 1, "get": 0})
+            # A load that succeeds forgets the timed-out one (else a retry within the deadline fails at once).
+            for r in ("kv/chunk-004.bin", rel):
+                with open(os.path.join(mnt, r), "rb") as f:
+                    self.assertEqual(f.read(), files[r], r)
+
     def test_two_nodes_share_one_bucket(self):
         """Node A stores; node B (its own node id, staging directory and index) mounted on the same bucket
         reads A's files once A's segments are uploaded and its journal published, byte-exact; files A stores
