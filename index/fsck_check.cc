@@ -384,6 +384,16 @@ Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) 
                    std::to_string(f.bytes) + " bytes after offset " + std::to_string(s.tail_start);
         f.repairable = !active;
         f.repair = "CUT at " + std::to_string(s.tail_start);
+        if (!opts_.append_in_place && !active) {
+          // An object store: a segment object is uploaded whole once sealed (or after its CUT), never
+          // appended to, so bytes that end inside a record are damage in the bucket, not a crash's tail.
+          f.detail = "truncated or damaged object: " + std::to_string(f.bytes) + " bytes after offset " +
+                     std::to_string(s.tail_start) +
+                     " are no complete record (segment objects are uploaded whole: damage in the bucket, not a "
+                     "crash's torn tail; no mount repairs it; records past the offset are lost)";
+          f.repair = "CUT at " + std::to_string(s.tail_start) +
+                     " journaled (the object is left as it is; files whose records lay past it are unlinked)";
+        }
         add(std::move(f));
       }
       if (!s.sealed && !s.seal_journaled && !active) {

@@ -70,7 +70,9 @@ DESCRIPTION
     AWS_SECRET_ACCESS_KEY or the shared credentials file) is checked through the bucket alone (listings,
     HEAD, ranged GETs; a temporary staging directory): what a node's staging directory still holds is
     not seen. --repair writes its journal as an object before the node's release, and seals unsealed
-    segments logically only (a SEAL entry: objects are never appended to).
+    segments logically only (a SEAL entry: objects are never appended to). A segment object that ends
+    inside a record (segment-torn-tail) is damage there, not a crash's tail: objects are uploaded whole;
+    --repair journals a CUT and unlinks the files whose records it lost (dangling-entry).
 
 OPTIONS
     --node ID             check (and repair) only this node
@@ -376,18 +378,7 @@ int main(int argc, char** argv) {
       std::fflush(stderr);
     };
   }
-  auto r = kvfs::RunFsck(o);
-  if (tty) std::fprintf(stderr, "\r\033[K");
-  if (!r.ok()) {
-    const auto& s = r.status();
-    std::fprintf(stderr, "kvfs-fsck: %s\n", s.ToString().c_str());
-    if (json) std::cout << nlohmann::json{{"error", s.ToString()}}.dump() << "\n";
-    return s.IsInvalidArgument() || s.IsBusy() ? kExitUsage : kExitIO;
-  }
-  const auto& rep = *r;
-  const std::vector<LooseMode> loose =
-      s3_url.empty() ? FindLooseModes(o.backing_dir, kvfs::GetBackingModes()) : std::vector<LooseMode>{};
-  // S3: findings name the objects (s3://BUCKET/PREFIX/...), not the temporary staging directory.
+  // S3: findings and errors name the objects (s3://BUCKET/PREFIX/...), not the temporary staging directory.
   auto shown = [&](std::string text) {
     if (s3_url.empty()) return text;
     std::string u = s3_url;
@@ -397,6 +388,18 @@ int main(int argc, char** argv) {
     }
     return text;
   };
+  auto r = kvfs::RunFsck(o);
+  if (tty) std::fprintf(stderr, "\r\033[K");
+  if (!r.ok()) {
+    const auto& s = r.status();
+    const std::string text = shown(s.ToString());
+    std::fprintf(stderr, "kvfs-fsck: %s\n", text.c_str());
+    if (json) std::cout << nlohmann::json{{"error", text}}.dump() << "\n";
+    return s.IsInvalidArgument() || s.IsBusy() ? kExitUsage : kExitIO;
+  }
+  const auto& rep = *r;
+  const std::vector<LooseMode> loose =
+      s3_url.empty() ? FindLooseModes(o.backing_dir, kvfs::GetBackingModes()) : std::vector<LooseMode>{};
   const std::string backing_shown = s3_url.empty() ? o.backing_dir : s3_url;
   int code = rep.problems == 0 ? kExitClean : kExitProblems;
   if (rep.repair_refused) code = kExitRefused;
@@ -484,8 +487,10 @@ int main(int argc, char** argv) {
     size_t crash = 0;
     for (const auto& f : rep.findings) {
       if (f.severity != kvfs::FsckSeverity::kProblem || f.repaired) continue;
+      // On S3 a segment object is uploaded whole: a torn one is damage in the bucket, no crash's leftover.
       if (f.kind == kvfs::FsckKind::kUnsealedSegment || f.kind == kvfs::FsckKind::kSealNotJournaled ||
-          f.kind == kvfs::FsckKind::kSegmentTornTail || f.kind == kvfs::FsckKind::kJournalTornTail) {
+          (f.kind == kvfs::FsckKind::kSegmentTornTail && s3_url.empty()) ||
+          f.kind == kvfs::FsckKind::kJournalTornTail) {
         crash++;
       }
     }
