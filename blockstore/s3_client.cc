@@ -593,6 +593,12 @@ Status S3Client::Perform(S3Op op, Request& req, Response* resp, const TimePoint*
       } else if (rc == CURLE_PEER_FAILED_VERIFICATION) {
         last_error += " (the server's certificate is not signed by a CA in '" + config_.ca_file +
                       "', or does not name the endpoint's host)";
+      } else if (rc == CURLE_COULDNT_RESOLVE_HOST && !config_.path_style) {
+        // Virtual-hosted addressing puts the bucket in the host name (BUCKET.HOST): an IP endpoint, or a
+        // host without wildcard DNS, never resolves.
+        last_error += " (virtual-hosted addressing asks for " + config_.bucket +
+                      ".<endpoint host>; for an endpoint given by IP address or without wildcard DNS add "
+                      "--s3-path-style)";
       }
       s = Status::IOError(what + ": " + last_error, EIO);
     } else {

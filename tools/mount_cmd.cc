@@ -596,8 +596,18 @@ int RunMount(MountArgs a) {
                                   (holder > 0 ? " (pid " + std::to_string(holder) + ")" : std::string()) +
                                   "; give this mount its own --index-dir");
     }
+    // S3: the node directory is named by its URL, not by its path in the local staging directory.
+    auto shown = [&](std::string text) {
+      if (a.s3_url.empty() || a.backing.empty()) return text;
+      std::string u = a.s3_url;
+      while (!u.empty() && u.back() == '/') u.pop_back();
+      for (size_t p = text.find(a.backing); p != std::string::npos; p = text.find(a.backing, p + u.size())) {
+        text.replace(p, a.backing.size(), u);
+      }
+      return text;
+    };
     if (s.IsBusy()) {  // the node directory: NodeDir's message names the owner (host, pid, heartbeat)
-      return fail(kExitUsage, "node '" + so.node_id + "' is in use: " + s.message() +
+      return fail(kExitUsage, "node '" + so.node_id + "' is in use: " + shown(s.message()) +
                                   (a.force ? std::string() : "; use --force to take over if it is not"));
     }
     std::string hint;
@@ -605,7 +615,7 @@ int RunMount(MountArgs a) {
       hint = " (a mount by a non-root user needs --index-dir in a directory it can write)";
     }
     return fail(s.IsInvalidArgument() || !hint.empty() ? kExitUsage : kExitFail,
-                "cannot open store: " + s.ToString() + hint);
+                "cannot open store: " + shown(s.ToString()) + hint);
   }
   std::unique_ptr<kvfs::Store> store = std::move(*opened);
   fs->AttachStore(store.get());

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 #include <optional>
 #include <set>
 #include <string>
@@ -345,6 +346,8 @@ int RunNodeCommand(const std::string& sub, const std::string& backing_in, const 
     }
   } staging;
   if (backing_in.rfind("s3://", 0) == 0) {
+    // The S3 client logs a failed request as a warning; the command prints its error itself (once).
+    spdlog::set_level(spdlog::level::err);
     S3Config cfg;
     std::string prefix;
     if (Status u = ParseS3Url(backing_in, &cfg.bucket, &prefix); !u.ok()) return Fail(kExitUsage, u.message());

@@ -1084,6 +1084,35 @@ class S3ToolsTest(S3MountTest):
                 with open(os.path.join(mnt, "kv/chunk-%03d.bin" % i), "rb") as f:
                     self.assertEqual(f.read(), chunk_bytes(i), i)
 
+    def test_s3_errors_name_the_url_and_print_once(self):
+        """Error text of the S3 CLI paths: virtual-hosted addressing against an IP endpoint (curl: could not
+        resolve BUCKET.127.0.0.1) says to add --s3-path-style; a 403 of kvfs node list is printed once (was
+        twice: the client's warning and the command's error); a second mount of a node in use names the
+        node directory by its s3:// URL, not by the local staging path."""
+        url = "s3://%s/kv" % self.bucket
+        node = lambda env, *args: subprocess.run([kvfs_binary(), "node", "list", "--backing", url, "--s3-endpoint",
+                                                  self.srv["endpoint"], "--backing-deadline-ms", "1500"] + list(args),
+                                                 capture_output=True, text=True, timeout=120, env=env)
+        r = node(self.env)  # no --s3-path-style: http://BUCKET.127.0.0.1:PORT/
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn("Could not resolve host: %s.127.0.0.1" % self.bucket, r.stderr)
+        self.assertIn("add --s3-path-style", r.stderr)
+        r = node(dict(self.env, AWS_SECRET_ACCESS_KEY="wrong-secret"), "--s3-path-style")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertEqual(r.stderr.count("403"), 1, r.stderr)
+        a, a2 = self.node("a", "staging-a"), self.node("a2", "staging-a2")
+        with self.mount(a, node_id="a"):
+            r = subprocess.run([kvfs_binary(), "mount", a2.mnt, "--backing", url, "--index-dir", a2.index,
+                                "--node-id", "a", "--s3-endpoint", self.srv["endpoint"], "--s3-staging", a2.staging,
+                                "--s3-path-style", "--foreground"], capture_output=True, text=True, timeout=120,
+                               env=self.env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        (line,) = [l for l in r.stderr.splitlines() if "is in use" in l]
+        self.assertIn("node 'a' is in use: node directory %s/.kvfs/v1/nodes/a is owned by" % url, line)
+        self.assertNotIn(a2.staging, line)
+
     def test_fsck_s3_usage(self):
         if not os.path.exists(FSCK):
             self.skipTest("kvfs-fsck not built")
