@@ -7,9 +7,24 @@
 
 namespace kvfs {
 
+namespace {
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 void KvfsFs::Impl::AddFresh(uint64_t ino, bool virgin) {
+  const FreshState st{virgin ? Fresh::kVirgin : Fresh::kUsed, SteadyNs()};
   std::lock_guard<std::mutex> g(fresh_mu);
-  if (fresh.emplace(ino, virgin).second) fresh_order.push_back(ino);
+  auto [it, added] = fresh.emplace(ino, st);
+  if (added) {
+    fresh_order.push_back(ino);
+  } else if (it->second.state == Fresh::kForgotten) {
+    it->second = st;  // keeps its place in fresh_order
+  } else {
+    it->second.since_ns = st.since_ns;
+  }
   while (fresh_order.size() > kMaxFresh) {
     fresh.erase(fresh_order.front());
     fresh_order.pop_front();
@@ -18,14 +33,26 @@ void KvfsFs::Impl::AddFresh(uint64_t ino, bool virgin) {
 
 bool KvfsFs::Impl::IsFresh(uint64_t ino) {
   std::lock_guard<std::mutex> g(fresh_mu);
-  return fresh.count(ino) != 0;
+  auto it = fresh.find(ino);
+  return it != fresh.end() && it->second.state != Fresh::kForgotten;
 }
 
 bool KvfsFs::Impl::TakeVirgin(uint64_t ino) {
   std::lock_guard<std::mutex> g(fresh_mu);
   auto it = fresh.find(ino);
-  if (it == fresh.end() || !it->second) return false;
-  it->second = false;
+  if (it == fresh.end() || it->second.state != Fresh::kVirgin) return false;
+  it->second = FreshState{Fresh::kUsed, SteadyNs()};
+  return true;
+}
+
+bool KvfsFs::Impl::ForgetUsedFresh(uint64_t ino) {
+  const int64_t now = SteadyNs();
+  std::lock_guard<std::mutex> g(fresh_mu);
+  auto it = fresh.find(ino);
+  if (it == fresh.end() || it->second.state != Fresh::kUsed || now - it->second.since_ns < kFreshQuietNs) {
+    return false;
+  }
+  it->second.state = Fresh::kForgotten;
   return true;
 }
 
@@ -44,17 +71,21 @@ void KvfsFs::Impl::MarkRetry(const fuse_ctx* ctx, uint64_t parent, const std::st
   if (parent != 0) pending[it->second]++;
 }
 
-bool KvfsFs::Impl::TakeRetry(const fuse_ctx* ctx) {
-  if (!ctx || ctx->pid <= 0) return false;
+KvfsFs::Impl::RetryTicket KvfsFs::Impl::TakeRetry(const fuse_ctx* ctx) {
+  if (!ctx || ctx->pid <= 0) return RetryTicket();
   std::lock_guard<std::mutex> g(retry_mu);
   auto it = retrying.find(static_cast<uint32_t>(ctx->pid));
-  if (it == retrying.end()) return false;
-  if (it->second.first != 0) {
-    auto p = pending.find(it->second);
-    if (p != pending.end() && --p->second <= 0) pending.erase(p);
-  }
+  if (it == retrying.end()) return RetryTicket();
+  NameKey k = std::move(it->second);  // stays pending (counted) until the ticket is destroyed
   retrying.erase(it);
-  return true;
+  return RetryTicket(this, std::move(k));
+}
+
+KvfsFs::Impl::RetryTicket::~RetryTicket() {
+  if (!fs_ || key_.first == 0) return;
+  std::lock_guard<std::mutex> g(fs_->retry_mu);
+  auto p = fs_->pending.find(key_);
+  if (p != fs_->pending.end() && --p->second <= 0) fs_->pending.erase(p);
 }
 
 void KvfsFs::Impl::RetryLookup(const fuse_ctx* ctx, uint64_t parent, const std::string& name, uint64_t ino) {
@@ -77,9 +108,13 @@ void KvfsFs::Impl::RetryLookup(const fuse_ctx* ctx, uint64_t parent, const std::
   AddFresh(ino, /*virgin=*/false);
 }
 
-bool KvfsFs::Impl::RetryPending(uint64_t parent, const std::string& name) {
+bool KvfsFs::Impl::RetryPending(uint64_t parent, const std::string& name, const RetryTicket* own) {
   std::lock_guard<std::mutex> g(retry_mu);
-  return !pending.empty() && pending.count(NameKey{parent, name}) != 0;
+  if (pending.empty()) return false;
+  NameKey k{parent, name};
+  auto it = pending.find(k);
+  if (it == pending.end()) return false;
+  return it->second > ((own && *own && own->key() == k) ? 1 : 0);
 }
 
 void KvfsFs::Impl::ReplyOpenError(fuse_req_t req, const Status& s, bool writer) {

@@ -247,6 +247,8 @@ FsStats KvfsFs::GetFsStats() {
   s.inval_retries = impl_->inval_retries.load();
   s.lookups_uncached = impl_->lookups_uncached.load();
   s.inodes_renumbered = impl_->renumbered.load();
+  s.fresh_forgotten = impl_->fresh_forgotten.load();
+  s.hidden_reset = impl_->hidden_reset.load();
   s.bytes_read = impl_->bytes_read.load();
   s.bytes_written = impl_->bytes_written.load();
   s.reads_in_flight_max = impl_->reads_in_flight_max.load();

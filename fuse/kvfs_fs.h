@@ -91,8 +91,9 @@ struct FsOptions {
   // the backing store is full) and changes nothing.
   uint64_t staging_bytes = 1ull << 30;
   // Largest file size, bytes (<= kMaxValueLength, a record's largest value). A write ending beyond it or
-  // a truncate/fallocate to more is EFBIG. Files on kvfs are not sparse: growth is held as holes while
-  // staged (no RAM), but the committed value has every byte, so this bounds what one file can cost.
+  // a truncate/fallocate to more is EFBIG. Holes cost nothing: growth is held as holes while staged (no
+  // RAM) and committed as holes of the file's extent map (docs/format.md); a file committed as one
+  // record (written whole and small enough) holds every byte, so this bounds what such a file costs.
   uint64_t max_file_size = 16ull << 30;
   // What this binary is (tools/build_info.h; kvfs mount sets them), shown by the stats: the version and
   // the git commit it was built from ("" when unknown).
@@ -120,6 +121,8 @@ struct FsStats {
   uint64_t bytes_read = 0, bytes_written = 0;  // READ reply bytes, WRITE request bytes
   uint64_t reads_in_flight_max = 0;  // most READ requests handled at once since mount
   uint64_t inodes_renumbered = 0;  // committed files moved to a new inode number for a new version
+  uint64_t fresh_forgotten = 0;    // renumbered numbers whose readers use the page cache again (retry over)
+  uint64_t hidden_reset = 0;       // inodes whose hidden versions are over: readers use the page cache again
   // Kernel cache invalidations (notify_inval_entry / notify_inval_inode calls, retries included), those
   // the kernel answered ENOENT (it held no such dentry / inode), inval_inode calls repeated because a
   // reply holding a lookup reference was in flight, and LOOKUP / READDIRPLUS entries answered with

@@ -268,7 +268,9 @@ struct Inode {
   // /proc/self/fd: Impl::UndoRenumber): readers opened before then read the current content, as on a
   // local fs, not the content pinned at their open. Read without in->mu.
   std::atomic<uint64_t> rewrites{0};
-  bool hidden_ever = false;          // never keep_cache again: cached pages may belong to a hidden version
+  // Cached pages may belong to a hidden version: readers use direct_io, no keep_cache. Cleared by a
+  // read-only open once no version is being written and no page-cache handle is open (OpOpen).
+  bool hidden_ever = false;
   Attr last_attr;                    // last attributes seen (answers fstat of an unlinked file)
   Location last_loc;                 // last committed location seen (opens of a just-replaced file)
   ExtentMapRef last_ext;             // its extent map instead, for an extent file (last_loc empty)
@@ -360,7 +362,8 @@ struct KvfsFs::Impl {
   };
   std::atomic<uint64_t> open_handles{0}, staged_versions{0}, shadows{0}, committed{0}, discarded{0},
       flush_records{0}, flush_errors{0}, commit_errors{0}, renumbered{0},
-      failed_publishes{0}, closes_committed_open{0};
+      failed_publishes{0}, closes_committed_open{0}, fresh_forgotten{0},
+      hidden_reset{0};
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
   // READ handlers running now, and the most there ever were at once (ReadInFlight): shows whether the
   // requests of one O_DIRECT read(2) overlap (tests/integration/fs_ops_test.py).
@@ -373,14 +376,29 @@ struct KvfsFs::Impl {
   // version on it without renumbering again. Not tied to the inode table: the kernel's retry itself
   // may FORGET the new number (fuse_dentry_revalidate) before it looks it up again. Bounded: the oldest
   // numbers are dropped first (kMaxFresh renumbers later; their readers use the page cache again).
+  // A number stops being fresh once its retry is over: a read-only open finds it with no version
+  // being written, no retry pending for its name, and no retry started on it for kFreshQuietNs
+  // (ForgetUsedFresh), so readers of a file rewritten in place use the page cache (and can mmap it
+  // MAP_SHARED) again. The quiet time covers a writer whose LOOKUP found the number the name had
+  // before (a renumber in between) and whose OPEN is answered ESTALE there: its retry finds this
+  // number, and must find it free of page-cache handles; that writer is not known to be retrying
+  // until its OPEN arrives.
   // fresh_mu is a leaf lock, also taken under Inode::mu.
   static constexpr size_t kMaxFresh = 65536;
+  static constexpr int64_t kFreshQuietNs = 2'000'000'000;
+  enum class Fresh : uint8_t { kVirgin, kUsed, kForgotten };
+  struct FreshState {
+    Fresh state;
+    int64_t since_ns;  // steady clock: when it was added or its virgin taken
+  };
   std::mutex fresh_mu;
-  std::unordered_map<uint64_t, bool> fresh;  // ino -> virgin
+  std::unordered_map<uint64_t, FreshState> fresh;  // ino -> state; fresh_order lists every key once
   std::deque<uint64_t> fresh_order;
   void AddFresh(uint64_t ino, bool virgin = true);
   bool IsFresh(uint64_t ino);
   bool TakeVirgin(uint64_t ino);
+  // Forgets ino if it is fresh, no longer virgin and quiet for kFreshQuietNs; returns true if it did.
+  bool ForgetUsedFresh(uint64_t ino);
 
   // Threads whose open (or truncate(path)) we answered ESTALE, by the request's pid (the calling
   // thread's id), with the name a renumber moved when we know it. The kernel retries such a call once,
@@ -401,12 +419,31 @@ struct KvfsFs::Impl {
   std::unordered_map<uint32_t, NameKey> retrying;          // tid -> name (parent 0: unknown)
   std::unordered_map<NameKey, int, NameKeyHash> pending;   // name -> retrying threads
   void MarkRetry(const fuse_ctx* ctx, uint64_t parent = 0, const std::string& name = {});
-  bool TakeRetry(const fuse_ctx* ctx);
+  // The retry's call holds its name pending until the call is over (the ticket's destructor), not
+  // only until it starts: a reader that finds no retry pending on the name (ForgetUsedFresh) then
+  // also finds the retry's version being written, never a retry about to start one.
+  class RetryTicket {
+   public:
+    RetryTicket() = default;
+    RetryTicket(Impl* fs, NameKey k) : fs_(fs), key_(std::move(k)) {}
+    RetryTicket(RetryTicket&& o) noexcept : fs_(o.fs_), key_(std::move(o.key_)) { o.fs_ = nullptr; }
+    RetryTicket(const RetryTicket&) = delete;
+    RetryTicket& operator=(const RetryTicket&) = delete;
+    RetryTicket& operator=(RetryTicket&&) = delete;
+    ~RetryTicket();
+    operator bool() const { return fs_ != nullptr; }  // NOLINT: this call is a retry
+    const NameKey& key() const { return key_; }
+   private:
+    Impl* fs_ = nullptr;
+    NameKey key_;  // parent 0: no name was pending
+  };
+  RetryTicket TakeRetry(const fuse_ctx* ctx);
   // A LOOKUP by a thread whose open is being retried: the retry's own LOOKUP (LOOKUP_REVAL) of the name
   // it will open. The regular file found is the retry's target: from now on it gets no page-cache
   // readers, and other writers do not renumber it.
   void RetryLookup(const fuse_ctx* ctx, uint64_t parent, const std::string& name, uint64_t ino);
-  bool RetryPending(uint64_t parent, const std::string& name);
+  // own: the caller's ticket, not counted (a retry's own call does not see itself pending).
+  bool RetryPending(uint64_t parent, const std::string& name, const RetryTicket* own = nullptr);
   // The error reply of an open/create/truncate(path): a missing inode is ESTALE, and the thread's
   // retry is expected (MarkRetry) when the call would write (writer: a writable or O_TRUNC open, a
   // truncate). A read-only open's retry needs no renumber bookkeeping: marking it would make the number

@@ -112,8 +112,37 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
       fi->keep_cache = (n.ok() && n->committed) ? 1 : 0;
     }
   }
+  // A number Renumber handed out stops being fresh once its retry is over (no retry pending for its
+  // name; checked below that nothing is being written there): see Impl::fresh.
+  bool retry_over = false;
+  if (!writable && fs->IsFresh(in->ino)) {
+    auto n = fs->store->GetInode(in->ino);
+    retry_over = n.ok() && !fs->RetryPending(n->parent, n->name);
+  }
   {
     std::lock_guard<std::mutex> g(in->mu);
+    if (!writable && in->pc_handles == 0 && in->direct_writers == 0 && !in->unlinked && !in->renumbered &&
+        h->version == in->primary && (in->hidden_ever || in->contended || retry_over)) {
+      // Quiet: no page-cache handle is open and every version of the inode is closed (at most the
+      // visible one, its commit pending; a hidden version became it at its last close, and the
+      // readers of the content it replaced read through direct_io). Earlier hidden versions and a fresh number's retry are
+      // then history: the kernel's page cache holds at most pages of the content this handle reads,
+      // and dropping it at this open (keep_cache 0) leaves none of anything else. The inode becomes
+      // an ordinary one again (page cache, MAP_SHARED), not only after a remount.
+      bool quiet = true;
+      for (const auto& w : in->writing) {
+        if (w->writers != 0 || w != in->primary) quiet = false;
+      }
+      if (quiet) {
+        if (in->hidden_ever || in->contended) {
+          in->hidden_ever = false;
+          in->contended = false;
+          fs->hidden_reset++;
+        }
+        if (retry_over && fs->ForgetUsedFresh(in->ino)) fs->fresh_forgotten++;
+        fi->keep_cache = 0;
+      }
+    }
     if (!writable) {
       // The kernel keeps ONE page cache and ONE i_size per inode. Once an inode has had two versions
       // at a time (a hidden one next to the visible one), a page-cache reader could get pages or a

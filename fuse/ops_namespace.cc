@@ -213,7 +213,8 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   auto* fs = FS(req);
   if (NameTooLong(name)) return (void)fuse_reply_err(req, ENAMETOOLONG);
   const fuse_ctx* ctx = fuse_req_ctx(req);
-  const bool retry = fs->TakeRetry(ctx);
+  const auto retry_ticket = fs->TakeRetry(ctx);  // the name stays pending until this call is over
+  const bool retry = retry_ticket;
   bool excl = fi->flags & O_EXCL;
   mode = (mode & 07777) | S_IFREG;
   const gid_t gid = NewEntryGid(fs, parent, ctx, &mode);
@@ -222,7 +223,7 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, 
   const Node& n = *r;
   if (S_ISDIR(n.attr.mode)) return (void)fuse_reply_err(req, EISDIR);
   // A writer's open of this name is being retried: keep page-cache readers off what it will find.
-  if (S_ISREG(n.attr.mode) && fs->RetryPending(parent, name)) fs->AddFresh(n.attr.ino, /*virgin=*/false);
+  if (S_ISREG(n.attr.mode) && fs->RetryPending(parent, name, &retry_ticket)) fs->AddFresh(n.attr.ino, /*virgin=*/false);
   if (!S_ISREG(n.attr.mode)) return (void)fuse_reply_err(req, EEXIST);
   // A new staged file starts an empty version; an existing one (a lost race, or the kernel had no
   // dentry) is opened like open(2) with these flags.

@@ -241,6 +241,8 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                {"commit_errors", f.commit_errors},
                {"failed_publishes", f.failed_publishes},
                {"inodes_renumbered", f.inodes_renumbered},
+               {"fresh_forgotten", f.fresh_forgotten},
+               {"hidden_reset", f.hidden_reset},
                {"inval_calls", f.inval_calls},
                {"inval_missed", f.inval_missed},
                {"inval_retries", f.inval_retries},
@@ -334,6 +336,11 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
         f.failed_publishes);
   e.One("kvfs_inodes_renumbered_total", "counter",
         "Committed files moved to a new inode number for a new version (docs/design.md §3).", f.inodes_renumbered);
+  e.One("kvfs_fresh_numbers_forgotten_total", "counter",
+        "Renumbered inode numbers whose writer's retry is over: their readers use the page cache again.",
+        f.fresh_forgotten);
+  e.One("kvfs_hidden_versions_reset_total", "counter",
+        "Inodes whose hidden versions are over: their readers use the page cache again.", f.hidden_reset);
 
   // ---- index and data ----
   e.One("kvfs_files", "gauge", "Files in the index (this node's and applied peers').", st.files);

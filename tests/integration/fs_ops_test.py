@@ -832,6 +832,87 @@ class DirectAndMmap(MountedTestCase):
         os.close(fd)
         self.assertEqual(kf.read_file(self.p("r")), data[:100] + b"MMAP" + data[104:])
 
+    def _committed(self, n0, n):
+        """Waits until n more versions were committed and none is staged any more (out of `writing`)."""
+        def done():
+            st = kf.stats(self.mnt)["fuse"]
+            return st["versions_committed"] - n0 >= n and st["staged_versions"] == 0
+        deadline = time.time() + 10
+        while not done() and time.time() < deadline:
+            time.sleep(0.01)
+        self.assertTrue(done())
+
+    def _map_read(self, path):
+        """A read-only MAP_SHARED mapping of the whole file, as a loader that mmaps does."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            m = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ)
+            try:
+                return m[:]
+            finally:
+                m.close()
+        finally:
+            os.close(fd)
+
+    def test_mmap_after_in_place_rewrite(self):
+        # A file rewritten in place (O_RDWR pwrite + close: renumbered, the retry writes on the fresh
+        # number) maps again once the writer closed and the number was quiet for 2 s (Impl::
+        # kFreshQuietNs). Before, readers of a renumbered number were served direct_io until remount:
+        # mmap failed with ENODEV.
+        path = self.p("slot")
+        data = bytearray(pattern("ip", 64 * 1024))
+        c0 = kf.stats(self.mnt)["fuse"]["versions_committed"]
+        kf.write_file(path, bytes(data))
+        self._committed(c0, 1)  # committed: the writable open below renumbers it
+        self.assertEqual(self._map_read(path), bytes(data))
+        st0 = kf.stats(self.mnt)["fuse"]
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.pwrite(fd, b"B" * 4096, 8192)
+        finally:
+            os.close(fd)
+        data[8192:12288] = b"B" * 4096
+        self.assertErrno(errno.ENODEV, self._map_read, path)  # within the quiet time: direct_io
+        time.sleep(2.1)
+        self.assertEqual(self._map_read(path), bytes(data))
+        st1 = kf.stats(self.mnt)["fuse"]
+        self.assertEqual(st1["inodes_renumbered"] - st0["inodes_renumbered"], 1)
+        self.assertEqual(st1["fresh_forgotten"] - st0["fresh_forgotten"], 1)
+        # A writer joining afterwards still gets a version of its own: the number moves again.
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.pwrite(fd, b"C" * 10, 0)
+        finally:
+            os.close(fd)
+        data[0:10] = b"C" * 10
+        time.sleep(2.1)
+        self.assertEqual(self._map_read(path), bytes(data))
+        self.assertEqual(kf.read_file(path), bytes(data))
+
+    def test_mmap_after_o_trunc_rewrite(self):
+        # An O_TRUNC rewrite of a committed file writes a hidden version; once it is closed and
+        # nothing else is open, the next read-only open makes the inode ordinary again (mmap works).
+        path = self.p("obj")
+        c0 = kf.stats(self.mnt)["fuse"]["versions_committed"]
+        kf.write_file(path, pattern("t1", 100000))
+        self._committed(c0, 1)  # committed: the O_TRUNC open below writes a hidden replacement
+        h0 = kf.stats(self.mnt)["fuse"]["hidden_reset"]
+        new = pattern("t2", 50000)
+        kf.write_file(path, new)
+        time.sleep(2.1)
+        self.assertEqual(self._map_read(path), new)
+        self.assertEqual(kf.stats(self.mnt)["fuse"]["hidden_reset"] - h0, 1)
+        # A reader that opened the old content keeps it whole (direct_io) while the new one is mapped.
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            newer = pattern("t3", 70000)
+            kf.write_file(path, newer)
+            self.assertEqual(os.pread(fd, 60000, 0), new)
+            time.sleep(2.1)
+            self.assertEqual(self._map_read(path), newer)
+        finally:
+            os.close(fd)
+
 
 def _proc_writer(path, final, tag, size, rounds, q):
     """One LMCache-like writer process: open(<key>.tmp, O_TRUNC), write, close, rename."""
