@@ -264,7 +264,8 @@ print(json.dumps(obs))
             f = t.path("big")
             if shutil.which("fio"):
                 common = ["--name=case6", "--filename=" + f, "--size=64M", "--bs=4k", "--direct=1",
-                          "--verify=crc32c", "--ioengine=psync", "--output-format=terse"]
+                          "--verify=crc32c", "--verify_state_save=0", "--ioengine=psync",
+                          "--output-format=terse"]
                 w = subprocess.run(["fio"] + common + ["--rw=write", "--do_verify=0"], capture_output=True,
                                    text=True, timeout=300)
                 self.assertEqual(0, w.returncode, "fio write: " + w.stderr[-500:])
