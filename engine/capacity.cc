@@ -286,7 +286,8 @@ void StoreImpl::EvictOnce() {
     node_bytes = node_bytes_;
   }
   // Target for this node's bytes (eviction_policy.h).
-  uint64_t target = EvictionTarget(limits_, node_bytes, limits_.global_high ? PeerSegmentBytes() : 0);
+  const uint64_t peer_bytes = limits_.global_high ? PeerSegmentBytes() : 0;
+  uint64_t target = EvictionTarget(limits_, node_bytes, peer_bytes);
   if (emergency && limits_.bounded()) {
     uint64_t total = 0, avail = 0;
     const bool have_avail = env_->StatFs(opts_.backing_dir, &total, &avail).ok();
@@ -301,25 +302,58 @@ void StoreImpl::EvictOnce() {
   // Free (node bytes at the start - target), net of reinsertion. Bytes written meanwhile are the next
   // round's business: a fast writer must not make one round evict everything.
   const uint64_t goal = node_bytes - target;
+  // The segments that may be dropped (records of unfinished files stay: DropCandidateLocked), oldest
+  // (generation, seq) first. Dead ones (no live record: every file in them deleted or rewritten, e.g.
+  // the spills of a close that failed) cost nothing to drop and go first, whatever their age (their
+  // dead-segment reclamation may still be waiting for dead_segment_age_ms); then the live ones, FIFO,
+  // down to the target, but only if what the dead ones left still calls for eviction (over the high
+  // mark; a full export always does). Before, FIFO dropped an old segment holding a committed file
+  // while dead ones were available (breaker F5: the file a failed in-place rewrite left was lost).
+  std::vector<SegmentId> order;
+  {
+    std::lock_guard<std::mutex> l(cap_mu_);
+    for (const auto& [id, t] : own_segs_) {
+      if (DropCandidateLocked(id, t)) order.push_back(id);
+    }
+  }
+  std::vector<bool> dead(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    auto st = index_->GetSegment(order[i]);
+    // NotFound: the index has no entry (no record of it was ever committed); dead too. An index error:
+    // treated as live (FIFO).
+    dead[i] = st.ok() ? st->live_records == 0 : st.status().IsNotFound();
+  }
+  std::vector<std::pair<SegmentId, bool>> victims;  // (segment, dead)
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (dead[i] == (pass == 0)) victims.emplace_back(order[i], dead[i]);
+    }
+  }
   uint64_t freed = 0;
-  while (freed < goal) {
-    SegmentId victim;
+  bool live_checked = false;
+  for (const auto& [victim, is_dead] : victims) {
+    if (freed >= goal) break;
+    if (!is_dead && !live_checked) {
+      live_checked = true;
+      const uint64_t left = node_bytes - std::min(freed, node_bytes);
+      const uint64_t t = EvictionTarget(limits_, left, peer_bytes);
+      if (!emergency && (t == kNoEvictionTarget || t >= left)) return;  // the dead ones were enough
+    }
     {
       std::lock_guard<std::mutex> l(cap_mu_);
-      if (evict_stop_) break;
-      auto it = std::find_if(own_segs_.begin(), own_segs_.end(), [this](const auto& kv) {
-        return DropCandidateLocked(kv.first, kv.second);  // records of unfinished files stay
-      });
-      if (it == own_segs_.end()) {
-        stuck_ = true;
-        space_cv_.notify_all();
-        break;
-      }
-      victim = it->first;
+      if (evict_stop_) return;
     }
-    const uint64_t f = DropSegment(victim, /*reinsert=*/!emergency);  // a full store has no room to reinsert
-    if (f == 0) break;
+    // Pinned since it was listed (or the store is closing): 0, the next one. A full store has no room
+    // to reinsert; a dead segment has nothing to reinsert.
+    const uint64_t f = DropSegment(victim, /*reinsert=*/!emergency && !is_dead);
+    if (is_dead && f > 0) dead_segments_evicted_++;
     freed += f;
+  }
+  if (freed < goal) {
+    // Nothing (more) to drop this round: writers over the hard limit stop waiting for it.
+    std::lock_guard<std::mutex> l(cap_mu_);
+    stuck_ = true;
+    space_cv_.notify_all();
   }
 }
 

@@ -7,9 +7,10 @@
 //  * ChooseReinsertions: which live records of a segment about to be dropped are appended again.
 //  * ShouldSealActiveEarly: on a full export, whether the active segment is sealed now to be reclaimed.
 //  * AutoSegmentSize: the segment size of a mount that does not give one, from the export's size.
-// Which segment goes first (FIFO: the oldest (generation, seq) that may be dropped) is the order of
-// the evictor's segment map; what "may be dropped" means (sealed, unpinned, no append in flight at its
-// seal) is the mechanism's, since it needs its locks.
+// Which segment goes first (segments with no live record, then FIFO: the oldest (generation, seq) that
+// may be dropped) is the order of the evictor's segment map plus one index read per segment
+// (EvictOnce); what "may be dropped" means (sealed, unpinned, no append in flight at its seal) is the
+// mechanism's, since it needs its locks.
 //
 // Callers: StoreImpl (engine/capacity.cc, engine/store_stats.cc); tests/unit/eviction_policy_test.cc.
 // Thread safety: stateless; EvictionLimits is a value.

@@ -132,9 +132,11 @@ struct PeerChanges {
 //  * Node bytes = sizes of this node's segment files (sealed: file size; active: end of its last
 //    record), excluding dropped segments that wait for their unlink.
 //  * Per node: when node bytes > high = capacity - segment_size (capacity when it is under three
-//    segments), the oldest evictable segments (sealed, or of an older generation; never one holding a
-//    pinned record, see ReleaseRecordPin) are dropped, oldest
-//    (generation, seq) first (FIFO), until node bytes <= low = high - max(segment_size, capacity / 8).
+//    segments), the evictable segments (sealed, or of an older generation; never one holding a
+//    pinned record, see ReleaseRecordPin) with no live record are dropped first, whatever their age
+//    (StoreStats::dead_segments_evicted); then, only if node bytes are still over high, the oldest
+//    evictable segments, (generation, seq) first (FIFO), until node bytes <= low = high -
+//    max(segment_size, capacity / 8). (The global watermark and a full export below use the same order.)
 //  * Global: global bytes = node bytes + the size of every peer segment file the index knows and has
 //    not seen dropped, from a stat of the file (a peer's segment size may differ from this node's): a
 //    sealed one stat'ed once and kept, an open one at most once a second, at most 64 stats per evictor
@@ -288,6 +290,9 @@ struct StoreStats {
   // Capacity and eviction.
   uint64_t node_segment_bytes = 0;        // this node's segment files (excluding those awaiting unlink)
   uint64_t segments_dropped = 0, segment_bytes_dropped = 0, segments_unlinked = 0;
+  // Of segments_dropped: those a capacity / watermark round dropped with no live record (dead ones go
+  // before live ones, whatever their age); dead-segment reclamation's own drops are not counted here.
+  uint64_t dead_segments_evicted = 0;
   uint64_t records_reinserted = 0, bytes_reinserted = 0;
   uint64_t writer_waits = 0, nospace_events = 0;
   // On a full export: active segments sealed early because most of their bytes were dead (so they can

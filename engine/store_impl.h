@@ -497,6 +497,7 @@ class StoreImpl final : public Store {
   std::map<SegmentId, std::unordered_map<uint64_t, uint32_t>> hits_;
   std::map<SegmentId, std::unordered_map<uint64_t, uint64_t>> loc_ino_;
   std::atomic<uint64_t> segments_dropped_{0}, segment_bytes_dropped_{0}, segments_unlinked_{0};
+  std::atomic<uint64_t> dead_segments_evicted_{0};
   std::atomic<uint64_t> records_reinserted_{0}, bytes_reinserted_{0}, writer_waits_{0}, nospace_events_{0};
   std::atomic<uint64_t> segments_sealed_early_{0}, segments_retired_{0};
 

@@ -133,6 +133,7 @@ StoreStats StoreImpl::GetStats() {
     s.node_segment_bytes = node_bytes_;
   }
   s.segments_dropped = segments_dropped_;
+  s.dead_segments_evicted = dead_segments_evicted_;
   s.segment_bytes_dropped = segment_bytes_dropped_;
   s.segments_unlinked = segments_unlinked_;
   s.records_reinserted = records_reinserted_;

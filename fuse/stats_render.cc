@@ -152,6 +152,7 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                       {"syncdir", b.syncdir}, {"writeback", b.writeback}};
   j["eviction"] = {{"node_segment_bytes", st.node_segment_bytes},
                    {"segments_dropped", st.segments_dropped},
+                   {"dead_segments_evicted", st.dead_segments_evicted},
                    {"segment_bytes_dropped", st.segment_bytes_dropped},
                    {"segments_unlinked", st.segments_unlinked},
                    {"records_reinserted", st.records_reinserted},

@@ -16,6 +16,10 @@ Run: KVFS_BINARY=build/tools/kvfs python3 tests/integration/capacity_test.py [-v
                                  ENOSPC, statfs still shows the backing's size; after rm the dead segments
                                  are reclaimed and writes succeed again; a remount of the full backing
                                  works and its files can be deleted.
+  test_dead_segments_are_evicted_before_a_live_file
+                                 the spills of a failed in-place rewrite fill --capacity: the evictor
+                                 drops those dead segments, not the older ones holding the file, which
+                                 keeps its old bytes (breaker F5, #18; FIFO lost it).
   GlobalWatermarkTest            two nodes on one backing, 1 MiB and 4 MiB segments, one --high-watermark:
                                  peers' segments count by their files' sizes, so ~22 MiB on the export
                                  under a 24 MiB watermark evicts nothing (counting the 1 MiB node's
@@ -326,6 +330,47 @@ class CapacityTest(unittest.TestCase):
                                 kf.stats(mnt)["eviction"])
             with kf.mounted(backing=b, log_level="warn", **flags) as (mnt, _, _):
                 self.assertTrue(read_plain(os.path.join(mnt, "growing")) == want, "read after remount")
+        finally:
+            b.cleanup()
+
+    def test_dead_segments_are_evicted_before_a_live_file(self):
+        # Breaker F5 (#18): a 6 MiB file is rewritten in place (O_RDWR, 1 MiB pwrites) through a 4 MiB
+        # staging budget until its spills fill --capacity (ENOSPC); the close fails, so the name keeps
+        # the old bytes, and the failed version's spills are dead at once. The evictor (over the high
+        # mark) must drop those dead segments, which frees enough, and not the oldest segments, which
+        # hold the file. Before, FIFO dropped them: the file read ENOENT, also after a remount.
+        flags = dict(segment_size="4MiB", capacity="16MiB", staging_size="4MiB", cache_size="4MiB")
+        old = b"".join(bytes([65 + k]) * 64 + BASE[64:MiB] for k in range(6))
+        b = kf.Backing()
+        try:
+            with kf.mounted(backing=b, log_level="warn", **flags) as (mnt, _, _):
+                p = os.path.join(mnt, "f")
+                write_file(p, old)
+                self.assertTrue(wait_for(lambda: kf.stats(mnt)["fuse"]["versions_committed"] >= 1, 30))
+                fd = os.open(p, os.O_RDWR)
+                errs = 0
+                try:
+                    for i in range(30):
+                        try:
+                            os.pwrite(fd, bytes([i]) * MiB, i * MiB)
+                        except OSError as e:
+                            self.assertEqual(e.errno, errno.ENOSPC)
+                            errs += 1
+                    self.assertGreater(errs, 0, "the spills never filled the capacity")
+                    self.assertEqual(kf.stats(mnt)["eviction"]["segments_dropped"], 0)
+                finally:
+                    with self.assertRaises(OSError) as cm:
+                        os.close(fd)
+                    self.assertEqual(cm.exception.errno, errno.ENOSPC)
+                self.assertTrue(wait_for(lambda: kf.stats(mnt)["eviction"]["segments_dropped"] >= 1, 30),
+                                kf.stats(mnt)["eviction"])
+                time.sleep(0.5)  # a few more evictor rounds: nothing more may go
+                ev = kf.stats(mnt)["eviction"]
+                self.assertGreaterEqual(ev["dead_segments_evicted"], 1, ev)
+                self.assertEqual(ev["dead_segments_evicted"], ev["segments_dropped"], ev)
+                self.assertTrue(read_plain(p) == old, "the file after the failed rewrite and the eviction")
+            with kf.mounted(backing=b, log_level="warn", **flags) as (mnt, _, _):
+                self.assertTrue(read_plain(os.path.join(mnt, "f")) == old, "after remount")
         finally:
             b.cleanup()
 

@@ -604,6 +604,47 @@ TEST_F(CapacityTest, HeldRecordSurvivesCapacityEvictionUntilReleased) {
   EXPECT_FALSE(store_->Lookup(kRootIno, Name(0)).ok());
 }
 
+// #18 (breaker F5): over the capacity, segments with no live record (files deleted or rewritten, the
+// spills of a close that failed) are dropped before a segment holding a committed file, whatever their
+// age (dead-segment reclamation waits 60 s here); among live segments the order stays FIFO. Before,
+// FIFO dropped the oldest segment, which held the only live files, while dead ones were available.
+TEST_F(CapacityTest, DeadSegmentsAreEvictedBeforeLiveOnes) {
+  const uint64_t cap = 8 * kSeg;  // high 7 MiB, low 6 MiB
+  StoreOptions o = CapOptions(cap, /*min_hits=*/0);
+  o.dead_segment_age_ms = 60000;
+  Open(o);
+  // The oldest segment: 14 live files.
+  std::vector<Location> live;
+  for (int i = 0; i < 14; ++i) live.push_back(WriteFile(Name(i), Content(Name(i), kChunk, 7)));
+  // Then about five segments of files deleted at once (dead), below the high mark.
+  std::set<SegmentId> dead;
+  for (int i = 100; i < 170; ++i) {
+    dead.insert(WriteFile(Name(i), Content(Name(i), kChunk, 7)).segment);
+    ASSERT_TRUE(store_->Unlink(kRootIno, Name(i), nullptr).ok());
+  }
+  ASSERT_TRUE(store_->Sync().ok());
+  EXPECT_EQ(store_->GetStats().segments_dropped, 0u);
+  // Then live files past the high mark: about two segments must go.
+  std::vector<Location> later;
+  for (int i = 200; i < 230; ++i) later.push_back(WriteFile(Name(i), Content(Name(i), kChunk, 7)));
+  ASSERT_TRUE(store_->Sync().ok());
+  Settle();
+  auto st = store_->GetStats();
+  EXPECT_GE(st.segments_dropped, 2u);
+  EXPECT_EQ(st.dead_segments_evicted, st.segments_dropped);
+  EXPECT_LE(st.node_segment_bytes, cap);
+  // Every live file survived; only segments of deleted files are gone.
+  for (int i = 0; i < 14; ++i) ReadOk(i);
+  for (int i = 200; i < 230; ++i) ReadOk(i);
+  ASSERT_TRUE(fs::exists(SegPath(live[0])));
+  int gone = 0;
+  for (const SegmentId& id : dead) {
+    if (id == live[0].segment || id == later[0].segment) continue;  // shared with live files
+    if (!fs::exists(SegmentFilePath(backing_, id))) gone++;
+  }
+  EXPECT_EQ(uint64_t(gone), st.segments_dropped);
+}
+
 // Issue #16 part 2: an export smaller than one segment fills up, and rm of every file leaves only dead
 // bytes in the active segment. While the export is full the evictor seals that segment early and drops
 // it 1 s later (not dead_segment_age_ms, here 60 s), so writes work again without a remount. "Full" is
