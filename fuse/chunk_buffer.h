@@ -6,8 +6,9 @@
 //     string_views (one per chunk) without a concatenation; or
 //   * a *reference* to bytes already on the backing store: value bytes [off, off + n) of the record at
 //     `loc` hold the chunk's bytes (n = the chunk's bytes below size()). References come from the
-//     committed value a copy-on-write version starts from (SetBacking) and from spills of staged
-//     chunks to provisional records (ToRef).
+//     committed value a copy-on-write version starts from (SetBacking), from spills of staged
+//     chunks to provisional records (ToRef; SpillDirty when a chunk holds clean pages: only its dirty
+//     pages are written), and from a FLUSH, whose clean full chunks leave RAM (ReleaseClean).
 //   * *mapped* (SetBacking of an ExtentMap, docs/design.md §13): a chunk of a committed version made
 //     of several extents and/or holes, read (and materialized) through that map;
 //   * a *hole*: a chunk that reads as zeros and holds no RAM. Growing a file (truncate up, a write far
@@ -348,6 +349,80 @@ class ChunkBuffer {
   void ToRef(size_t i, const Location& loc, uint64_t off) {
     if (slots_[i].ram) ram_chunks_--;
     slots_[i] = Slot{nullptr, loc, off, false};
+  }
+  // True when every page of RAM chunk i is dirty: spilling it whole writes nothing twice.
+  bool ChunkAllDirty(size_t i) const { return slots_[i].dirty.count() == (ChunkLen(i) + kPage - 1) / kPage; }
+  // The dirty pages of the RAM chunks `pick` (ascending), in file order, as views (valid until the next
+  // mutation): what a spill appends when some of those chunks are not all dirty (SpillDirty).
+  std::vector<std::string_view> DirtyPartsOf(const std::vector<size_t>& pick) const {
+    std::vector<std::string_view> out;
+    std::vector<bool> picked(slots_.size());
+    for (size_t i : pick) picked[i] = true;
+    ForEachRun([&](size_t i, uint64_t lo, uint64_t hi, RunKind k) {
+      if (k == RunKind::kDirty && picked[i]) out.emplace_back(slots_[i].ram.get() + lo, hi - lo);
+    });
+    return out;
+  }
+  // After DirtyPartsOf(pick) was appended as the record `rec` (empty: there were no dirty pages): the
+  // chunks in `pick` leave RAM and read the same bytes as before, their dirty pages from `rec`, their
+  // clean pages from what lies under them (a base record, the base map, or a hole), through a new map
+  // of the whole version (the map ToExtentMap would give, except that the dirty pages of RAM chunks not
+  // picked are holes in it: those chunks stay in RAM and read those pages from RAM, never through the
+  // map). Nothing is read; a clean page is never written again. O(chunks + extents of the base map).
+  void SpillDirty(const std::vector<size_t>& pick, const Location& rec) {
+    std::vector<bool> picked(slots_.size());
+    for (size_t i : pick) picked[i] = true;
+    auto m = std::make_shared<ExtentMap>(size_);
+    uint64_t rec_off = 0;
+    ForEachRun([&](size_t i, uint64_t lo, uint64_t hi, RunKind k) {
+      const Slot& s = slots_[i];
+      const uint64_t cs = i * kChunk;
+      if (k == RunKind::kDirty) {
+        if (!picked[i]) return;
+        m->PushBack(Extent{cs + lo, hi - lo, rec, rec_off});
+        rec_off += hi - lo;
+      } else if (k == RunKind::kRef) {
+        m->PushBack(Extent{cs + lo, hi - lo, s.loc, s.off + lo});
+      } else if (k == RunKind::kBase) {
+        m->PushBack(Extent{cs + lo, hi - lo, s.base, s.base_off + lo});
+      } else if (k == RunKind::kMapped) {
+        for (const ExtentMap::Piece& p : base_map_->Pieces(cs + lo, hi - lo)) {
+          if (p.extent) m->PushBack(Extent{p.file_offset, p.length, p.extent->record, p.value_offset});
+        }
+      }
+    });
+    m->Resize(size_);
+    // Every chunk that reads through the map (mapped slots, base_mapped pages of RAM chunks) finds the
+    // same bytes at the same offsets in m: m was made from them.
+    base_map_ = std::move(m);
+    for (size_t i : pick) {
+      if (slots_[i].ram) ram_chunks_--;
+      slots_[i] = BackingSlot(i);
+    }
+  }
+  // Frees the RAM of every full chunk (not the partial last one, which appends still grow) that holds
+  // no dirty page and no punched page: its bytes are exactly what lies under it (what a FLUSH just
+  // wrote, Rebase / RebaseWhole), so it becomes a reference to that again (plain, mapped, or a hole),
+  // as a spill would make it, without any I/O. Returns the bytes freed. A later write into such a chunk
+  // copies it back (Materialize: one read of up to 1 MiB, or none when it replaces the chunk whole).
+  uint64_t ReleaseClean() {
+    uint64_t freed = 0;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Slot& s = slots_[i];
+      if (!s.ram || !ChunkFull(i) || s.dirty.any() || s.holed.any()) continue;
+      if (s.base_mapped) {
+        if (s.base_len != ChunkLen(i)) continue;  // zeros past the base: not one piece of the map
+        s = BackingSlot(i);
+      } else if (!s.base.empty()) {
+        if (s.base_len != ChunkLen(i)) continue;
+        s = Slot{nullptr, s.base, s.base_off, false};
+      } else {
+        s = Slot{nullptr, Location{}, 0, true};  // nothing under it, nothing written: zeros
+      }
+      ram_chunks_--;
+      freed += kChunk;
+    }
+    return freed;
   }
 
   // ---- the extent form (see "Dirty pages" above) ----

@@ -131,6 +131,12 @@ Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
     // referenced chunks are remade from the map too (they must not name the replaced records).
     v.data.Rebase(std::move(map), /*refs_too=*/!ranges.empty());
     if (!rec.empty()) v.spills.push_back(rec);
+    // The flushed chunks need no RAM any more: each is a reference to the map now (no I/O), so a version
+    // kept open by reopens (a slot file rewritten 2 MiB per open) holds only what is being written, and
+    // a spill never writes clean bytes again (ChunkBuffer::ReleaseClean).
+    const uint64_t cap = v.data.capacity();
+    v.data.ReleaseClean();
+    AccountRam(v, cap);
     return Status::OK();
   }
   // All new bytes, all in RAM: one record of the whole value, as a file written once always was.
@@ -159,6 +165,10 @@ Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
     if (v.gen == wrote_gen) {
       v.data.RebaseWhole(*r);
       v.spills.push_back(*r);
+      // Its full chunks are references to that record again (no I/O; ChunkBuffer::ReleaseClean).
+      const uint64_t cap = v.data.capacity();
+      v.data.ReleaseClean();
+      AccountRam(v, cap);
     }
   }
   return Status::OK();

@@ -586,7 +586,9 @@ struct KvfsFs::Impl {
 
   // Writes v's RAM chunks as ONE provisional record and keeps only their Locations (ChunkBuffer::ToRef).
   // Full chunks only, so appends to the partial last chunk do not read it back; the last chunk too when
-  // there is nothing else. The record is journaled only if the version is later committed whole from it
+  // there is nothing else. Of chunks that hold clean pages (bytes already on the export, holes) only the
+  // dirty pages are written, the rest become references again (ChunkBuffer::SpillDirty): no byte is
+  // written twice, and the new references name only records the version already holds. The record is journaled only if the version is later committed whole from it
   // (FlushLocked); otherwise it is an orphan (dead bytes).
   Status Spill(Version& v);
 

@@ -71,6 +71,39 @@ Status KvfsFs::Impl::Spill(Version& v) {
   }
   if (pick.empty()) pick = ram;
   if (pick.empty()) return Status::OK();
+  if (!std::all_of(pick.begin(), pick.end(), [&](size_t i) { return v.data.ChunkAllDirty(i); })) {
+    // Some of them hold clean pages: bytes already on the export (a copy-on-write base, what an
+    // earlier FLUSH appended: Rebase / RebaseWhole) or holes. Only the dirty pages are appended; the
+    // clean ones become references to what they already are (no I/O), and the chunks leave RAM
+    // (ChunkBuffer::SpillDirty). Before, every picked chunk was written whole: a version kept open
+    // by reopens wrote each slot a second time (breaker F2: 24 MiB through the mount, 44 MiB to the
+    // export). Every record the new references name is already held by the version (its base holds,
+    // spills, flushed records, Version::held), as the chunks' bases were.
+    std::vector<std::string_view> parts = v.data.DirtyPartsOf(pick);
+    Location rec;
+    if (!parts.empty()) {
+      auto r = store->WriteProvisionalRecord(v.ino, parts);
+      if (!r.ok()) {
+        staging.spill_errors++;
+        LogLimited(spdlog::level::warn, LogKey("fuse-spill", r.status()),
+                   "spill of {} (inode {}, dirty pages of {} chunks): {}", PathOf(v.ino), v.ino, pick.size(),
+                   ErrnoText(r.status()));
+        return r.status();
+      }
+      rec = *r;
+    }
+    uint64_t cap = v.data.capacity();
+    v.data.SpillDirty(pick, rec);
+    AccountRam(v, cap);
+    if (!rec.empty()) {
+      v.spills.push_back(rec);
+      v.spilled += rec.length;
+      staging.spilled_bytes += static_cast<int64_t>(rec.length);
+      staging.spilled_total += rec.length;
+      staging.spills++;
+    }
+    return Status::OK();
+  }
   std::vector<std::string_view> parts;
   parts.reserve(pick.size());
   for (size_t i : pick) parts.push_back(v.data.ChunkView(i));

@@ -10,11 +10,15 @@ segments + journal) stay about the bytes written through the mount, whatever the
     journals), and from a second node mounted on the same backing directory (it applies the version-3
     PUTs of the first node's journal).
 
+  * a version kept open by reopens, or spilled while written at random, writes each byte once (a
+    FLUSH leaves no clean chunk in RAM; a spill appends only dirty pages: KeptOpenVersion).
+
 Counts, not timings. Environment: kvfs_fixture's KVFS_BINARY, KVFS_TEST_KEEP, KVFS_TEST_LOG.
 """
 
 import errno
 import os
+import random
 import shutil
 import sys
 import tempfile
@@ -427,6 +431,90 @@ class RewriteAfterWholeFlush(kf.SharedBackingCase):
                 self.assertTrue(kf.read_file(os.path.join(mnt, name)) == data, name + " after a remount")
             self.assertEqual(seek_answers(os.path.join(mnt, "punch.bin"), [0, 3 * MIB, 5 * MIB]),
                              [(0, (0, 3 * MIB)), (3 * MIB, (5 * MIB, 3 * MIB)), (5 * MIB, (5 * MIB, 8 * MIB))])
+
+
+@kf.skip_unless_fuse
+class KeptOpenVersion(kf.SharedBackingCase):
+    """A version kept alive across many closes (back-to-back O_RDWR reopens of a slot file, each made
+    before the previous close's deferred commit) or written at random through one long open, under a
+    small --staging-size (breaker F2, #18). After a FLUSH its chunks are clean references to what it
+    appended (ChunkBuffer::ReleaseClean: no RAM), and a spill appends only dirty pages, never a clean
+    chunk (ChunkBuffer::SpillDirty). Counts backing_bytes_written. Before, every flushed 2 MiB slot
+    stayed in RAM (staged_bytes +2 MiB per cycle) and was spilled, i.e. written a second time: 12 slots
+    wrote 45,228,339 bytes (1.80x; now 25,256,349, 1.004x); and a spill of chunks copied in for 4 KiB
+    writes wrote each whole: 400 x 4 KiB wrote 406,710,292 bytes (248x; now 1,870,806, 1.14x)."""
+
+    PREFIX = "kvfs-kept-open-"
+
+    def test_reopened_slot_file_writes_each_slot_once(self):
+        spec = self.node("a")
+        env = {"KVFS_TEST_COMMIT_DELAY_MS": "1000"}  # every reopen joins the closed version
+        flags = dict(segment_size="8MiB", staging_size="8MiB")
+        size, slot, cycles = 64 * MIB, 2 * MIB, 12
+        model = bytearray(size)
+        with kf.mounted(backing=spec, node_id="a", env=env, **flags) as (mnt, _, _):
+            p = os.path.join(mnt, "slots.bin")
+            fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+            os.ftruncate(fd, size)
+            os.close(fd)
+            time.sleep(1.5)
+            before = kf.stats(mnt)
+            hold, staged = None, []
+            for c in range(cycles):
+                data = os.urandom(slot)
+                fd = os.open(p, os.O_RDWR)
+                os.pwrite(fd, data, c * slot)
+                os.close(fd)
+                model[c * slot:(c + 1) * slot] = data
+                if hold is not None:
+                    os.close(hold)
+                hold = os.open(p, os.O_RDWR)  # the next cycle's open, before the deferred commit
+                staged.append(kf.stats(mnt)["fuse"]["staged_bytes"])
+            os.close(hold)
+            time.sleep(1.5)
+            after = kf.stats(mnt)
+            wrote = after["backing_bytes_written"] - before["backing_bytes_written"]
+            sys.stderr.write("extents_test: %d slots of 2 MiB through reopens wrote %d bytes, staged %s\n"
+                             % (cycles, wrote, staged))
+            self.assertLessEqual(wrote, 1.2 * cycles * slot)
+            self.assertEqual(after["fuse"]["spilled_bytes_total"], before["fuse"]["spilled_bytes_total"])
+            self.assertLessEqual(max(staged), slot, staged)  # was 2 MiB more per cycle, up to the budget
+            self.assertTrue(kf.read_file(p) == bytes(model), "read-back")
+        with kf.mounted(backing=spec, node_id="a", **flags) as (mnt, _, _):
+            self.assertTrue(kf.read_file(os.path.join(mnt, "slots.bin")) == bytes(model), "after a remount")
+
+    def test_spill_of_one_long_open_writes_only_dirty_pages(self):
+        spec = self.node("a")
+        flags = dict(segment_size="8MiB", staging_size="8MiB")
+        size, n = 64 * MIB, 400  # under ExtentMap::kMaxExtents (no compaction copies)
+        model = bytearray(os.urandom(size))
+        with kf.mounted(backing=spec, node_id="a", **flags) as (mnt, _, _):
+            p = os.path.join(mnt, "f.bin")
+            kf.write_file(p, bytes(model))
+            time.sleep(0.3)
+            before = kf.stats(mnt)
+            pages = random.Random(18).sample(range(size // (4 * KIB)), n)
+            fd = os.open(p, os.O_RDWR)
+            try:
+                for pg in pages:  # each copies its 1 MiB chunk in: 64 chunks through an 8 MiB budget
+                    data = os.urandom(4 * KIB)
+                    os.pwrite(fd, data, pg * 4 * KIB)
+                    model[pg * 4 * KIB:(pg + 1) * 4 * KIB] = data
+                mid = kf.stats(mnt)["fuse"]
+            finally:
+                os.close(fd)
+            time.sleep(0.3)
+            after = kf.stats(mnt)
+            wrote = after["backing_bytes_written"] - before["backing_bytes_written"]
+            spilled = mid["spilled_bytes_total"] - before["fuse"]["spilled_bytes_total"]
+            sys.stderr.write("extents_test: %d random 4 KiB pwrites through one open wrote %d bytes (%d spilled)\n"
+                             % (n, wrote, spilled))
+            self.assertGreater(mid["spills"], before["fuse"]["spills"])  # the spill path ran
+            self.assertLessEqual(spilled, n * 4 * KIB)
+            self.assertLessEqual(wrote, 1.2 * n * 4 * KIB)
+            self.assertTrue(kf.read_file(p) == bytes(model), "read-back")
+        with kf.mounted(backing=spec, node_id="a", **flags) as (mnt, _, _):
+            self.assertTrue(kf.read_file(os.path.join(mnt, "f.bin")) == bytes(model), "after a remount")
 
 
 @kf.skip_unless_fuse

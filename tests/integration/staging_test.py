@@ -159,7 +159,11 @@ class StagingBudgetTest(unittest.TestCase):
                 for i in range(WRITERS):
                     p = os.path.join(mnt, "chunk%d.bin" % i)
                     self.assertTrue(kf.read_file(p) == datas[i], "read after remount: %d" % i)
-            # The spills are dead bytes (orphans), never problems; live bytes are exactly the 4 files.
+            # The spills are extents of the committed files (fsck: provisional records, never problems); live
+            # bytes are exactly the 4 files. A spill writes only dirty pages (#18), so what the records hold
+            # beyond the live bytes is at most a page per spill (a page written in two parts, the first one
+            # spilled; measured 16,192 bytes for 95 spills). Before, spills of chunks the kernel had not
+            # filled yet wrote their zero pages too, which later writes made dead (orphan) bytes.
             r = subprocess.run([fsck_binary(), b.backing, "--json", "--verify-data"], capture_output=True, text=True,
                                timeout=120)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
@@ -167,7 +171,8 @@ class StagingBudgetTest(unittest.TestCase):
             node = rep["nodes"][0]
             self.assertEqual(node["live_bytes"], WRITERS * FILE_SIZE)
             self.assertGreater(node["provisional_records"], 0)
-            self.assertGreater(node["orphan_bytes"], 0)
+            self.assertLessEqual(node["record_value_bytes"] - node["live_bytes"], node["provisional_records"] * 4096,
+                                 node)
         finally:
             b.cleanup()
 

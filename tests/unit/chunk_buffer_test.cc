@@ -270,5 +270,85 @@ TEST(ChunkBuffer, GrowthIsHolesWithoutMemory) {
   EXPECT_EQ(std::string(buf, 6), std::string("\0\0abcd", 6));
 }
 
+// #18 (breaker F2): after a FLUSH (Rebase / RebaseWhole) the clean full chunks leave RAM without I/O
+// (ReleaseClean), and a spill of chunks that hold clean pages appends only their dirty pages
+// (DirtyPartsOf / SpillDirty): no byte already on the export is written again, and the version and the
+// map a later FLUSH would commit still read exactly the same bytes.
+TEST(ChunkBuffer, CleanChunksAreReleasedAndSpillsWriteOnlyDirtyPages) {
+  constexpr uint64_t kC = ChunkBuffer::kChunk;
+  FakeStore fs;
+  std::string model = Random(4 * kC + 300, 21);  // a committed file: 4 full chunks + a partial one
+  const Location base = fs.Put(model);
+  ChunkBuffer b;
+  b.SetBacking(base, model.size());
+  auto write = [&](uint64_t off, const std::string& d) {
+    ASSERT_TRUE(b.Write(off, d.data(), d.size(), fs.fetch()).ok());
+    model.replace(off, d.size(), d);
+  };
+  auto map_bytes = [&](const ExtentMap& m) {
+    std::string out(m.size(), '\0');
+    size_t got = 0;
+    EXPECT_TRUE(ReadExtents(m, 0, out.size(), out.data(), fs.fetch(), &got).ok());
+    return out;
+  };
+  write(kC + 100 * 1024, Random(8192, 22));  // chunk 1: copied into RAM, two dirty pages
+  write(2 * kC, Random(kC, 23));             // chunk 2: replaced whole
+  write(4 * kC + 10, "tail");                 // the partial last chunk
+  EXPECT_EQ(b.capacity(), 3 * kC);
+  // A FLUSH in extent form: the dirty pages as one record, then Rebase.
+  std::string dirty;
+  for (auto v : b.DirtyParts()) dirty.append(v);
+  EXPECT_EQ(dirty.size(), 8192 + kC + 300);  // the last page clipped to the size
+  const Location r1 = fs.Put(dirty);
+  auto m1 = std::make_shared<const ExtentMap>(b.ToExtentMap(r1));
+  b.Rebase(m1);
+  EXPECT_EQ(b.ReleaseClean(), 2 * kC);  // chunks 1 and 2; the partial last chunk stays
+  EXPECT_EQ(b.capacity(), kC);
+  fs.fetched = 0;
+  EXPECT_EQ(ReadAll(b, fs.fetch()), model);
+  EXPECT_EQ(b.DirtyBytes(), 0u);
+  // Written again: a page of chunk 1 (copied back: 1 MiB read) and a page of chunk 3 (a base chunk).
+  write(kC + 4096, Random(4096, 24));
+  write(3 * kC + 8192, Random(100, 25));
+  EXPECT_EQ(b.capacity(), 3 * kC);
+  std::vector<size_t> pick;
+  for (size_t i : b.RamChunks()) {
+    if (b.ChunkFull(i)) pick.push_back(i);
+  }
+  ASSERT_EQ(pick, (std::vector<size_t>{1, 3}));
+  EXPECT_FALSE(b.ChunkAllDirty(1));
+  uint64_t spilled = 0;
+  std::string sp;
+  for (auto v : b.DirtyPartsOf(pick)) sp.append(v);
+  spilled = sp.size();
+  EXPECT_EQ(spilled, 2 * 4096u);  // two pages, not two chunks
+  const Location r2 = fs.Put(sp);
+  b.SpillDirty(pick, r2);
+  EXPECT_EQ(b.capacity(), kC);  // only the partial last chunk
+  EXPECT_EQ(ReadAll(b, fs.fetch()), model);
+  // What the next FLUSH would commit: the spill's pages are extents of r2, nothing is dirty but the tail.
+  EXPECT_EQ(b.DirtyBytes(), 0u);
+  const ExtentMap m2 = b.ToExtentMap(Location{});
+  EXPECT_EQ(map_bytes(m2), model);
+  // A spill of chunks that are all dirty still writes them whole (ChunkAllDirty), as before.
+  write(4 * kC, Random(300, 26));
+  EXPECT_TRUE(b.ChunkAllDirty(4));
+  // RebaseWhole: a version written whole, flushed as one record, then its full chunks released.
+  ChunkBuffer w;
+  const std::string data = Random(3 * kC + 5, 27);
+  w.Write(0, data.data(), data.size());
+  std::string whole;
+  for (auto v : w.Parts()) whole.append(v);
+  const Location r3 = fs.Put(whole);
+  w.RebaseWhole(r3);
+  EXPECT_EQ(w.ReleaseClean(), 3 * kC);
+  EXPECT_EQ(w.capacity(), kC);
+  EXPECT_EQ(ReadAll(w, fs.fetch()), data);
+  const ExtentMap m3 = w.ToExtentMap(Location{});
+  Location single;
+  EXPECT_TRUE(m3.SingleRecord(&single));
+  EXPECT_EQ(single, r3);
+}
+
 }  // namespace
 }  // namespace kvfs
