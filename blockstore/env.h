@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -120,6 +121,14 @@ class Env {
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
   virtual Status Remove(const std::string& path) = 0;
   virtual Status GetChildren(const std::string& dir, std::vector<std::string>* names) = 0;  // no . / ..
+  // GetChildren, plus the sizes the listing itself gave: an object store's listing carries each object's
+  // size (S3TierEnv: the bucket's objects not shadowed by a staged file), a directory's does not (this
+  // default: none). A name without an entry in *sizes has an unknown size (Stat or Open to learn it).
+  virtual Status GetChildrenWithSizes(const std::string& dir, std::vector<std::string>* names,
+                                      std::map<std::string, uint64_t>* sizes) {
+    sizes->clear();
+    return GetChildren(dir, names);
+  }
   virtual Result<FileInfo> Stat(const std::string& path) = 0;
   virtual Status SyncDir(const std::string& dir) = 0;
   // statvfs of the file system holding path: total and available bytes.

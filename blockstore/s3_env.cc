@@ -178,7 +178,14 @@ Status S3TierEnv::Remove(const std::string& path) {
 }
 
 Status S3TierEnv::GetChildren(const std::string& dir, std::vector<std::string>* names) {
+  std::map<std::string, uint64_t> sizes;
+  return GetChildrenWithSizes(dir, names, &sizes);
+}
+
+Status S3TierEnv::GetChildrenWithSizes(const std::string& dir, std::vector<std::string>* names,
+                                       std::map<std::string, uint64_t>* sizes) {
   names->clear();
+  sizes->clear();
   if (KindOf(dir) == Kind::kOutside) return local_->GetChildren(dir, names);
   std::vector<std::string> local;
   Status ls = local_->GetChildren(dir, &local);
@@ -192,7 +199,12 @@ Status S3TierEnv::GetChildren(const std::string& dir, std::vector<std::string>* 
     auto page = client_->ListDelimited(prefix, token);
     if (!page.ok()) return page.status();
     for (const auto& o : page->objects) {
-      if (o.key.size() > prefix.size()) all.insert(o.key.substr(prefix.size()));
+      if (o.key.size() > prefix.size()) {
+        std::string name = o.key.substr(prefix.size());
+        // A staged file of that name is what Open reads: its size is not the object's.
+        if (std::find(local.begin(), local.end(), name) == local.end()) (*sizes)[name] = o.size;
+        all.insert(std::move(name));
+      }
       any = true;
     }
     for (const auto& p : page->common_prefixes) {

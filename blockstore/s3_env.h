@@ -86,6 +86,8 @@ class S3TierEnv : public Env, public ObjectTier {
   Status Rename(const std::string& from, const std::string& to) override;
   Status Remove(const std::string& path) override;
   Status GetChildren(const std::string& dir, std::vector<std::string>* names) override;
+  Status GetChildrenWithSizes(const std::string& dir, std::vector<std::string>* names,
+                              std::map<std::string, uint64_t>* sizes) override;
   Result<FileInfo> Stat(const std::string& path) override;
   Status SyncDir(const std::string& dir) override;
   Status StatFs(const std::string& path, uint64_t* total_bytes, uint64_t* avail_bytes) override;

@@ -169,6 +169,12 @@ Status PeerTailer::PollPeer(const std::string& node, PeerState* st, uint64_t* ch
       if (key < at) continue;  // fully applied before
       if (key == at) {
         start = st->position.offset;
+        // Read cleanly to the size the listing gives (S3: the journal object's size; a journal object
+        // is only ever replaced by a longer prefix): nothing new, so an idle peer's poll is that one
+        // LIST, without the open (HEAD) and read (GET) of its journal object.
+        if (f.listed_size >= 0 && st->clean_file == key && static_cast<uint64_t>(f.listed_size) == st->clean_size) {
+          continue;
+        }
       } else {
         // Every earlier file was read to its clean end: we are past it (what the peers file publishes,
         // so the writer may retire it), even if this file holds no entry yet.
@@ -239,6 +245,10 @@ Status PeerTailer::PollPeer(const std::string& node, PeerState* st, uint64_t* ch
     }
     Notify(out);
     const auto& rep = (*reader)->report();
+    if (!stop && rep.end == JournalEnd::kClean) {
+      st->clean_file = {f.generation, f.number};
+      st->clean_size = rep.file_size;
+    }
     if (stop || rep.end == JournalEnd::kDamaged || rep.end == JournalEnd::kTorn) break;  // "not yet"
   }
   return Status::OK();

@@ -132,6 +132,10 @@ class PeerTailer {
     // The journal file at `position` was missing: PURGED was checked for this position (once).
     bool purge_checked = false;
     JournalPosition purge_checked_at;
+    // The last read of journal file (clean_file) ended clean at EOF, the file then clean_size bytes: a
+    // listing that gives the same size (an object store's) means nothing new, no need to open it.
+    std::pair<uint64_t, uint64_t> clean_file{UINT64_MAX, UINT64_MAX};
+    uint64_t clean_size = 0;
   };
   struct PeerStatsRec {
     uint64_t polls = 0, applied = 0;

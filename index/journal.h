@@ -59,6 +59,7 @@ struct JournalFile {
   uint64_t generation = 0;
   uint64_t number = 0;
   std::string path;  // node_dir + "/" + JournalFileName(generation, number)
+  int64_t listed_size = -1;  // the size the listing gave (ListNodeFiles on an object store), -1 unknown
 };
 // The journal files of a node directory (names parsed by ParseJournalFileName; other names ignored),
 // sorted by (generation, number). NotFound if node_dir does not exist.

@@ -215,13 +215,16 @@ Status OpenAndFrame(Env* env, const std::string& path, const std::string& expect
 
 Status ListNodeFiles(Env* env, const std::string& node_dir, NodeFiles* out) {
   std::vector<std::string> names;
-  KVFS_RETURN_IF_ERROR(env->GetChildren(node_dir, &names));
+  std::map<std::string, uint64_t> sizes;
+  KVFS_RETURN_IF_ERROR(env->GetChildrenWithSizes(node_dir, &names, &sizes));
   out->journals.clear();
   out->snapshots.clear();
   for (const auto& name : names) {
     uint64_t g = 0, n = 0;
     if (ParseJournalFileName(name, &g, &n)) {
-      out->journals.push_back(JournalFile{g, n, node_dir + "/" + name});
+      auto sz = sizes.find(name);
+      out->journals.push_back(JournalFile{g, n, node_dir + "/" + name,
+                                          sz == sizes.end() ? -1 : static_cast<int64_t>(sz->second)});
     } else if (ParseSnapshotFileName(name, &g, &n)) {
       out->snapshots.push_back(SnapshotFile{g, n, node_dir + "/" + name});
     }
