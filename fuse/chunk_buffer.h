@@ -211,6 +211,21 @@ class ChunkBuffer {
   }
   void Write(uint64_t off, const char* p, size_t len) { (void)Write(off, p, len, nullptr); }
 
+  // Bytes of RAM that Write(off, len) would take now: one chunk for each chunk it touches (from the one
+  // holding the current end, when it writes past it) that is not in RAM yet; holes it skips take none.
+  uint64_t WriteNeed(uint64_t off, size_t len) const {
+    if (len == 0) return 0;
+    const uint64_t end = off + len, old_slots = slots_.size();
+    const uint64_t first = std::min(off, size_) / kChunk, last = (end - 1) / kChunk;
+    const uint64_t first_new = std::max<uint64_t>(old_slots, off / kChunk);
+    uint64_t n = 0;
+    for (uint64_t ci = first; ci <= last && ci < old_slots; ++ci) {
+      if (!slots_[ci].ram) n++;
+    }
+    if (last >= first_new) n += last - first_new + 1;
+    return n * kChunk;
+  }
+
   // fallocate PUNCH_HOLE (the size never changes): [off, off + len) clipped to the size reads as zeros.
   // A chunk it covers whole (up to the end of the file) becomes a hole (its RAM freed); in a chunk it
   // covers in part (materialized first: one read of up to 1 MiB, at most two such chunks) the bytes

@@ -361,8 +361,18 @@ void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off
   // after its FLUSH: it marks the version dirty, so the next flush or the last release writes a record.
   Version& v = *h->version;
   // Over the staging budget: spill first (this write may fail with ENOSPC, and then changes nothing).
-  // A write allocates at most its size + one chunk (a partly written chunk of a copy-on-write base).
-  Status s = fs->MakeRoom(size + ChunkBuffer::kChunk);
+  // What it allocates: a chunk per chunk it touches that is not in RAM (ChunkBuffer::WriteNeed), so a
+  // write into chunks already in RAM spills nothing. Before, size + 1 MiB was reserved per WRITE: a
+  // 3 MiB file written through a 4 MiB budget spilled 2 MiB. Another writer of the version may change
+  // its chunks between this count and the write; the budget is then exceeded by at most that write
+  // (as when every version is being spilled, docs/semantics.md §1).
+  uint64_t need;
+  {
+    std::shared_lock<std::shared_mutex> g(v.mu);
+    const uint64_t woff = h->append && v.direct && !fi->writepage ? v.data.size() : static_cast<uint64_t>(off);
+    need = v.data.WriteNeed(woff, size);
+  }
+  Status s = fs->MakeRoom(need);
   if (!s.ok()) return Reply(req, s);
   {
     std::unique_lock<std::shared_mutex> g(v.mu);

@@ -176,6 +176,39 @@ class StagingBudgetTest(unittest.TestCase):
         finally:
             b.cleanup()
 
+    def test_files_within_the_budget_never_spill(self):
+        # A WRITE reserves the staging RAM it takes (one chunk per chunk it touches that is not in RAM),
+        # not its size + 1 MiB (#18): 3 MiB and 4 MiB files written through a 4 MiB budget never spill and
+        # are one plain record each; a 6 MiB file does spill. Before, the 3 MiB file spilled 2 MiB (two
+        # records, an extent map).
+        b = kf.Backing()
+        try:
+            with kf.mounted(backing=b, staging_size="4MiB") as (mnt, _, _):
+                want = {}
+                for name, size in (("three", 3 * MIB), ("four", 4 * MIB)):
+                    before = kf.stats(mnt)["fuse"]
+                    want[name] = pattern(20 + size // MIB, size)
+                    kf.write_file(os.path.join(mnt, name), want[name])
+                    wait_committed(mnt, before["versions_committed"] + 1)
+                    after = kf.stats(mnt)["fuse"]
+                    self.assertEqual(after["spills"], before["spills"], (name, after))
+                    self.assertEqual(after["spilled_bytes_total"], before["spilled_bytes_total"], (name, after))
+                    self.assertEqual(after["extent_flushes"], before["extent_flushes"], (name, after))
+                before = kf.stats(mnt)["fuse"]
+                want["six"] = pattern(26, 6 * MIB)
+                kf.write_file(os.path.join(mnt, "six"), want["six"])
+                wait_committed(mnt, before["versions_committed"] + 1)
+                after = kf.stats(mnt)["fuse"]
+                self.assertGreater(after["spills"], before["spills"], after)
+                self.assertLessEqual(after["spilled_bytes_total"] - before["spilled_bytes_total"], 4 * MIB, after)
+                for name, data in want.items():
+                    self.assertTrue(read_direct(os.path.join(mnt, name), len(data)) == data, name)
+            with kf.mounted(backing=b) as (mnt, _, _):
+                for name, data in want.items():
+                    self.assertTrue(kf.read_file(os.path.join(mnt, name)) == data, name + " after a remount")
+        finally:
+            b.cleanup()
+
     def test_close_of_partly_spilled_large_file_streams(self):
         # A 256 MiB file through an 8 MiB budget is spilled in many pieces; its close keeps the spills as
         # extents and appends only what is in RAM (before the extent form: a streamed copy of the whole

@@ -350,5 +350,24 @@ TEST(ChunkBuffer, CleanChunksAreReleasedAndSpillsWriteOnlyDirtyPages) {
   EXPECT_EQ(single, r3);
 }
 
+// #18: the staging RAM a WRITE reserves (OpWrite -> MakeRoom) is what Write allocates: a chunk per
+// touched chunk not in RAM yet, never the chunks a far write skips (holes).
+TEST(ChunkBuffer, WriteNeedIsWhatWriteAllocates) {
+  constexpr uint64_t kC = ChunkBuffer::kChunk;
+  FakeStore fs;
+  const Location base = fs.Put(Random(2 * kC, 31));
+  ChunkBuffer b;
+  b.SetBacking(base, 2 * kC);
+  const std::string d = Random(kC + 8192, 32);
+  struct Case { uint64_t off; size_t len; };
+  for (Case c : {Case{100, 10}, Case{kC - 4096, 8192}, Case{kC + 5, 10}, Case{2 * kC - 10, 20},
+                 Case{5 * kC + 3, 100}, Case{5 * kC + 200, 10}, Case{7 * kC, kC + 8192}, Case{0, 0}}) {
+    const uint64_t need = b.WriteNeed(c.off, c.len), before = b.capacity();
+    ASSERT_TRUE(b.Write(c.off, d.data(), c.len, fs.fetch()).ok());
+    EXPECT_EQ(b.capacity() - before, need) << c.off << "+" << c.len;
+  }
+  EXPECT_EQ(b.WriteNeed(100, 10), 0u);  // in RAM now: nothing to reserve
+}
+
 }  // namespace
 }  // namespace kvfs
