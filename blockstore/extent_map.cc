@@ -317,6 +317,82 @@ Status ExtentMap::Validate() const {
   return Status::OK();
 }
 
+std::vector<Location> ExtentDelta::Records() const {
+  std::vector<Location> out;
+  for (const Piece& p : pieces) {
+    if (!p.record.empty() && std::find(out.begin(), out.end(), p.record) == out.end()) out.push_back(p.record);
+  }
+  return out;
+}
+
+Status ExtentDelta::Validate() const {
+  uint64_t prev_end = 0;
+  for (const Piece& p : pieces) {
+    if (p.length == 0) return Status::Corruption("extent delta: empty piece");
+    if (p.file_offset < prev_end) return Status::Corruption("extent delta: pieces overlap or are out of order");
+    if (p.file_offset > size || p.length > size - p.file_offset) {
+      return Status::Corruption("extent delta: piece past the file size");
+    }
+    if (p.record.empty() && p.value_offset != 0) return Status::Corruption("extent delta: hole with a value offset");
+    if (!p.record.empty() &&
+        (p.value_offset > p.record.length || p.length > p.record.length - p.value_offset)) {
+      return Status::Corruption("extent delta: piece past its record's value");
+    }
+    prev_end = p.file_end();
+  }
+  return Status::OK();
+}
+
+ExtentDelta DiffExtentMaps(const ExtentMap& base, const ExtentMap& next) {
+  ExtentDelta d;
+  d.size = next.size();
+  ExtentMap b = base;
+  b.Resize(next.size());
+  const std::vector<ExtentMap::Piece> pb = b.Pieces(0, d.size), pn = next.Pieces(0, d.size);
+  size_t i = 0, j = 0;
+  uint64_t pos = 0;
+  auto emit = [&](uint64_t off, uint64_t len, const Location& rec, uint64_t vo) {
+    if (!d.pieces.empty()) {
+      ExtentDelta::Piece& p = d.pieces.back();
+      if (p.file_end() == off && p.record == rec && (rec.empty() || p.value_offset + p.length == vo)) {
+        p.length += len;
+        return;
+      }
+    }
+    d.pieces.push_back(ExtentDelta::Piece{off, len, rec, vo});
+  };
+  while (pos < d.size && i < pb.size() && j < pn.size()) {
+    const ExtentMap::Piece& x = pb[i];
+    const ExtentMap::Piece& y = pn[j];
+    const uint64_t xe = x.file_offset + x.length, ye = y.file_offset + y.length;
+    const uint64_t end = std::min(xe, ye);
+    const uint64_t xv = x.value_offset + (pos - x.file_offset), yv = y.value_offset + (pos - y.file_offset);
+    const bool same = (!x.extent && !y.extent) || (x.extent && y.extent && x.extent->record == y.extent->record && xv == yv);
+    if (!same) emit(pos, end - pos, y.extent ? y.extent->record : Location{}, y.extent ? yv : 0);
+    pos = end;
+    if (xe == end) ++i;
+    if (ye == end) ++j;
+  }
+  return d;
+}
+
+Status ApplyExtentDelta(const ExtentMap& base, const ExtentDelta& d, ExtentMap* out) {
+  ExtentMap m = base;
+  m.Resize(d.size);
+  for (const ExtentDelta::Piece& p : d.pieces) {
+    if (p.length == 0 || p.file_offset > d.size || p.length > d.size - p.file_offset) {
+      return Status::InvalidArgument("extent delta: piece outside the file size");
+    }
+    if (p.record.empty()) {
+      m.Punch(p.file_offset, p.length);
+    } else {
+      KVFS_RETURN_IF_ERROR(m.Overlay(p.file_offset, p.length, p.record, p.value_offset));
+    }
+  }
+  *out = std::move(m);
+  return Status::OK();
+}
+
 Status ReadExtents(const ExtentMap& map, uint64_t off, size_t len, char* out, const ExtentFetch& fetch, size_t* got) {
   *got = 0;
   size_t done = 0;

@@ -152,6 +152,40 @@ class ExtentMap {
   std::vector<Extent> extents_;
 };
 
+// A delta of one extent map against another (docs/format.md "Extent deltas", design.md §13 "Journaling
+// a rewrite"): the new size, and the file ranges whose mapping changed, each either a hole (record
+// empty) or value bytes [value_offset, value_offset + length) of a record. Applying it to the map it was
+// made from (ApplyExtentDelta) gives exactly the new map (the writer checks it before journaling one);
+// base_stamp and map_checksum are the journal's: the (stamp) of the writer's own binding of the path the
+// delta applies to, and a checksum of the map it must produce (index/journal_format.h
+// ExtentMapChecksum), so a reader that holds another base never binds wrong bytes.
+struct ExtentDelta {
+  struct Piece {
+    uint64_t file_offset = 0;
+    uint64_t length = 0;        // > 0
+    Location record;            // empty: a hole
+    uint64_t value_offset = 0;  // in record's value (0 for a hole)
+    uint64_t file_end() const { return file_offset + length; }
+    bool operator==(const Piece&) const = default;
+  };
+  uint64_t base_stamp = 0;
+  uint64_t map_checksum = 0;
+  uint64_t size = 0;
+  std::vector<Piece> pieces;  // sorted, disjoint, within size
+  bool operator==(const ExtentDelta&) const = default;
+  // The records the pieces reference, in first-use order, no duplicates.
+  std::vector<Location> Records() const;
+  // Sorted, disjoint, length > 0, within size, value ranges within their records: InvalidArgument.
+  Status Validate() const;
+};
+// The delta that turns `base` into `next` (base_stamp and map_checksum left 0): next's size, and next's
+// mapping (extent or hole) of every range where it differs from base resized to next's size; adjacent
+// changed ranges that continue each other are one piece. O(extents of both).
+ExtentDelta DiffExtentMaps(const ExtentMap& base, const ExtentMap& next);
+// base resized to d.size, then each piece overlaid (a record) or punched (a hole), in order.
+// InvalidArgument on a piece outside the size or past its record; *out unchanged then.
+Status ApplyExtentDelta(const ExtentMap& base, const ExtentDelta& d, ExtentMap* out);
+
 // A committed file version's extent map, shared and immutable: null = the file is a single record (or
 // 0 bytes, or inline), and its one Location says it all (today's encoding everywhere). Index records,
 // journal entries and handles carry it, so copies cost one reference count; == compares the maps, not

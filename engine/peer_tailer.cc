@@ -77,6 +77,7 @@ PeerTailerStats PeerTailer::GetStats() {
     s.peers = peers_.size();
   }
   s.entries_applied = entries_applied_;
+  s.unresolved_deltas = unresolved_deltas_;
   s.polls = polls_;
   std::lock_guard<std::mutex> l(stats_mu_);
   const auto now = std::chrono::steady_clock::now();
@@ -205,6 +206,7 @@ Status PeerTailer::PollPeer(const std::string& node, PeerState* st, uint64_t* ch
       if (!r.ok()) return r.status();
       *changed += ops.size();
       entries_applied_ += ops.size();
+      unresolved_deltas_ += r->unresolved_deltas;
       for (const auto& op : ops) {
         // A peer dropped a segment: close our fd now, so reads after its unlink fail to open
         // (ENOENT) rather than read a stale NFS handle.

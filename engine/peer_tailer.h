@@ -90,6 +90,7 @@ struct PeerTailerHooks {
 struct PeerTailerStats {
   uint64_t peers = 0;            // peers with a state (resumed from the index, or polled)
   uint64_t entries_applied = 0;  // entries applied from peers' journals and snapshots
+  uint64_t unresolved_deltas = 0;  // peers' extent delta PUTs whose base this index did not hold
   uint64_t polls = 0;            // polls of one peer
   std::vector<PeerJournalStats> journals;  // per polled peer, by id
 };
@@ -176,7 +177,7 @@ class PeerTailer {
   bool refresh_requested_ = false;  // RequestRefresh since the last round: idle peers back to the interval
   std::thread thread_;
 
-  std::atomic<uint64_t> entries_applied_{0}, polls_{0};
+  std::atomic<uint64_t> entries_applied_{0}, polls_{0}, unresolved_deltas_{0};
   std::mutex stats_mu_;  // guards stats_
   std::map<std::string, PeerStatsRec> stats_;
 };

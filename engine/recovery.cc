@@ -165,7 +165,7 @@ Status PlanLostRecordCuts(Env* env, const std::string& backing, const std::strin
       // segment of g that did not reach stable storage.
       Location bad;
       if (e.op == JournalOp::kPut || e.op == JournalOp::kMove || e.op == JournalOp::kRename) {
-        for (const Location& rec : ContentRecords(e.location, e.extents)) {
+        for (const Location& rec : e.ContentRecords()) {
           if (rec.segment.node != node || rec.segment.generation != g) continue;
           const bool gone = missing(rec.segment.seq);
           if (!gone && !suspect.count(rec.segment.seq)) continue;

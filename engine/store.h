@@ -287,6 +287,10 @@ struct StoreStats {
   uint64_t backing_metadata_ops = 0, backing_syncs = 0, backing_bytes_written = 0, backing_bytes_read = 0;
   uint64_t backing_files_created = 0;
   uint64_t peers = 0, peer_entries_applied = 0, peer_polls = 0;
+  // Extent delta PUTs (docs/format.md "Extent deltas"): this node's PUTs of extent files journaled as a
+  // delta / as a whole map, with their encoded content bytes; peers' deltas this index could not resolve
+  // (applied as UNLINK).
+  uint64_t delta_puts = 0, delta_put_bytes = 0, map_puts = 0, map_put_bytes = 0, peer_unresolved_deltas = 0;
   // Capacity and eviction.
   uint64_t node_segment_bytes = 0;        // this node's segment files (excluding those awaiting unlink)
   uint64_t segments_dropped = 0, segment_bytes_dropped = 0, segments_unlinked = 0;

@@ -27,7 +27,7 @@ uint64_t StoreImpl::DropLostEntries(std::vector<JournalEntry>* batch) {
     JournalEntry& e = (*batch)[i];
     Location lost;  // a record of the entry (its location, or one of its extent map's) that may be lost
     if (e.op == JournalOp::kPut || e.op == JournalOp::kMove) {
-      for (const Location& rec : ContentRecords(e.location, e.extents)) {
+      for (const Location& rec : e.ContentRecords()) {
         for (const auto& w : retired) {
           if (lost.empty() && w->MayBeLost(rec)) lost = rec;
         }
@@ -46,6 +46,7 @@ uint64_t StoreImpl::DropLostEntries(std::vector<JournalEntry>* batch) {
   }
   batch->resize(kept);
   lost_entries_ += dropped;
+  if (dropped) delta_epoch_++;  // a dropped PUT may be a delta chain's base: chains restart whole
   return dropped;
 }
 

@@ -147,7 +147,8 @@ Status StoreImpl::CommitFile(uint64_t ino, const Location& loc, const Attr& attr
     }
   }
   const uint64_t stamp = hlc_.Now();
-  auto n = index_->CommitFile(ino, loc, attr, stamp, {}, ext);
+  IndexDb::CommitBase base;
+  auto n = index_->CommitFile(ino, loc, attr, stamp, {}, ext, &base);
   if (!n.ok()) return n.status();
   shadowing_.erase(ino);  // its PUT replaces whatever the journal had at its path
   auto path = index_->FullPath(ino);
@@ -158,6 +159,7 @@ Status StoreImpl::CommitFile(uint64_t ino, const Location& loc, const Attr& attr
   if (!xattrs.ok()) return xattrs.status();
   put.xattrs = std::move(*xattrs);
   put.extents = ext;  // an extent file: PUT version 3
+  ChoosePutContent(base, &put);
   EnqueueLocked(std::move(put));
   if (track_hits_) {
     std::lock_guard<std::mutex> h(hits_mu_);
@@ -172,6 +174,43 @@ Status StoreImpl::CommitFile(uint64_t ino, const Location& loc, const Attr& attr
     ReleaseRecordPinLocked(written);
   }
   return Status::OK();
+}
+
+void StoreImpl::ChoosePutContent(const IndexDb::CommitBase& base, JournalEntry* put) {
+  const std::string& key = put->path;
+  if (delta_chains_.size() > (1u << 16)) delta_chains_.clear();  // bound the memory: chains restart whole
+  if (!put->extents) {  // one record (or inline): the PUT is small; a later delta may build on it
+    if (!put->location.empty()) delta_chains_[key] = DeltaChain{0, 0, delta_epoch_.load()};
+    else delta_chains_.erase(key);
+    return;
+  }
+  std::string whole;
+  EncodeExtentMap(*put->extents, &whole);
+  auto it = delta_chains_.find(key);
+  if (it != delta_chains_.end() && base.found && it->second.epoch == delta_epoch_.load() &&
+      it->second.count < kDeltaChainMax) {
+    ExtentDelta d = DiffExtentMaps(base.map, *put->extents);
+    ExtentMap check;
+    // Journaled only when a reader that holds the base rebuilds exactly this map from it.
+    if (ApplyExtentDelta(base.map, d, &check).ok() && check == *put->extents) {
+      d.base_stamp = base.stamp;
+      d.map_checksum = ExtentMapChecksum(*put->extents);
+      std::string enc;
+      EncodeExtentDelta(d, &enc);
+      if (enc.size() < whole.size() && it->second.bytes + enc.size() < whole.size()) {
+        it->second.count++;
+        it->second.bytes += enc.size();
+        delta_puts_++;
+        delta_put_bytes_ += enc.size();
+        put->extents = {};
+        put->delta = std::move(d);
+        return;
+      }
+    }
+  }
+  delta_chains_[key] = DeltaChain{0, 0, delta_epoch_.load()};
+  map_puts_++;
+  map_put_bytes_ += whole.size();
 }
 
 Result<std::shared_ptr<BackingFile>> StoreImpl::SegmentFile(const SegmentId& id) {

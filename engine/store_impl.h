@@ -174,6 +174,8 @@ class StoreImpl final : public Store {
   Status CommitFile(uint64_t ino, const Location& loc, const Attr& attr, const ExtentMapRef& ext,
                     const Location& written) override;
   using Store::CommitFile;
+  // Whole map or extent delta for the PUT of a commit (docs/format.md "Extent deltas"); requires ns_mu_.
+  void ChoosePutContent(const IndexDb::CommitBase& base, JournalEntry* put);
   Result<Node> Renumber(uint64_t ino, uint64_t to = 0) override;
   Status Read(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) override;
   Status ReadPinned(const Location& loc, uint64_t offset, size_t len, PinnedBytes* out) override;
@@ -271,6 +273,22 @@ class StoreImpl final : public Store {
   // (breaker-1 item 1). Guarded by ns_mu_; in memory only (staged inodes vanish at a crash, and a clean
   // close commits them first).
   std::unordered_set<uint64_t> shadowing_;
+  // Extent delta PUTs (docs/format.md "Extent deltas"): per path (a writable open of a committed file
+  // commits a new inode under the name, so the chain follows the name), the chain of delta PUTs journaled
+  // since its last whole PUT in this mount (none: the next PUT is whole). A delta is journaled only
+  // against this node's own binding, at most kDeltaChainMax in a row, and only while the deltas since the
+  // last whole map add up to less than that map's encoding: journal bytes per commit stay about a
+  // delta's, and a peer that could not resolve one gets a whole map again soon. Guarded by ns_mu_.
+  static constexpr uint32_t kDeltaChainMax = 256;
+  struct DeltaChain {
+    uint32_t count = 0;       // deltas since the whole PUT
+    uint64_t bytes = 0;       // their encoded bytes
+    uint64_t epoch = 0;       // delta_epoch_ when the whole PUT was journaled
+  };
+  std::unordered_map<std::string, DeltaChain> delta_chains_;
+  // Bumped when a PUT is dropped unjournaled (DropLostEntries): every chain then restarts with a whole PUT.
+  std::atomic<uint64_t> delta_epoch_{0};
+  std::atomic<uint64_t> delta_puts_{0}, delta_put_bytes_{0}, map_puts_{0}, map_put_bytes_{0};
   bool XattrJournaled(uint64_t ino);  // requires ns_mu_
 
   // Entries appended to the journal writer whose Sync has not succeeded yet (committer thread; read by

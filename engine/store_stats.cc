@@ -127,6 +127,11 @@ StoreStats StoreImpl::GetStats() {
   PeerTailerStats peers = tailer_ ? tailer_->GetStats() : PeerTailerStats{};
   s.peers = peers.peers;
   s.peer_entries_applied = peers.entries_applied;
+  s.peer_unresolved_deltas = peers.unresolved_deltas;
+  s.delta_puts = delta_puts_;
+  s.delta_put_bytes = delta_put_bytes_;
+  s.map_puts = map_puts_;
+  s.map_put_bytes = map_put_bytes_;
   s.peer_polls = peers.polls;
   {
     std::lock_guard<std::mutex> l(cap_mu_);

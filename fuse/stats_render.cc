@@ -99,6 +99,8 @@ std::string StatsToJson(const StatsSnapshot& snap) {
   j["segments_created"] = st.segments_created;
   j["records_written"] = st.records_written;
   j["journal_entries"] = st.journal_entries;
+  j["extent_puts"] = {{"delta", st.delta_puts}, {"delta_bytes", st.delta_put_bytes}, {"map", st.map_puts},
+                      {"map_bytes", st.map_put_bytes}, {"peer_unresolved_deltas", st.peer_unresolved_deltas}};
   j["group_commits"] = st.group_commits;
   j["visibility_rounds"] = st.visibility_rounds;
   j["unjournaled_entries"] = st.unjournaled_entries;

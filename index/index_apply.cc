@@ -125,7 +125,54 @@ struct Applier {
     return Newer(stamp, node, (*cur)->stamp, (*cur)->node);
   }
 
+  // A PUT whose content is an extent delta (entry version 5, docs/format.md "Extent deltas"): its base
+  // is this node's binding of the path with stamp base_stamp. Resolved when the path is bound here by
+  // (base_stamp, this entry's node) to a committed file and the delta applied to that file's content
+  // gives exactly the map the writer had (map checksum): then it is an ordinary PUT of that map. A PUT
+  // that loses (last writer wins) is skipped as any PUT is. Otherwise (a peer's binding applied between
+  // the base and the delta, a base lost to journal damage, a MOVE or SETATTR that reached this index in
+  // another order than the writer's) the map cannot be rebuilt here, and the rule is: the entry applies
+  // as an UNLINK of the path at its stamp (a cache miss, never another version's bytes), until a
+  // newer PUT of the path (the writer journals a whole map at least every kDeltaChainMax commits).
+  Result<bool> PutDelta(const ApplyOp& op) {
+    std::string leaf;
+    bool skip = false;
+    std::optional<DentryVal> cur;
+    auto parent = Parent(op.path, false, op.attr, &leaf, &skip);
+    if (!parent.ok()) return parent.status();
+    if (!skip) {
+      auto w = Wins(op.path, *parent, leaf, op.stamp, &cur);
+      if (!w.ok()) return w.status();
+      if (!*w) return false;
+    }
+    const ExtentDelta& d = *op.delta;
+    if (!skip && cur && cur->stamp == d.base_stamp && cur->node == node && op.attr.size == d.size) {
+      std::optional<InodeRec> cr;
+      KVFS_RETURN_IF_ERROR(o.GetRec(cur->ino, &cr));
+      ExtentMap base, next;
+      if (cr && DeltaBaseOf(*cr, &base) && ApplyExtentDelta(base, d, &next).ok() &&
+          ExtentMapChecksum(next) == d.map_checksum) {
+        ApplyOp full = op;
+        full.delta.reset();
+        full.extents = NormalizeExtents(std::move(next), &full.location);
+        return Put(full);
+      }
+    }
+    res.unresolved_deltas++;
+    spdlog::warn("index: delta PUT of '{}' by {} (stamp {}) names a base (stamp {}) this index does not hold; "
+                 "applied as an UNLINK at its stamp until the node's next whole PUT of the path",
+                 op.path, node, op.stamp, d.base_stamp);
+    ApplyOp u;
+    u.kind = ApplyOp::Kind::kUnlink;
+    u.path = op.path;
+    u.stamp = op.stamp;
+    auto r = Unlink(u);
+    if (!r.ok()) return r.status();
+    return true;
+  }
+
   Result<bool> Put(const ApplyOp& op) {
+    if (op.delta) return PutDelta(op);
     if (op.extents && (!op.location.empty() || op.extents->size() != op.attr.size ||
                        (op.attr.mode & S_IFMT) == S_IFLNK)) {
       return Status::InvalidArgument("PUT with an extent map and a location, a symlink or another size");

@@ -143,6 +143,10 @@ struct ApplyOp {
   Location old_location;   // MOVE: replaces this record (the file's location, or the record of every
                            // extent that references it); nothing if the file does not use it
   ExtentMapRef extents;    // PUT: the file's extent map (location empty); null = a single record
+  // PUT (entry version 5): the map as a delta against the binding of `path` by the applying node with
+  // stamp delta->base_stamp; resolved by the apply (PutDelta in index_apply.cc), or, when that binding
+  // is not what this index holds (map checksum), applied as an UNLINK at the entry's stamp.
+  std::optional<ExtentDelta> delta;
   Attr attr;               // PUT: mode (S_IFREG, S_IFLNK or a special type | perms; rdev of a device),
                            // uid, gid, size, times; MKDIR; SETATTR
   uint32_t mask = 0;       // SETATTR: SetAttrMask bits
@@ -168,6 +172,7 @@ struct ApplyResult {
   std::vector<Changed> changed;      // names whose binding changed (in order of application)
   std::vector<uint64_t> attr_changed;  // inodes whose attributes / xattrs changed in place
   uint64_t applied = 0, skipped = 0;   // ops that changed something / were superseded or conflicting
+  uint64_t unresolved_deltas = 0;      // delta PUTs whose base this index did not hold (applied as UNLINK)
 };
 
 // Content of one path for comparing two indexes (inode numbers excluded).
@@ -253,8 +258,16 @@ class IndexDb {
   // attr (ino/nlink ignored), dentry stamp (stamp, node; node empty = this node). Relinks a detached
   // staged inode under its remembered name. NotFound if the inode is gone (unlinked before commit).
   // extents: the version's extent map when it is not one record (loc empty, attr.size = its size).
+  // base (optional): what the name was bound to just before, when an extent delta against it may be
+  // journaled (docs/format.md "Extent deltas"): bound by this node (dentry node = `node`) to a committed
+  // regular file with a record or a map; base->found false otherwise.
+  struct CommitBase {
+    bool found = false;
+    uint64_t stamp = 0;  // the dentry's stamp: the delta's base_stamp
+    ExtentMap map;       // its content (index_txn.h DeltaBaseOf)
+  };
   Result<Node> CommitFile(uint64_t ino, const Location& loc, const Attr& attr, uint64_t stamp,
-                          std::string_view node = {}, ExtentMapRef extents = {});
+                          std::string_view node = {}, ExtentMapRef extents = {}, CommitBase* base = nullptr);
   // Gives the committed regular file `ino` a fresh inode number (docs/design.md §3: new content gets a new
   // number; the caller is about to start a new version). The dentry (same cookie and stamp), attributes,
   // location, xattrs and segment membership move to the new number; `ino` no longer exists afterwards.

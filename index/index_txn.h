@@ -513,6 +513,20 @@ struct Ops {
 
 // After a size change of an extent file (SetAttrMask kSetSize): its map follows (cut at, or a hole up to,
 // the new size), so attr.size and the map's size stay equal.
+// The content of a committed regular file as an extent map (its map, or its one record as a map of one
+// extent): what an extent delta PUT of its path applies to (docs/format.md "Extent deltas"). False for
+// anything else (not committed, not regular, an inline value, no record).
+inline bool DeltaBaseOf(const InodeRec& r, ExtentMap* out) {
+  if (!r.committed || !r.is_reg()) return false;
+  if (r.extents) {
+    *out = *r.extents;
+    return true;
+  }
+  if (r.loc.empty()) return false;
+  *out = ExtentMap::FromLocation(r.loc, r.attr.size);
+  return true;
+}
+
 inline void ResizeExtents(InodeRec* r) {
   if (!r->extents || r->extents->size() == r->attr.size) return;
   ExtentMap m = *r->extents;

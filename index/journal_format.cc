@@ -77,6 +77,28 @@ void PutExtentMap(std::string* out, const ExtentMap& m) {
     prev_end = e.file_end();
   }
 }
+void PutExtentDelta(std::string* out, const ExtentDelta& d) {
+  PutVarint64(out, d.base_stamp);
+  PutFixed64(out, d.map_checksum);
+  PutVarint64(out, d.size);
+  const std::vector<Location> records = d.Records();
+  PutVarint64(out, records.size());
+  for (const Location& r : records) PutLocation(out, r);
+  PutVarint64(out, d.pieces.size());
+  uint64_t prev_end = 0;
+  for (const ExtentDelta::Piece& p : d.pieces) {
+    PutVarint64(out, p.file_offset - prev_end);
+    PutVarint64(out, p.length);
+    if (p.record.empty()) {
+      PutVarint64(out, 0);
+    } else {
+      const auto it = std::find(records.begin(), records.end(), p.record);
+      PutVarint64(out, static_cast<uint64_t>(it - records.begin()) + 1);
+      PutVarint64(out, p.value_offset);
+    }
+    prev_end = p.file_end();
+  }
+}
 void PutSegment(std::string* out, const SegmentId& s) {
   PutVarStr(out, s.node);
   PutVarint64(out, s.generation);
@@ -182,6 +204,47 @@ class Decoder {
     }
     if (ok_ && !m.Validate().ok()) return Fail(field), ExtentMap();
     return m;
+  }
+  uint64_t Fixed64(const char* field) {
+    if (!ok_ || end_ - p_ < 8) return Fail(field), 0;
+    const uint64_t v = GetFixed(p_, 8);
+    p_ += 8;
+    return v;
+  }
+  // dext (docs/format.md "Extent deltas").
+  ExtentDelta Dext(const char* field) {
+    ExtentDelta d;
+    d.base_stamp = Varint(field);
+    d.map_checksum = Fixed64(field);
+    d.size = Varint(field);
+    const uint64_t r = Varint(field);
+    if (!ok_ || r > static_cast<uint64_t>(end_ - p_)) return Fail(field), ExtentDelta();
+    std::vector<Location> records;
+    records.reserve(r);
+    for (uint64_t i = 0; i < r && ok_; ++i) {
+      records.push_back(Loc(field));
+      if (ok_ && records.back().empty()) Fail(field);
+    }
+    const uint64_t n = Varint(field);
+    if (!ok_ || n > static_cast<uint64_t>(end_ - p_)) return Fail(field), ExtentDelta();
+    uint64_t prev_end = 0;
+    for (uint64_t i = 0; i < n && ok_; ++i) {
+      ExtentDelta::Piece p;
+      const uint64_t gap = Varint(field);
+      p.length = Varint(field);
+      const uint64_t ref = Varint(field);
+      if (ref > 0) p.value_offset = Varint(field);
+      if (!ok_) break;
+      if (ref > records.size() || gap > UINT64_MAX - prev_end || p.length > UINT64_MAX - (prev_end + gap)) {
+        return Fail(field), ExtentDelta();
+      }
+      p.file_offset = prev_end + gap;
+      if (ref > 0) p.record = records[ref - 1];
+      prev_end = p.file_end();
+      d.pieces.push_back(std::move(p));
+    }
+    if (ok_ && !d.Validate().ok()) return Fail(field), ExtentDelta();
+    return d;
   }
   SegmentId Seg(const char* field) {
     SegmentId s;
@@ -406,17 +469,32 @@ uint8_t JournalEntryVersion(const JournalEntry& e) {
   if (e.op == JournalOp::kExchange) return 4;
   if (e.op == JournalOp::kSymlink && IsSpecialFileMode(e.attrs.mode)) return 4;
   if (e.op != JournalOp::kPut) return 1;
+  if (e.delta) return 5;
   if (e.extents) return 3;
   return e.xattrs.has_value() ? 2 : 1;
 }
 
 std::vector<Location> JournalEntry::Records() const {
-  std::vector<Location> out = ContentRecords(location, extents);
+  std::vector<Location> out = kvfs::ContentRecords(location, extents);
   auto add = [&](const Location& l) {
     if (!l.empty() && std::find(out.begin(), out.end(), l) == out.end()) out.push_back(l);
   };
   if (extents) add(location);  // malformed (a v3 PUT has none), but never hide it from a check
+  if (delta) {
+    add(location);
+    for (const Location& l : delta->Records()) add(l);
+  }
   add(old_location);
+  return out;
+}
+
+std::vector<Location> JournalEntry::ContentRecords() const {
+  std::vector<Location> out = kvfs::ContentRecords(location, extents);
+  if (delta) {
+    for (const Location& l : delta->Records()) {
+      if (std::find(out.begin(), out.end(), l) == out.end()) out.push_back(l);
+    }
+  }
   return out;
 }
 
@@ -441,7 +519,10 @@ void EncodeJournalEntry(const JournalEntry& e, std::string* out) {
           PutVarStr(out, value);
         }
       }
-      if (version >= 3) {
+      if (version >= 5) {
+        out->push_back(2);  // content: an extent delta
+        PutExtentDelta(out, *e.delta);
+      } else if (version >= 3) {
         out->push_back(1);  // has_extents
         PutExtentMap(out, *e.extents);
       }
@@ -532,7 +613,23 @@ Status DecodeJournalEntry(std::string_view in, JournalEntry* e) {
           e->xattrs->emplace_back(std::move(name), std::move(value));
         }
       }
-      if (version >= 3 && d.Bool("has_extents")) {
+      if (version >= 5) {
+        // u8 content: 0 none, 1 ext, 2 dext (a version-5 PUT is written only with a delta).
+        const uint8_t content = d.U8("content");
+        if (d.ok() && content > 2) return Status::Corruption("journal entry: PUT content kind " + std::to_string(content));
+        if (content == 2) {
+          ExtentDelta x = d.Dext("delta");
+          if (!d.ok()) break;
+          if (!e->location.empty() || !e->inline_value.empty() || e->attrs.size != x.size) {
+            return Status::Corruption("journal entry: PUT with an extent delta carries a location, an inline value "
+                                      "or a size other than its delta's");
+          }
+          e->delta = std::move(x);
+          break;
+        }
+        if (content == 0) break;
+      }
+      if (version >= 3 && (version >= 5 || d.Bool("has_extents"))) {
         ExtentMap m = d.Ext("extents");
         if (!d.ok()) break;
         if (!e->location.empty() || !e->inline_value.empty() || e->attrs.size != m.size()) {
@@ -619,6 +716,23 @@ Status DecodeJournalEntry(std::string_view in, JournalEntry* e) {
 }
 
 void EncodeExtentMap(const ExtentMap& m, std::string* out) { PutExtentMap(out, m); }
+
+uint64_t ExtentMapChecksum(const ExtentMap& m) {
+  std::string b;
+  PutExtentMap(&b, m);
+  return XXH3_64bits(b.data(), b.size());
+}
+
+void EncodeExtentDelta(const ExtentDelta& d, std::string* out) { PutExtentDelta(out, d); }
+
+Status DecodeExtentDelta(std::string_view in, ExtentDelta* d) {
+  Decoder dec(in);
+  ExtentDelta got = dec.Dext("extent delta");
+  if (!dec.ok()) return Status::Corruption(std::string("extent delta: truncated or bad ") + dec.what());
+  if (!dec.done()) return Status::Corruption("extent delta: trailing bytes");
+  *d = std::move(got);
+  return Status::OK();
+}
 
 Status DecodeExtentMap(std::string_view in, ExtentMap* m) {
   Decoder d(in);

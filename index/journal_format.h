@@ -59,7 +59,10 @@
 //               entry version 3 adds bool has_extents, then (if 1) ext extents: the file is that extent
 //               map (location empty, inline_value empty, attrs.size = the map's size; docs/design.md
 //               §13). Written only for a file whose map is not a single record: every other PUT keeps
-//               version 1/2 and its bytes, and an older reader stops at a version-3 entry (NotSupported)
+//               version 1/2 and its bytes, and an older reader stops at a version-3 entry (NotSupported).
+//               Entry version 5 turns has_extents into u8 content (0 none, 1 ext, 2 dext): 2 = an extent
+//               DELTA (dext, below) against the writer's own binding of the path; the reader rebuilds the
+//               map from the binding it holds (docs/format.md "Extent deltas"; index_apply.cc PutDelta)
 //   2 RENAME    str path (from), str path2 (to), loc location
 //   3 UNLINK    str path
 //   4 MKDIR     str path, attrs
@@ -105,11 +108,12 @@ inline constexpr size_t kJournalBlockSize = 32768;
 inline constexpr size_t kJournalFragmentHeaderSize = 7;
 inline constexpr size_t kJournalMaxFragmentPayload = kJournalBlockSize - kJournalFragmentHeaderSize;
 inline constexpr uint32_t kJournalFormatVersion = 1;
-// Entry version written (JournalEntryVersion): 4 for EXCHANGE and for a SYMLINK entry of a special file
-// (FIFO, socket, device: adds rdev), 3 for a PUT of an extent file (JournalEntry::extents set), 2 for
-// any other PUT that carries the file's xattrs, 1 for every other op (same layout in 1 to 4). Readers
-// accept 1..kJournalEntryVersion.
-inline constexpr uint8_t kJournalEntryVersion = 4;
+// Entry version written (JournalEntryVersion): 5 for a PUT whose content is an extent delta
+// (JournalEntry::delta), 4 for EXCHANGE and for a SYMLINK entry of a special file (FIFO, socket,
+// device: adds rdev), 3 for a PUT of an extent file (JournalEntry::extents set), 2 for any other PUT
+// that carries the file's xattrs, 1 for every other op (same layout in 1 to 5). Readers accept
+// 1..kJournalEntryVersion.
+inline constexpr uint8_t kJournalEntryVersion = 5;
 inline constexpr char kJournalMagic[8] = {'K', 'V', 'F', 'S', 'J', 'R', 'N', 'L'};
 inline constexpr uint64_t kJournalDefaultMaxFileSize = 64ull << 20;
 
@@ -204,6 +208,11 @@ struct JournalEntry {
   // empty and attrs.size = extents->size()); null for every other PUT. A version-3 PUT always carries
   // an xattr set (an empty one if `xattrs` is nullopt).
   ExtentMapRef extents;
+  // PUT (entry version 5): the file's new extent map as a delta against the map of the binding of
+  // `path` by the same node with stamp delta->base_stamp (location, inline_value and extents empty,
+  // attrs.size = delta->size). Replay and peers resolve it into `extents` (index_apply.cc); one they
+  // cannot resolve exactly (map checksum) binds nothing: docs/format.md "Extent deltas".
+  std::optional<ExtentDelta> delta;
   std::string xattr_name, xattr_value;  // XATTR
   bool xattr_remove = false;            // XATTR: true = removexattr (xattr_value empty)
   SegmentId segment;                    // SEAL, DROP
@@ -235,12 +244,15 @@ struct JournalEntry {
   static JournalEntry Exchange(std::string a, std::string b, uint64_t stamp);
 
   // Every record this entry references: location (PUT, RENAME, MOVE), old_location (MOVE) and the
-  // records of `extents` (PUT), no duplicates.
+  // records of `extents` or of `delta` (PUT), no duplicates.
   std::vector<Location> Records() const;
+  // The records of the content a PUT (or MOVE) publishes: its location, its map's records, or the
+  // records its delta adds (a delta's base records were published by an earlier entry).
+  std::vector<Location> ContentRecords() const;
 };
 
-// The entry version EncodeJournalEntry writes for e: the lowest that carries all of its fields (4: an
-// EXCHANGE or a special file; 3: a PUT with an extent map; 2: a PUT with an xattr set; else 1), so
+// The entry version EncodeJournalEntry writes for e: the lowest that carries all of its fields (5: a
+// PUT with an extent delta; 4: an EXCHANGE or a special file; 3: a PUT with an extent map; 2: a PUT with an xattr set; else 1), so
 // older readers keep reading everything else (see kJournalEntryVersion).
 uint8_t JournalEntryVersion(const JournalEntry& e);
 
@@ -257,6 +269,13 @@ Status DecodeJournalEntry(std::string_view in, JournalEntry* e);
 // minus the previous extent's end (for the first: its file offset). The field of PUT entry version 3
 // and of the index's inode record version 2 (docs/design.md §13).
 void EncodeExtentMap(const ExtentMap& m, std::string* out);
+// XXH3-64 (seed 0) of the ext encoding of m: the map checksum of an extent delta.
+uint64_t ExtentMapChecksum(const ExtentMap& m);
+// dext (docs/format.md "Extent deltas"): varint base_stamp, fixed64 map_checksum, varint size, varint r,
+// r x loc (each present, first-use order), varint n, n x (varint gap, varint length, varint ref (0: a
+// hole; i + 1: record i), varint value_offset if ref > 0). Decode checks ExtentDelta::Validate.
+void EncodeExtentDelta(const ExtentDelta& d, std::string* out);
+Status DecodeExtentDelta(std::string_view in, ExtentDelta* d);
 // Decodes exactly one map that fills `in` and checks it (ExtentMap::Validate: sorted, no overlap,
 // within the size and each record's value). Corruption on anything else; *m unchanged on error.
 Status DecodeExtentMap(std::string_view in, ExtentMap* m);

@@ -417,7 +417,8 @@ Result<Attr> IndexDb::SetAttr(uint64_t ino, const Attr& attr, uint32_t mask, uin
 }
 
 Result<Node> IndexDb::CommitFile(uint64_t ino, const Location& loc, const Attr& attr, uint64_t stamp,
-                                 std::string_view node, ExtentMapRef extents) {
+                                 std::string_view node, ExtentMapRef extents, CommitBase* base) {
+  if (base) *base = CommitBase{};
   if (extents && (!loc.empty() || extents->size() != attr.size)) {
     return Status::InvalidArgument("commit of an extent map with a location or another size");
   }
@@ -440,6 +441,12 @@ Result<Node> IndexDb::CommitFile(uint64_t ino, const Location& loc, const Attr& 
   n.stamp = stamp, n.stamp_node = nd;
   std::optional<DentryVal> d;
   KVFS_RETURN_IF_ERROR(o.GetDentry(r->parent, r->name, &d));
+  if (base && d && d->node == nd && d->stamp != 0) {
+    std::optional<InodeRec> b;
+    if (d->ino == ino) b = *r;
+    else KVFS_RETURN_IF_ERROR(o.GetRec(d->ino, &b));
+    if (b && DeltaBaseOf(*b, &base->map)) base->found = true, base->stamp = d->stamp;
+  }
   uint64_t cookie = 0;
   if (d && d->ino != ino) {  // detached staged inode: take the name back (our stamp is newer)
     if (S_ISDIR(d->mode)) return Status::FromErrno(EISDIR, r->name);

@@ -60,6 +60,7 @@ bool JournalEntryToApplyOp(const JournalEntry& e, ApplyOp* op) {
       op->kind = ApplyOp::Kind::kPut;
       op->location = e.location;
       op->extents = e.extents;
+      op->delta = e.delta;
       op->attr = FromEntryAttrs(e.attrs);
       op->xattrs = e.xattrs;
       return true;
