@@ -13,7 +13,7 @@ read through the still-open handle and compared. Before #16 the reads got ENOENT
 After the close, the hold is released (stats: records_held_open 0) and the segment is reclaimed.
 test_opened_before_commit_*: the handle is opened while the file's commit is pending (a 1.5 s commit
 delay), reads the staged version, and holds the committed record from the commit on (before: nothing
-held, ENOENT / SIGBUS once the version was spilled to that record and its segment dropped); the 4 MiB
+held, ENOENT / SIGBUS once the version was spilled to that record and its segment dropped); the 6 MiB
 file is spilled while written and commits as an extent map whose records the version pins itself, the
 _one_record_ variants (2 MiB) commit one record that the commit holds for the handle.
 PeerHoldTest: the same across two mounts over one backing directory (node B reads node A's file while A
@@ -36,6 +36,9 @@ import kvfs_fixture as kf  # noqa: E402
 
 MiB = 1 << 20
 SIZE = 4 * MiB
+# Over the 4 MiB --staging-size of the pending/joining cases: spilled while written, committed as an
+# extent map (a WRITE reserves only the RAM it takes, so a 4 MiB file fits that budget whole).
+SPILL_SIZE = 6 * MiB
 PAGE = mmap.PAGESIZE
 
 
@@ -142,7 +145,7 @@ class OpenHoldTest(unittest.TestCase):
     def assert_version_held(self, mnt, extent_flushes_before, records_held_before, extent):
         """What keeps a committed staged version's bytes while a handle uses it. A version committed as
         one record (a file under the staging budget): that record is held for its handles
-        (records_held_open + 1). A version spilled while it was written (4 MiB over a 4 MiB budget) is
+        (records_held_open + 1). A version spilled while it was written (6 MiB over a 4 MiB budget) is
         committed as an extent map (fuse.extent_flushes + 1): its records are its own provisional
         records, write-pinned until the version ends (segments_pinned), so nothing more is held."""
         st = kf.stats(mnt)
@@ -195,7 +198,7 @@ class OpenHoldTest(unittest.TestCase):
                             kf.stats(mnt)["eviction"])
 
 
-    def run_pending_case(self, reader, size=SIZE):
+    def run_pending_case(self, reader, size=SPILL_SIZE):
         """The handle is opened while its file's commit is pending (closed by its writer, the deferred
         commit not run yet: KVFS_TEST_COMMIT_DELAY_MS widens the 5 ms window to 1.5 s), so it reads the
         staged version. After the commit that version's bytes are the committed record: the staging
@@ -256,7 +259,7 @@ class OpenHoldTest(unittest.TestCase):
         ctx = kf.mounted(segment_size="2MiB", cache_size="1MiB", staging_size="4MiB", env=env)
         mnt = ctx.__enter__()[0]
         try:
-            data = os.urandom(SIZE)
+            data = os.urandom(SPILL_SIZE)
             path = os.path.join(mnt, "victim")
             before = kf.stats(mnt)["fuse"]
             committed, extent_flushes = before["versions_committed"], before["extent_flushes"]
@@ -272,7 +275,7 @@ class OpenHoldTest(unittest.TestCase):
                 os.unlink(path)
                 self.churn(mnt, "join")
                 got = read_all(fd, False)
-                self.assertEqual(len(got), SIZE)
+                self.assertEqual(len(got), SPILL_SIZE)
                 self.assertTrue(got == data, "wrong bytes")
             finally:
                 os.close(fd)
