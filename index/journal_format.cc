@@ -170,22 +170,37 @@ class Decoder {
     if (ok_ && l.segment.node.empty()) Fail(field);  // a present Location names its node
     return l;
   }
+  // The part ext and dext share: varint r, r x loc (each present), then the varint count n of the
+  // entries that follow, which is returned. A loc takes at least 7 bytes and an entry at least 3: counts
+  // above what is left are corrupt (no huge reserve).
+  uint64_t RecordTable(const char* field, std::vector<Location>* records) {
+    const uint64_t r = Varint(field);
+    if (!ok_ || r > static_cast<uint64_t>(end_ - p_)) return Fail(field), 0;
+    records->reserve(r);
+    for (uint64_t i = 0; i < r && ok_; ++i) {
+      records->push_back(Loc(field));
+      if (ok_ && records->back().empty()) Fail(field);
+    }
+    const uint64_t n = Varint(field);
+    if (ok_ && n > static_cast<uint64_t>(end_ - p_)) Fail(field);
+    return ok_ ? n : 0;
+  }
+  // An entry `gap` bytes after *prev_end, `length` bytes long: its file offset, and *prev_end moved to
+  // its end; false if either overflows 64 bits.
+  static bool Place(uint64_t gap, uint64_t length, uint64_t* prev_end, uint64_t* file_offset) {
+    if (gap > UINT64_MAX - *prev_end || length > UINT64_MAX - (*prev_end + gap)) return false;
+    *file_offset = *prev_end + gap;
+    *prev_end = *file_offset + length;
+    return true;
+  }
   // ext (docs/format.md "Extent maps"): varint size, varint r, r x loc (each present), varint n,
   // n x (varint gap, varint length, varint record index, varint value_offset); gap = file offset minus
   // the previous extent's end (0 for the first: its file offset).
   ExtentMap Ext(const char* field) {
     ExtentMap m(Varint(field));
-    const uint64_t r = Varint(field);
-    // A loc takes at least 7 bytes, an extent 4: counts above what is left are corrupt (no huge reserve).
-    if (!ok_ || r > static_cast<uint64_t>(end_ - p_)) return Fail(field), ExtentMap();
     std::vector<Location> records;
-    records.reserve(r);
-    for (uint64_t i = 0; i < r && ok_; ++i) {
-      records.push_back(Loc(field));
-      if (ok_ && records.back().empty()) Fail(field);
-    }
-    const uint64_t n = Varint(field);
-    if (!ok_ || n > static_cast<uint64_t>(end_ - p_)) return Fail(field), ExtentMap();
+    const uint64_t n = RecordTable(field, &records);
+    if (!ok_) return ExtentMap();
     uint64_t prev_end = 0;
     for (uint64_t i = 0; i < n && ok_; ++i) {
       Extent e;
@@ -194,12 +209,10 @@ class Decoder {
       const uint64_t idx = Varint(field);
       e.value_offset = Varint(field);
       if (!ok_) break;
-      if (idx >= records.size() || gap > UINT64_MAX - prev_end || e.length > UINT64_MAX - (prev_end + gap)) {
+      if (idx >= records.size() || !Place(gap, e.length, &prev_end, &e.file_offset)) {
         return Fail(field), ExtentMap();
       }
-      e.file_offset = prev_end + gap;
       e.record = records[idx];
-      prev_end = e.file_end();
       m.AppendUnchecked(e);
     }
     if (ok_ && !m.Validate().ok()) return Fail(field), ExtentMap();
@@ -217,16 +230,9 @@ class Decoder {
     d.base_stamp = Varint(field);
     d.map_checksum = Fixed64(field);
     d.size = Varint(field);
-    const uint64_t r = Varint(field);
-    if (!ok_ || r > static_cast<uint64_t>(end_ - p_)) return Fail(field), ExtentDelta();
     std::vector<Location> records;
-    records.reserve(r);
-    for (uint64_t i = 0; i < r && ok_; ++i) {
-      records.push_back(Loc(field));
-      if (ok_ && records.back().empty()) Fail(field);
-    }
-    const uint64_t n = Varint(field);
-    if (!ok_ || n > static_cast<uint64_t>(end_ - p_)) return Fail(field), ExtentDelta();
+    const uint64_t n = RecordTable(field, &records);
+    if (!ok_) return ExtentDelta();
     uint64_t prev_end = 0;
     for (uint64_t i = 0; i < n && ok_; ++i) {
       ExtentDelta::Piece p;
@@ -235,12 +241,10 @@ class Decoder {
       const uint64_t ref = Varint(field);
       if (ref > 0) p.value_offset = Varint(field);
       if (!ok_) break;
-      if (ref > records.size() || gap > UINT64_MAX - prev_end || p.length > UINT64_MAX - (prev_end + gap)) {
+      if (ref > records.size() || !Place(gap, p.length, &prev_end, &p.file_offset)) {
         return Fail(field), ExtentDelta();
       }
-      p.file_offset = prev_end + gap;
       if (ref > 0) p.record = records[ref - 1];
-      prev_end = p.file_end();
       d.pieces.push_back(std::move(p));
     }
     if (ok_ && !d.Validate().ok()) return Fail(field), ExtentDelta();
