@@ -1,14 +1,18 @@
 // Writes the seed corpus of the fuzz targets (tests/data/fuzz/): one well-formed journal entry of each
-// op and a few small segment files (sealed, unsealed, prefixed with the fix-up byte of FuzzSegment).
+// op and of each entry version (2: a PUT with its xattr set, 3: a PUT of an extent map, 4: EXCHANGE and a special file, 5: a PUT of
+// an extent delta; fuzz_corpus_test checks the coverage) and a few small segment files (sealed,
+// unsealed, prefixed with the fix-up byte of FuzzSegment).
 //
 //   g++ -std=c++20 -I. tests/fuzz/make_seeds.cc index/journal_format.cc build/blockstore/libkvfs_blockstore.a \
-//       -luring -lxxhash -lspdlog -lfmt -o /tmp/make_seeds && /tmp/make_seeds tests/data/fuzz
+//       -luring -lxxhash -lspdlog -lfmt -lcurl -ltinyxml2 -lcrypto -o /tmp/make_seeds && /tmp/make_seeds tests/data/fuzz
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <string>
 
 #include "blockstore/env.h"
+#include "blockstore/extent_map.h"
 #include "blockstore/segment_writer.h"
 #include "index/journal_format.h"
 
@@ -49,6 +53,8 @@ int main(int argc, char** argv) {
       JournalEntry::Move("/a", loc, loc, st),
       JournalEntry::Cut(FileRef{FileRef::Kind::kJournal, "gpu7", 3, 1}, 65536, st),
       JournalEntry::Symlink("/l", "/a", a, st),
+      JournalEntry::Exchange("/a", "/b", st),
+      JournalEntry::Special("/fifo", a, 0, st),
   };
   int i = 0;
   for (const auto& e : entries) {
@@ -56,6 +62,41 @@ int main(int argc, char** argv) {
     EncodeJournalEntry(e, &enc);
     char name[64];
     std::snprintf(name, sizeof(name), "seed-%02d-%s", i++, JournalOpName(e.op));
+    Write(out / "journal_entry" / name, enc);
+  }
+  // Entry version 3: a 1 MiB file of two extents over two records and a hole between them.
+  Location loc2 = loc;
+  loc2.segment.seq = 10;
+  ExtentMap m(1 << 20);
+  if (!m.Overlay(0, 4096, loc, 0).ok() || !m.Overlay(65536, 8192, loc2, 4096).ok()) return 1;
+  EntryAttrs ma = a;
+  ma.size = m.size();
+  JournalEntry ext = JournalEntry::Put("/slots/file.bin", Location{}, ma, st);
+  ext.extents = ExtentMapRef(std::make_shared<const ExtentMap>(m));
+  // Entry version 5: the next version as a delta against that one (one 4 KiB page rewritten, a hole
+  // punched, the size grown).
+  ExtentMap next = m;
+  Location loc3 = loc;
+  loc3.segment.seq = 11;
+  if (!next.Overlay(8192, 4096, loc3, 0).ok()) return 1;
+  next.Punch(65536, 4096);
+  next.Resize(2 << 20);
+  JournalEntry dput = JournalEntry::Put("/slots/file.bin", Location{}, ma, st + 1);
+  ExtentDelta d = DiffExtentMaps(m, next);
+  d.base_stamp = st;
+  d.map_checksum = 0x0123456789abcdefull;
+  dput.attrs.size = d.size;
+  dput.delta = d;
+  // Entry version 2: a PUT with its xattr set (vLLM's checksum xattr on the final name).
+  JournalEntry xput = JournalEntry::Put("/vllm/layer0/chunk-00ac.bin", loc, a, st);
+  xput.xattrs = std::vector<std::pair<std::string, std::string>>{{"user.vllm_kv_crc32", "1234abcd"}};
+  for (const auto& [name, e] : {std::pair<const char*, const JournalEntry*>{"seed-v2-PUT-xattrs", &xput},
+                                {"seed-v3-PUT-extents", &ext},
+                                {"seed-v5-PUT-delta", &dput}}) {
+    std::string enc;
+    EncodeJournalEntry(*e, &enc);
+    JournalEntry back;
+    if (!DecodeJournalEntry(enc, &back).ok()) return 1;  // a seed must be well formed
     Write(out / "journal_entry" / name, enc);
   }
   JournalFileHeader h;
