@@ -39,6 +39,9 @@ int main(int argc, char** argv) {
   a.gid = 1000;
   a.size = 70000;
   const uint64_t st = (1700000000000ull << 16) | 5;
+  EntryAttrs fifo = a;
+  fifo.mode = 010644;  // S_IFIFO | 0644: a special file's SYMLINK entry (version 4)
+  fifo.size = 0;
   const JournalEntry entries[] = {
       JournalEntry::Put("/vllm/layer0/chunk-00ab.bin", loc, a, st),
       JournalEntry::Put("/small", Location{}, a, st, "inline bytes"),
@@ -54,7 +57,7 @@ int main(int argc, char** argv) {
       JournalEntry::Cut(FileRef{FileRef::Kind::kJournal, "gpu7", 3, 1}, 65536, st),
       JournalEntry::Symlink("/l", "/a", a, st),
       JournalEntry::Exchange("/a", "/b", st),
-      JournalEntry::Special("/fifo", a, 0, st),
+      JournalEntry::Special("/fifo", fifo, 0, st),
   };
   int i = 0;
   for (const auto& e : entries) {
