@@ -80,11 +80,11 @@ uint64_t PhysicalMemory() {
 
 }  // namespace
 
-std::string BareHint(const std::string& text) {
+std::string BareHint(const std::string& text, const char* unit) {
   const bool bare = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
     return std::isdigit(static_cast<unsigned char>(c)) || c == ' ';
   });
-  return bare ? " (a number without a unit is bytes: write e.g. " + text + "GiB)" : "";
+  return bare ? " (a number without a unit is bytes: write e.g. " + text + unit + ")" : "";
 }
 
 void CheckSizes(const MountArgs& a, uint64_t segment, uint64_t cache, uint64_t staging, uint64_t capacity,
@@ -107,7 +107,9 @@ void CheckSizes(const MountArgs& a, uint64_t segment, uint64_t cache, uint64_t s
     if (ram && v > ram / 2) {
       Warn(std::string(flag) + " " + text + " is more than half of this machine's memory (" + HumanSize(ram) + ")");
     }
-    if (v < (1u << 20) && !BareHint(text).empty()) Warn(std::string(flag) + " " + text + " is " + HumanSize(v) + BareHint(text));
+    if (v < (1u << 20) && !BareHint(text).empty()) {
+      Warn(std::string(flag) + " " + text + " is " + HumanSize(v) + BareHint(text, "MiB"));
+    }
   }
   if (ram && cache <= ram / 2 && staging <= ram / 2 && cache + staging > ram * 3 / 4) {
     Warn("--cache-size and --staging-size together (" + HumanSize(cache + staging) + ") are more than 3/4 of this "

@@ -21,8 +21,10 @@ uint64_t SizeOrDie(const std::string& what, const std::string& text);
 // `b` for a person: "512 bytes", "4.0 MiB", "1.5 GiB" (one decimal from KiB on).
 std::string HumanSize(uint64_t b);
 
-// " (a number without a unit is bytes)" when `text` has no unit: `--capacity 500` is 500 bytes.
-std::string BareHint(const std::string& text);
+// " (a number without a unit is bytes: write e.g. 500GiB)" when `text` has no unit: `--capacity 500` is
+// 500 bytes. `unit` is the suggestion: MiB for sizes where text + GiB would be refused in turn
+// (`--segment-size 100` -> 100MiB, not 100GiB, over the 64 GiB limit).
+std::string BareHint(const std::string& text, const char* unit = "GiB");
 
 // Sizes that cannot work are usage errors (exit 2, one line); merely unusual ones are warned about.
 //   segment size      at most kMaxSegmentSize; over 4 GiB warned (eviction frees whole segments)

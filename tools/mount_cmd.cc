@@ -235,11 +235,11 @@ int RunMount(MountArgs a) {
   so.cache_size = SizeOrDie("--cache-size", a.cache_size);
   if (!a.segment_size.empty()) {
     so.segment_size = SizeOrDie("--segment-size", a.segment_size);
-    if (so.segment_size < (1u << 20)) Die(kExitUsage, "--segment-size must be at least 1MiB" + BareHint(a.segment_size));
+    if (so.segment_size < (1u << 20)) Die(kExitUsage, "--segment-size must be at least 1MiB" + BareHint(a.segment_size, "MiB"));
     if (so.segment_size % 4096 != 0) Die(kExitUsage, "--segment-size must be a multiple of 4KiB");
   }
   if (SizeOrDie("--staging-size", a.staging_size) < (4u << 20)) {
-    Die(kExitUsage, "--staging-size must be at least 4MiB" + BareHint(a.staging_size));
+    Die(kExitUsage, "--staging-size must be at least 4MiB" + BareHint(a.staging_size, "MiB"));
   }
   {
     uint64_t m = SizeOrDie("--max-file-size", a.max_file_size);
@@ -346,7 +346,7 @@ int RunMount(MountArgs a) {
   if (std::string why = FuseMountProblem(fopts, a.mountpoint); !why.empty()) Die(kExitUsage, why);
 
   uint64_t log_max = SizeOrDie("--log-max-size", a.log_max_size);
-  if (log_max < (1u << 20)) Die(kExitUsage, "--log-max-size must be at least 1MiB" + BareHint(a.log_max_size));
+  if (log_max < (1u << 20)) Die(kExitUsage, "--log-max-size must be at least 1MiB" + BareHint(a.log_max_size, "MiB"));
   // The log lives next to the index directory, never in it: a rebuild of the index (after a crash)
   // removes that directory, and the log of the crash must survive it.
   if (a.log_file.empty() && !a.foreground) a.log_file = so.index_dir + ".log";

@@ -365,6 +365,9 @@ class CliErrors(unittest.TestCase):
                              (("--high-watermark", "7MiB"), "less than 2 segments of --segment-size 4.0 MiB"),
                              (("--segment-size", "100TiB"), "over the limit"),
                              (("--segment-size", "1000000"), "at least 1MiB"),
+                             # The hint's suggestion must itself be accepted: 100MiB, not 100GiB (over 64 GiB).
+                             (("--segment-size", "100"), "at least 1MiB (a number without a unit is bytes: write e.g. 100MiB)"),
+                             (("--staging-size", "1000"), "at least 4MiB (a number without a unit is bytes: write e.g. 1000MiB)"),
                              (("--segment-size", "1048577"), "multiple of 4KiB"),
                              (("--cache-size", "100TiB"), "memory"),
                              (("--staging-size", "100TiB"), "memory")):
@@ -381,7 +384,7 @@ class CliErrors(unittest.TestCase):
             self.assertEqual(len(lines), 2, r.stderr)
             self.assertTrue(all(x.startswith("kvfs: warning: ") for x in lines), r.stderr)
             self.assertIn("--capacity 64MiB holds only 4 segments", r.stderr)
-            self.assertIn("--cache-size 4096 is 4.0 KiB (a number without a unit is bytes", r.stderr)
+            self.assertIn("--cache-size 4096 is 4.0 KiB (a number without a unit is bytes: write e.g. 4096MiB)", r.stderr)
         finally:
             self.assertEqual(kf.run_kvfs("umount", self.b.mnt).returncode, 0)
 
