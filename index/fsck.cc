@@ -134,6 +134,7 @@ const char* FsckKindName(FsckKind k) {
     case FsckKind::kSealNotJournaled: return "seal-not-journaled";
     case FsckKind::kDanglingEntry: return "dangling-entry";
     case FsckKind::kStaleTempName: return "stale-temp-name";
+    case FsckKind::kUnresolvedDelta: return "unresolved-delta";
     case FsckKind::kOrphanRecord: return "orphan-record";
     case FsckKind::kSnapshotDamaged: return "snapshot-damaged";
     case FsckKind::kJournalGap: return "journal-gap";

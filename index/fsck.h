@@ -86,6 +86,7 @@ enum class FsckKind : uint8_t {
   kSnapshotDamaged,    // a snapshot that does not verify (never applied; an older one or journals are used)
   kJournalGap,         // journal files were retired but no usable snapshot covers them: entries lost
   kStaleTempName,      // stale_temp_age_s: a live file with a connector temp name (*.tmp) older than that
+  kUnresolvedDelta,    // extent delta PUTs whose base the node's journals do not hold (informational)
 };
 // A connector's temp name (docs/design.md §10): the basename ends with ".tmp", ".tmp<digits>" (a pid) or
 // ".tmp.<word>" (LMCache `<key>.tmp`, vLLM `<final>_<tag>.tmp`, llm-d `<final>.tmp.<n>`).
@@ -121,6 +122,7 @@ struct FsckNodeSummary {
   uint64_t live_files = 0, live_bytes = 0;       // live files located in this node's segments
   uint64_t dead_bytes = 0;                       // record_value_bytes - live_bytes
   uint64_t orphan_records = 0, orphan_bytes = 0, provisional_records = 0;
+  uint64_t unresolved_deltas = 0;                // delta PUTs the replay could not resolve (see kind)
   uint64_t verified_value_bytes = 0;             // verify_data
   bool repair_refused = false;
   std::string repair_refused_reason;

@@ -257,6 +257,19 @@ Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) 
       f.detail = st.ToString() + (rr.snapshot.empty() ? "" : "; using " + rr.snapshot);
       add(std::move(f));
     }
+    sum.unresolved_deltas = rr.unresolved_deltas;
+    if (rr.unresolved_deltas > 0) {
+      // Not damage by itself: the writer's next whole PUT of the path binds it again. Each such entry
+      // applied as an UNLINK at its stamp (the file reads as absent, a cache miss, never other bytes).
+      FsckFinding f;
+      f.kind = FsckKind::kUnresolvedDelta;
+      f.severity = FsckSeverity::kInfo;
+      f.file = dir;
+      f.detail = std::to_string(rr.unresolved_deltas) +
+                 " extent delta PUT(s) whose base this node's journals and snapshot do not hold (a lost or "
+                 "damaged entry before them): applied as UNLINKs, those files read as absent";
+      add(std::move(f));
+    }
     if (rr.journal_gap) {
       FsckFinding f;
       f.kind = FsckKind::kJournalGap;

@@ -227,7 +227,9 @@ Status ReplayNode(Env* env, const std::string& backing, const std::string& node,
         [&](std::vector<ApplyOp>* ops, bool) -> Status {
           if (ops->empty()) return Status::OK();
           auto r = index->ApplyBatch(*ops, node);
-          return r.ok() ? Status::OK() : r.status();
+          if (!r.ok()) return r.status();
+          out->unresolved_deltas += r->unresolved_deltas;
+          return Status::OK();
         },
         &used, &out->snapshot_entries, &out->max_stamp, &out->bad_snapshots));
   }
@@ -282,6 +284,7 @@ Status ReplayNode(Env* env, const std::string& backing, const std::string& node,
       auto r = index->ApplyBatch(ops, node, last.ToString());
       ops.clear();
       if (!r.ok()) return r.status();
+      out->unresolved_deltas += r->unresolved_deltas;
       recorded = last;
       return Status::OK();
     };

@@ -78,6 +78,9 @@ struct ReplayNodeResult {
   std::vector<ReplayedFile> files;
   uint64_t entries = 0;    // entries read (CUTs included)
   uint64_t max_stamp = 0;  // highest stamp read
+  // Extent delta PUTs (entry version 5) whose base binding the index did not hold when they were
+  // applied: each bound nothing and applied as an UNLINK at its stamp (docs/format.md "Extent deltas").
+  uint64_t unresolved_deltas = 0;
 };
 
 // Applies the newest snapshot of `snaps` (sorted oldest first) that verifies, in batches of kReplayBatch

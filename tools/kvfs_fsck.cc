@@ -64,6 +64,7 @@ DESCRIPTION
       stale-temp-file                                            *.tmp left by an interrupted atomic write
       stale-temp-name                                            --remove-stale-temp: a connector's old temp file
       orphan-record, segment-bad-value (info)                    dead bytes; damage no live file uses
+      unresolved-delta (info)                                    extent deltas whose base entry is lost
     and per node: live files, live / dead / orphan bytes, segments, journal entries.
     Torn tails of a node that a live mount owns (fresh heartbeat) are "in progress", not problems.
     An S3 backing (s3://BUCKET/PREFIX, the mount's --s3-* options, credentials from AWS_ACCESS_KEY_ID /
@@ -435,6 +436,7 @@ int main(int argc, char** argv) {
                             {"live_bytes", n.live_bytes}, {"dead_bytes", n.dead_bytes},
                             {"orphan_records", n.orphan_records}, {"orphan_bytes", n.orphan_bytes},
                             {"provisional_records", n.provisional_records},
+                            {"unresolved_deltas", n.unresolved_deltas},
                             {"verified_value_bytes", n.verified_value_bytes},
                             {"repair_refused", n.repair_refused}, {"repair_refused_reason", shown(n.repair_refused_reason)},
                             {"repair_generation", n.repair_generation}});
@@ -456,6 +458,10 @@ int main(int argc, char** argv) {
     std::printf("  bytes     live %s in %llu files, dead %s (orphans: %llu records, %s)\n", Human(n.live_bytes).c_str(),
                 (unsigned long long)n.live_files, Human(n.dead_bytes).c_str(), (unsigned long long)n.orphan_records,
                 Human(n.orphan_bytes).c_str());
+    if (n.unresolved_deltas) {
+      std::printf("  deltas    %llu unresolved (their base entry is lost; applied as UNLINKs)\n",
+                  (unsigned long long)n.unresolved_deltas);
+    }
     if (o.verify_data) std::printf("  verified  %s of values\n", Human(n.verified_value_bytes).c_str());
     if (n.repair_refused) {
       std::printf("  REPAIR REFUSED: %s; stop that mount first, or wait --heartbeat-timeout after it died\n",

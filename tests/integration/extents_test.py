@@ -674,6 +674,8 @@ class JournalDeltas(kf.SharedBackingCase):
         self.assertGreater(next, self.WRITES // 2)
         r = fsck(self.backing, "--verify-data")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = fsck(self.backing, "--json")
+        self.assertEqual([n["unresolved_deltas"] for n in json.loads(r.stdout)["nodes"]], [0], r.stdout)
         for rebuild in (False, True):
             if rebuild:
                 shutil.rmtree(spec.index)  # replayed from the journal: every delta resolved again

@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include "blockstore/fault_env.h"
+#include "blockstore/extent_map.h"
 #include "blockstore/format.h"
+#include "blockstore/node_dir.h"
+#include "index/journal.h"
 #include "index/index_db.h"
 #include "store_harness.h"
 
@@ -331,6 +334,50 @@ TEST_F(FsckTest, OrphanRecordIsInformational) {
   EXPECT_EQ(r.nodes[0].orphan_records, 1u);
   EXPECT_EQ(r.nodes[0].orphan_bytes, 5000u);
   EXPECT_EQ(r.nodes[0].dead_bytes, 5000u);
+}
+
+// An extent delta PUT (entry version 5) whose base binding the node's journals do not hold (here: a
+// journal file appended after a clean close, naming a base stamp no entry has) applies as an UNLINK and
+// is counted and reported as information, not as a problem.
+TEST_F(FsckTest, UnresolvedExtentDeltaIsCountedAsInformation) {
+  OpenStore();
+  auto locs = WriteSet();
+  CloseStore();
+  const std::string dir = NodeDirPath(backing_, "node-a");
+  std::vector<JournalFile> files;
+  ASSERT_TRUE(ListJournalFiles(Env::Posix(), dir, &files).ok());
+  ASSERT_FALSE(files.empty());
+  JournalWriterOptions o;
+  o.env = Env::Posix();
+  o.dir = dir;
+  o.node = "node-a";
+  o.generation = files.back().generation;
+  o.first_file_number = files.back().number + 1;
+  {
+    auto w = JournalWriter::Open(o);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    const ExtentMap base = ExtentMap::FromLocation(locs["b"], 150000);
+    ExtentMap next = base;
+    ASSERT_TRUE(next.Overlay(0, 4096, locs["c"], 0).ok());
+    EntryAttrs at;
+    at.mode = 0100644;
+    at.size = next.size();
+    JournalEntry e = JournalEntry::Put("/never-bound", Location{}, at, uint64_t{1} << 62);
+    e.xattrs.emplace();
+    ExtentDelta d = DiffExtentMaps(base, next);
+    d.base_stamp = 12345;  // no binding of /never-bound has this stamp
+    d.map_checksum = ExtentMapChecksum(next);
+    e.delta = d;
+    (*w)->Append(e);
+    ASSERT_TRUE((*w)->Sync().ok());
+  }
+  auto r = Run(Opts());
+  EXPECT_EQ(r.problems, 0u) << Describe(r);
+  ASSERT_EQ(r.Count(FsckKind::kUnresolvedDelta), 1u) << Describe(r);
+  EXPECT_EQ(Find(r, FsckKind::kUnresolvedDelta)->severity, FsckSeverity::kInfo);
+  ASSERT_EQ(r.nodes.size(), 1u);
+  EXPECT_EQ(r.nodes[0].unresolved_deltas, 1u);
+  EXPECT_EQ(r.nodes[0].live_files, 4u);  // nothing bound under /never-bound
 }
 
 // A spill of staged bytes (Store::WriteProvisionalRecord) that is never committed is dead bytes, never a
