@@ -179,7 +179,7 @@ Status KvfsFs::Impl::Flush(Inode& in, Version& v) {
   return FlushLocked(in, v);
 }
 
-Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v) {
+Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v, bool as_flushed) {
   std::lock_guard<std::mutex> g(v->io_mu);
   std::lock_guard<std::mutex> cg(in->commit_mu);
   for (int attempt = 0;; ++attempt) {
@@ -188,16 +188,21 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
       std::lock_guard<std::mutex> lg(in->mu);
       if (v->superseded) return Status::OK();  // a version closed later already committed
     }
-    KVFS_RETURN_IF_ERROR(FlushLocked(*in, *v));
+    if (as_flushed) {
+      if (!v->failed.ok()) return v->failed;
+      if (!v->has_record) return Status::OK();  // nothing flushed: the joined writer's close commits
+    } else {
+      KVFS_RETURN_IF_ERROR(FlushLocked(*in, *v));
+    }
     Attr a;
     uint64_t gen, attr_gen;
     {
       std::shared_lock<std::shared_mutex> rg(v->mu);
-      gen = v->gen;
+      gen = as_flushed ? v->record_gen : v->gen;
       attr_gen = v->attr_gen;
       if (v->record_gen != gen && attempt < 3) continue;  // a write landed after the record: again
       a = v->attr;
-      a.size = v->data.size();
+      a.size = !as_flushed ? v->data.size() : v->record_ext ? v->record_ext->size() : v->record.length;
     }
     if (v->committed_gen == gen && v->committed_attr_gen == attr_gen) return Status::OK();
     a.ino = in->ino;
@@ -345,6 +350,7 @@ void KvfsFs::Impl::PromoteAtClose(const std::shared_ptr<Inode>& in, const std::s
 
 Status KvfsFs::Impl::ReleaseWritable(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v,
                                      bool defer, bool wrote) {
+  bool last = false;
   {
     std::lock_guard<std::mutex> g(in->mu);
     if (--v->writers > 0) {
@@ -353,21 +359,23 @@ Status KvfsFs::Impl::ReleaseWritable(const std::shared_ptr<Inode>& in, const std
       if (!wrote || v->hidden || !defer || opts.commit_delay_ms == 0) return Status::OK();
     } else {
       v->close_order = next_order.fetch_add(1);
+      last = true;
     }
   }
   if (defer && opts.commit_delay_ms > 0) {
     std::lock_guard<std::mutex> g(cq_mu);
     if (!cq_stop) {
       cq.push_back(Deferred{std::chrono::steady_clock::now() + std::chrono::milliseconds(opts.commit_delay_ms),
-                            in, v});
+                            in, v, last});
       cq_cv.notify_one();
       return Status::OK();
     }
   }
-  return FinishRelease(in, v);
+  return FinishRelease(in, v, last);
 }
 
-Status KvfsFs::Impl::FinishRelease(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v) {
+Status KvfsFs::Impl::FinishRelease(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v,
+                                   bool last_writer) {
   bool open_writers;
   {
     std::lock_guard<std::mutex> g(in->mu);
@@ -378,8 +386,11 @@ Status KvfsFs::Impl::FinishRelease(const std::shared_ptr<Inode>& in, const std::
     // keep the version open: what was closed is committed now, as an fsync would (the version stays
     // being written; its last release commits again). Before, it waited for the last writer's release,
     // however long that was: a crash meanwhile lost a close that had returned, and peers never saw it.
+    // When the close was the last writer's, what it closed is exactly what its FLUSH wrote: that is
+    // committed, not the bytes the joined writer has written since (a peer read a 2 MiB slot half
+    // rewritten: the next open's first 1 MiB WRITE had landed within the commit delay).
     closes_committed_open++;
-    return Commit(in, v);
+    return Commit(in, v, /*as_flushed=*/last_writer);
   }
   bool unl = IsUnlinked(*in);
   Status s;
@@ -446,7 +457,7 @@ void KvfsFs::Impl::CommitterMain() {
 }
 
 void KvfsFs::Impl::RunDeferred(Deferred& d) {
-  Status s = FinishRelease(d.in, d.v);
+  Status s = FinishRelease(d.in, d.v, d.last_writer);
   if (!s.ok()) {
     LogLimited(spdlog::level::err, LogKey("fuse-deferred-commit", s), "commit of {} (inode {}): {} (version not published)",
                PathOf(d.in->ino), d.in->ino, ErrnoText(s));

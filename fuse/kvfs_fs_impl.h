@@ -635,7 +635,10 @@ struct KvfsFs::Impl {
   Status Flush(Inode& in, Version& v);
 
   // Commits v (record + journal PUT under the inode's current name) unless its name is gone.
-  Status Commit(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v);
+  // as_flushed: commit what v's last FLUSH wrote (v.record / v.record_ext, the size they hold), without
+  // writing the bytes written since as a record first: the deferred commit of a close that a writer
+  // joined after (FinishRelease), so a peer never sees that writer's unclosed bytes.
+  Status Commit(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v, bool as_flushed = false);
 
   // A close (FLUSH) or fsync of v failed with s: v is never published (Version::failed).
   void MarkFailed(Version& v, const Status& s);
@@ -678,13 +681,18 @@ struct KvfsFs::Impl {
                          bool defer = false, bool wrote = false);
 
   // The last writer is gone: commit v (again if something changed while committing), then drop it.
-  Status FinishRelease(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v);
+  // last_writer: see Deferred::last_writer.
+  Status FinishRelease(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v,
+                       bool last_writer = false);
 
   // ---- deferred commits ----
   struct Deferred {
     std::chrono::steady_clock::time_point due;
     std::shared_ptr<Inode> in;
     std::shared_ptr<Version> v;
+    // The release was the version's last writer's: its FLUSH wrote every byte written until then, and
+    // a writer that joins within the delay must not get its bytes into this close's commit.
+    bool last_writer = false;
   };
   std::mutex cq_mu;
   std::condition_variable cq_cv;

@@ -476,11 +476,15 @@ class CrashTest(unittest.TestCase):
         """A close(2) that returned is a commit point even while other writable handles stay open (found
         by a breaker): (a) a file rewritten in place, closed, and reopened O_RDWR within the deferred-commit
         window (widened to 300 ms here; 5 ms by default) by a handle that writes nothing, a loader's open;
-        (b) two handles of one file, the first writes its slice and closes while the second stays open.
+        (b) two handles of one file, the first writes its slice and closes while the second stays open;
+        (c) a 2 MiB file whose first 1 MiB "slot" is rewritten and closed, then reopened within the window
+        by a writer that rewrites half of the second slot and stays open (the slot-file pattern: a peer
+        read a half-rewritten slot when the close's commit took the joined writer's bytes too).
         The daemon is SIGKILLed 1.5 s after those closes, the other handles still open. Before, the
         reopen joined the pending version and its commit waited for the last writer: the rewrite (a) and
         the slice (b) were lost, and peers never saw them; now each close commits (fuse
-        closes_committed_open counts these commits)."""
+        closes_committed_open counts these commits), and a last writer's close commits exactly what it
+        closed (c)."""
         b = kf.Backing(prefix="kvfs-crash-join-")
         d = Daemon(b, commit_delay_ms=300)
         fds = []
@@ -499,9 +503,20 @@ class CrashTest(unittest.TestCase):
             fds.append(w2)
             os.pwrite(w1, b"1" * MIB, 0)
             os.close(w1)  # its slice closed; w2 stays open (and writes nothing)
+            # (c) a slot rewritten and closed, then a writer joins within the window and rewrites half
+            # of the next slot, still open at the kill: the close's commit holds the closed slots only.
+            slot = os.path.join(b.mnt, "slot")
+            kf.write_file(slot, b"0" * (2 * MIB))
+            time.sleep(0.6)
+            fd = os.open(slot, os.O_RDWR)
+            os.pwrite(fd, b"P" * MIB, 0)
+            os.close(fd)
+            fd = os.open(slot, os.O_RDWR)  # joins the version whose commit is pending
+            fds.append(fd)
+            os.pwrite(fd, b"Q" * (MIB // 2), MIB)  # half of the next "slot": never closed
             time.sleep(1.5)
             st = kf.stats(b.mnt)["fuse"]
-            self.assertGreaterEqual(st["closes_committed_open"], 2, st)
+            self.assertGreaterEqual(st["closes_committed_open"], 3, st)
             d.kill()
             for f in fds:
                 try:
@@ -518,6 +533,11 @@ class CrashTest(unittest.TestCase):
             self.assertEqual(len(got), 2 * MIB)
             self.assertTrue(got[:MIB] == b"1" * MIB, "the closed slice was lost")
             self.assertTrue(got[MIB:] == bytes(MIB))
+            got = kf.read_file(slot)
+            self.assertEqual(len(got), 2 * MIB)
+            self.assertTrue(got[:MIB] == b"P" * MIB, "the closed slot was lost")
+            self.assertTrue(got[MIB:] == b"0" * MIB,
+                            "the joined writer's unclosed bytes were committed: %r" % got[MIB:MIB + 8])
             self.assertEqual(d.stop(), 0)
         finally:
             for f in fds:
