@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <map>
 #include <cstdio>
 #include <cstring>
 
@@ -65,14 +66,19 @@ void PutExtentMap(std::string* out, const ExtentMap& m) {
   PutVarint64(out, m.size());
   const std::vector<Location> records = m.Records();
   PutVarint64(out, records.size());
-  for (const Location& r : records) PutLocation(out, r);
+  // The index of each record, by (segment, record offset): O(extents x log records), not a linear
+  // search per extent (a map of kMaxExtents extents over as many records is encoded at every commit).
+  std::map<std::pair<SegmentId, uint64_t>, uint64_t> index;
+  for (const Location& r : records) {
+    index.emplace(std::make_pair(r.segment, r.record_offset), index.size());
+    PutLocation(out, r);
+  }
   PutVarint64(out, m.extents().size());
   uint64_t prev_end = 0;
   for (const Extent& e : m.extents()) {
     PutVarint64(out, e.file_offset - prev_end);
     PutVarint64(out, e.length);
-    const auto it = std::find(records.begin(), records.end(), e.record);
-    PutVarint64(out, static_cast<uint64_t>(it - records.begin()));
+    PutVarint64(out, index.at({e.record.segment, e.record.record_offset}));
     PutVarint64(out, e.value_offset);
     prev_end = e.file_end();
   }
