@@ -209,17 +209,28 @@ bool ExtentMap::NeedsCompaction(std::vector<Location>* cold) const {
   return need;
 }
 
-std::vector<ExtentMap::Range> ExtentMap::CompactionRanges(const Location& fresh) const {
+std::vector<ExtentMap::Range> ExtentMap::CompactionRanges(const Location& fresh, uint64_t budget) const {
   std::vector<Location> cold;
-  if (!NeedsCompaction(&cold)) return {};
+  NeedsCompaction(&cold);
   const size_t n = extents_.size();
+  if (cold.empty() && n <= kJoinExtents) return {};
+  using Key = std::pair<SegmentId, uint64_t>;
+  auto key = [](const Location& r) { return Key{r.segment, r.record_offset}; };
   // written[i]: extent i is part of the FLUSH record (fresh, or a cold record's); filled[i]: the gap
   // between extents i and i + 1 is written too (zeros). Extents i and i + 1 end up as one extent of
   // the new record when both are written and the gap between them is empty or filled.
   std::vector<char> written(n, 0), filled(n, 0);
+  std::map<Key, uint64_t> left;                 // live bytes per record not written (copied) yet
+  std::map<Key, std::vector<size_t>> of_record;  // its extents
+  uint64_t copied = 0;                           // bytes copied (not fresh): cold extents, joins, gaps
+  std::set<Key> cold_keys;
+  for (const Location& r : cold) cold_keys.insert(key(r));
   for (size_t i = 0; i < n; ++i) {
     const Location& r = extents_[i].record;
-    written[i] = r == fresh || std::find(cold.begin(), cold.end(), r) != cold.end();
+    written[i] = r == fresh || cold_keys.count(key(r)) > 0;
+    if (written[i] && r != fresh) copied += extents_[i].length;
+    if (!written[i]) left[key(r)] += extents_[i].length;
+    of_record[key(r)].push_back(i);
   }
   auto gap = [&](size_t i) { return extents_[i + 1].file_offset - extents_[i].file_end(); };
   auto joined = [&](size_t i) { return written[i] && written[i + 1] && (gap(i) == 0 || filled[i]); };
@@ -227,7 +238,14 @@ std::vector<ExtentMap::Range> ExtentMap::CompactionRanges(const Location& fresh)
   for (size_t i = 0; i + 1 < n; ++i) {
     if (joined(i)) count--;
   }
-  if (count > kMaxExtents) {
+  // Joins: over kMaxExtents, cheapest first down to kMaxExtents - kMaxExtents / 8 whatever they cost
+  // (the hard cap); over kJoinExtents, cheapest first down to kJoinExtents / 2 while what they copy
+  // (with the cold copies) fits in `budget`. A join's cost is the bytes it copies that are not copied
+  // anyway, including the rest of a record it leaves under 1/kMinLiveFraction live (copied too, so the
+  // result meets the per-record rule).
+  const bool hard = count > kMaxExtents;
+  if (hard || count > kJoinExtents) {
+    const size_t hard_target = kMaxExtents - kMaxExtents / 8, target = kJoinExtents / 2;
     auto cost = [&](size_t i) {
       return (written[i] ? 0 : extents_[i].length) + (written[i + 1] ? 0 : extents_[i + 1].length) +
              (filled[i] ? 0 : gap(i));
@@ -237,29 +255,67 @@ std::vector<ExtentMap::Range> ExtentMap::CompactionRanges(const Location& fresh)
     for (size_t i = 0; i + 1 < n; ++i) {
       if (!joined(i)) q.push({cost(i), i});
     }
-    while (count > kMaxExtents / 2 && !q.empty()) {
+    // Marks extent k written; the boundaries on either side change cost (queued again) or join.
+    auto mark = [&](size_t k) {
+      if (written[k]) return;
+      const bool before_l = k > 0 && joined(k - 1), before_r = k + 1 < n && joined(k);
+      written[k] = 1;
+      copied += extents_[k].length;
+      left[key(extents_[k].record)] -= extents_[k].length;
+      if (k > 0) {
+        if (joined(k - 1)) count -= !before_l;
+        else q.push({cost(k - 1), k - 1});
+      }
+      if (k + 1 < n) {
+        if (joined(k)) count -= !before_r;
+        else q.push({cost(k), k});
+      }
+    };
+    while (count > target && !q.empty()) {
       auto [c, i] = q.top();
       q.pop();
-      if (joined(i)) continue;
-      if (const uint64_t now = cost(i); now != c) {  // a neighbour's join copied one side meanwhile
-        q.push({now, i});
-        continue;
+      if (joined(i) || cost(i) != c) continue;  // joined meanwhile, or queued again at its new cost
+      // The rest of a record this join leaves under 1/kMinLiveFraction live is copied with it.
+      std::vector<std::pair<Key, uint64_t>> drop;  // (record, bytes this join copies of it)
+      for (size_t k : {i, i + 1}) {
+        if (written[k]) continue;
+        const Key r = key(extents_[k].record);
+        if (!drop.empty() && drop.back().first == r) drop.back().second += extents_[k].length;
+        else drop.push_back({r, extents_[k].length});
       }
-      written[i] = written[i + 1] = 1;
-      filled[i] = 1;
-      count--;
+      uint64_t extra = 0;
+      std::vector<Key> rest;
+      for (const auto& [r, b] : drop) {
+        const uint64_t after = left[r] - b;
+        if (after > 0 && after * kMinLiveFraction < extents_[of_record[r][0]].record.length) {
+          extra += after;
+          rest.push_back(r);
+        }
+      }
+      const bool forced = hard && count > hard_target;
+      if (!forced && copied + c + extra > budget) {
+        if (copied + c > budget) break;  // nothing queued is cheaper: the budget is spent
+        continue;                        // this one drags a whole record along: try the next
+      }
+      mark(i);
+      mark(i + 1);
+      if (!filled[i]) {
+        filled[i] = 1;
+        copied += gap(i);
+        if (gap(i) > 0 && joined(i)) count--;
+      }
+      for (const Key& r : rest) {
+        for (size_t k : of_record[r]) mark(k);
+      }
     }
   }
-  // A join copies whole extents: a record some of whose extents were copied may now be under
-  // 1/kMinLiveFraction live in what stays: copy the rest of it too, so the result meets the bound
-  // (only that record's own live bytes change, so one pass is enough).
-  std::map<std::pair<SegmentId, uint64_t>, uint64_t> left;  // live bytes not copied, per record
-  for (size_t i = 0; i < n; ++i) {
-    if (!written[i]) left[{extents_[i].record.segment, extents_[i].record.record_offset}] += extents_[i].length;
-  }
+  // Nothing beyond the fresh extents: the FLUSH appends them only.
+  if (copied == 0) return {};
+  // A safety net (the joins above copy the rest of a record they leave cold): any record under
+  // 1/kMinLiveFraction live in what stays is copied whole, so the result meets the per-record rule.
   for (size_t i = 0; i < n; ++i) {
     const Location& r = extents_[i].record;
-    if (!written[i] && left[{r.segment, r.record_offset}] * kMinLiveFraction < r.length) written[i] = 1;
+    if (!written[i] && left[key(r)] * kMinLiveFraction < r.length) written[i] = 1;
   }
   std::vector<Range> out;
   auto add = [&](uint64_t off, uint64_t len) {

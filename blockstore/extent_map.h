@@ -15,14 +15,30 @@
 // new one does not any more (or only in part) become dead space: LiveBytesByRecord() is what a
 // version keeps alive, per record, for capacity accounting.
 //
-// Fragmentation bound (NeedsCompaction): a version whose map has more than kMaxExtents extents, or
-// that references a record of which less than 1/kMinLiveFraction of the bytes are still live, is
-// compacted by its writer: the live extents of such records (over the extent count: the smallest
-// extents, until at most kMaxExtents / 2 remain) are rewritten into the writer's next record. Copying L live bytes of a record frees at least (kMinLiveFraction - 1)·L dead bytes, each
-// of which was replaced by a byte written through the mount, so compaction adds at most
-// 1/(kMinLiveFraction - 1) = 0.2 to the bytes written to the export per byte written through the
-// mount (the 1.2x bound of issue #18), and one file never keeps more than kMinLiveFraction times its
-// data bytes alive in records it references only in part.
+// Fragmentation bound, two rules, applied by the writer at FLUSH (CompactionRanges: the live extents
+// it picks are copied into the FLUSH's record, next to the dirty pages):
+//  * per record (NeedsCompaction's cold records): a record of which less than 1/kMinLiveFraction of the
+//    bytes is still live has its live extents copied. Copying L live bytes frees at least
+//    (kMinLiveFraction - 1)·L dead bytes, each of which was replaced by a byte written through the
+//    mount, so this adds at most 1/(kMinLiveFraction - 1) = 0.2 bytes to the export per byte written,
+//    and one file never keeps more than kMinLiveFraction times its data bytes alive in records it
+//    references only in part.
+//  * extent count: joining neighbouring extents into one (copying them, zero-filling the gap) has no
+//    such bound: small scattered rewrites make two extents each, and joining them back costs about
+//    the extents between them (file size / extents), so joins are paid from a *copy budget*: a credit
+//    per file of 1/(kMinLiveFraction - 1) of the dirty bytes its FLUSHes appended, less every byte its
+//    compaction copies (cold ones included) copied (fuse Staging::compaction_credit). Over
+//    kJoinExtents a FLUSH joins the cheapest boundaries down to kJoinExtents / 2 while its copies stay
+//    within the credit; below that count, or with no credit, the map just grows. Over kMaxExtents, the
+//    hard cap, it joins the cheapest down to kMaxExtents - kMaxExtents / 8 whatever that costs.
+// So below the cap all compaction copies together add at most 0.2 bytes per dirty byte (the 1.2x
+// target), plus what cold copies take beyond the credit (at most another 0.2, in practice rare; a dirty
+// byte is a byte of a 4 KiB page written through the mount). Only a file rewritten at more than
+// kMaxExtents / 2 scattered pages faster than its credit pays for joins reaches the cap (a data extent is
+// at least a page: never a file of 64 MiB or less). The cap is what a map may cost (design.md §13
+// "Why 16,384"): ~15 bytes per extent encoded, written whole in a whole-map journal PUT (first PUT of a
+// path after a mount, then after at most 256 deltas) and in the local index's inode record at every
+// commit; 96 bytes per extent in memory; O(extents) CPU per commit.
 //
 // Plain value type; not thread-safe (copy it). Pure functions, no I/O except through ReadExtents's
 // fetch callback.
@@ -51,7 +67,8 @@ struct Extent {
 
 class ExtentMap {
  public:
-  static constexpr size_t kMaxExtents = 1024;      // more: compact
+  static constexpr size_t kJoinExtents = 1024;     // more: joins within the copy budget, to 512
+  static constexpr size_t kMaxExtents = 16384;     // more: joins whatever they cost, to 14,336
   static constexpr uint64_t kMinLiveFraction = 6;  // a record under 1/6 live: copy its live extents
 
   ExtentMap() = default;
@@ -103,9 +120,9 @@ class ExtentMap {
   // Every record referenced (a version's handle must pin/hold each), in first-use order, no
   // duplicates.
   std::vector<Location> Records() const;
-  // The fragmentation bound above: true when the map has more than kMaxExtents extents or references
-  // a record of which less than 1/kMinLiveFraction is live. *cold = those records (copy their live
-  // extents into the next record).
+  // What every FLUSH's map meets (the hard part of the bound above): true when the map has more than
+  // kMaxExtents extents or references a record of which less than 1/kMinLiveFraction is live.
+  // *cold = those records (copy their live extents into the next record).
   bool NeedsCompaction(std::vector<Location>* cold = nullptr) const;
 
   // A file byte range [offset, offset + length).
@@ -115,16 +132,18 @@ class ExtentMap {
     bool operator==(const Range&) const = default;
   };
   // The compaction copies (design.md §13): given that the extents of `fresh` are what the next FLUSH
-  // appends (its dirty pages), the file ranges that FLUSH should write as its ONE record so that the
-  // result meets the bound above: the extents of `fresh`, every extent of a cold record (under
-  // 1/kMinLiveFraction live, `fresh` excepted), and, when more than kMaxExtents extents would still be
-  // left, runs of neighbouring extents joined into one by copying them (and zero-filling the gap between
-  // them, if any), cheapest join first (the bytes it copies that are not copied anyway), until at most
-  // kMaxExtents / 2 remain: small cold extents go first, large holes stay holes (a gap costs its
-  // length), extents already copied make their neighbours' joins cheaper. Sorted, disjoint, adjacent
-  // ranges merged; the total is at most DataBytes() plus the gaps filled. Empty when the map meets the
-  // bound (NeedsCompaction() is false): the FLUSH appends `fresh`'s extents only.
-  std::vector<Range> CompactionRanges(const Location& fresh) const;
+  // appends (its dirty pages), the file ranges that FLUSH should write as its ONE record: the extents
+  // of `fresh`, every extent of a cold record (under 1/kMinLiveFraction live, `fresh` excepted), and
+  // runs of neighbouring extents joined into one by copying them (and zero-filling the gap between
+  // them, if any), cheapest join first (the bytes it copies that are not copied anyway, including the
+  // rest of a record the join leaves under 1/kMinLiveFraction live): over kJoinExtents, down to
+  // kJoinExtents / 2 while the bytes copied (cold extents included) stay within `budget`; over
+  // kMaxExtents, down to kMaxExtents - kMaxExtents / 8 whatever it costs. Small cold extents go first,
+  // large holes stay holes (a gap costs its length), extents already copied make their neighbours'
+  // joins cheaper. The result meets NeedsCompaction() == false. Sorted, disjoint, adjacent ranges
+  // merged; the total is at most DataBytes() plus the gaps filled. Empty when nothing is to be copied:
+  // the FLUSH appends `fresh`'s extents only.
+  std::vector<Range> CompactionRanges(const Location& fresh, uint64_t budget = UINT64_MAX) const;
   // This map with the bytes of `ranges` (sorted, disjoint, within the size) read from `record`, laid
   // out back to back in range order from value offset 0 (what a FLUSH of CompactionRanges() wrote).
   ExtentMap WithRangesFrom(const std::vector<Range>& ranges, const Location& record) const;

@@ -20,6 +20,24 @@ void KvfsFs::Impl::ReleaseFlushedRecord(Version& v) {
   }
 }
 
+void KvfsFs::Impl::CreditCompaction(uint64_t ino, uint64_t earned, uint64_t spent) {
+  std::lock_guard<std::mutex> g(staging.credit_mu);
+  if (staging.compaction_credit.size() >= (1u << 16) && !staging.compaction_credit.count(ino)) {
+    staging.compaction_credit.clear();
+  }
+  uint64_t& c = staging.compaction_credit[ino];
+  c = c + earned > spent ? c + earned - spent : 0;
+}
+
+void KvfsFs::Impl::MoveCompactionCredit(uint64_t from, uint64_t to) {
+  std::lock_guard<std::mutex> g(staging.credit_mu);
+  auto it = staging.compaction_credit.find(from);
+  if (it == staging.compaction_credit.end()) return;
+  const uint64_t c = it->second;
+  staging.compaction_credit.erase(it);
+  staging.compaction_credit[to] = c;
+}
+
 Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
   if (IsUnlinked(in)) return Status::OK();  // discarded at release: nothing to publish
   if (!v.failed.ok()) return v.failed;      // a close or fsync of it failed: never published
@@ -60,7 +78,17 @@ Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
     probe.segment.node = "?";
     probe.length = dirty_bytes;
     const ExtentMap planned = v.data.ToExtentMap(probe);
-    const std::vector<ExtentMap::Range> ranges = planned.CompactionRanges(probe);
+    // The copy budget of the extent-count joins: 1/(kMinLiveFraction - 1) of the dirty bytes the
+    // extent FLUSHes of this inode appended, less what its compaction copies copied
+    // (Staging::compaction_credit).
+    const uint64_t accrued = dirty_bytes / (ExtentMap::kMinLiveFraction - 1);
+    uint64_t budget = accrued;
+    {
+      std::lock_guard<std::mutex> cg(staging.credit_mu);
+      auto it = staging.compaction_credit.find(in.ino);
+      if (it != staging.compaction_credit.end()) budget += it->second;
+    }
+    const std::vector<ExtentMap::Range> ranges = planned.CompactionRanges(probe, budget);
     Location rec;
     std::shared_ptr<const ExtentMap> map;
     uint64_t record_bytes = dirty_bytes;
@@ -105,6 +133,9 @@ Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
       flush_records++;
       staging.compaction_flushes++;
       staging.compaction_copied_bytes += record_bytes - dirty_bytes;
+      // What it copied is spent (the cold copies too; over the hard cap a FLUSH may copy more than the
+      // credit: it is then 0).
+      CreditCompaction(in.ino, accrued, record_bytes - dirty_bytes);
     } else {
       if (dirty_bytes > 0) {
         Result<Location> w = store->WriteRecord(in.ino, v.data.DirtyParts());
@@ -118,6 +149,7 @@ Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
         rec = *w;
         flush_records++;
       }
+      CreditCompaction(in.ino, accrued, 0);
       map = std::make_shared<const ExtentMap>(v.data.ToExtentMap(rec));
     }
     staging.extent_flushes++;

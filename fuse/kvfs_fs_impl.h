@@ -131,6 +131,14 @@ struct Staging {
   std::atomic<uint64_t> spills{0}, spilled_total{0}, spill_errors{0}, whole_record_commits{0},
       extent_flushes{0};
   std::atomic<uint64_t> compaction_flushes{0}, compaction_copied_bytes{0};  // design.md §13 compaction copies
+  // The copy budget of the extent-count compaction joins, per inode number (design.md §13,
+  // ExtentMap::CompactionRanges): each extent FLUSH adds 1/(kMinLiveFraction - 1) of the dirty bytes it
+  // appends, its compaction copies spend it (KvfsFs::Impl::FlushLocked). Here, not in the Inode: a
+  // writable open of a committed file moves it to a new number (Store::Renumber; the budget moves with
+  // it, MoveCompactionCredit) and the kernel forgets the old Inode. In memory only; at most 65,536
+  // numbers (then all restart at 0: fewer joins, never more).
+  std::mutex credit_mu;
+  std::unordered_map<uint64_t, uint64_t> compaction_credit;  // guarded by credit_mu
   std::atomic<uint64_t> flushes_deferred{0};  // FLUSHes that left the record to another writer's (OpFlush)
   std::atomic<uint64_t> streamed_commits{0};  // records written by streaming a partly spilled version
   Store* store = nullptr;  // ReleaseRecordPin of a version's records when it is gone
@@ -631,6 +639,10 @@ struct KvfsFs::Impl {
   void ReleaseFlushedRecord(Version& v);
   // Writes v's bytes as a record if they changed since the last record. Requires v.io_mu.
   Status FlushLocked(Inode& in, Version& v);
+  // Adds `earned` to inode ino's compaction copy budget and takes `spent` from it (saturating at 0).
+  void CreditCompaction(uint64_t ino, uint64_t earned, uint64_t spent);
+  // A file moved from inode number `from` to `to` (Store::Renumber, or its undo): its budget moves too.
+  void MoveCompactionCredit(uint64_t from, uint64_t to);
 
   Status Flush(Inode& in, Version& v);
 

@@ -70,6 +70,7 @@ bool KvfsFs::Impl::UndoRenumber(const std::shared_ptr<Inode>& in) {
     spdlog::debug("undo renumber {} -> {}: {}", to, in->ino, back.status().ToString());
     return false;
   }
+  MoveCompactionCredit(to, in->ino);
   {
     std::lock_guard<std::mutex> g(in->mu);
     in->renumbered = false;
@@ -197,6 +198,7 @@ Result<std::shared_ptr<Version>> KvfsFs::Impl::AcquireWritableOnce(
     MarkRetry(ctx, n->parent, n->name);  // before the name moves (OpRename checks it)
     auto nn = store->Renumber(in->ino);
     if (!nn.ok()) return nn.status();
+    MoveCompactionCredit(in->ino, nn->attr.ino);  // the file's copy budget goes with its name
     AddFresh(nn->attr.ino);
     in->renumbered_to = nn->attr.ino;
     in->unlinked = true;  // its name now belongs to the new number

@@ -519,18 +519,25 @@ class KeptOpenVersion(kf.SharedBackingCase):
 
 @kf.skip_unless_fuse
 class CompactionCopies(kf.SharedBackingCase):
-    """A file rewritten by many small scattered pwrites over many reopen/close cycles crosses the
-    fragmentation bound (ExtentMap: more than 1024 extents); its FLUSH then copies only the cold small
-    extents ExtentMap::CompactionRanges picks (cheapest joins first, large holes never) into the record
-    of its dirty pages (design.md §13, compaction copies), instead of writing the version whole (which
-    lost its holes and wrote the whole file at every close over the bound). Counted: the map stays
-    under the bound (kvfs-fsck --dump-index), the bytes written to the export stay within a stated
-    factor of the bytes written through the mount, the holes stay holes (SEEK_DATA / SEEK_HOLE), the
-    bytes are exact after a remount and on a second node."""
+    """A file rewritten by many small scattered pwrites over many reopen/close cycles crosses 1024
+    extents; its FLUSHes then copy only what ExtentMap::CompactionRanges picks into the record of their
+    dirty pages (design.md §13, compaction copies): the live extents of records under 1/6 live, and
+    joins of neighbouring extents (cheapest first, large holes never) paid from the file's copy budget,
+    1/5 of the dirty bytes its FLUSHes appended. Counted from the file's creation: the compaction
+    copies add at most 0.2 + 0.2 of the dirty page bytes, and the segment bytes written are at most 1.2x
+    the dirty pages plus each record's metadata (design.md §13 "Segment record overhead"; the journal
+    counted apart); the map stays under the hard cap (kvfs-fsck --dump-index), the holes stay holes
+    (SEEK_DATA / SEEK_HOLE), the bytes are exact after a remount and on a second node. Before the budget
+    (the joins went down to 512 extents whatever they cost) the rewrites alone wrote 4.01x the bytes
+    written through the mount, 6 compaction FLUSHes copying 8,982,528 bytes."""
 
     PREFIX = "kvfs-compaction-"
     CYCLES = 160
     WRITES = 8  # per cycle: 3 in 4 are aligned 4 KiB pages, the others 100 unaligned bytes
+
+    def journal_bytes(self):
+        d = os.path.join(self.backing, ".kvfs", "v1", "nodes", "a")
+        return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.startswith("journal-"))
 
     def test_scattered_rewrites_keep_the_bound_and_the_holes(self):
         import random
@@ -542,6 +549,10 @@ class CompactionCopies(kf.SharedBackingCase):
         data[hole[1]:] = os.urandom(size - hole[1])
         with kf.mounted(backing=spec, node_id="a") as (mnt, _, _):
             p = os.path.join(mnt, "frag.bin")
+            time.sleep(0.3)
+            # Counted from the file's creation: the bound is over everything written to it (its first
+            # FLUSH appends 12 MiB of dirty pages too, and earns its budget).
+            st0, j0 = kf.stats(mnt), self.journal_bytes()
             fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 os.ftruncate(fd, size)
@@ -550,10 +561,11 @@ class CompactionCopies(kf.SharedBackingCase):
             finally:
                 os.close(fd)
             time.sleep(0.3)
-            st0 = kf.stats(mnt)
-            through = 0
+            # Bytes written through the mount; the 4 KiB pages they dirtied, per close.
+            through, dirty = hole[0] + size - hole[1], hole[0] + size - hole[1]
             for _ in range(self.CYCLES):
                 fd = os.open(p, os.O_RDWR)
+                pages = set()
                 try:
                     for _ in range(self.WRITES):
                         region = 0 if rnd.random() < 0.5 else hole[1]
@@ -565,22 +577,30 @@ class CompactionCopies(kf.SharedBackingCase):
                         self.assertEqual(os.pwrite(fd, b, off), n)
                         data[off:off + n] = b
                         through += n
+                        pages.update(range(off // 4096, (off + n - 1) // 4096 + 1))
                 finally:
                     os.close(fd)
+                dirty += 4096 * len(pages)
                 time.sleep(0.01)
             time.sleep(0.3)
-            st1 = kf.stats(mnt)
+            st1, j1 = kf.stats(mnt), self.journal_bytes()
             wrote = st1["backing_bytes_written"] - st0["backing_bytes_written"]
+            journal = j1 - j0
+            records = st1["records_written"] - st0["records_written"]
             compactions = st1["fuse"]["compaction_flushes"] - st0["fuse"]["compaction_flushes"]
             copied = st1["fuse"]["compaction_copied_bytes"] - st0["fuse"]["compaction_copied_bytes"]
-            sys.stderr.write("extents_test: %d cycles, %d bytes through the mount, %d to the export (%.2fx), "
-                             "%d compaction flushes copying %d bytes\n"
-                             % (self.CYCLES, through, wrote, wrote / through, compactions, copied))
-            self.assertGreaterEqual(compactions, 2, st1["fuse"])
+            sys.stderr.write("extents_test: %d cycles, %d bytes through the mount (%d dirty page bytes), %d to the "
+                             "export (%.2fx; journal %d, %d records), %d compaction flushes copying %d bytes\n"
+                             % (self.CYCLES, through, dirty, wrote, wrote / through, journal, records, compactions,
+                                copied))
+            self.assertGreaterEqual(compactions, 1, st1["fuse"])
             self.assertEqual(st1["fuse"]["streamed_commits"], st0["fuse"]["streamed_commits"])
-            # The stated factor (docs/benchmarks.md): page rounding of the unaligned writes, the map in each
-            # close's journal entry, and the compaction copies.
-            self.assertLess(wrote, 5.0 * through, "%d bytes through the mount wrote %d" % (through, wrote))
+            # The compaction copies: at most 0.2 (records under 1/6 live) + 0.2 (joins, the copy budget) of
+            # the dirty pages; the segments: the dirty pages, the copies, and per record its metadata (a 4 KiB
+            # block, more for the checksum table of a large one): 1.2x here, the cold copies being few.
+            self.assertLessEqual(copied, 0.4 * dirty, "%d dirty page bytes, %d copied" % (dirty, copied))
+            self.assertLessEqual(wrote - journal, 1.2 * dirty + 8192 * records,
+                                 "%d dirty page bytes wrote %d to the segments" % (dirty, wrote - journal))
             self.assertTrue(kf.read_file(p) == data)
             self.assertEqual(seek_answers(p, [0, hole[0], hole[1]]),
                              [(0, (0, hole[0])), (hole[0], (hole[1], hole[0])), (hole[1], (hole[1], size))])
@@ -590,7 +610,7 @@ class CompactionCopies(kf.SharedBackingCase):
         ext = json.loads(r.stdout)["/frag.bin"]["extents"]
         sys.stderr.write("extents_test: frag.bin has %d extents\n" % len(ext))
         self.assertGreater(len(ext), 16)
-        self.assertLessEqual(len(ext), 1024)
+        self.assertLessEqual(len(ext), 16384)  # ExtentMap::kMaxExtents
         self.assertFalse(any(e["file_offset"] < hole[1] and e["file_offset"] + e["length"] > hole[0] for e in ext))
         with kf.mounted(backing=spec, node_id="a", peer_poll_ms=200) as (mnt, _, _):
             p = os.path.join(mnt, "frag.bin")
