@@ -90,8 +90,21 @@ void StoreImpl::UnpinRecord(const Location& loc) {
   evict_cv_.notify_one();
 }
 
+Status StoreImpl::Fenced() const {
+  if (!node_dir_ || !node_dir_->ownership_lost()) return Status::OK();
+  static std::atomic<int64_t> last_log_s{0};
+  const int64_t now_s = WallClockNs() / 1000000000;
+  if (last_log_s.exchange(now_s) != now_s) {
+    spdlog::error("kvfs: node directory {} was taken over by another mount: this mount is fenced, writes "
+                  "fail with EIO (unmount it)",
+                  node_dir_->dir());
+  }
+  return Status::IOError("node directory " + node_dir_->dir() + " was taken over by another mount (fenced)");
+}
+
 Result<Location> StoreImpl::AppendWith(uint64_t ino, uint64_t len, uint16_t flags,
                                        const std::function<Result<Location>(const std::string&, uint64_t)>& fn) {
+  KVFS_RETURN_IF_ERROR(Fenced());
   auto path = index_->FullPath(ino);
   // A staged file that was unlinked (or detached) still writes its record: it may be renamed back or
   // committed; the record tag is informational.
@@ -136,6 +149,7 @@ Result<Location> StoreImpl::AppendWith(uint64_t ino, uint64_t len, uint16_t flag
 
 Status StoreImpl::CommitFile(uint64_t ino, const Location& loc, const Attr& attr, const ExtentMapRef& ext,
                              const Location& written) {
+  KVFS_RETURN_IF_ERROR(Fenced());
   std::lock_guard<std::mutex> l(ns_mu_);
   const std::vector<Location> records = ContentRecords(loc, ext);
   if (evict_enabled_) {

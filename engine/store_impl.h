@@ -407,6 +407,11 @@ class StoreImpl final : public Store {
   Status GoneOr(const Location& loc, Status s);  // a read failure of a dropped/vanished segment -> NotFound
   void NotifyListener(const std::vector<ApplyResult::Changed>& changed);
   bool OwnSegment(const SegmentId& id) const { return id.node == opts_.node_id; }
+  // IOError once another mount has taken this node directory over (NodeDir::ownership_lost, seen by
+  // the heartbeat): this mount is fenced. Its records and journal entries would go to a generation
+  // nobody reads any more, so every write path (record appends, commits, namespace changes) fails
+  // with EIO instead of returning success for bytes that are lost. Reads go on.
+  Status Fenced() const;
   // A file's xattrs sorted by name, as its journaled PUT carries them (commit, link).
   Result<std::vector<std::pair<std::string, std::string>>> SortedXattrs(uint64_t ino);
 

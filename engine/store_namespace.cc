@@ -12,6 +12,7 @@ namespace kvfs {
 
 Result<Node> StoreImpl::Mkdir(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid,
                               uint32_t gid) {
+  KVFS_RETURN_IF_ERROR(Fenced());
   std::lock_guard<std::mutex> l(ns_mu_);
   auto path = PathOf(parent, name);
   if (!path.ok()) return path.status();
@@ -23,6 +24,7 @@ Result<Node> StoreImpl::Mkdir(uint64_t parent, std::string_view name, uint32_t m
 }
 
 Status StoreImpl::Rmdir(uint64_t parent, std::string_view name) {
+  KVFS_RETURN_IF_ERROR(Fenced());
   std::lock_guard<std::mutex> l(ns_mu_);
   auto path = PathOf(parent, name);
   if (!path.ok()) return path.status();
@@ -33,6 +35,7 @@ Status StoreImpl::Rmdir(uint64_t parent, std::string_view name) {
 
 Result<Node> StoreImpl::Symlink(uint64_t parent, std::string_view name, std::string_view target, uint32_t uid,
                                 uint32_t gid) {
+  KVFS_RETURN_IF_ERROR(Fenced());
   std::lock_guard<std::mutex> l(ns_mu_);
   auto path = PathOf(parent, name);
   if (!path.ok()) return path.status();
@@ -45,6 +48,7 @@ Result<Node> StoreImpl::Symlink(uint64_t parent, std::string_view name, std::str
 
 Result<Node> StoreImpl::Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev, uint32_t uid,
                               uint32_t gid) {
+  KVFS_RETURN_IF_ERROR(Fenced());
   std::lock_guard<std::mutex> l(ns_mu_);
   auto path = PathOf(parent, name);
   if (!path.ok()) return path.status();
@@ -56,6 +60,7 @@ Result<Node> StoreImpl::Mknod(uint64_t parent, std::string_view name, uint32_t m
 }
 
 Status StoreImpl::Unlink(uint64_t parent, std::string_view name, uint64_t* ino_out) {
+  KVFS_RETURN_IF_ERROR(Fenced());
   std::lock_guard<std::mutex> l(ns_mu_);
   auto existing = index_->Lookup(parent, name);
   if (!existing.ok()) return existing.status();
@@ -92,6 +97,7 @@ Status StoreImpl::DropStaged(uint64_t ino) {
 
 Status StoreImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_parent,
                          std::string_view new_name, unsigned flags, uint64_t* replaced_ino) {
+  KVFS_RETURN_IF_ERROR(Fenced());
   std::lock_guard<std::mutex> l(ns_mu_);
   if (replaced_ino) *replaced_ino = 0;
   if (flags & RENAME_EXCHANGE) {
@@ -188,6 +194,7 @@ Status StoreImpl::ExchangeLocked(uint64_t parent, std::string_view name, uint64_
 // dead space only when the last name goes).
 Result<Node> StoreImpl::Link(uint64_t ino, const Location* loc, const Attr* attr, uint64_t new_parent,
                              std::string_view new_name, const ExtentMapRef* ext) {
+  KVFS_RETURN_IF_ERROR(Fenced());
   std::lock_guard<std::mutex> l(ns_mu_);
   auto src = index_->GetInode(ino);
   if (!src.ok()) return src.status();
@@ -253,6 +260,7 @@ Result<Node> StoreImpl::Link(uint64_t ino, const Location* loc, const Attr* attr
 }
 
 Result<Attr> StoreImpl::SetAttr(uint64_t ino, const Attr& attr, uint32_t mask) {
+  KVFS_RETURN_IF_ERROR(Fenced());
   return SetAttrStamped(ino, attr, mask & ~static_cast<uint32_t>(kSetAtimeOfRead), 0);
 }
 
@@ -343,6 +351,7 @@ bool StoreImpl::XattrJournaled(uint64_t ino) {
 }
 
 Status StoreImpl::SetXattr(uint64_t ino, std::string_view name, std::string_view value, int flags) {
+  KVFS_RETURN_IF_ERROR(Fenced());
   std::lock_guard<std::mutex> l(ns_mu_);
   const uint64_t stamp = hlc_.Now();
   KVFS_RETURN_IF_ERROR(index_->SetXattr(ino, name, value, flags, stamp));
@@ -354,6 +363,7 @@ Status StoreImpl::SetXattr(uint64_t ino, std::string_view name, std::string_view
 }
 
 Status StoreImpl::RemoveXattr(uint64_t ino, std::string_view name) {
+  KVFS_RETURN_IF_ERROR(Fenced());
   std::lock_guard<std::mutex> l(ns_mu_);
   const uint64_t stamp = hlc_.Now();
   KVFS_RETURN_IF_ERROR(index_->RemoveXattr(ino, name, stamp));

@@ -348,6 +348,35 @@ class MultiNodeTest(unittest.TestCase):
         self.assertEqual(len(msg.splitlines()), 1, "refusal should be one line: %r" % msg)
         sys.stderr.write("\nrefusal message: %s\n" % msg)
 
+    def test_taken_over_mount_is_fenced(self):
+        """A mount whose node directory another mount took over (--force on a live node, or a partition
+        longer than the heartbeat timeout) learns it at its next heartbeat (5 s) and is fenced: its
+        writes go to a generation nobody reads, so close(2), mkdir and rename fail with EIO instead of
+        returning success for bytes that are lost (a breaker saw close() return 0 on the old mount for
+        files never seen anywhere else); reads of what it had committed go on. Before: every close 0."""
+        a, _ = self.mount("A")
+        kf.write_file(os.path.join(a, "before"), b"b" * 5000)
+        other = NodeSpec(self.root, self.backing, "A2")
+        a2, _, _ = self.stack.enter_context(kf.mounted(backing=other, node_id="A", force=True,
+                                                       peer_poll_ms=POLL_MS))
+        self.expect_bytes("A2", os.path.join(a2, "before"), b"b" * 5000, "taken over node's file")
+
+        def close_fails():
+            try:
+                kf.write_file(os.path.join(a, "after-%d" % time.monotonic_ns()), b"x" * 5000)
+                return False
+            except OSError as e:
+                self.assertEqual(e.errno, errno.EIO, e)
+                return True
+        ok, t = wait_for(close_fails, timeout=15, interval=0.2)
+        self.assertTrue(ok, "the taken-over mount still returns 0 from close(2) after 15 s")
+        with self.assertRaises(OSError) as cm:
+            os.mkdir(os.path.join(a, "d"))
+        self.assertEqual(cm.exception.errno, errno.EIO)
+        with open(os.path.join(a, "before"), "rb") as f:
+            self.assertEqual(f.read(), b"b" * 5000)
+        sys.stderr.write("\nfenced %.1f s after the takeover\n" % t)
+
     def test_restart_takeover_new_generation_only(self):
         a, proc = self.mount("A")
         b, _ = self.mount("B")
