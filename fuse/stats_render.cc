@@ -425,9 +425,13 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
   e.One("kvfs_export_dead_bytes", "gauge",
         "Bytes of this node's segments no file uses (record metadata, padding, deleted and rewritten files).",
         own.dead_bytes);
-  e.One("kvfs_export_files", "gauge", "Committed files whose content is in this node's segments.", own.files);
+  e.One("kvfs_export_files", "gauge",
+        "Live records in this node's segments (one per file written once; a file rewritten in place counts "
+        "each record its extents use).",
+        own.files);
   e.One("kvfs_export_overhead_per_file_bytes", "gauge",
-        "(segment bytes - live bytes) / files of this node: what a file costs on the export beyond its bytes.",
+        "(segment bytes - live bytes) / live records of this node: what a record costs on the export beyond its "
+        "bytes.",
         own.OverheadPerFile());
   e.One("kvfs_segments_created_total", "counter", "Segment files this node created.", st.segments_created);
   e.Family("kvfs_node_segments", "gauge",
@@ -447,10 +451,10 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
   e.Family("kvfs_node_dead_bytes", "gauge",
            "Segment bytes of a node no file uses: record metadata, padding, deleted and rewritten files.");
   for (const auto& n : st.nodes) e.Sample("kvfs_node_dead_bytes", Label("node", n.node), n.dead_bytes);
-  e.Family("kvfs_node_files", "gauge", "Committed files whose content is in a node's segments.");
+  e.Family("kvfs_node_files", "gauge", "Live records in a node's segments (as kvfs_export_files).");
   for (const auto& n : st.nodes) e.Sample("kvfs_node_files", Label("node", n.node), n.files);
   e.Family("kvfs_node_overhead_per_file_bytes", "gauge",
-           "(segment bytes - live bytes) / files of a node: what a file costs on the export beyond its bytes.");
+           "(segment bytes - live bytes) / live records of a node: what a record costs on the export beyond its bytes.");
   for (const auto& n : st.nodes) {
     e.Sample("kvfs_node_overhead_per_file_bytes", Label("node", n.node), n.OverheadPerFile());
   }

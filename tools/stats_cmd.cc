@@ -48,7 +48,9 @@ int RunStats(const std::string& mp_in, bool json) {
   std::printf("live bytes             %llu\n", (unsigned long long)u("live_bytes"));
   // Segment files on the export now (not since the mount): this node's exact, all nodes' with the peers'
   // sizes from their files (a segment not sized yet counts its live bytes: "estimated"). Overhead per
-  // file = (segment bytes - live bytes) / files.
+  // record = (segment bytes - live bytes) / live records. The JSON keys say "files" (kept for scripts):
+  // they count live records, which is the number of files while every file is one record; a file
+  // rewritten in place or spilled while written counts once per record its extents use.
   if (j.contains("export")) {
     auto n = [](const nlohmann::json& o, const char* k) { return (unsigned long long)o.value(k, uint64_t{0}); };
     const auto& own = j["export"]["node"];
@@ -56,9 +58,9 @@ int RunStats(const std::string& mp_in, bool json) {
     std::printf("segments               %llu on the export (%llu open, %llu sealed, %llu being unlinked), %llu bytes\n",
                 n(own, "segments"), n(own, "open_segments"), n(own, "sealed_segments"), n(own, "unlinking_segments"),
                 n(own, "segment_bytes"));
-    std::printf("segment bytes          %llu live (%llu files), %llu dead; overhead %.0f bytes per file\n",
+    std::printf("segment bytes          %llu live (%llu records), %llu dead; overhead %.0f bytes per record\n",
                 n(own, "live_bytes"), n(own, "files"), n(own, "dead_bytes"), own.value("overhead_bytes_per_file", 0.0));
-    std::printf("all nodes              %llu segments, %llu bytes%s: %llu live (%llu files), %llu dead; overhead %.0f bytes per file\n",
+    std::printf("all nodes              %llu segments, %llu bytes%s: %llu live (%llu records), %llu dead; overhead %.0f bytes per record\n",
                 n(all, "segments"), n(all, "segment_bytes"), all.value("estimated", false) ? " (estimated: peer segments not sized yet count their live bytes)" : "",
                 n(all, "live_bytes"), n(all, "files"), n(all, "dead_bytes"), all.value("overhead_bytes_per_file", 0.0));
   }
@@ -86,9 +88,13 @@ int RunStats(const std::string& mp_in, bool json) {
               (unsigned long long)u("records_written"), (unsigned long long)u("segments_created"));
   std::printf("journal entries        %llu (%llu group commits)\n", (unsigned long long)u("journal_entries"),
               (unsigned long long)u("group_commits"));
-  if (u("unjournaled_entries") || u("journal_retries")) {
+  if (u("journal_retries")) {
     std::printf("unjournaled entries    %llu (%llu failed group commits retried)\n",
                 (unsigned long long)u("unjournaled_entries"), (unsigned long long)u("journal_retries"));
+  } else if (u("unjournaled_entries")) {
+    // No round failed: these wait for the next group commit (e.g. the atimes of a load, batched ~1 s).
+    std::printf("unjournaled entries    %llu (queued for the next group commit; none failed)\n",
+                (unsigned long long)u("unjournaled_entries"));
   }
   if (u("lost_entries")) {
     std::printf("lost entries           %llu (records written before a failed segment sync; remount)\n",
@@ -175,7 +181,7 @@ int RunStats(const std::string& mp_in, bool json) {
   }
   if (j.contains("nodes")) {
     for (const auto& n : j["nodes"]) {
-      std::printf("node %-17s %llu segments, %llu bytes%s: %llu live (%llu files), %llu dead\n",
+      std::printf("node %-17s %llu segments, %llu bytes%s: %llu live (%llu records), %llu dead\n",
                   n.value("node", std::string()).c_str(), (unsigned long long)n.value("segments", uint64_t{0}),
                   (unsigned long long)n.value("segment_bytes", uint64_t{0}), n.value("estimated", true) ? " (est.)" : "",
                   (unsigned long long)n.value("live_bytes", uint64_t{0}), (unsigned long long)n.value("files", uint64_t{0}),

@@ -308,7 +308,7 @@ class ExportFigures(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn("segments               1 on the export (1 open, 0 sealed, 0 being unlinked), %d bytes"
                           % seg, r.stdout)
-            self.assertIn("segment bytes          %d live (%d files), %d dead; overhead %.0f bytes per file"
+            self.assertIn("segment bytes          %d live (%d records), %d dead; overhead %.0f bytes per record"
                           % (n * size, n, seg - n * size, (seg - n * size) / n), r.stdout)
 
             # Delete half: their bytes stay in the (open) segment as dead bytes.
@@ -343,7 +343,7 @@ class ExportFigures(unittest.TestCase):
                 self.assertFalse(js["export"]["all_nodes"]["estimated"])
                 self.assertLess(js["export"]["all_nodes"]["segment_bytes"], 4 << 20)
                 r = kf.run_kvfs("stats", mnt)
-                self.assertIn("all nodes              %d segments, %d bytes: 2100000 live (7 files)" % (nsegs, on_disk),
+                self.assertIn("all nodes              %d segments, %d bytes: 2100000 live (7 records)" % (nsegs, on_disk),
                               r.stdout)
         finally:
             b.cleanup()
