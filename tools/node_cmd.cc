@@ -333,6 +333,9 @@ int Purge(Env* env, const std::string& backing, const NodeInfo& n, bool force, u
 
 int RunNodeCommand(const std::string& sub, const std::string& backing_in, const std::string& node, bool json,
                    bool force, uint32_t grace_ms, const NodeS3Options& s3) {
+  // The command prints its own one-line results and errors; the library's info lines (e.g. "took over
+  // node directory ..." when purge takes the node) would interleave with them.
+  spdlog::set_level(spdlog::level::warn);
   Env* env = Env::Posix();
   std::string backing, shown = backing_in;
   // An S3 backing: the mount's tiered Env over a temporary, empty staging directory (removed at exit), so

@@ -698,6 +698,7 @@ class MultiNodeTest(unittest.TestCase):
         self.assertEqual(self.node_states()["A"]["state"], "retired")
         rc, out, err = self.node_cmd("purge", "--node", "A", "--grace-ms", "4000")
         self.assertEqual(rc, 0, "purge of retired A: %s" % err)
+        self.assertNotIn("[info]", out + err, "library log lines among purge's output")
         sys.stderr.write(out)
         for k in files:
             self.expect_enoent("B", os.path.join(b, k), "purge of A, seen on B")
