@@ -62,6 +62,11 @@ struct FileInfo {
   uint64_t size = 0;
   bool is_dir = false;
   int64_t mtime_ns = 0;
+  // From the same stat, for change detection (PeerTailer's look at the nodes directory); 0 where the
+  // backing has none (an object store's).
+  int64_t ctime_ns = 0;
+  uint64_t nlink = 0;
+  uint64_t ino = 0;
 };
 
 // Operation counters, by kind. "Metadata" operations are the ones a network file system turns into

@@ -378,6 +378,9 @@ class PosixEnv final : public Env {
     fi.size = static_cast<uint64_t>(st.st_size);
     fi.is_dir = S_ISDIR(st.st_mode);
     fi.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
+    fi.ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000LL + st.st_ctim.tv_nsec;
+    fi.nlink = static_cast<uint64_t>(st.st_nlink);
+    fi.ino = static_cast<uint64_t>(st.st_ino);
     return fi;
   }
 

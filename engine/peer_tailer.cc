@@ -79,6 +79,8 @@ PeerTailerStats PeerTailer::GetStats() {
   s.entries_applied = entries_applied_;
   s.unresolved_deltas = unresolved_deltas_;
   s.polls = polls_;
+  s.nodes_listings = nodes_listings_;
+  s.nodes_looks_unchanged = nodes_looks_unchanged_;
   std::lock_guard<std::mutex> l(stats_mu_);
   const auto now = std::chrono::steady_clock::now();
   for (const auto& [id, r] : stats_) {
@@ -371,6 +373,67 @@ void PeerTailer::RequestRefresh() {
   cv_.notify_one();
 }
 
+bool PeerTailer::NodesDirUnchanged(const FileInfo& now) const {
+  if (!nodes_dir_settled_) return false;
+  const FileInfo& was = nodes_dir_stat_;
+  return now.is_dir && now.mtime_ns == was.mtime_ns && now.ctime_ns == was.ctime_ns && now.nlink == was.nlink &&
+         now.ino == was.ino && now.size == was.size;
+}
+
+void PeerTailer::ListNodesIfChanged(std::vector<std::string>* nodes) {
+  using clock = std::chrono::steady_clock;
+  const auto now = clock::now();
+  const bool backstop = now - nodes_full_listed_at_ >= opts_.nodes_relist_max;
+  constexpr auto kFineSettle = std::chrono::milliseconds(100);
+  const auto fine_settle = std::min<std::chrono::milliseconds>(opts_.nodes_dir_settle, kFineSettle);
+  auto wall_now = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  FileInfo dir;
+  bool stamped = false;
+  for (int attempt = 0; opts_.nodes_dir_stat && attempt < 2; attempt++) {
+    // Taken BEFORE the listing: a node created between the two changes the next stat.
+    auto st = opts_.env->Stat(NodesDirPath(opts_.backing_dir));
+    if (!st.ok()) break;
+    dir = *st;
+    stamped = true;
+    if (!backstop && NodesDirUnchanged(dir)) {
+      nodes_looks_unchanged_++;
+      return;
+    }
+    // Changed within the last fine_settle (fine timestamps: a node mounting just now, or this node's
+    // own mkdir at mount): wait those few ms and stat again, so that this listing settles and the next
+    // look is a stat again (else a fresh mount listed twice: now, and a look later).
+    const int64_t age_ns = wall_now() - std::max(dir.mtime_ns, dir.ctime_ns);
+    const int64_t fine_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(fine_settle).count();
+    const bool coarse = dir.mtime_ns % 1000000000 == 0 && dir.ctime_ns % 1000000000 == 0;
+    if (attempt > 0 || coarse || age_ns < 0 || age_ns >= fine_ns) break;
+    std::unique_lock<std::mutex> l(wake_mu_);
+    if (cv_.wait_for(l, std::chrono::nanoseconds(fine_ns - age_ns + 1000000), [&] { return stop_; })) return;
+  }
+  const int64_t wall_ns = wall_now();
+  auto listed = ListNodes(opts_.env, opts_.backing_dir, nodes);
+  nodes_listings_++;
+  if (!listed.ok()) {
+    nodes_dir_settled_ = false;  // list again at the next look
+    return;
+  }
+  *nodes = *listed;
+  nodes_full_listed_at_ = now;
+  // Settled: the directory's last change (mtime, ctime) is at least nodes_dir_settle older than this
+  // listing, so a change made after the listing gets a later timestamp even where timestamps are coarse
+  // (1 s on some NFS servers' file systems, 2 s on FAT) and its stat differs. Until then every look lists.
+  // Timestamps with a fraction of a second come from a file system that keeps them fine (a kernel tick,
+  // a few ms): there kFineSettle is enough (a fresh mount's own mkdir then costs one listing, not the
+  // 2-3 of a 2 s wait). A new node's mkdir also changes the link count, whatever the timestamps.
+  nodes_dir_stat_ = dir;
+  const bool coarse = dir.mtime_ns % 1000000000 == 0 && dir.ctime_ns % 1000000000 == 0;
+  const int64_t settle_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(coarse ? opts_.nodes_dir_settle : fine_settle).count();
+  nodes_dir_settled_ = stamped && dir.is_dir && std::max(dir.mtime_ns, dir.ctime_ns) + settle_ns <= wall_ns;
+}
+
 void PeerTailer::Loop() {
   using clock = std::chrono::steady_clock;
   const auto interval = opts_.poll_interval;
@@ -404,19 +467,22 @@ void PeerTailer::Loop() {
       reset_idle = refresh_requested_ && early && idle_max > 4 * interval;
       if (early) refresh_requested_ = false;
     }
-    // New nodes appear rarely: list the nodes directory every 25 intervals (5 s at the default) and on
-    // an early poll (a lookup miss: maybe a new node's file) if the last listing is 5 intervals old (1 s).
-    // Not on every early poll: a connector storing new chunks misses on every name it probes, which woke
-    // this thread up to 20-40 times/s, and each listing (opendir, readdir x2, getattr) is a round trip on
-    // NFS: 1.9 backing metadata ops per vLLM chunk stored (docs/benchmarks.md, full-size run). Known
-    // nodes are polled on every early round as before, and are not stat'ed again.
+    // New nodes appear rarely: look for them every 25 intervals (5 s at the default) and on an early poll
+    // (a lookup miss: maybe a new node's file) if the last look is 5 intervals old (1 s). Not on every
+    // early poll: a connector storing new chunks misses on every name it probes, which woke this thread
+    // up to 20-40 times/s (docs/benchmarks.md, full-size run). Known nodes are polled on every early
+    // round as before, and are not stat'ed again.
     // While every known peer is idle at the bound, the nodes directory waits as long (a new node is
-    // rare, and a lookup miss still lists it within 5 intervals).
+    // rare, and a lookup miss still looks within 5 intervals).
+    // A look is one stat of the nodes directory; it is listed (opendir, readdir, a stat per new name:
+    // round trips on NFS) only when that stat differs from the one taken before the last listing
+    // (NodesDirUnchanged), so a store with no new node costs one getattr per look, and on NFS mostly
+    // none (the client answers it from its attribute cache, as it would answer the listing from its
+    // cached pages: docs/design.md §5 "Finding new nodes").
     const auto since = clock::now() - listed_at;
     const auto list_every = all_idle ? std::max(25 * interval, idle_max) : 25 * interval;
     if (!listed_once || since >= list_every || (early && since >= 5 * interval)) {
-      auto listed = ListNodes(opts_.env, opts_.backing_dir, &nodes);
-      if (listed.ok()) nodes = *listed;
+      ListNodesIfChanged(&nodes);
       listed_at = clock::now();
       listed_once = true;
     }

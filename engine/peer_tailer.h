@@ -14,9 +14,11 @@
 // peers (the wait doubles with each poll that finds nothing, up to idle_poll_max: 4 intervals by
 // default, 10 s on S3), and polls every peer early on RequestRefresh (a lookup miss; at most every
 // interval / 4), again after the peer's group commit; with a bound over 4 intervals (S3) an early poll
-// also puts every peer back on the interval. It lists the nodes directory every 25 intervals (every
-// idle_poll_max while all known peers are idle at it; on an early poll: when the last listing is 5
-// intervals old).
+// also puts every peer back on the interval. It looks for new nodes every 25 intervals (every
+// idle_poll_max while all known peers are idle at it; on an early poll: when the last look is 5
+// intervals old): one stat of the nodes directory, and a listing only when that stat changed since the
+// last listing (or that listing was within nodes_dir_settle of the directory's last change, or
+// nodes_relist_max ago).
 //
 // Callers: StoreImpl (engine/store_open.cc) makes one in Init over its index, HLC and namespace mutex,
 // ResumeFromIndex, Start; Store::RefreshPeers -> RefreshAll (tests, tools); Store::RequestPeerRefresh
@@ -76,6 +78,17 @@ struct PeerTailerOptions {
   // The peers' group commit interval: an early poll is followed by one more 2 x this + 10 ms later.
   std::chrono::milliseconds group_commit_interval{20};
   bool direct_io = false;  // read peers' journals with O_DIRECT (NFS: see growth at once)
+  // Look for new nodes with one stat of the nodes directory and list it only when that stat changed
+  // (a new node's mkdir changes the directory's mtime, ctime and link count). False: list at every look
+  // (an object store: the stat is of the local staging directory and says nothing about the bucket).
+  bool nodes_dir_stat = true;
+  // A listing whose stat shows a change younger than this (by this host's wall clock) does not vouch for
+  // the next look: coarse or skewed timestamps could hide a change made in the same tick. Applies to
+  // whole-second timestamps; finer ones (a kernel tick) settle in 100 ms (or this, if shorter).
+  std::chrono::milliseconds nodes_dir_settle{2000};
+  // List the nodes directory at least this often whatever its stat says (a backing whose directory
+  // timestamps do not move).
+  std::chrono::milliseconds nodes_relist_max{30000};
 };
 
 struct PeerTailerHooks {
@@ -92,6 +105,8 @@ struct PeerTailerStats {
   uint64_t entries_applied = 0;  // entries applied from peers' journals and snapshots
   uint64_t unresolved_deltas = 0;  // peers' extent delta PUTs whose base this index did not hold
   uint64_t polls = 0;            // polls of one peer
+  uint64_t nodes_listings = 0;   // listings of the nodes directory by the peer thread
+  uint64_t nodes_looks_unchanged = 0;  // looks for new nodes answered by the directory's stat alone
   std::vector<PeerJournalStats> journals;  // per polled peer, by id
 };
 
@@ -146,6 +161,11 @@ class PeerTailer {
   };
 
   void Loop();
+  // The peer thread's look for new nodes: a stat of the nodes directory, then a listing into *nodes
+  // unless the stat equals the one taken before the last settled listing (or nodes_dir_stat is off, or
+  // nodes_relist_max has passed). Peer thread only.
+  void ListNodesIfChanged(std::vector<std::string>* nodes);
+  bool NodesDirUnchanged(const FileInfo& now) const;
   // Reads and applies whatever is new in node's journals. *changed = entries applied. Requires mu_.
   Status PollPeer(const std::string& node, PeerState* st, uint64_t* changed);
   // PollPeer helpers (checkpoint.h): a missing file at our position = retired (-> newest snapshot) or
@@ -176,6 +196,11 @@ class PeerTailer {
   bool followup_moved_ = false;  // RequestRefresh set followup_at_: the loop recomputes its deadline
   bool refresh_requested_ = false;  // RequestRefresh since the last round: idle peers back to the interval
   std::thread thread_;
+  // The peer thread's last listing of the nodes directory (ListNodesIfChanged; that thread only).
+  FileInfo nodes_dir_stat_;          // the stat taken just before it
+  bool nodes_dir_settled_ = false;   // that stat may answer later looks
+  std::chrono::steady_clock::time_point nodes_full_listed_at_{};
+  std::atomic<uint64_t> nodes_listings_{0}, nodes_looks_unchanged_{0};
 
   std::atomic<uint64_t> entries_applied_{0}, polls_{0}, unresolved_deltas_{0};
   std::mutex stats_mu_;  // guards stats_

@@ -201,6 +201,7 @@ Status StoreImpl::StartPeerTailer() {
   po.idle_poll_max = std::chrono::milliseconds(opts_.peer_poll_max_ms);
   po.group_commit_interval = std::chrono::milliseconds(opts_.group_commit_interval_ms);
   po.direct_io = opts_.peer_direct_io;
+  po.nodes_dir_stat = opts_.tier == nullptr;  // S3: Stat gives the staging directory's, not the bucket's
   PeerTailerHooks hooks;
   hooks.notify = [this](const PeerChanges& c) { NotifyChanges(c); };
   hooks.segment_dropped = [this](const SegmentId& id) {

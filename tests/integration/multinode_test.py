@@ -261,6 +261,45 @@ class MultiNodeTest(unittest.TestCase):
         for node, m in (("A", a), ("B", b)):
             self.expect_bytes(node, os.path.join(m, "fromC"), v, "store on C, load on " + node)
 
+    def test_new_node_found_while_misses_cost_no_listing(self):
+        """A alone, its lookups missing every 10 ms (each asks the peer thread for an early poll): A looks
+        for new nodes with one stat of nodes/ and lists it only when that stat changed, so over 4 s it lists
+        nothing and its backing metadata ops stay at the looks' stats, the heartbeat's and the stats reads'
+        (measured 2.5 per second: stat 7, open 2, close 1 in 4 s; before, a listing every second on top).
+        Then B mounts (a new node): A finds it and reads B's file."""
+        a, _ = self.mount("A")
+        meta_kinds = ("open", "close", "mkdir", "rename", "remove", "stat", "list")
+        i = 0
+
+        def misses(seconds):
+            nonlocal i
+            t = time.monotonic()
+            while time.monotonic() - t < seconds:
+                self.assertFalse(os.path.exists(os.path.join(a, "miss-%d" % i)))
+                i += 1
+                time.sleep(0.01)
+
+        # nodes/ settles: A lists it at each look (1 s apart while lookups miss) until a listing comes 2 s
+        # after its last change (A's own directory).
+        misses(4.0)
+        s0 = kf.stats(a)["backing_ops"]
+        t0 = time.monotonic()
+        i0 = i
+        misses(4.0)
+        s1 = kf.stats(a)["backing_ops"]
+        dt = time.monotonic() - t0
+        d = {k: s1[k] - s0[k] for k in meta_kinds}
+        per_s = sum(d.values()) / dt
+        sys.stderr.write("multinode_test: A alone, %d misses in %.1f s: backing metadata ops %s = %.2f/s\n"
+                         % (i - i0, dt, d, per_s))
+        self.assertEqual(d["list"], 0, "A listed a directory while nothing changed: %s" % d)
+        self.assertGreaterEqual(d["stat"], 1, "A never looked for new nodes: %s" % d)
+        self.assertLessEqual(per_s, 3.0, "A alone: %.2f backing metadata ops/s: %s" % (per_s, d))
+        b, _ = self.mount("B")
+        data = os.urandom(5000)
+        kf.write_file(os.path.join(b, "fromB"), data)
+        self.expect_bytes("A", os.path.join(a, "fromB"), data, "a new node's file")
+
     def test_unlink_on_B_while_A_reader_has_it_open(self):
         a, _ = self.mount("A")
         b, _ = self.mount("B")

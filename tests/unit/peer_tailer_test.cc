@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <functional>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -437,6 +440,43 @@ TEST_F(PeerTailerTest, RepeatedRefreshStillGetsItsFollowUpPoll) {
   EXPECT_TRUE(b_index_->Lookup(kRootIno, "e2").ok());
   tailer_->Stop();
   EXPECT_EQ(tailer_->GetStats().entries_applied, 1u);
+}
+
+// The thread looks for new nodes with one stat of the nodes directory and lists it only when that stat
+// changed: lookup misses (RequestRefresh every 10 ms, a look every 5 intervals) cost no listing once the
+// directory has settled (its last change nodes_dir_settle, 2 s, before a listing), and a node directory
+// made meanwhile is still found at the next look (before: a listing at every look, 1 s apart by default).
+TEST_F(PeerTailerTest, NewNodeFoundByTheNodesDirectoryStatWithoutRelisting) {
+  CloseB();
+  OpenB(std::chrono::milliseconds(10));
+  tailer_->Start();
+  auto refresh_for = [&](std::chrono::milliseconds d, const std::function<bool()>& done) {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - t0 < d && !done()) {
+      tailer_->RequestRefresh();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+  // node-a's directory (made by SetUp) is the nodes directory's last change: the listings go on until
+  // one comes 2 s after it; the looks after that one are answered by the stat.
+  refresh_for(std::chrono::milliseconds(15000), [&] { return tailer_->GetStats().nodes_looks_unchanged >= 1; });
+  const PeerTailerStats s0 = tailer_->GetStats();
+  EXPECT_EQ(s0.peers, 1u);  // node-a
+  EXPECT_GE(s0.nodes_listings, 1u);
+  refresh_for(std::chrono::milliseconds(1000), [] { return false; });
+  const PeerTailerStats s1 = tailer_->GetStats();
+  EXPECT_EQ(s1.nodes_listings, s0.nodes_listings) << "the nodes directory was listed although its stat did not change";
+  EXPECT_GE(s1.nodes_looks_unchanged - s0.nodes_looks_unchanged, 5u);  // ~20 looks in 1 s; the stat answered them
+  EXPECT_EQ(s1.peers, 1u);
+
+  // A new node (its directory, as its first mount makes it): found at the next look.
+  ASSERT_EQ(::mkdir((NodesDirPath(backing_) + "/node-c").c_str(), 0700), 0) << strerror(errno);
+  refresh_for(std::chrono::milliseconds(10000), [&] { return tailer_->GetStats().peers >= 2; });
+  const PeerTailerStats s2 = tailer_->GetStats();
+  EXPECT_EQ(s2.peers, 2u) << "node-c was not found";
+  EXPECT_GE(s2.nodes_listings, s1.nodes_listings + 1);
+  EXPECT_EQ(tailer_->Positions().count("node-c"), 0u);  // nothing to read in it yet
+  tailer_->Stop();
 }
 
 // Without an interval there is no thread: RequestRefresh polls nothing. The tailer never reads its own
