@@ -8,7 +8,7 @@
 //
 // Progress ("peers" file, <node dir>/peers): every node publishes how far it has read each peer's
 // journal, rewritten atomically (Env::WriteFileAtomic) at most every peers_publish_ms and only when a
-// position moved (an idle node writes nothing).
+// position moved (an idle node writes nothing; nor does a node that has read no peer yet).
 //
 // Retirement (Checkpointer::RetireNow): journal file (g, n) of this node is deleted when
 //   1. it sorts before the cover of the OLDER of the two newest snapshots (so if the newest snapshot is
