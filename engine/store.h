@@ -156,6 +156,12 @@ struct PeerChanges {
 //    is reinserted again only if read again: reinsertion alone cannot loop, and every drop frees at
 //    least (1 - reinsert_max_fraction) of its segment. Costs ~50 bytes of memory per committed file of
 //    this mount (location -> inode) and per read record.
+//  * Segment cleaner (CleanSegments, with or without a capacity): when node bytes > 2 x this node's
+//    live bytes + 2 segments, every 2 s, the evictable unpinned segments whose live records (whole)
+//    take at most 1/4 of the segment are emptied, lowest live fraction first, at most one segment's
+//    worth of copies per round, none while the export is full: each record a file uses is re-appended
+//    and journaled as MOVE (ReinsertRecord), then the segment, dead now, is dropped. At most 1/3 byte
+//    copied per byte freed (StoreStats::cleaned_*).
 //  * Drop = index ApplyDrop + journal DROP{segment} (its files become ENOENT at once, here and on
 //    peers when they apply it), then after drop_grace_ms a durable journal, a listing of the live
 //    peers' hold markers (engine/peer_holds.cc: a marked segment waits, re-checked every second), this
@@ -297,6 +303,9 @@ struct StoreStats {
   // Of segments_dropped: those a capacity / watermark round dropped with no live record (dead ones go
   // before live ones, whatever their age); dead-segment reclamation's own drops are not counted here.
   uint64_t dead_segments_evicted = 0;
+  // The segment cleaner: segments it emptied (their live records re-appended, MOVE) and dropped, the
+  // records and bytes it appended for that, and the segment bytes those drops freed.
+  uint64_t cleaned_segments = 0, cleaned_records = 0, cleaned_bytes_copied = 0, cleaned_bytes_freed = 0;
   uint64_t records_reinserted = 0, bytes_reinserted = 0;
   uint64_t writer_waits = 0, nospace_events = 0;
   // On a full export: active segments sealed early because most of their bytes were dead (so they can

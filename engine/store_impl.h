@@ -486,6 +486,11 @@ class StoreImpl final : public Store {
   }
   // full: the export is full (dead segments go after kFullExportDeadAge instead of dead_segment_age_ms).
   void ReclaimDeadSegments(bool full);
+  // The segment cleaner (store.h "Capacity and eviction"): when this node's dead segment bytes exceed
+  // its live bytes, re-appends the live records of its sealed, unpinned segments that are less than 1/4
+  // live (ReinsertRecord: MOVE) and drops them.
+  void CleanSegments();
+  std::chrono::steady_clock::time_point last_clean_scan_{};
   // RESERVE released for a full backing, or not creatable for lack of space: record writes then keep
   // that much of the backing free for the journal (so deletes work) until RESERVE is back.
   std::atomic<bool> hold_reserve_{false};
@@ -521,6 +526,8 @@ class StoreImpl final : public Store {
   std::map<SegmentId, std::unordered_map<uint64_t, uint64_t>> loc_ino_;
   std::atomic<uint64_t> segments_dropped_{0}, segment_bytes_dropped_{0}, segments_unlinked_{0};
   std::atomic<uint64_t> dead_segments_evicted_{0};
+  std::atomic<uint64_t> cleaned_segments_{0}, cleaned_records_{0}, cleaned_bytes_copied_{0},
+      cleaned_bytes_freed_{0};
   std::atomic<uint64_t> records_reinserted_{0}, bytes_reinserted_{0}, writer_waits_{0}, nospace_events_{0};
   std::atomic<uint64_t> segments_sealed_early_{0}, segments_retired_{0};
 

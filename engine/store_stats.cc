@@ -139,6 +139,10 @@ StoreStats StoreImpl::GetStats() {
   }
   s.segments_dropped = segments_dropped_;
   s.dead_segments_evicted = dead_segments_evicted_;
+  s.cleaned_segments = cleaned_segments_;
+  s.cleaned_records = cleaned_records_;
+  s.cleaned_bytes_copied = cleaned_bytes_copied_;
+  s.cleaned_bytes_freed = cleaned_bytes_freed_;
   s.segment_bytes_dropped = segment_bytes_dropped_;
   s.segments_unlinked = segments_unlinked_;
   s.records_reinserted = records_reinserted_;

@@ -155,6 +155,10 @@ std::string StatsToJson(const StatsSnapshot& snap) {
   j["eviction"] = {{"node_segment_bytes", st.node_segment_bytes},
                    {"segments_dropped", st.segments_dropped},
                    {"dead_segments_evicted", st.dead_segments_evicted},
+                   {"cleaned_segments", st.cleaned_segments},
+                   {"cleaned_records", st.cleaned_records},
+                   {"cleaned_bytes_copied", st.cleaned_bytes_copied},
+                   {"cleaned_bytes_freed", st.cleaned_bytes_freed},
                    {"segment_bytes_dropped", st.segment_bytes_dropped},
                    {"segments_unlinked", st.segments_unlinked},
                    {"records_reinserted", st.records_reinserted},
@@ -485,6 +489,10 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
   e.One("kvfs_reinserted_records_total", "counter", "Records rewritten before their segment was dropped.",
         st.records_reinserted);
   e.One("kvfs_reinserted_bytes_total", "counter", "Bytes rewritten by reinsertion.", st.bytes_reinserted);
+  e.One("kvfs_cleaned_segments_total", "counter",
+        "Segments the segment cleaner emptied (live records re-appended) and dropped.", st.cleaned_segments);
+  e.One("kvfs_cleaned_bytes_copied_total", "counter", "Bytes the segment cleaner re-appended.",
+        st.cleaned_bytes_copied);
   e.One("kvfs_writer_waits_total", "counter", "Writes that waited for eviction at the capacity limit.",
         st.writer_waits);
   e.One("kvfs_nospace_events_total", "counter", "Writes that found the backing store or capacity full (ENOSPC).",

@@ -326,6 +326,8 @@ class IndexDb {
   // (state open) if unknown; no-op for a dropped segment.
   Status SetSegmentCut(const SegmentId& seg, uint64_t offset);
   Result<SegmentInfo> GetSegment(const SegmentId& seg);                // NotFound
+  // The committed inodes located in seg (its segfiles keys): the files any of whose records is there.
+  Result<std::vector<uint64_t>> SegmentInodes(const SegmentId& seg);
   // All segments ordered by (node, generation, seq) — i.e. oldest first per node.
   Status ListSegments(const std::function<bool(const SegmentInfo&)>& fn);
 

@@ -54,6 +54,19 @@ Result<SegmentInfo> IndexDb::GetSegment(const SegmentId& seg) {
   return si;
 }
 
+Result<std::vector<uint64_t>> IndexDb::SegmentInodes(const SegmentId& seg) {
+  const std::string prefix = SegKey(seg);
+  std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->H(kSegFiles)));
+  std::vector<uint64_t> out;
+  for (it->Seek(prefix); it->Valid(); it->Next()) {
+    std::string_view k(it->key().data(), it->key().size());
+    if (k.substr(0, prefix.size()) != prefix) break;
+    if (k.size() == prefix.size() + 8) out.push_back(GetBE64(k.data() + prefix.size()));
+  }
+  KVFS_RETURN_IF_ERROR(ToStatus(it->status(), "list segment inodes"));
+  return out;
+}
+
 Status IndexDb::ListSegments(const std::function<bool(const SegmentInfo&)>& fn) {
   std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->H(kSegments)));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
