@@ -92,13 +92,10 @@ void StoreImpl::UnpinRecord(const Location& loc) {
 
 Status StoreImpl::Fenced() const {
   if (!node_dir_ || !node_dir_->ownership_lost()) return Status::OK();
-  static std::atomic<int64_t> last_log_s{0};
-  const int64_t now_s = WallClockNs() / 1000000000;
-  if (last_log_s.exchange(now_s) != now_s) {
-    spdlog::error("kvfs: node directory {} was taken over by another mount: this mount is fenced, writes "
-                  "fail with EIO (unmount it)",
-                  node_dir_->dir());
-  }
+  LogLimited(spdlog::level::err, "fenced",
+             "kvfs: node directory {} was taken over by another mount: this mount is fenced, writes fail "
+             "with EIO (unmount it)",
+             node_dir_->dir());
   return Status::IOError("node directory " + node_dir_->dir() + " was taken over by another mount (fenced)");
 }
 

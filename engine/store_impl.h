@@ -410,7 +410,8 @@ class StoreImpl final : public Store {
   // IOError once another mount has taken this node directory over (NodeDir::ownership_lost, seen by
   // the heartbeat): this mount is fenced. Its records and journal entries would go to a generation
   // nobody reads any more, so every write path (record appends, commits, namespace changes) fails
-  // with EIO instead of returning success for bytes that are lost. Reads go on.
+  // with EIO instead of returning success for bytes that are lost (logged through LogLimited).
+  // Reads go on.
   Status Fenced() const;
   // A file's xattrs sorted by name, as its journaled PUT carries them (commit, link).
   Result<std::vector<std::pair<std::string, std::string>>> SortedXattrs(uint64_t ino);
