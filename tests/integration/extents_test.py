@@ -732,7 +732,15 @@ def fsck(*args):
 def segment_bytes(backing, node):
     """Sum of the sizes of node's segment files on the export (what it occupies there)."""
     d = os.path.join(backing, ".kvfs", "v1", "nodes", node, "seg")
-    return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".kseg"))
+    total = 0
+    for f in os.listdir(d):
+        if not f.endswith(".kseg"):
+            continue
+        try:
+            total += os.path.getsize(os.path.join(d, f))
+        except FileNotFoundError:
+            pass  # unlinked by the cleaner between the listing and the stat: it occupies nothing now
+    return total
 
 
 @kf.skip_unless_fuse
