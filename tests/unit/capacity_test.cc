@@ -1,6 +1,7 @@
 // Capacity and eviction of the Store (engine/store.h "Capacity and eviction", docs/design.md §6): FIFO drops of
 // whole sealed segments under a per-node capacity, hits-based reinsertion (MOVE), ENOENT after a drop,
-// statfs figures, the global watermark over peers' segments, and recovery from a full backing store.
+// statfs figures, the global watermark over peers' segments, recovery from a full backing store, and the
+// segment cleaner (which segments it empties, when, and what it never touches).
 // Small segments (1 MiB) and short grace periods keep every test well under a few seconds.
 #include <sys/stat.h>
 
@@ -743,6 +744,284 @@ TEST_F(FullExportTest, AHeldRecordKeepsTheActiveSegmentUntilReleased) {
   EXPECT_TRUE(WaitFor([](const StoreStats& s) { return s.segments_unlinked >= 1; }));
   EXPECT_EQ(store_->GetStats().segments_sealed_early, 1u);
   ASSERT_NO_FATAL_FAILURE(WriteAgainAndRead());
+}
+
+// The segment cleaner (StoreImpl::CleanSegments, engine/capacity.cc; docs/design.md §6 "Segment
+// cleaner"). Without a capacity and with dead-segment reclamation out of the way (a 10-minute age), a
+// layout of sealed 1 MiB segments with chosen live counts is written; the cleaner (a round every 2 s)
+// must empty exactly the sealed, unpinned segments of this node whose live records take at most 1/4 of
+// the segment, and only while segment bytes > 2 x live bytes + 2 segments. Records are 72 KiB values:
+// 77,824 bytes each with their metadata block, 13 or 14 per segment.
+class CleanerTest : public CapacityTest {
+ protected:
+  static constexpr uint64_t kRecord = 72 * 1024 + 4096;  // AlignUp(value) + metadata block
+  void SetUp() override {
+    CapacityTest::SetUp();
+    checkpoint_on_close_ = false;  // a rebuild replays the journals (the MOVE entries)
+  }
+  StoreOptions CleanerOptions() {
+    StoreOptions o = CapOptions(0, /*min_hits=*/0);
+    o.dead_segment_age_ms = 600000;  // dead segments stay: only the cleaner drops anything here
+    return o;
+  }
+  // Writes files Name(next_)... until `sealed` more segments are sealed; returns their files by segment
+  // (the first file of the next segment, now the active one, is in active_).
+  std::vector<std::vector<int>> WriteSegments(int sealed) {
+    std::vector<std::vector<int>> out;
+    std::vector<int> cur;
+    SegmentId seg;
+    for (;;) {
+      const int i = next_++;
+      const Location l = WriteFile(Name(i), Content(Name(i), kChunk, 7));
+      if (l.empty()) ADD_FAILURE() << Name(i);
+      if (!cur.empty() && !(l.segment == seg)) {
+        out.push_back(cur);
+        cur.clear();
+        if (int(out.size()) == sealed) {
+          locs_[i] = l;
+          active_ = {i};
+          active_seg_ = l.segment;
+          return out;
+        }
+      }
+      seg = l.segment;
+      cur.push_back(i);
+      locs_[i] = l;
+    }
+  }
+  // Unlinks all but the first `keep` files of a segment's list (which then holds the kept ones).
+  void Keep(std::vector<int>* files, size_t keep) {
+    for (size_t k = keep; k < files->size(); ++k) {
+      ASSERT_TRUE(store_->Unlink(kRootIno, Name((*files)[k]), nullptr).ok()) << Name((*files)[k]);
+    }
+    files->resize(std::min(keep, files->size()));
+  }
+  Location Loc(int i) {
+    auto n = store_->Lookup(kRootIno, Name(i));
+    EXPECT_TRUE(n.ok()) << Name(i) << ": " << n.status().ToString();
+    return n.ok() ? n->location : Location{};
+  }
+  // The file's bytes read from its segment file (not the LRU), and by name.
+  void ReadExact(int i) {
+    const Location l = Loc(i);
+    std::string got(kChunk, '\0');
+    size_t n = 0;
+    ASSERT_TRUE(store_->ReadUncached(l, 0, got.size(), got.data(), &n).ok()) << Name(i);
+    ASSERT_EQ(n, kChunk) << Name(i);
+    EXPECT_TRUE(got == Content(Name(i), kChunk, 7)) << Name(i);
+    ReadOk(i);
+  }
+  uint64_t SegFileBytes(const SegmentId& id) const {
+    std::error_code ec;
+    const uintmax_t n = fs::file_size(SegmentFilePath(backing_, id), ec);
+    return ec ? 0 : n;
+  }
+  bool SegExists(const SegmentId& id) const { return fs::exists(SegmentFilePath(backing_, id)); }
+  // Polls the stats (the bound is only how long a broken build takes to fail; rounds are 2 s apart).
+  bool WaitFor(const std::function<bool(const StoreStats&)>& cond, int seconds = 30) {
+    for (int i = 0; i < seconds * 50; ++i) {
+      if (cond(store_->GetStats())) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return cond(store_->GetStats());
+  }
+  // Long enough for at least one full cleaner round (2 s apart) after the caller's last change.
+  static void OneRound() { std::this_thread::sleep_for(std::chrono::milliseconds(2600)); }
+  uint64_t Live() {
+    uint64_t live = 0, files = 0, total = 0, avail = 0;
+    EXPECT_TRUE(store_->StatFs(&live, &files, &total, &avail).ok());
+    return live;
+  }
+
+  int next_ = 0;
+  std::vector<int> active_;
+  SegmentId active_seg_;
+  std::map<int, Location> locs_;  // where each file was written
+};
+
+TEST_F(CleanerTest, EmptiesSegmentsAtMostAQuarterLiveAndMovesTheirRecordsExactly) {
+  Open(CleanerOptions());
+  auto segs = WriteSegments(9);
+  ASSERT_EQ(segs.size(), 9u);
+  std::vector<SegmentId> ids;
+  for (int s = 0; s < 9; ++s) ids.push_back(locs_[segs[s][0]].segment);
+  // S0-S2: 3 live records each (233,472 bytes copied for a ~1 MiB segment: <= 1/4). S3: 4 live
+  // (294,912 live bytes: over 1/4, under 1/2: left alone). S4-S8: dead (kept by the 10-minute age;
+  // they put segment bytes over the bound: ~9.9 MiB > 2 x ~1.1 MiB + 2 MiB). The active segment: one file.
+  for (int s = 0; s < 3; ++s) ASSERT_NO_FATAL_FAILURE(Keep(&segs[s], 3));
+  ASSERT_NO_FATAL_FAILURE(Keep(&segs[3], 4));
+  for (int s = 4; s < 9; ++s) ASSERT_NO_FATAL_FAILURE(Keep(&segs[s], 0));
+  ASSERT_TRUE(store_->Sync().ok());
+  uint64_t freed = 0;
+  for (int s = 0; s < 3; ++s) freed += SegFileBytes(ids[s]);
+  ASSERT_GT(freed, 36 * kRecord);
+  const uint64_t s3_bytes = SegFileBytes(ids[3]);
+  ASSERT_TRUE(WaitFor([](const StoreStats& st) { return st.cleaned_segments >= 3; }));
+  OneRound();  // and nothing more in the next rounds
+  Settle();
+  auto st = store_->GetStats();
+  EXPECT_EQ(st.cleaned_segments, 3u);
+  EXPECT_EQ(st.cleaned_records, 9u);
+  EXPECT_EQ(st.cleaned_bytes_copied, 9 * kRecord);
+  EXPECT_EQ(st.cleaned_bytes_freed, freed);
+  EXPECT_EQ(st.segments_dropped, 3u);
+  EXPECT_EQ(st.segments_unlinked, 3u);
+  for (int s = 0; s < 3; ++s) EXPECT_FALSE(SegExists(ids[s])) << s;
+  EXPECT_EQ(SegFileBytes(ids[3]), s3_bytes);
+  for (int s = 4; s < 9; ++s) EXPECT_TRUE(SegExists(ids[s])) << s;  // dead, not the cleaner's
+  // The moved files: elsewhere now, byte-exact from their new segment; S3's files where they were.
+  std::set<SegmentId> cleaned(ids.begin(), ids.begin() + 3);
+  for (int s = 0; s < 3; ++s) {
+    for (int i : segs[s]) {
+      EXPECT_FALSE(cleaned.count(Loc(i).segment)) << Name(i);
+      EXPECT_EQ(Loc(i).length, kChunk);
+      ASSERT_NO_FATAL_FAILURE(ReadExact(i));
+    }
+  }
+  for (int i : segs[3]) {
+    EXPECT_EQ(Loc(i), locs_[i]) << Name(i);
+    ASSERT_NO_FATAL_FAILURE(ReadExact(i));
+  }
+  ASSERT_NO_FATAL_FAILURE(ReadExact(active_[0]));
+  // The MOVE entries are what a rebuild sees: a fresh index from the journals has the same files at
+  // the same new locations, byte-exact.
+  std::map<int, Location> moved;
+  for (int s = 0; s < 4; ++s) {
+    for (int i : segs[s]) moved[i] = Loc(i);
+  }
+  CloseStore();
+  fs::remove_all(index_);
+  Open(CleanerOptions());
+  for (const auto& [i, l] : moved) {
+    EXPECT_EQ(Loc(i), l) << Name(i);
+    ASSERT_NO_FATAL_FAILURE(ReadExact(i));
+  }
+  for (int s = 0; s < 3; ++s) EXPECT_FALSE(SegExists(ids[s])) << s;
+}
+
+// The trigger: segment bytes > 2 x live bytes + 2 segments. Just at the bound nothing is cleaned, one
+// unlink past it the candidates go.
+TEST_F(CleanerTest, CleansOnlyOverTwiceTheLiveBytesPlusTwoSegments) {
+  Open(CleanerOptions());
+  auto segs = WriteSegments(7);
+  ASSERT_EQ(segs.size(), 7u);
+  // S0, S1: 3 live each (candidates); S2-S6 and the active segment fully live.
+  ASSERT_NO_FATAL_FAILURE(Keep(&segs[0], 3));
+  ASSERT_NO_FATAL_FAILURE(Keep(&segs[1], 3));
+  const uint64_t node = store_->GetStats().node_segment_bytes;
+  ASSERT_GT(node, 7 * 13 * kRecord);
+  // Unlink whole segments' files from S2 on until one more unlink would pass the bound.
+  std::vector<int> pool;
+  for (int s = 2; s < 7; ++s) pool.insert(pool.end(), segs[s].begin(), segs[s].end());
+  size_t p = 0;
+  while (2 * (Live() - kChunk) + 2 * kSeg >= node) {
+    ASSERT_LT(p, pool.size());
+    ASSERT_TRUE(store_->Unlink(kRootIno, Name(pool[p++]), nullptr).ok());
+  }
+  ASSERT_TRUE(store_->Sync().ok());
+  ASSERT_LE(node, 2 * Live() + 2 * kSeg);
+  ASSERT_GT(node, 2 * Live() + 2 * kSeg - 2 * kChunk);  // within one unlink of the bound
+  ASSERT_EQ(store_->GetStats().node_segment_bytes, node);
+  OneRound();
+  EXPECT_EQ(store_->GetStats().cleaned_segments, 0u);
+  EXPECT_EQ(store_->GetStats().cleaned_records, 0u);
+  // The segments that are candidates once the bound is passed: sealed, 1..3 live records (<= 1/4).
+  const int last = pool[p];
+  ASSERT_TRUE(store_->Unlink(kRootIno, Name(last), nullptr).ok());
+  ASSERT_GT(node, 2 * Live() + 2 * kSeg);
+  std::set<SegmentId> expect;
+  for (int s = 0; s < 7; ++s) {
+    int live = 0;
+    for (int i : segs[s]) live += store_->Lookup(kRootIno, Name(i)).ok();
+    if (live >= 1 && live <= 3) expect.insert(locs_[segs[s][0]].segment);
+  }
+  ASSERT_GE(expect.size(), 2u);
+  const uint64_t n = expect.size();
+  ASSERT_TRUE(WaitFor([&](const StoreStats& st) { return st.cleaned_segments >= n; }));
+  Settle();
+  EXPECT_EQ(store_->GetStats().cleaned_segments, n);
+  for (const auto& id : expect) EXPECT_FALSE(SegExists(id));
+  for (int s = 0; s < 7; ++s) {
+    for (int i : segs[s]) {
+      if (store_->Lookup(kRootIno, Name(i)).ok()) ASSERT_NO_FATAL_FAILURE(ReadExact(i));
+    }
+  }
+}
+
+// Never cleaned: a segment holding a pinned record (an open handle here) until it is released, the
+// active segment, and a peer's segments (only their owner drops them), even when they are under 1/4 live.
+TEST_F(CleanerTest, LeavesPinnedActiveAndPeerSegmentsAlone) {
+  // Node B writes three segments and goes away; A unlinks most of B's files.
+  node_ = "node-b";
+  index_ = root_ + "/index-b";
+  Open(CleanerOptions());
+  auto bsegs = WriteSegments(3);
+  CloseStore();
+  std::map<SegmentId, uint64_t> bfiles;  // B's segment files and their sizes
+  for (int s = 0; s < 3; ++s) bfiles[locs_[bsegs[s][0]].segment] = 0;
+  bfiles[active_seg_] = 0;
+  for (auto& [id, bytes] : bfiles) {
+    bytes = SegFileBytes(id);
+    ASSERT_GT(bytes, 0u);
+  }
+  std::map<int, Location> bloc = locs_;
+  node_ = "node-a";
+  index_ = root_ + "/index-a";
+  Open(CleanerOptions());
+  ASSERT_TRUE(store_->RefreshPeers().ok());
+  for (int s = 0; s < 3; ++s) ASSERT_NO_FATAL_FAILURE(Keep(&bsegs[s], 2));
+  // A's segments: S0 3 live (cleaned), S1 3 live one of them held open (pinned), S2-S7 dead (over the
+  // bound), the active one: 2 of 10 live (<= 1/4, not sealed).
+  auto segs = WriteSegments(8);
+  ASSERT_NO_FATAL_FAILURE(Keep(&segs[0], 3));
+  ASSERT_NO_FATAL_FAILURE(Keep(&segs[1], 3));
+  for (int s = 2; s < 8; ++s) ASSERT_NO_FATAL_FAILURE(Keep(&segs[s], 0));
+  std::vector<int> act = active_;
+  for (int k = 0; k < 9; ++k) {
+    const int i = next_++;
+    const Location l = WriteFile(Name(i), Content(Name(i), kChunk, 7));
+    ASSERT_EQ(l.segment, active_seg_);
+    locs_[i] = l;
+    act.push_back(i);
+  }
+  ASSERT_NO_FATAL_FAILURE(Keep(&act, 2));
+  const Location held = Loc(segs[1][1]);
+  ASSERT_TRUE(store_->PinRecord(held).ok());
+  ASSERT_TRUE(store_->Sync().ok());
+  const SegmentId s0 = locs_[segs[0][0]].segment, s1 = held.segment;
+  const uint64_t s1_bytes = SegFileBytes(s1), act_bytes = SegFileBytes(active_seg_);
+  ASSERT_TRUE(WaitFor([](const StoreStats& st) { return st.cleaned_segments >= 1; }));
+  OneRound();
+  OneRound();
+  auto st = store_->GetStats();
+  EXPECT_EQ(st.cleaned_segments, 1u);
+  EXPECT_EQ(st.cleaned_records, 3u);
+  EXPECT_FALSE(SegExists(s0));
+  // The held segment: its files where they were, the held record readable.
+  EXPECT_EQ(SegFileBytes(s1), s1_bytes);
+  for (int i : segs[1]) EXPECT_EQ(Loc(i), locs_[i]) << Name(i);
+  // The active segment: not sealed, not emptied; the copies out of S0 were appended to it.
+  for (int i : act) EXPECT_EQ(Loc(i), locs_[i]) << Name(i);
+  EXPECT_EQ(SegFileBytes(active_seg_), act_bytes + 3 * kRecord);
+  for (int i : segs[0]) EXPECT_EQ(Loc(i).segment, active_seg_) << Name(i);
+  // B's segments: every file of B's left where B wrote it, its segment files untouched.
+  for (const auto& [id, bytes] : bfiles) EXPECT_EQ(SegFileBytes(id), bytes) << id.node << "-" << id.seq;
+  for (int s = 0; s < 3; ++s) {
+    for (int i : bsegs[s]) {
+      EXPECT_EQ(Loc(i), bloc[i]) << Name(i);
+      ASSERT_NO_FATAL_FAILURE(ReadExact(i));
+    }
+  }
+  // Released: the next rounds empty it.
+  store_->UnpinRecord(held);
+  ASSERT_TRUE(WaitFor([](const StoreStats& st) { return st.cleaned_segments >= 2; }));
+  Settle();
+  EXPECT_FALSE(SegExists(s1));
+  for (int i : segs[1]) {
+    EXPECT_NE(Loc(i).segment, s1) << Name(i);
+    ASSERT_NO_FATAL_FAILURE(ReadExact(i));
+  }
+  for (int i : act) ASSERT_NO_FATAL_FAILURE(ReadExact(i));
 }
 
 }  // namespace

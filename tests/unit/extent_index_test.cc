@@ -287,6 +287,69 @@ TEST_F(ExtentIndexTest, CommitFileWithAMapAndUnlinkKeepAccountingExact) {
   EXPECT_EQ(db_->GetStats().files, 0u);
 }
 
+// IndexDb::SegmentInodes (the segment cleaner's list of the files to copy out of a segment, engine/
+// capacity.cc CleanSegments): exactly the committed inodes with a record in the segment, whatever other
+// segments, nodes or staged files share its key prefix, and it follows commit, renumber, MOVE, unlink
+// and DROP.
+TEST_F(ExtentIndexTest, SegmentInodesListsExactlyTheCommittedFilesOfASegment) {
+  using Inos = std::vector<uint64_t>;
+  auto inos = [&](const Location& l) {
+    auto r = db_->SegmentInodes(l.segment);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : Inos{{~0ull}};
+  };
+  const uint64_t d = Mkdir(kRootIno, "d");
+  // Segment 1 of n1: two plain files and the extent file's record A; segment 2: the extent file's
+  // record B and a plain file. Neighbouring keys: n1's segment 256 and (generation 2, seq 1), node n10's
+  // segment (1, 1), which share the bytes of n1's prefix up to the node name's end or the seq.
+  const uint64_t f1 = CommitNew(d, "f1", Rec("n1", 1, 1, 4096 * 700, 4096), 5).attr.ino;
+  const uint64_t f2 = CommitNew(d, "f2", Rec("n1", 1, 1, 4096 * 702, 4096), 5).attr.ino;
+  const uint64_t g = CommitNew(d, "g", Rec("n1", 1, 2, 4096 * 600, 4096), 5).attr.ino;
+  const uint64_t o1 = CommitNew(d, "o1", Rec("n10", 1, 1, 0, 4096), 5).attr.ino;
+  const uint64_t o2 = CommitNew(d, "o2", Rec("n1", 1, 256, 0, 4096), 5).attr.ino;
+  const uint64_t o3 = CommitNew(d, "o3", Rec("n1", 2, 1, 0, 4096), 5).attr.ino;
+  auto c = db_->CreateFile(d, "h", 0644, 0, 0, true);
+  ASSERT_TRUE(c.ok());
+  Attr a = c->attr;
+  a.size = 3 << 20;
+  ASSERT_TRUE(db_->CommitFile(c->attr.ino, Location{}, a, 5, {}, Ref(TwoSegmentMap(kA, kB))).ok());
+  const uint64_t h = c->attr.ino;
+  // A staged file (not committed) written into segment 1 is not listed: nothing live of it there.
+  ASSERT_TRUE(db_->CreateFile(d, "staged", 0644, 0, 0, true).ok());
+  EXPECT_EQ(inos(kA), (Inos{f1, f2, h}));
+  EXPECT_EQ(inos(kB), (Inos{g, h}));
+  EXPECT_EQ(inos(Rec("n10", 1, 1, 0, 1)), (Inos{o1}));
+  EXPECT_EQ(inos(Rec("n1", 1, 256, 0, 1)), (Inos{o2}));
+  EXPECT_EQ(inos(Rec("n1", 2, 1, 0, 1)), (Inos{o3}));
+  EXPECT_EQ(inos(Rec("n1", 1, 3, 0, 1)), Inos{});
+  EXPECT_EQ(inos(Rec("n", 1, 1, 0, 1)), Inos{});
+  // Renumber: the new inode number, not the old one.
+  auto rn = db_->Renumber(f2);
+  ASSERT_TRUE(rn.ok());
+  const uint64_t f2b = rn->attr.ino;
+  ASSERT_NE(f2b, f2);
+  EXPECT_EQ(inos(kA), (Inos{f1, h, f2b}));
+  // MOVE of the extent file's record A to segment 3 (what the cleaner journals): h leaves segment 1.
+  const Location a3 = Rec("n1", 1, 3, 4096, kA.length);
+  ASSERT_EQ(db_->ApplyMove("/d/h", kA, a3)->applied, 1u);
+  EXPECT_EQ(inos(kA), (Inos{f1, f2b}));
+  EXPECT_EQ(inos(a3), (Inos{h}));
+  EXPECT_EQ(inos(kB), (Inos{g, h}));
+  // Unlink: gone from its segment.
+  ASSERT_TRUE(db_->Unlink(d, "f1", 7).ok());
+  EXPECT_EQ(inos(kA), (Inos{f2b}));
+  // DROP of segment 2: g and h are gone, so h leaves segment 3 too; the others stay.
+  ASSERT_TRUE(db_->ApplyDrop(kB.segment).ok());
+  EXPECT_EQ(inos(kB), Inos{});
+  EXPECT_EQ(inos(a3), Inos{});
+  EXPECT_EQ(inos(kA), (Inos{f2b}));
+  EXPECT_EQ(inos(Rec("n10", 1, 1, 0, 1)), (Inos{o1}));
+  // And it persists (the segfiles keys are in the index, not in memory).
+  Reopen();
+  EXPECT_EQ(inos(kA), (Inos{f2b}));
+  EXPECT_EQ(inos(Rec("n1", 2, 1, 0, 1)), (Inos{o3}));
+}
+
 // A journal with v3 PUTs replays into the same index; a snapshot of it carries the maps (header entry
 // version 3), one without extent files keeps header entry version 2.
 TEST(ExtentReplayTest, JournalAndSnapshotWithVersion3Puts) {
