@@ -202,6 +202,9 @@ Status DeadlineEnv::Rename(const std::string& from, const std::string& to) {
   KVFS_DEADLINE_STATUS("rename", from, base->Rename(from, to));
 }
 Status DeadlineEnv::Remove(const std::string& path) { KVFS_DEADLINE_STATUS("unlink", path, base->Remove(path)); }
+Status DeadlineEnv::CreateExclusive(const std::string& path) {
+  KVFS_DEADLINE_STATUS("create exclusive", path, base->CreateExclusive(path));
+}
 Status DeadlineEnv::SyncDir(const std::string& dir) { KVFS_DEADLINE_STATUS("fsync dir", dir, base->SyncDir(dir)); }
 #undef KVFS_DEADLINE_STATUS
 

@@ -42,6 +42,13 @@ Status Env::CreateDirs(const std::string& path) {
   return CreateDir(path);
 }
 
+Status Env::CreateExclusive(const std::string& path) {
+  OpenOptions o;
+  o.write = o.create = o.exclusive = true;
+  auto f = Open(path, o);
+  return f.ok() ? Status::OK() : f.status();
+}
+
 Status Env::ReadFileToString(const std::string& path, std::string* out) {
   auto f = Open(path, OpenOptions{});
   if (!f.ok()) return f.status();

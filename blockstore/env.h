@@ -125,6 +125,12 @@ class Env {
   // rename(2): atomic replace.
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
   virtual Status Remove(const std::string& path) = 0;
+  // Creates an empty file at path; Exists if something is there. Atomic against other nodes' creates of
+  // the same path: the one arbitration primitive the export offers (POSIX / NFS: open O_CREAT|O_EXCL,
+  // which an NFS server decides, then close: OPEN + CLOSE; an object store: a conditional PUT,
+  // If-None-Match: *, that recognises its own retried request). Used for link(2) claims
+  // (engine/link_arbiter.h). Default: Open(create, exclusive).
+  virtual Status CreateExclusive(const std::string& path);
   virtual Status GetChildren(const std::string& dir, std::vector<std::string>* names) = 0;  // no . / ..
   // GetChildren, plus the sizes the listing itself gave: an object store's listing carries each object's
   // size (S3TierEnv: the bucket's objects not shadowed by a staged file), a directory's does not (this

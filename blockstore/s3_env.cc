@@ -277,23 +277,53 @@ void S3TierEnv::set_conditional_put(bool honoured) {
   conditional_ = honoured;
 }
 
-Status S3TierEnv::ClaimGeneration(const std::string& node_dir, uint64_t generation, const std::string& owner_text) {
-  bool conditional = false;
-  {
-    std::lock_guard<std::mutex> l(probe_mu_);
-    if (!conditional_) {
-      std::mt19937_64 rng(std::random_device{}());
-      auto probed = ProbeConditionalPut(client_.get(), KeyOf(node_dir) + "/claim-probe-" + std::to_string(rng() >> 1));
-      if (!probed.ok()) return probed.status();
-      conditional_ = *probed;
-      if (!*probed) {
-        spdlog::warn("kvfs: s3: the server ignores If-None-Match: * on PUT: generation claims use the timed "
-                     "fallback (a claim waits {} ms; safe while a PUT completes within that; docs/s3.md)",
-                     claim_wait_ms_.load());
-      }
+Result<bool> S3TierEnv::ConditionalPuts(const std::string& probe_dir) {
+  std::lock_guard<std::mutex> l(probe_mu_);
+  if (!conditional_) {
+    std::mt19937_64 rng(std::random_device{}());
+    auto probed = ProbeConditionalPut(client_.get(), KeyOf(probe_dir) + "/claim-probe-" + std::to_string(rng() >> 1));
+    if (!probed.ok()) return probed.status();
+    conditional_ = *probed;
+    if (!*probed) {
+      spdlog::warn("kvfs: s3: the server ignores If-None-Match: * on PUT: generation claims use the timed "
+                   "fallback (a claim waits {} ms; safe while a PUT completes within that), and link(2) claims "
+                   "are a HEAD then a PUT, not atomic across nodes (docs/s3.md)",
+                   claim_wait_ms_.load());
     }
-    conditional = *conditional_;
   }
+  return *conditional_;
+}
+
+// A link claim (engine/link_arbiter.h) as an object: a conditional PUT whose body is a nonce of this call,
+// so that a retry after a lost answer that finds the object recognises it as its own.
+Status S3TierEnv::CreateExclusive(const std::string& path) {
+  const Kind kind = KindOf(path);
+  if (kind != Kind::kThrough) return local_->CreateExclusive(path);
+  const size_t slash = path.find_last_of('/');
+  auto conditional = ConditionalPuts(slash == std::string::npos ? root_ : path.substr(0, slash));
+  if (!conditional.ok()) return conditional.status();
+  const std::string key = KeyOf(path);
+  std::mt19937_64 rng(std::random_device{}());
+  const std::string nonce = "nonce=" + std::to_string(rng() >> 1) + "\n";
+  S3PutOptions o;
+  if (*conditional) {
+    o.if_none_match = true;
+  } else {
+    auto h = client_->Head(key);
+    if (h.ok()) return Status::Exists("create " + path + ": the object exists (s3 key " + key + ")");
+    if (!h.status().IsNotFound()) return h.status();
+  }
+  Status s = client_->Put(key, nonce, o);
+  if (!s.IsExists()) return s;
+  auto theirs = client_->GetAll(key);
+  if (theirs.ok() && *theirs == nonce) return Status::OK();
+  return Status::Exists("create " + path + ": the object exists (s3 key " + key + ")");
+}
+
+Status S3TierEnv::ClaimGeneration(const std::string& node_dir, uint64_t generation, const std::string& owner_text) {
+  auto conditional_r = ConditionalPuts(node_dir);
+  if (!conditional_r.ok()) return conditional_r.status();
+  const bool conditional = *conditional_r;
   char gen[32];
   std::snprintf(gen, sizeof(gen), "%020llu", static_cast<unsigned long long>(generation));
   const std::string base = KeyOf(node_dir) + "/claim-" + gen + "-";

@@ -85,6 +85,7 @@ class S3TierEnv : public Env, public ObjectTier {
   Status CreateDir(const std::string& path) override;
   Status Rename(const std::string& from, const std::string& to) override;
   Status Remove(const std::string& path) override;
+  Status CreateExclusive(const std::string& path) override;
   Status GetChildren(const std::string& dir, std::vector<std::string>* names) override;
   Status GetChildrenWithSizes(const std::string& dir, std::vector<std::string>* names,
                               std::map<std::string, uint64_t>* sizes) override;
@@ -122,6 +123,8 @@ class S3TierEnv : public Env, public ObjectTier {
   std::atomic<uint32_t> claim_wait_ms_{5000};
   mutable std::mutex probe_mu_;
   std::optional<bool> conditional_;  // guarded by probe_mu_
+  // Whether the server honours If-None-Match: * (probed once with a key under probe_dir).
+  Result<bool> ConditionalPuts(const std::string& probe_dir);
 };
 
 // "s3://BUCKET/PREFIX" -> bucket, key prefix ("" or ending in '/'). InvalidArgument otherwise.

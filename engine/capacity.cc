@@ -211,6 +211,7 @@ void StoreImpl::EvictLoop() {
     l.unlock();
     EvictOnce();
     FlushAtimes(false);  // the reads' atime notes, about a second after the first (Store::NoteRead)
+    if (arbiter_) arbiter_->Tick();  // link claims due for removal; a bounded step of the sweep
     l.lock();
   }
 }

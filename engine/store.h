@@ -57,6 +57,10 @@ struct StoreOptions {
   bool direct_io = true;
   bool force_takeover = false;          // take over the node directory even if its owner looks alive
   bool atime = true;                    // reads update atime with relatime rules (Store::NoteRead); false = noatime
+  // link(2) of a regular file claims the new name on the export first (engine/link_arbiter.h): of several
+  // nodes linking one name at once exactly one gets 0. false: only this node's index decides (two nodes
+  // racing may both get 0; one exclusive create and one removal fewer per link). kvfs mount --link-claims.
+  bool link_claims = true;
   // An object tier behind env (an S3 backing: env is an S3TierEnv over a local staging directory, and
   // backing_dir is that directory). Then sealed segments are uploaded and the journal is published up to
   // the last entry whose segments are all in the bucket (engine/store_tier.cc, docs/s3.md); periodic
@@ -297,6 +301,10 @@ struct StoreStats {
   // delta / as a whole map, with their encoded content bytes; peers' deltas this index could not resolve
   // (applied as UNLINK).
   uint64_t delta_puts = 0, delta_put_bytes = 0, map_puts = 0, map_put_bytes = 0, peer_unresolved_deltas = 0;
+  // link(2) claims on the export (engine/link_arbiter.h): won, lost to another link, abandoned claims
+  // passed over, claims removed, crash leftovers swept, claims waiting for their removal (gauge).
+  uint64_t link_claims_won = 0, link_claims_lost = 0, link_claims_abandoned = 0, link_claims_removed = 0,
+           link_claims_swept = 0, link_claims_pending = 0;
   // Capacity and eviction.
   uint64_t node_segment_bytes = 0;        // this node's segment files (excluding those awaiting unlink)
   uint64_t segments_dropped = 0, segment_bytes_dropped = 0, segments_unlinked = 0;

@@ -63,6 +63,7 @@
 #include "engine/checkpoint.h"
 #include "engine/eviction_policy.h"
 #include "engine/group_commit.h"
+#include "engine/link_arbiter.h"
 #include "engine/peer_tailer.h"
 #include "engine/read_admission.h"
 #include "engine/record_meta_cache.h"
@@ -131,6 +132,16 @@ class StoreImpl final : public Store {
   }
   // RENAME_EXCHANGE (store_namespace.cc); ns_mu_ held.
   Status ExchangeLocked(uint64_t parent, std::string_view name, uint64_t new_parent, std::string_view new_name);
+  // link(2) (store_namespace.cc): claims across nodes (arbiter_), then BindLink.
+  struct LinkClaimCheck {
+    std::string path, incarnation;
+  };
+  Result<Node> BindLink(uint64_t ino, const Location* loc, const Attr* attr, uint64_t new_parent,
+                          std::string_view new_name, const ExtentMapRef* ext, const LinkClaimCheck* check);
+  std::string LinkIncarnationLocked(const std::string& path);
+  void AwaitLinkedName(uint64_t parent, std::string_view name);
+  static constexpr auto kLinkLostWait = std::chrono::milliseconds(2000);
+  std::unique_ptr<LinkArbiter> arbiter_;  // null with StoreOptions::link_claims off
   Result<Node> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev, uint32_t uid,
                      uint32_t gid) override;
   Result<Node> Symlink(uint64_t parent, std::string_view name, std::string_view target, uint32_t uid,

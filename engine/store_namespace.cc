@@ -188,13 +188,72 @@ Status StoreImpl::ExchangeLocked(uint64_t parent, std::string_view name, uint64_
   return Status::OK();
 }
 
-// link(2) as a second committed inode over the same record (docs/semantics.md §2 "link"): an applied
-// PUT of the new path with this node's stamp, so the index does exactly what replay and peers do with
-// the journaled PUT (segment live bytes/records and segfiles count the record once per name, so it is
-// dead space only when the last name goes).
+// The incarnation of a path for link claims (engine/link_arbiter.h): its tombstone, "" if none.
+// Requires ns_mu_.
+std::string StoreImpl::LinkIncarnationLocked(const std::string& path) {
+  auto t = index_->GetTombstone(path);
+  if (!t.ok()) return {};
+  return std::to_string(t->stamp) + "/" + t->node;
+}
+
+// link(2) of a regular file (docs/semantics.md "link"). With claims on (the default), the new name is
+// first claimed on the export (LinkArbiter): of several nodes linking one name before any has applied
+// another's PUT, exactly one gets 0, the others EEXIST. A loser waits (kLinkLostWait at most) for the
+// winner's PUT to reach its index, so that the name it was told exists opens at once.
 Result<Node> StoreImpl::Link(uint64_t ino, const Location* loc, const Attr* attr, uint64_t new_parent,
                              std::string_view new_name, const ExtentMapRef* ext) {
   KVFS_RETURN_IF_ERROR(Fenced());
+  if (!arbiter_) return BindLink(ino, loc, attr, new_parent, new_name, ext, nullptr);
+  for (int round = 0;; ++round) {
+    std::string path, incarnation;
+    {
+      std::lock_guard<std::mutex> l(ns_mu_);
+      auto existing = index_->Lookup(new_parent, new_name);
+      if (existing.ok()) return Status::Exists("link: the new name exists");
+      if (!existing.status().IsNotFound()) return existing.status();
+      auto p = PathOf(new_parent, new_name);
+      if (!p.ok()) return p.status();
+      path = std::move(*p);
+      incarnation = LinkIncarnationLocked(path);
+    }
+    auto claim = arbiter_->TryClaim(path, incarnation);
+    if (!claim.ok()) return claim.status();
+    if (!claim->won) {
+      AwaitLinkedName(new_parent, new_name);
+      return Status::Exists("link: " + path + " was claimed by another link(2)");
+    }
+    const LinkClaimCheck check{path, incarnation};
+    auto r = BindLink(ino, loc, attr, new_parent, new_name, ext, &check);
+    if (r.ok()) {
+      arbiter_->Keep(claim->file);
+      return r;
+    }
+    arbiter_->Release(claim->file);
+    // The name was removed and its tombstone changed (or it moved) while we claimed: claim again.
+    if (!r.status().IsBusy()) return r.status();
+    if (round >= 3) return Status::Exists("link: the new name kept changing while it was claimed");
+  }
+}
+
+void StoreImpl::AwaitLinkedName(uint64_t parent, std::string_view name) {
+  const auto until = std::chrono::steady_clock::now() + kLinkLostWait;
+  while (std::chrono::steady_clock::now() < until) {
+    {
+      std::lock_guard<std::mutex> l(ns_mu_);
+      if (index_->Lookup(parent, name).ok()) return;
+    }
+    if (tailer_) tailer_->RequestRefresh();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// link(2) as a second committed inode over the same record: an applied PUT of the new path with this
+// node's stamp, so the index does exactly what replay and peers do with the journaled PUT (segment live
+// bytes/records and segfiles count the record once per name, so it is dead space only when the last
+// name goes). check: the claim taken for the new name (Busy if the name's path or incarnation changed
+// since), or null without claims.
+Result<Node> StoreImpl::BindLink(uint64_t ino, const Location* loc, const Attr* attr, uint64_t new_parent,
+                                   std::string_view new_name, const ExtentMapRef* ext, const LinkClaimCheck* check) {
   std::lock_guard<std::mutex> l(ns_mu_);
   auto src = index_->GetInode(ino);
   if (!src.ok()) return src.status();
@@ -218,6 +277,9 @@ Result<Node> StoreImpl::Link(uint64_t ino, const Location* loc, const Attr* attr
   if (!existing.status().IsNotFound()) return existing.status();
   auto path = PathOf(new_parent, new_name);
   if (!path.ok()) return path.status();
+  if (check && (*path != check->path || LinkIncarnationLocked(*path) != check->incarnation)) {
+    return Status::Busy("link: the new name changed while it was claimed");
+  }
   if (evict_enabled_) {
     std::lock_guard<std::mutex> c(cap_mu_);
     for (const Location& rec : records) {

@@ -92,6 +92,11 @@ Status StoreImpl::Init() {
   auto acquired = NodeDir::Acquire(nd);
   if (!acquired.ok()) return acquired.status();
   node_dir_ = std::move(*acquired);
+  if (opts_.link_claims) {
+    arbiter_ = std::make_unique<LinkArbiter>(env_, opts_.backing_dir,
+                                             HeartbeatFilePath(opts_.backing_dir, opts_.node_id));
+    KVFS_RETURN_IF_ERROR(arbiter_->Init());
+  }
   spdlog::info("kvfs: node {} generation {} ({})", opts_.node_id, node_dir_->generation(),
                node_dir_->takeover_reason());
 
@@ -327,6 +332,9 @@ Status StoreImpl::Close() {
   if (tailer_) tailer_->Stop();
   SweepPeerHolds(true);  // every hold of a peer's segment was released with the last handle
   Status s = Sync();
+  // The links' PUTs are durable: their claims go now (a peer that has not applied one yet answers from
+  // its index within a poll or two).
+  if (arbiter_ && s.ok()) arbiter_->Tick(true);
   if (!s.ok()) {
     // Entries are owed to the journal (a full or failing backing store). The evictor is stopped, so
     // RESERVE is freed here for the journal; then a few more tries before the failure is reported

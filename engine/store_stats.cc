@@ -132,6 +132,15 @@ StoreStats StoreImpl::GetStats() {
   s.delta_put_bytes = delta_put_bytes_;
   s.map_puts = map_puts_;
   s.map_put_bytes = map_put_bytes_;
+  if (arbiter_) {
+    const LinkArbiter::Stats a = arbiter_->GetStats();
+    s.link_claims_won = a.won;
+    s.link_claims_lost = a.lost;
+    s.link_claims_abandoned = a.abandoned;
+    s.link_claims_removed = a.removed;
+    s.link_claims_swept = a.swept;
+    s.link_claims_pending = a.pending;
+  }
   s.peer_polls = peers.polls;
   {
     std::lock_guard<std::mutex> l(cap_mu_);

@@ -72,6 +72,11 @@ int main(int argc, char** argv) {
   mount->add_option("--seal-after-ms", ma.seal_after_ms,
                     "S3: seal (and upload) the active segment once it has held files this long, so other nodes "
                     "see them within about this bound (default 0: when full, or at unmount)");
+  mount->add_option("--link-claims", ma.link_claims,
+                    "on|off: link(2) of a file first claims the new name on the export (an exclusive create), "
+                    "so that of several nodes linking one name at once exactly one gets 0 (default on; off: "
+                    "one node's index decides, two nodes racing may both get 0)")
+      ->check(CLI::IsMember({"on", "off"}));
   mount->add_option("--node-id", ma.node_id, "this node's id (default: host name)");
   mount->add_option("--index-dir", ma.index_dir,
                     "local RocksDB index directory (default /var/lib/kvfs/<hash-of-backing>-<node>)");

@@ -252,6 +252,7 @@ int RunMount(MountArgs a) {
   // (docs/s3.md "Idle cost"); a lookup miss still polls at once.
   so.peer_poll_max_ms = a.peer_poll_max_ms > 0 ? a.peer_poll_max_ms : !a.s3_url.empty() ? 10000 : 0;
   so.seal_after_ms = a.seal_after_ms;
+  so.link_claims = a.link_claims == "on";
   // Every read's backing calls end within the deadline together (a FUSE READ never waits past it).
   so.read_deadline_ms = a.backing_deadline_ms;
   // TEST ONLY (not in --help): KVFS_TEST_DEAD_SEGMENT_AGE_MS and KVFS_TEST_DROP_GRACE_MS shorten the

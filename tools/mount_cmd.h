@@ -61,6 +61,7 @@ struct MountArgs {
   // addressing, a CA bundle, and the local staging directory (the active segment, sealed segments until
   // their upload, the journal until its publication, copies of the small files).
   std::string s3_endpoint, s3_region = "us-east-1", s3_ca, s3_staging;
+  std::string link_claims = "on";  // on | off: link(2) claims the new name on the export (StoreOptions::link_claims)
   uint32_t seal_after_ms = 0;  // S3: seal the active segment once it held records this long (0 = when full)
   uint32_t s3_read_parts = 4;  // S3: ranged GETs in flight per large read (S3Config::read_parts)
   std::string s3_read_split_min = "4MiB";  // S3: the smallest read split into parts (S3Config::read_split_min)

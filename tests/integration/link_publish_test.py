@@ -13,6 +13,8 @@ syscalls. python3 stdlib only.
                    they were, dead bytes grew).
   Peer             a second node over the same backing sees the final name with the right bytes (and not
                    the temp).
+  TwoNodeRace      two nodes link one final name at the same moment: exactly one 0 (the claim on the
+                   export), both read the winner's bytes; after an unlink a new race; claims removed at unmount.
   Crash            links made before fsync(dirfd) survive SIGKILL of the daemon + remount.
 
 Environment: kvfs_fixture's KVFS_BINARY, KVFS_TEST_KEEP, KVFS_TEST_LOG.
@@ -210,6 +212,72 @@ class LinkAcrossNodesAndCrash(kf.SharedBackingCase):
         # node b publishing a name a already has: EEXIST there too once it has seen it
         self.assertFalse(publish(db, "p0", pattern("b-other", 1000)))
         self.assertTrue(kf.read_file(os.path.join(db, "p0")) == want["p0"])
+
+    def race_round(self, mnts, d, keys, tag):
+        """Each node links its own temp to every key at the same moment (a barrier per key); returns
+        {key: [errno or 0 per node]} and the bytes each node's temp held."""
+        datas = {}
+        for n, m in enumerate(mnts):
+            for k in keys:
+                datas[(n, k)] = pattern("%s-%d-%s" % (tag, n, k), 64 * KIB + n)
+                kf.write_file(os.path.join(m, d, "%s.tmp%d" % (k, n)), datas[(n, k)],
+                              os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        results = {k: [None] * len(mnts) for k in keys}
+        barrier = threading.Barrier(len(mnts))
+
+        def run(n):
+            for k in keys:
+                barrier.wait()
+                try:
+                    os.link(os.path.join(mnts[n], d, "%s.tmp%d" % (k, n)), os.path.join(mnts[n], d, k))
+                    results[k][n] = 0
+                except OSError as e:
+                    results[k][n] = e.errno
+        threads = [threading.Thread(target=run, args=(n,)) for n in range(len(mnts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for n, m in enumerate(mnts):
+            for k in keys:
+                os.unlink(os.path.join(m, d, "%s.tmp%d" % (k, n)))
+        return results, datas
+
+    def test_two_nodes_racing_link_exactly_one_wins(self):
+        """Two nodes link one final name at the same moment, before either has applied the other's PUT:
+        exactly one gets 0 (the claim on the export decides), both then read the winner's bytes; after an
+        unlink the name is a new race (a fresh claim, not a loss to the old one); the claims are removed
+        at unmount."""
+        mnts = []
+        for name in ("a", "b"):
+            m, _, _ = self.stack.enter_context(
+                kf.mounted(backing=self.node(name), node_id=name, peer_poll_ms=200, group_commit_ms=20))
+            mnts.append(m)
+        for m in mnts:
+            os.mkdir(os.path.join(m, "kv"))
+        keys = ["k%02d" % i for i in range(12)]
+        for rnd in range(2):
+            results, datas = self.race_round(mnts, "kv", keys, "r%d" % rnd)
+            for k in keys:
+                self.assertEqual(sorted(results[k]), [0, errno.EEXIST], "round %d key %s: %s" % (rnd, k, results[k]))
+            for k in keys:
+                winner = results[k].index(0)
+                for n, m in enumerate(mnts):
+                    p = os.path.join(m, "kv", k)
+                    self.assertTrue(wait_for(lambda: kf.read_file(p) == datas[(winner, k)]
+                                             if os.path.exists(p) else False, 10.0),
+                                    "round %d: node %d reads %s as node %d's bytes" % (rnd, n, k, winner))
+            won = [kf.stats(m)["link_claims"]["won"] for m in mnts]
+            self.assertEqual(sum(won), len(keys) * (rnd + 1), won)
+            if rnd == 0:
+                for k in keys:  # unlinked on a, gone on b: the next round is a new race for each name
+                    os.unlink(os.path.join(mnts[0], "kv", k))
+                for k in keys:
+                    self.assertTrue(wait_for(lambda: not os.path.exists(os.path.join(mnts[1], "kv", k)), 10.0), k)
+        links = os.path.join(self.backing, ".kvfs", "v1", "links")
+        self.assertEqual(len(os.listdir(links)), 2 * len(keys), "one claim per won link until its removal")
+        self.stack.close()
+        self.assertEqual(os.listdir(links), [], "a clean unmount removes its claims")
 
     def test_survives_sigkill_after_fsyncdir(self):
         s = self.node("c")

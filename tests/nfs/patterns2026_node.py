@@ -3,9 +3,10 @@ client of one export: run on each node of the NFS test bed by `tests/nfs/multino
 with kvfs already mounted at $MNT (--backing $KVFS_NFS/kvfs, own node id and index dir, --peer-direct-io).
 
   1. link publish race (LMCache fs_native): both nodes write their own bytes to a unique O_EXCL temp,
-     fsync, then at one barrier link(tmp, final), unlink(tmp), fsync(dirfd). At least one link returns 0;
-     every read of `final` on either node is one of the two files whole (never a mix or a short file),
-     and both nodes converge on the same bytes.
+     fsync, then at one barrier link(tmp, final), unlink(tmp), fsync(dirfd), then link 8 more temps to
+     final0..final7 one after the other. For every name exactly one node's link returns 0 and the
+     other's EEXIST (the claim on the export, design.md §5 "link(2) across nodes"); every read of `final`
+     on either node is the winner's file whole (never a mix or a short file), on both nodes.
   2. writes straight to the final name (Dynamo G4, VUA, SGLang nixl): A writes 8 MiB to its final name
      in 8 pieces, 0.3 s apart, then closes; B polls the name all along: every observation is ENOENT or
      the whole file (never a partial size or partial bytes), and it sees the whole file after A's close.
@@ -70,15 +71,36 @@ try:
 except OSError as e:
     linked = errno.errorcode.get(e.errno, str(e.errno))
 os.unlink(tmp)
+more = []
+for i in range(8):
+    t = "%s/final%d.tmp.%s.%d" % (P, i, N, os.getpid())
+    fd = os.open(t, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    os.write(fd, mine[:64 * 1024])
+    os.close(fd)
+    more.append(t)
+barrier("p1-more")
+rcs = []
+for i, t in enumerate(more):
+    try:
+        os.link(t, "%s/final%d" % (P, i))
+        rcs.append(0)
+    except OSError as e:
+        rcs.append(errno.errorcode.get(e.errno, str(e.errno)))
+    os.unlink(t)
 dfd = os.open(P, os.O_RDONLY | os.O_DIRECTORY)
 os.fsync(dfd)
 os.close(dfd)
-sig("p1-linked-" + N, json.dumps({"rc": linked, "sha": sha(mine)}))
+sig("p1-linked-" + N, json.dumps({"rc": linked, "sha": sha(mine), "rcs": rcs}))
 theirs = json.loads(wait("p1-linked-" + OTHER))
 shas = {sha(mine): N, theirs["sha"]: OTHER}
-say("1. link(tmp, final): this node %s, the other %s" % (linked, theirs["rc"]))
-if linked != 0 and theirs["rc"] != 0:
-    fail("1. neither node's link returned 0 (%s, %s)" % (linked, theirs["rc"]))
+say("1. link(tmp, final): this node %s, the other %s; final0..7: this node %s, the other %s"
+    % (linked, theirs["rc"], rcs, theirs["rcs"]))
+if sorted([str(linked), str(theirs["rc"])]) != ["0", "EEXIST"]:
+    fail("1. link(tmp, final): expected exactly one 0 and one EEXIST, got %s and %s" % (linked, theirs["rc"]))
+for i, (x, y) in enumerate(zip(rcs, theirs["rcs"])):
+    if sorted([str(x), str(y)]) != ["0", "EEXIST"]:
+        fail("1. link(tmp, final%d): expected exactly one 0 and one EEXIST, got %s and %s" % (i, x, y))
+winner = N if linked == 0 else OTHER
 observed, bad = [], []
 
 
@@ -98,6 +120,8 @@ sig("p1-seen-" + N, observed[-1] if observed else "?")
 other_seen = wait("p1-seen-" + OTHER)
 if observed and other_seen != observed[-1]:
     fail("1. the nodes did not converge: this node reads %s's bytes, the other %s's" % (observed[-1], other_seen))
+if observed and observed[-1] != winner:
+    fail("1. final reads %s's bytes, but %s's link won" % (observed[-1], winner))
 else:
     say("1. both nodes read %s's bytes under final (%d reads, all whole)" % (observed[-1] if observed else "?",
                                                                            len(observed)))

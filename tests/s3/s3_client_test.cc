@@ -1063,6 +1063,37 @@ TEST_F(S3ClientTest, GenerationClaimsHaveOneWinner) {
   std::filesystem::remove_all(root);
 }
 
+// Link claims on S3 (S3TierEnv::CreateExclusive, engine/link_arbiter.h): two nodes creating one claim
+// at once, exactly one OK, the other Exists; the object exists in the bucket afterwards; a create of
+// a path already there is Exists; Remove deletes it and the name can be claimed again.
+TEST_F(S3ClientTest, LinkClaimsHaveOneWinner) {
+  char tmpl[] = "/tmp/kvfs-s3link-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl;
+  std::shared_ptr<S3Client> shared(std::move(client_));
+  S3TierEnv a(shared, "l/", root), b(shared, "l/", root);
+  ASSERT_TRUE(a.CreateDirs(root + "/.kvfs/v1/links").ok());
+  for (int i = 0; i < 4; ++i) {
+    const std::string claim = root + "/.kvfs/v1/links/c" + std::to_string(i);
+    Status sa, sb;
+    std::thread ta([&] { sa = a.CreateExclusive(claim); });
+    std::thread tb([&] { sb = b.CreateExclusive(claim); });
+    ta.join();
+    tb.join();
+    EXPECT_TRUE(sa.ok() != sb.ok()) << i << ": " << sa.ToString() << " / " << sb.ToString();
+    EXPECT_TRUE(sa.ok() || sa.IsExists()) << sa.ToString();
+    EXPECT_TRUE(sb.ok() || sb.IsExists()) << sb.ToString();
+    EXPECT_TRUE(shared->Head("l/.kvfs/v1/links/c" + std::to_string(i)).ok());
+    EXPECT_TRUE(a.CreateExclusive(claim).IsExists());
+  }
+  EXPECT_EQ(a.conditional_put(), std::optional<bool>(true));
+  const std::string c0 = root + "/.kvfs/v1/links/c0";
+  ASSERT_TRUE(b.Remove(c0).ok());
+  EXPECT_TRUE(shared->Head("l/.kvfs/v1/links/c0").status().IsNotFound());
+  EXPECT_TRUE(a.CreateExclusive(c0).ok());
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
 }  // namespace kvfs
 

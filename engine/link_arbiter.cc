@@ -1,0 +1,147 @@
+// LinkArbiter (link_arbiter.h): claims of link(2) names on the export.
+#include "engine/link_arbiter.h"
+
+#include <spdlog/spdlog.h>
+#include <xxhash.h>
+
+#include <cstdio>
+
+#include "blockstore/log.h"
+#include "blockstore/node_dir.h"
+
+namespace kvfs {
+
+LinkArbiter::LinkArbiter(Env* env, const std::string& backing, std::string heartbeat)
+    : env_(env), dir_(KvfsRootPath(backing) + "/links"), heartbeat_(std::move(heartbeat)) {}
+
+Status LinkArbiter::Init() { return env_->CreateDirs(dir_); }
+
+std::string LinkArbiter::ClaimFile(const std::string& path, const std::string& incarnation, int chain) const {
+  std::string key = path;
+  key.push_back('\0');
+  key += incarnation;
+  const XXH128_hash_t h = XXH3_128bits(key.data(), key.size());
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                static_cast<unsigned long long>(h.low64));
+  std::string file = dir_ + "/" + buf;
+  if (chain > 0) file += "." + std::to_string(chain);
+  return file;
+}
+
+Result<LinkArbiter::Claim> LinkArbiter::TryClaim(const std::string& path, const std::string& incarnation) {
+  for (int chain = 0; chain <= kMaxChain; ++chain) {
+    const std::string file = ClaimFile(path, incarnation, chain);
+    Status s = env_->CreateExclusive(file);
+    const auto now = Clock::now();
+    std::lock_guard<std::mutex> l(mu_);
+    if (s.ok()) {
+      seen_.erase(file);
+      stats_.won++;
+      return Claim{true, file};
+    }
+    if (!s.IsExists()) return s;
+    auto it = seen_.try_emplace(file, now).first;
+    if (now - it->second < stale_) {
+      stats_.lost++;
+      return Claim{false, {}};
+    }
+    stats_.abandoned++;  // seen for stale_ without its name appearing: the next link of the chain decides
+  }
+  return Status::IOError("link: more than " + std::to_string(kMaxChain) + " abandoned claims of " + path + " in " +
+                         dir_);
+}
+
+void LinkArbiter::Keep(const std::string& file) {
+  std::lock_guard<std::mutex> l(mu_);
+  pending_.emplace_back(Clock::now() + ttl_, file);
+}
+
+void LinkArbiter::Release(const std::string& file) {
+  Status s = env_->Remove(file);
+  if (!s.ok() && !s.IsNotFound()) {
+    LogLimited(spdlog::level::warn, "link-claim", "kvfs: removing link claim {}: {}", file, s.ToString());
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  stats_.removed++;
+}
+
+void LinkArbiter::Tick(bool all) {
+  const auto now = Clock::now();
+  for (;;) {
+    std::string file;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (pending_.empty() || (!all && pending_.front().first > now)) break;
+      file = std::move(pending_.front().second);
+      pending_.pop_front();
+    }
+    Release(file);
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    // A sighting older than 2 x stale_ is forgotten: a claim seen again later starts a new count (it may
+    // be a new claim under the same key: a name evicted without a tombstone and linked again).
+    std::erase_if(seen_, [&](const auto& kv) { return now - kv.second >= 2 * stale_; });
+  }
+  if (!all) SweepStep();
+}
+
+void LinkArbiter::SweepStep() {
+  std::vector<std::string> batch;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (sweep_names_.empty() && Clock::now() < next_sweep_) return;
+  }
+  bool start = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    start = sweep_names_.empty();
+    if (start) next_sweep_ = Clock::now() + kSweepEvery;
+  }
+  if (start) {
+    auto hb = env_->Stat(heartbeat_);
+    std::vector<std::string> names;
+    Status s = env_->GetChildren(dir_, &names);
+    if (!hb.ok() || hb->mtime_ns == 0 || !s.ok()) return;  // no server clock here (S3): claims are not swept
+    std::lock_guard<std::mutex> l(mu_);
+    sweep_now_ns_ = hb->mtime_ns;
+    sweep_names_ = std::move(names);
+  }
+  int64_t now_ns = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const size_t n = std::min(sweep_names_.size(), kSweepStatsPerStep);
+    batch.assign(sweep_names_.end() - static_cast<std::ptrdiff_t>(n), sweep_names_.end());
+    sweep_names_.resize(sweep_names_.size() - n);
+    now_ns = sweep_now_ns_;
+  }
+  const int64_t age_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(sweep_age_).count();
+  uint64_t swept = 0;
+  for (const std::string& name : batch) {
+    const std::string file = dir_ + "/" + name;
+    auto st = env_->Stat(file);
+    if (!st.ok() || st->is_dir || st->mtime_ns == 0 || now_ns - st->mtime_ns < age_ns) continue;
+    Status s = env_->Remove(file);
+    if (s.ok()) swept++;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  stats_.swept += swept;
+}
+
+LinkArbiter::Stats LinkArbiter::GetStats() {
+  std::lock_guard<std::mutex> l(mu_);
+  Stats s = stats_;
+  s.pending = pending_.size();
+  return s;
+}
+
+void LinkArbiter::SetAgesForTest(std::chrono::milliseconds stale, std::chrono::milliseconds ttl,
+                                 std::chrono::milliseconds sweep_age) {
+  std::lock_guard<std::mutex> l(mu_);
+  stale_ = stale;
+  ttl_ = ttl;
+  sweep_age_ = sweep_age;
+}
+
+}  // namespace kvfs

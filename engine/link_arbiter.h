@@ -1,0 +1,105 @@
+// LinkArbiter: exactly one winner when several nodes link(2) the same new name at once (the LMCache
+// fs_native publish: unique O_EXCL temp, write, close, `link(tmp, final)`, EEXIST = another writer won).
+//
+// Each node checks its own index first; two nodes that link one name before either has applied the
+// other's PUT both find it absent there. They then race for a *claim* on the export: an exclusive create
+// of the empty file <backing>/.kvfs/v1/links/<key> (Env::CreateExclusive: an O_EXCL open, which an NFS
+// server decides atomically; a conditional PUT, If-None-Match: *, on S3). The key is XXH3-128 of the
+// path and its *incarnation*: the path's tombstone in the index (stamp and node of the last UNLINK or
+// rename-away of that path; none for a name never removed). Every node that has applied the same
+// history derives the same key, and a name unlinked and linked again is a new race under a fresh key,
+// not a loss to the claim of its previous life. docs/design.md §5 "link(2) across nodes".
+//
+// Abandoned claims: a claim this node has seen for kStaleAfter while the name stayed absent from its
+// index (its creator crashed between the claim and its PUT, or the file was evicted at once) no longer
+// decides: the next claim goes to <key>.1, then .2, ... (the same race among the nodes that found it
+// abandoned), at most kMaxChain.
+//
+// Removal: the creator removes a claim kClaimTtl after its link (ExpireDue, off the FUSE threads): by
+// then every live peer has applied the PUT and answers EEXIST from its own index. A crash leaves its
+// claims; Sweep removes, in bounded steps, claims whose mtime is kSweepAge older than this node's
+// HEARTBEAT (both are the server's clock).
+//
+// Costs (backing operations per link(2) of a regular file): a won claim is one exclusive create (NFS:
+// OPEN + CLOSE) and, a minute later, one REMOVE off the FUSE thread; a lost one is the refused create.
+// Thread safety: every method is thread-safe (mu_ guards the pending removals, the sightings and the
+// sweep's state); no lock is held across a backing call.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "blockstore/env.h"
+#include "blockstore/status.h"
+
+namespace kvfs {
+
+class LinkArbiter {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::seconds kStaleAfter{30};
+  static constexpr std::chrono::seconds kClaimTtl{60};
+  static constexpr std::chrono::seconds kSweepAge{600};
+  static constexpr std::chrono::seconds kSweepEvery{3600};
+  static constexpr size_t kSweepStatsPerStep = 64;
+  static constexpr int kMaxChain = 16;
+
+  // backing: the export's root (StoreOptions::backing_dir); heartbeat: this node's HEARTBEAT file (the
+  // server's clock for Sweep).
+  LinkArbiter(Env* env, const std::string& backing, std::string heartbeat);
+
+  // The claims directory: <backing>/.kvfs/v1/links.
+  const std::string& dir() const { return dir_; }
+  // mkdir -p of dir().
+  Status Init();
+
+  struct Claim {
+    bool won = false;
+    std::string file;  // won: the claim file this node created (for Keep / Release)
+  };
+  // Races for (path, incarnation). won: this node holds the claim; !won: a live claim of another
+  // link(2) holds it (the caller answers EEXIST). Backing errors pass on (the caller fails the link);
+  // a chain longer than kMaxChain is EIO.
+  Result<Claim> TryClaim(const std::string& path, const std::string& incarnation);
+  // The link published (its PUT is queued): remove the claim kClaimTtl from now.
+  void Keep(const std::string& file);
+  // The claim did not publish (the name appeared meanwhile, or the link failed): remove it now.
+  void Release(const std::string& file);
+  // Removes the kept claims that are due (all of them with all = true), then runs one Sweep step when
+  // one is due. Backing errors are logged (rate-limited) and the claim is dropped from the list.
+  void Tick(bool all = false);
+
+  // The claim file of (path, incarnation), link number `chain` (0 = the first claim).
+  std::string ClaimFile(const std::string& path, const std::string& incarnation, int chain) const;
+
+  struct Stats {
+    uint64_t won = 0, lost = 0, abandoned = 0, removed = 0, swept = 0, pending = 0;
+  };
+  Stats GetStats();
+  // Tests: the ages that decide (defaults above).
+  void SetAgesForTest(std::chrono::milliseconds stale, std::chrono::milliseconds ttl,
+                      std::chrono::milliseconds sweep_age);
+
+ private:
+  // One bounded step of the sweep (lists dir() at the start of a pass, then stats up to
+  // kSweepStatsPerStep names per call).
+  void SweepStep();
+
+  Env* const env_;
+  const std::string dir_, heartbeat_;
+  std::mutex mu_;
+  std::chrono::milliseconds stale_{kStaleAfter}, ttl_{kClaimTtl}, sweep_age_{kSweepAge};
+  std::deque<std::pair<Clock::time_point, std::string>> pending_;  // in deadline order
+  std::map<std::string, Clock::time_point> seen_;  // claims lost to, when first seen
+  std::vector<std::string> sweep_names_;          // the pass in progress (names left to stat)
+  int64_t sweep_now_ns_ = 0;                      // the HEARTBEAT's mtime at the pass's start
+  Clock::time_point next_sweep_{};                // the first pass runs at the first Tick
+  Stats stats_;
+};
+
+}  // namespace kvfs
