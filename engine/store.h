@@ -177,8 +177,10 @@ struct PeerChanges {
 //    evictor frees a RESERVE file (<node dir>/RESERVE, min(1 MiB, segment_size / 4), kept while mounted)
 //    so owed journal entries (PUTs of written records, DROP, the user's UNLINK) can be journaled, drops
 //    the oldest segments until two segments' worth of space is free (only with a capacity or watermark;
-//    dead segments always), and recreates RESERVE once no entry is owed and 3x its size is free. While
-//    it is freed, record writes keep its size of the backing free (NoSpace otherwise). A clean Close
+//    dead segments always), and recreates RESERVE once no entry is owed and its size plus max(twice its
+//    size, the largest record that failed for lack of space meanwhile; at most a segment and 1/4 of the
+//    export) is free, so the store leaves its full state only when that write fits. While it is freed,
+//    record writes keep its size of the backing free (NoSpace otherwise). A clean Close
 //    removes RESERVE (a node not mounted holds no space); after a crash or a failed Close it stays, and
 //    Open removes it before the takeover when the backing has under 2 MiB free, so a full backing can
 //    be remounted.

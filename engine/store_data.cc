@@ -113,7 +113,7 @@ Result<Location> StoreImpl::AppendWith(uint64_t ino, uint64_t len, uint16_t flag
       // The backing was full: one statvfs per record until RESERVE is back (store.h).
       uint64_t total = 0, avail = 0;
       if (env_->StatFs(opts_.backing_dir, &total, &avail).ok() && avail < ReserveBytes() + need) {
-        NoteNoSpace();
+        NoteNoSpace(need);
         return Status::NoSpace("backing store full (" + std::to_string(avail) +
                                " bytes free, kept for the journal until deleted files are reclaimed)");
       }
@@ -140,7 +140,7 @@ Result<Location> StoreImpl::AppendWith(uint64_t ino, uint64_t len, uint16_t flag
     if (opts_.capacity_bytes) inflight_bytes_ -= need;
     if (loc.ok()) TrackAppendLocked(*loc);
   }
-  if (!loc.ok() && loc.status().IsNoSpace()) NoteNoSpace();
+  if (!loc.ok() && loc.status().IsNoSpace()) NoteNoSpace(need);
   return loc;
 }
 

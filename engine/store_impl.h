@@ -402,7 +402,9 @@ class StoreImpl final : public Store {
   void SealMostlyDeadActive();
   void TrackAppendLocked(const Location& loc);  // requires cap_mu_
   Status ReserveSpace(uint64_t need);
-  void NoteNoSpace();
+  // A write or journal append found the backing (or the capacity) full. need: the bytes the record
+  // needed (value + metadata block; 0 for the journal): RESERVE comes back only once that fits too.
+  void NoteNoSpace(uint64_t need = 0);
   void EvictLoop();
   void EvictOnce();
   // All peers' segment bytes for the global watermark: PeerSegmentSizes over the index's peer segments
@@ -506,6 +508,10 @@ class StoreImpl final : public Store {
   // RESERVE released for a full backing, or not creatable for lack of space: record writes then keep
   // that much of the backing free for the journal (so deletes work) until RESERVE is back.
   std::atomic<bool> hold_reserve_{false};
+  // The largest record (bytes with its metadata block) that failed for lack of space since RESERVE was
+  // last written: EnsureReserve takes RESERVE back only when this much stays free after it, so the
+  // store leaves its full state (1 s dead-segment age, early seals) only when that write would succeed.
+  std::atomic<uint64_t> nospace_need_{0};
   // Records written by WriteRecord* / WriteProvisionalRecord and not released yet (ReleaseRecordPin, or
   // CommitFile of that record), by (segment, record offset); pins_ counts them per segment. A segment
   // with a pinned record is never dropped, neither as dead nor by eviction.

@@ -15,6 +15,11 @@ sealed segments had aged the ordinary 10 s (here the active segment then held ju
 The same on a 64 MiB export with --segment-size 256MiB (the issue's case, a segment larger than the
 export): the active segment, the only one, is sealed early (eviction.segments_sealed_early) and dropped.
 
+test_rm_rf_* (#18): how soon the space of an `rm -rf` comes back on a full 200 MiB export, counted in
+100 ms steps (rm_rf_then_write has the figures): a write retried until it succeeds, and statfs watched
+until two chunks are free; with RESERVE plus less than one chunk free before the rm, the statfs case took
+~100 steps (the ordinary 10 s dead-segment age) before the fix of EnsureReserve, 12 after.
+
 Run: KVFS_BINARY=build/tools/kvfs python3 tests/integration/full_export_test.py [-v]
 Needs root (mount -t tmpfs) and FUSE. Real FUSE mounts (kvfs_fixture); python3 stdlib only.
 """
@@ -32,6 +37,9 @@ MIB = 1 << 20
 # How long a broken build may take to fail (the fix needs ~2-3 s: a 1 s dead-segment age on a full
 # export plus the 0.9 s drop grace); never asserted as a duration.
 WAIT = 60.0
+# Write attempts, 100 ms apart, after `rm -rf` of a full export (rm_rf_then_write): a count, not a
+# timing; twice the worst measured (20), half the reported bug (~100).
+MAX_ATTEMPTS = 50
 
 
 def auto_segment_size(export_bytes):
@@ -191,6 +199,90 @@ class FullExportTest(unittest.TestCase):
                 kf.unmount(b.mnt)
             subprocess.run(["umount", b.backing], capture_output=True)
             b.cleanup()
+
+    def rm_rf_then_write(self, reserve_back, watch_df=False):
+        """#18: a 200 MiB export filled with vLLM-sized chunk files (2,359,296 B) in directories of 50 until
+        ENOSPC, then `rm -rf` of the tree through the mount. Counted in steps of 100 ms (a count, not a
+        timing), at most MAX_ATTEMPTS: a 2.25 MiB write retried until it succeeds, or (watch_df, what a
+        connector that checks usage before it writes sees) polls of the mount's statfs until two chunks'
+        worth is free, and then the write must succeed at once. Measured: 9-20 steps (dead segments go 1 s
+        after their seal on a full export, then the 0.9 s drop grace).
+        reserve_back: after the fill, space outside kvfs is freed until 3.3 MB are free: RESERVE (1 MiB)
+        plus less than one chunk (a fill whose last write failed with that much left ends the same way).
+        Before the fix the evictor took RESERVE back there (it asked for 3 x RESERVE free), leaving ~2.2
+        MB, too little for a chunk, and the store left its full state: dead segments then waited the
+        ordinary 10 s age, and the space came back ~10 s after the rm (~100 steps) unless a write failed
+        meanwhile and made it full again. Now RESERVE comes back only when the write that failed fits."""
+        b = kf.Backing(prefix="kvfs-rmrf-")
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200m", "tmpfs", b.backing], capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            b.cleanup()
+            self.skipTest("cannot mount tmpfs: " + r.stderr.strip())
+        chunk = os.urandom(2359296)
+        try:
+            ballast = os.path.join(b.backing, "ballast")  # not kvfs's: space another user of the export held
+            with open(ballast, "wb") as f:
+                f.write(b"\0" * (8 * MIB))
+            with kf.mounted(backing=b) as (mnt, backing, proc):
+                n, err = 0, 0
+                while not err:
+                    d = os.path.join(mnt, "kv", "d%02d" % (n // 50))
+                    os.makedirs(d, exist_ok=True)
+                    err = try_write(os.path.join(d, "chunk-%04d" % n), content("c%d" % n, chunk))
+                    n += 1
+                self.assertEqual(err, errno.ENOSPC)
+                self.assertGreater(n, 60)
+                if reserve_back:
+                    # The evictor releases RESERVE at the ENOSPC (within a round): the trim counts from then.
+                    nodes = os.path.join(backing, ".kvfs", "v1", "nodes")
+                    deadline = time.time() + WAIT
+                    while any(os.path.exists(os.path.join(nodes, x, "RESERVE")) for x in os.listdir(nodes)):
+                        self.assertLess(time.time(), deadline, "RESERVE was not released at the ENOSPC")
+                        time.sleep(0.02)
+                    st = os.statvfs(backing)
+                    os.truncate(ballast, max(0, 8 * MIB - (3300000 - st.f_bavail * st.f_frsize)))
+                    time.sleep(1.0)  # ten evictor rounds: RESERVE came back here before the fix
+                    st = os.statvfs(backing)
+                    self.assertLess(st.f_bavail * st.f_frsize, 3300000 + 4096)
+                subprocess.run(["rm", "-rf", os.path.join(mnt, "kv")], check=True)
+                again = os.path.join(mnt, "again")
+                want = content(again, chunk)
+                steps = 0
+                while True:
+                    steps += 1
+                    if watch_df:
+                        st = os.statvfs(mnt)
+                        err = 0 if st.f_bavail * st.f_frsize >= 2 * len(chunk) else errno.ENOSPC
+                    else:
+                        err = try_write(again, want)
+                    if err == 0 or steps >= 4 * MAX_ATTEMPTS:
+                        break
+                    self.assertEqual(err, errno.ENOSPC)
+                    time.sleep(0.1)
+                self.assertEqual(err, 0, "no space after rm -rf: %s" % kf.stats(mnt)["eviction"])
+                if watch_df:
+                    self.assertEqual(try_write(again, want), 0, "statfs showed the space, the write failed")
+                sys.stderr.write("rm -rf of %d chunk files on a full 200 MiB export%s: %s after %d steps of 100 ms\n" %
+                                 (n - 1, " (RESERVE plus < 1 chunk free before)" if reserve_back else "",
+                                  "statfs showed 2 chunks free" if watch_df else "the write succeeded", steps))
+                self.assertLessEqual(steps, MAX_ATTEMPTS, "space came back too late: %s" % kf.stats(mnt)["eviction"])
+                self.assertTrue(read_direct(again) == want)
+                self.assertIsNone(proc.poll(), "the daemon died")
+        finally:
+            if kf.is_mounted(b.mnt):
+                kf.unmount(b.mnt)
+            subprocess.run(["umount", b.backing], capture_output=True)
+            b.cleanup()
+
+    def test_rm_rf_writes_again_within_seconds(self):
+        self.rm_rf_then_write(reserve_back=False)
+
+    def test_rm_rf_writes_again_within_seconds_less_than_a_chunk_over_reserve(self):
+        self.rm_rf_then_write(reserve_back=True)
+
+    def test_rm_rf_statfs_shows_the_space_within_seconds_less_than_a_chunk_over_reserve(self):
+        self.rm_rf_then_write(reserve_back=True, watch_df=True)
 
     def test_32_mib_export(self):
         self.run_size(32, remount_full=True)
