@@ -79,6 +79,7 @@ PeerTailerStats PeerTailer::GetStats() {
   s.entries_applied = entries_applied_;
   s.unresolved_deltas = unresolved_deltas_;
   s.polls = polls_;
+  s.tail_reads = tail_reads_;
   s.nodes_listings = nodes_listings_;
   s.nodes_looks_unchanged = nodes_looks_unchanged_;
   std::lock_guard<std::mutex> l(stats_mu_);
@@ -110,7 +111,24 @@ void PeerTailer::NotePoll(const std::string& node, uint64_t applied, uint64_t ne
   }
 }
 
-Status PeerTailer::PollPeer(const std::string& node, PeerState* st, uint64_t* changed) {
+namespace {
+// A BackingFile that shares a descriptor kept open across polls (PeerState::tail) with one JournalReader.
+class SharedTailFile final : public BackingFile {
+ public:
+  explicit SharedTailFile(std::shared_ptr<BackingFile> f) : f_(std::move(f)) {}
+  Status Read(uint64_t offset, size_t n, void* buf, size_t* got) override { return f_->Read(offset, n, buf, got); }
+  Status Write(std::span<const WriteOp> ops) override { return f_->Write(ops); }
+  Status Sync() override { return f_->Sync(); }
+  Status Truncate(uint64_t size) override { return f_->Truncate(size); }
+  Result<uint64_t> Size() override { return f_->Size(); }
+  const std::string& path() const override { return f_->path(); }
+
+ private:
+  std::shared_ptr<BackingFile> f_;
+};
+}  // namespace
+
+Status PeerTailer::PollPeer(const std::string& node, PeerState* st, uint64_t* changed, bool may_use_tail) {
   *changed = 0;
   polls_++;
   uint64_t newest_stamp = 0;  // of the entries read in this poll (peer lag, GetStats)
@@ -121,10 +139,29 @@ Status PeerTailer::PollPeer(const std::string& node, PeerState* st, uint64_t* ch
     const uint64_t* newest;
     ~NoteOnExit() { self->NotePoll(node, *changed, *newest); }
   } note_on_exit{this, node, changed, &newest_stamp};
+  if (may_use_tail && st->tail && st->have_position &&
+      st->tail_key == std::make_pair(st->position.generation, st->position.file_number)) {
+    // The kept tail (keep_tail_open): our position is in the newest journal file the last listing
+    // found. Read on through the kept descriptor: one read, no listing, no open. Nothing new for
+    // tail_relist since that listing: list again (the peer may have moved to a new file: a checkpoint's
+    // cut, or a new generation).
+    bool stop = false, failed = false;
+    Status s = ReadJournalFile(node, st, st->tail_key, st->tail->path(), st->position.offset, st->tail, changed,
+                               &newest_stamp, &stop, &failed);
+    if (s.ok() && !failed) {
+      tail_reads_++;
+      if (*changed > 0 || stop || std::chrono::steady_clock::now() - st->listed_at < opts_.tail_relist) {
+        return Status::OK();
+      }
+    } else {
+      st->tail.reset();  // e.g. ESTALE: the file was retired under us; the listing below decides
+    }
+  }
   NodeFiles nf;
   Status s = ListNodeFiles(opts_.env, NodeDirPath(opts_.backing_dir, node), &nf);
   if (s.IsNotFound()) return Status::OK();
   KVFS_RETURN_IF_ERROR(s);
+  st->listed_at = std::chrono::steady_clock::now();
   const std::vector<JournalFile>& files = nf.journals;
   {
     // Checkpoints (engine/checkpoint.h). A peer we have never read starts from its newest snapshot. If
@@ -184,6 +221,43 @@ Status PeerTailer::PollPeer(const std::string& node, PeerState* st, uint64_t* ch
         st->position = JournalPosition{f.generation, f.number, 0};
       }
     }
+    // The newest file is kept open for the next polls (keep_tail_open); older ones are read once.
+    const bool newest = opts_.keep_tail_open && &f == &files.back();
+    const auto key = std::make_pair(f.generation, f.number);
+    std::shared_ptr<BackingFile> file;
+    if (newest) {
+      if (!st->tail || st->tail_key != key) {
+        OpenOptions o;
+        o.direct = opts_.direct_io;
+        auto opened = opts_.env->Open(f.path, o);
+        if (!opened.ok()) return opened.status();
+        st->tail = std::shared_ptr<BackingFile>(std::move(*opened));
+        st->tail_key = key;
+      }
+      file = st->tail;
+    } else if (st->tail && st->tail_key == key) {
+      file = st->tail;
+    }
+    bool stop = false;
+    bool failed = false;
+    KVFS_RETURN_IF_ERROR(ReadJournalFile(node, st, key, f.path, start, file, changed, &newest_stamp, &stop, &failed));
+    if (failed && file) st->tail.reset();  // a kept descriptor that fails (ESTALE) is not kept
+    if (stop) break;  // "not yet"
+  }
+  if (st->tail && (files.empty() || st->tail_key != std::make_pair(files.back().generation, files.back().number))) {
+    st->tail.reset();  // not the newest file any more (or gone)
+  }
+  return Status::OK();
+}
+
+// Reads journal file `key` (at `path`) from `start` and applies its entries (batches of kPeerApplyBatch,
+// each with the position after it). file: a descriptor kept open (PeerState::tail), or null to open
+// the file for this read. *stop: the read ended at a torn or damaged tail, or an error of the reader
+// ("not yet": the next poll resumes at the position).
+Status PeerTailer::ReadJournalFile(const std::string& node, PeerState* st, std::pair<uint64_t, uint64_t> key,
+                                   const std::string& path, uint64_t start, const std::shared_ptr<BackingFile>& file,
+                                   uint64_t* changed, uint64_t* newest_stamp, bool* stop_out, bool* read_failed) {
+  const JournalFile f{key.first, key.second, path, -1};
     JournalReaderOptions ro;
     // A short or bad tail in a peer's file means "not yet" (the writer is still appending, or NFS has
     // not shown us its bytes): stop there and retry at the next poll, never cut.
@@ -191,7 +265,8 @@ Status PeerTailer::PollPeer(const std::string& node, PeerState* st, uint64_t* ch
     ro.direct = opts_.direct_io;
     ro.expect_node = node;
     ro.readahead = 4 * kJournalBlockSize;  // an idle peer's poll reads one small window at its tail
-    auto reader = JournalReader::Open(opts_.env, f.path, start, ro);
+    auto reader = file ? JournalReader::OpenFile(opts_.env, std::make_unique<SharedTailFile>(file), path, start, ro)
+                       : JournalReader::Open(opts_.env, path, start, ro);
     if (!reader.ok()) return reader.status();
     std::vector<ApplyOp> ops;
     JournalPosition last = st->have_position ? st->position : JournalPosition{f.generation, f.number, start};
@@ -228,6 +303,7 @@ Status PeerTailer::PollPeer(const std::string& node, PeerState* st, uint64_t* ch
         LogLimited(spdlog::level::warn, LogKey("peer-journal:" + node, more.status()), "kvfs: peer {} journal {}: {}",
                    node, f.path, ErrnoText(more.status()));
         stop = true;
+        if (read_failed) *read_failed = true;
         break;
       }
       if (!*more) break;
@@ -238,7 +314,7 @@ Status PeerTailer::PollPeer(const std::string& node, PeerState* st, uint64_t* ch
       ApplyOp op;
       if (JournalEntryToApplyOp(e, &op)) ops.push_back(std::move(op));
       last = end;
-      newest_stamp = std::max(newest_stamp, e.stamp);
+      *newest_stamp = std::max(*newest_stamp, e.stamp);
       if (ops.size() >= kPeerApplyBatch) KVFS_RETURN_IF_ERROR(apply());
     }
     KVFS_RETURN_IF_ERROR(apply());
@@ -253,9 +329,8 @@ Status PeerTailer::PollPeer(const std::string& node, PeerState* st, uint64_t* ch
       st->clean_file = {f.generation, f.number};
       st->clean_size = rep.file_size;
     }
-    if (stop || rep.end == JournalEnd::kDamaged || rep.end == JournalEnd::kTorn) break;  // "not yet"
-  }
-  return Status::OK();
+    if (stop || rep.end == JournalEnd::kDamaged || rep.end == JournalEnd::kTorn) *stop_out = true;
+    return Status::OK();
 }
 
 void PeerTailer::Notify(const PeerChanges& out) {
@@ -503,7 +578,7 @@ void PeerTailer::Loop() {
         continue;
       }
       uint64_t changed = 0;
-      Status s = PollPeer(node, &st, &changed);
+      Status s = PollPeer(node, &st, &changed, /*may_use_tail=*/true);
       if (!s.ok()) {
         LogLimited(spdlog::level::warn, LogKey("peer-tail:" + node, s), "kvfs: tailing peer {}: {}", node,
                    ErrnoText(s));

@@ -78,6 +78,13 @@ struct PeerTailerOptions {
   // The peers' group commit interval: an early poll is followed by one more 2 x this + 10 ms later.
   std::chrono::milliseconds group_commit_interval{20};
   bool direct_io = false;  // read peers' journals with O_DIRECT (NFS: see growth at once)
+  // Keep each peer's newest journal file open between polls and read its tail through that descriptor
+  // (one read per poll, no listing of the node directory and no open/close), listing the node
+  // directory again only when tail_relist has passed without new entries (the peer may have cut to a
+  // new file: a checkpoint, a new generation). Only where a kept descriptor sees the file grow: O_DIRECT
+  // reads (direct_io, on NFS) or a local file system; never on an object store (store_open.cc decides).
+  bool keep_tail_open = false;
+  std::chrono::milliseconds tail_relist{2000};
   // Look for new nodes with one stat of the nodes directory and list it only when that stat changed
   // (a new node's mkdir changes the directory's mtime, ctime and link count). False: list at every look
   // (an object store: the stat is of the local staging directory and says nothing about the bucket).
@@ -105,6 +112,7 @@ struct PeerTailerStats {
   uint64_t entries_applied = 0;  // entries applied from peers' journals and snapshots
   uint64_t unresolved_deltas = 0;  // peers' extent delta PUTs whose base this index did not hold
   uint64_t polls = 0;            // polls of one peer
+  uint64_t tail_reads = 0;       // of those, answered by the kept tail alone (no listing, no open)
   uint64_t nodes_listings = 0;   // listings of the nodes directory by the peer thread
   uint64_t nodes_looks_unchanged = 0;  // looks for new nodes answered by the directory's stat alone
   std::vector<PeerJournalStats> journals;  // per polled peer, by id
@@ -152,6 +160,10 @@ class PeerTailer {
     // listing that gives the same size (an object store's) means nothing new, no need to open it.
     std::pair<uint64_t, uint64_t> clean_file{UINT64_MAX, UINT64_MAX};
     uint64_t clean_size = 0;
+    // keep_tail_open: the newest journal file of the last listing, open, and which file it is.
+    std::shared_ptr<BackingFile> tail;
+    std::pair<uint64_t, uint64_t> tail_key{UINT64_MAX, UINT64_MAX};
+    std::chrono::steady_clock::time_point listed_at{};  // the last listing of the peer's directory
   };
   struct PeerStatsRec {
     uint64_t polls = 0, applied = 0;
@@ -167,7 +179,12 @@ class PeerTailer {
   void ListNodesIfChanged(std::vector<std::string>* nodes);
   bool NodesDirUnchanged(const FileInfo& now) const;
   // Reads and applies whatever is new in node's journals. *changed = entries applied. Requires mu_.
-  Status PollPeer(const std::string& node, PeerState* st, uint64_t* changed);
+  // may_use_tail: the peer thread's polls may read the kept tail without listing (keep_tail_open);
+  // PollNow and RefreshAll always list (they promise everything durable before the call).
+  Status PollPeer(const std::string& node, PeerState* st, uint64_t* changed, bool may_use_tail = false);
+  Status ReadJournalFile(const std::string& node, PeerState* st, std::pair<uint64_t, uint64_t> key,
+                         const std::string& path, uint64_t start, const std::shared_ptr<BackingFile>& file,
+                         uint64_t* changed, uint64_t* newest_stamp, bool* stop, bool* read_failed);
   // PollPeer helpers (checkpoint.h): a missing file at our position = retired (-> newest snapshot) or
   // purged (-> forget the node's old data).
   Status ApplyPeerSnapshot(const std::string& node, const std::vector<SnapshotFile>& snaps, PeerState* st,
@@ -202,7 +219,7 @@ class PeerTailer {
   std::chrono::steady_clock::time_point nodes_full_listed_at_{};
   std::atomic<uint64_t> nodes_listings_{0}, nodes_looks_unchanged_{0};
 
-  std::atomic<uint64_t> entries_applied_{0}, polls_{0}, unresolved_deltas_{0};
+  std::atomic<uint64_t> entries_applied_{0}, polls_{0}, unresolved_deltas_{0}, tail_reads_{0};
   std::mutex stats_mu_;  // guards stats_
   std::map<std::string, PeerStatsRec> stats_;
 };

@@ -299,6 +299,7 @@ struct StoreStats {
   uint64_t backing_metadata_ops = 0, backing_syncs = 0, backing_bytes_written = 0, backing_bytes_read = 0;
   uint64_t backing_files_created = 0;
   uint64_t peers = 0, peer_entries_applied = 0, peer_polls = 0;
+  uint64_t peer_tail_reads = 0;  // peer polls answered by a kept journal descriptor (no listing, no open)
   // Extent delta PUTs (docs/format.md "Extent deltas"): this node's PUTs of extent files journaled as a
   // delta / as a whole map, with their encoded content bytes; peers' deltas this index could not resolve
   // (applied as UNLINK).

@@ -12,6 +12,8 @@
 // every entry was journaled and no entry was lost to a failed segment sync.
 #include "engine/store_impl.h"
 
+#include <sys/vfs.h>
+
 namespace kvfs {
 namespace {
 
@@ -195,6 +197,25 @@ Status StoreImpl::Init() {
   return Sync();
 }
 
+// Whether a descriptor kept open on dir sees another process's appends at once without O_DIRECT: a
+// local disk file system (one page cache for every process). Not NFS (close-to-open: a kept descriptor
+// trusts the client's attribute cache, 3-60 s), FUSE or other network file systems.
+static bool BackingIsLocalFileSystem(const std::string& dir) {
+  struct statfs sf;
+  if (statfs(dir.c_str(), &sf) != 0) return false;
+  switch (static_cast<uint64_t>(sf.f_type)) {
+    case 0xEF53:      // ext2/3/4
+    case 0x58465342:  // xfs
+    case 0x9123683E:  // btrfs
+    case 0x01021994:  // tmpfs
+    case 0x2FC12FC1:  // zfs
+    case 0x794C7630:  // overlayfs
+      return true;
+    default:
+      return false;
+  }
+}
+
 // The PeerTailer over our index, HLC and namespace mutex. It resumes tailing each peer where the index says
 // it stopped (rebuild or previous mount); its thread runs when peer_poll_ms > 0.
 Status StoreImpl::StartPeerTailer() {
@@ -206,6 +227,9 @@ Status StoreImpl::StartPeerTailer() {
   po.idle_poll_max = std::chrono::milliseconds(opts_.peer_poll_max_ms);
   po.group_commit_interval = std::chrono::milliseconds(opts_.group_commit_interval_ms);
   po.direct_io = opts_.peer_direct_io;
+  // A kept descriptor must see the peer's appends: with O_DIRECT (every read goes to the server), or on
+  // a local file system (one page cache). Not on an object store (its polls list sizes instead).
+  po.keep_tail_open = opts_.tier == nullptr && (opts_.peer_direct_io || BackingIsLocalFileSystem(opts_.backing_dir));
   po.nodes_dir_stat = opts_.tier == nullptr;  // S3: Stat gives the staging directory's, not the bucket's
   PeerTailerHooks hooks;
   hooks.notify = [this](const PeerChanges& c) { NotifyChanges(c); };

@@ -142,6 +142,7 @@ StoreStats StoreImpl::GetStats() {
     s.link_claims_pending = a.pending;
   }
   s.peer_polls = peers.polls;
+  s.peer_tail_reads = peers.tail_reads;
   {
     std::lock_guard<std::mutex> l(cap_mu_);
     s.node_segment_bytes = node_bytes_;

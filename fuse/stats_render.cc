@@ -219,6 +219,7 @@ std::string StatsToJson(const StatsSnapshot& snap) {
     j["nodes"].push_back(std::move(o));
   }
   j["peers"] = st.peers;
+  j["peer_polls"] = {{"polls", st.peer_polls}, {"tail_reads", st.peer_tail_reads}};
   j["peer_journals"] = nlohmann::json::array();
   for (const auto& p : st.peer_journals) {
     j["peer_journals"].push_back({{"node", p.node},

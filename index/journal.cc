@@ -342,6 +342,16 @@ Result<std::unique_ptr<JournalReader>> JournalReader::Open(Env* env, const std::
   return std::unique_ptr<JournalReader>(new JournalReader(env, std::move(*f), gen, number, start_offset, opts));
 }
 
+Result<std::unique_ptr<JournalReader>> JournalReader::OpenFile(Env* env, std::unique_ptr<BackingFile> file,
+                                                               const std::string& path, uint64_t start_offset,
+                                                               const JournalReaderOptions& opts) {
+  uint64_t gen = 0, number = 0;
+  if (!ParseJournalFileName(Basename(path), &gen, &number)) {
+    return Status::InvalidArgument("not a journal file name: " + path);
+  }
+  return std::unique_ptr<JournalReader>(new JournalReader(env, std::move(file), gen, number, start_offset, opts));
+}
+
 JournalReader::JournalReader(Env* env, std::unique_ptr<BackingFile> file, uint64_t gen, uint64_t number,
                              uint64_t start, const JournalReaderOptions& opts)
     : env_(env), file_(std::move(file)), generation_(gen), number_(number), opts_(opts), pos_(start) {

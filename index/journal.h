@@ -216,6 +216,11 @@ class JournalReader {
   static Result<std::unique_ptr<JournalReader>> Open(Env* env, const std::string& path,
                                                      uint64_t start_offset,
                                                      const JournalReaderOptions& opts = {});
+  // The same over a file already open (a peer's journal kept open between polls); path names it (as
+  // above).
+  static Result<std::unique_ptr<JournalReader>> OpenFile(Env* env, std::unique_ptr<BackingFile> file,
+                                                         const std::string& path, uint64_t start_offset,
+                                                         const JournalReaderOptions& opts = {});
   ~JournalReader();
 
   // true: *entry is the next entry and *end its end position. false: no further complete entry now;

@@ -109,7 +109,8 @@ int main(int argc, char** argv) {
                     "longest wait between polls of an idle peer, ms: the wait doubles from --peer-poll-ms while "
                     "polls find nothing new, and is reset by new entries (and by a lookup miss when above 4 x) "
                     "(default 4 x --peer-poll-ms; 10000 on S3, where each poll is billed requests)");
-  mount->add_flag("--peer-direct-io", ma.peer_direct_io, "read peers' journals with O_DIRECT");
+  mount->add_flag("--peer-direct-io", ma.peer_direct_io,
+                  "read peers' journals with O_DIRECT (on by itself when the backing is an NFS mount)");
   mount->add_option("--backing-deadline-ms", ma.backing_deadline_ms,
                     "deadline for every backing-store request; a hung export becomes EIO (default 0 = off)");
   mount->add_flag("--force", ma.force, "take over the node directory even if its owner looks alive");

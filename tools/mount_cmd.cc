@@ -2,6 +2,7 @@
 #define FUSE_USE_VERSION 312
 #include "tools/mount_cmd.h"
 
+#include <sys/vfs.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <malloc.h>
@@ -12,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/types.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -260,6 +262,13 @@ int RunMount(MountArgs a) {
   if (const char* d = std::getenv("KVFS_TEST_DEAD_SEGMENT_AGE_MS")) so.dead_segment_age_ms = static_cast<uint32_t>(std::atoi(d));
   if (const char* d = std::getenv("KVFS_TEST_DROP_GRACE_MS")) so.drop_grace_ms = static_cast<uint32_t>(std::atoi(d));
   so.peer_direct_io = a.peer_direct_io;
+  if (!so.peer_direct_io && a.s3_url.empty()) {
+    // On NFS peers' journals are read with O_DIRECT whatever the flag says: a buffered read trusts the
+    // client's attribute cache (3-60 s) for the file's size, and O_DIRECT lets the peer thread keep the
+    // newest journal file open and read its tail without a listing and an open per poll (design.md §5).
+    struct statfs sf;
+    if (statfs(a.backing.c_str(), &sf) == 0 && sf.f_type == 0x6969 /* NFS_SUPER_MAGIC */) so.peer_direct_io = true;
+  }
   so.checkpoint_entries = a.checkpoint_entries;
   so.checkpoint_interval_ms = a.checkpoint_interval_ms;
   if (a.peers_publish_ms == 0) Die(kExitUsage, "--peers-publish-ms must be at least 1");

@@ -300,6 +300,62 @@ class MultiNodeTest(unittest.TestCase):
         kf.write_file(os.path.join(b, "fromB"), data)
         self.expect_bytes("A", os.path.join(a, "fromB"), data, "a new node's file")
 
+    def test_peer_polls_read_the_kept_journal_tail(self):
+        """A's peer thread keeps B's newest journal file open and reads its tail through that descriptor:
+        with A's lookups missing every 10 ms (an early poll of B each 50 ms) and B idle, A's backing
+        metadata ops over 4 s are a listing of B's directory per 2 s without news and the heartbeat's
+        (measured: list 2-4, open 0-2 in 4 s; before, every poll listed B's directory and opened and
+        closed its journal file: ~60 per second). B then writes 3 batches of 50 files, cutting its journal
+        after each (a checkpoint every 40 entries): A follows it into every new journal file and reads all
+        150."""
+        a, _ = self.mount("A")
+        b, _ = self.mount("B", checkpoint_entries=40, peers_publish_ms=200)  # checkpoints looked at every 0.2 s
+        kf.write_file(os.path.join(b, "first"), b"x")
+        self.expect_bytes("A", os.path.join(a, "first"), b"x", "B's first file")
+        meta_kinds = ("open", "close", "mkdir", "rename", "remove", "stat", "list")
+        i = 0
+
+        def misses(seconds):
+            nonlocal i
+            t = time.monotonic()
+            while time.monotonic() - t < seconds:
+                self.assertFalse(os.path.exists(os.path.join(a, "miss-%d" % i)))
+                i += 1
+                time.sleep(0.01)
+
+        misses(3.0)
+        s0 = kf.stats(a)
+        t0 = time.monotonic()
+        misses(4.0)
+        s1 = kf.stats(a)
+        dt = time.monotonic() - t0
+        d = {k: s1["backing_ops"][k] - s0["backing_ops"][k] for k in meta_kinds}
+        polls = s1["peer_polls"]["polls"] - s0["peer_polls"]["polls"]
+        tail = s1["peer_polls"]["tail_reads"] - s0["peer_polls"]["tail_reads"]
+        sys.stderr.write("multinode_test: A with B idle, misses for %.1f s: %d polls of B (%d by the kept tail), "
+                         "backing metadata ops %s\n" % (dt, polls, tail, d))
+        self.assertGreaterEqual(polls, 40, "A's misses did not poll B early")
+        self.assertGreaterEqual(tail, polls - 4, "polls that listed B's directory: %d of %d" % (polls - tail, polls))
+        self.assertLessEqual(d["list"], 4, d)
+        self.assertLessEqual(d["open"] + d["close"], 4, d)
+        bdir = os.path.join(self.backing, ".kvfs", "v1", "nodes", "B")
+
+        def newest_journal():
+            return max(int(n.split("-")[-1]) for n in os.listdir(bdir) if n.startswith("journal-"))
+
+        want = {}
+        for batch in range(3):  # 50 files, then wait for B's checkpoint to cut its journal
+            before = newest_journal()
+            for k in range(50):
+                name = "rot-%d-%02d" % (batch, k)
+                want[name] = os.urandom(1000 + k)
+                kf.write_file(os.path.join(b, name), want[name])
+            got, _ = wait_for(lambda: newest_journal() > before, timeout=10.0)
+            self.assertTrue(got, "B did not cut its journal after batch %d" % batch)
+        for name, data in want.items():
+            self.expect_bytes("A", os.path.join(a, name), data, "B's file across journal cuts")
+        sys.stderr.write("multinode_test: B's newest journal file number %d\n" % newest_journal())
+
     def test_unlink_on_B_while_A_reader_has_it_open(self):
         a, _ = self.mount("A")
         b, _ = self.mount("B")
