@@ -29,24 +29,60 @@ std::string LinkArbiter::ClaimFile(const std::string& path, const std::string& i
   return file;
 }
 
+// A claim's age on the server's clock: its ctime against this node's HEARTBEAT's (rewritten every few
+// seconds, so the age is at most one heartbeat interval short). ctime, not mtime: an NFS exclusive create
+// may keep its verifier in the times it sets. Unknown (nullopt) where the backing gives no ctime (S3).
+std::optional<std::chrono::nanoseconds> LinkArbiter::ServerAge(const std::string& file) {
+  auto st = env_->Stat(file);
+  if (!st.ok() || st->ctime_ns == 0) return std::nullopt;
+  auto hb = env_->Stat(heartbeat_);
+  if (!hb.ok() || hb->ctime_ns == 0) return std::nullopt;
+  return std::chrono::nanoseconds(std::max<int64_t>(0, hb->ctime_ns - st->ctime_ns));
+}
+
 Result<LinkArbiter::Claim> LinkArbiter::TryClaim(const std::string& path, const std::string& incarnation) {
   for (int chain = 0; chain <= kMaxChain; ++chain) {
     const std::string file = ClaimFile(path, incarnation, chain);
     Status s = env_->CreateExclusive(file);
-    const auto now = Clock::now();
-    std::lock_guard<std::mutex> l(mu_);
+    if (s.IsNotFound()) {
+      // links/ was removed under the mount (an operator's cleanup): make it again and retry once.
+      KVFS_RETURN_IF_ERROR(env_->CreateDirs(dir_));
+      s = env_->CreateExclusive(file);
+    }
     if (s.ok()) {
+      std::lock_guard<std::mutex> l(mu_);
       seen_.erase(file);
       stats_.won++;
       return Claim{true, file};
     }
-    if (!s.IsExists()) return s;
-    auto it = seen_.try_emplace(file, now).first;
-    if (now - it->second < stale_) {
+    if (!s.IsExists()) {
+      LogLimited(spdlog::level::warn, "link-claim-create", "kvfs: link claim {}: {}", file, s.ToString());
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        stats_.errors++;
+      }
+      if (s.IsNoSpace() || s.IsTimedOut()) return s;
+      return Status::IOError("link: cannot create its claim " + file + ": " + s.ToString());
+    }
+    // Someone holds it. Abandoned once it is stale_ old (the server's clock) and its name still absent
+    // (the caller checked): its node crashed between claim and PUT, or the name was published and then
+    // removed without a new tombstone (evicted, its directory renamed).
+    const auto age = ServerAge(file);
+    const auto now = Clock::now();
+    std::lock_guard<std::mutex> l(mu_);
+    bool abandoned;
+    if (age) {
+      abandoned = *age >= stale_;
+    } else {
+      // No server clock (S3): how long this node has seen it, continuously (sightings kept 2 x stale_).
+      auto it = seen_.try_emplace(file, now).first;
+      abandoned = now - it->second >= stale_;
+    }
+    if (!abandoned) {
       stats_.lost++;
       return Claim{false, {}};
     }
-    stats_.abandoned++;  // seen for stale_ without its name appearing: the next link of the chain decides
+    stats_.abandoned++;  // the next link of the chain decides
   }
   return Status::IOError("link: more than " + std::to_string(kMaxChain) + " abandoned claims of " + path + " in " +
                          dir_);

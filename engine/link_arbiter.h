@@ -10,18 +10,21 @@
 // history derives the same key, and a name unlinked and linked again is a new race under a fresh key,
 // not a loss to the claim of its previous life. docs/design.md §5 "link(2) across nodes".
 //
-// Abandoned claims: a claim this node has seen for kStaleAfter while the name stayed absent from its
-// index (its creator crashed between the claim and its PUT, or the file was evicted at once) no longer
-// decides: the next claim goes to <key>.1, then .2, ... (the same race among the nodes that found it
-// abandoned), at most kMaxChain.
-//
+// Abandoned claims: a claim at least kStaleAfter old on the server's clock (its ctime against this
+// node's HEARTBEAT's) whose name is absent from this node's index no longer decides: its creator crashed
+// between the claim and its PUT, or the name was published and removed without a new tombstone (evicted,
+// its directory renamed). The next claim goes to <key>.1, then .2, ... (the same race among the nodes
+// that found it abandoned), at most kMaxChain. Where the backing has no ctime (S3) the age is how long
+// this node has seen the claim. A winner whose PUT takes longer than kStaleAfter to reach a peer can
+// lose its exclusivity (docs/semantics.md "link" lists the limits).
 // Removal: the creator removes a claim kClaimTtl after its link (ExpireDue, off the FUSE threads): by
 // then every live peer has applied the PUT and answers EEXIST from its own index. A crash leaves its
 // claims; Sweep removes, in bounded steps, claims whose mtime is kSweepAge older than this node's
 // HEARTBEAT (both are the server's clock).
 //
 // Costs (backing operations per link(2) of a regular file): a won claim is one exclusive create (NFS:
-// OPEN + CLOSE) and, a minute later, one REMOVE off the FUSE thread; a lost one is the refused create.
+// OPEN + CLOSE) and, a minute later, one REMOVE off the FUSE thread; a lost one is the refused create
+// and two stats (the claim's and the HEARTBEAT's ctime).
 // Thread safety: every method is thread-safe (mu_ guards the pending removals, the sightings and the
 // sweep's state); no lock is held across a backing call.
 #pragma once
@@ -31,6 +34,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,8 +67,9 @@ class LinkArbiter {
     std::string file;  // won: the claim file this node created (for Keep / Release)
   };
   // Races for (path, incarnation). won: this node holds the claim; !won: a live claim of another
-  // link(2) holds it (the caller answers EEXIST). Backing errors pass on (the caller fails the link);
-  // a chain longer than kMaxChain is EIO.
+  // link(2) holds it (the caller answers EEXIST). A claim that cannot be created: NoSpace and TimedOut
+  // pass on, any other backing error (EACCES, EROFS, EPERM...) is EIO, logged (rate-limited) and counted
+  // (errors); a chain longer than kMaxChain is EIO. A missing claims directory is made again.
   Result<Claim> TryClaim(const std::string& path, const std::string& incarnation);
   // The link published (its PUT is queued): remove the claim kClaimTtl from now.
   void Keep(const std::string& file);
@@ -78,7 +83,7 @@ class LinkArbiter {
   std::string ClaimFile(const std::string& path, const std::string& incarnation, int chain) const;
 
   struct Stats {
-    uint64_t won = 0, lost = 0, abandoned = 0, removed = 0, swept = 0, pending = 0;
+    uint64_t won = 0, lost = 0, abandoned = 0, removed = 0, swept = 0, pending = 0, errors = 0;
   };
   Stats GetStats();
   // Tests: the ages that decide (defaults above).
@@ -86,6 +91,7 @@ class LinkArbiter {
                       std::chrono::milliseconds sweep_age);
 
  private:
+  std::optional<std::chrono::nanoseconds> ServerAge(const std::string& file);
   // One bounded step of the sweep (lists dir() at the start of a pass, then stats up to
   // kSweepStatsPerStep names per call).
   void SweepStep();
@@ -95,7 +101,7 @@ class LinkArbiter {
   std::mutex mu_;
   std::chrono::milliseconds stale_{kStaleAfter}, ttl_{kClaimTtl}, sweep_age_{kSweepAge};
   std::deque<std::pair<Clock::time_point, std::string>> pending_;  // in deadline order
-  std::map<std::string, Clock::time_point> seen_;  // claims lost to, when first seen
+  std::map<std::string, Clock::time_point> seen_;  // no ctime (S3): claims lost to, when first seen
   std::vector<std::string> sweep_names_;          // the pass in progress (names left to stat)
   int64_t sweep_now_ns_ = 0;                      // the HEARTBEAT's mtime at the pass's start
   Clock::time_point next_sweep_{};                // the first pass runs at the first Tick

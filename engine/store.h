@@ -305,9 +305,10 @@ struct StoreStats {
   // (applied as UNLINK).
   uint64_t delta_puts = 0, delta_put_bytes = 0, map_puts = 0, map_put_bytes = 0, peer_unresolved_deltas = 0;
   // link(2) claims on the export (engine/link_arbiter.h): won, lost to another link, abandoned claims
-  // passed over, claims removed, crash leftovers swept, claims waiting for their removal (gauge).
+  // passed over, claims removed, crash leftovers swept, claims waiting for their removal (gauge), claims
+  // that could not be created (the link failed).
   uint64_t link_claims_won = 0, link_claims_lost = 0, link_claims_abandoned = 0, link_claims_removed = 0,
-           link_claims_swept = 0, link_claims_pending = 0;
+           link_claims_swept = 0, link_claims_pending = 0, link_claims_errors = 0;
   // Capacity and eviction.
   uint64_t node_segment_bytes = 0;        // this node's segment files (excluding those awaiting unlink)
   uint64_t segments_dropped = 0, segment_bytes_dropped = 0, segments_unlinked = 0;

@@ -140,7 +140,7 @@ class StoreImpl final : public Store {
                           std::string_view new_name, const ExtentMapRef* ext, const LinkClaimCheck* check);
   std::string LinkIncarnationLocked(const std::string& path);
   void AwaitLinkedName(uint64_t parent, std::string_view name);
-  static constexpr auto kLinkLostWait = std::chrono::milliseconds(2000);
+  static constexpr auto kLinkLostWait = std::chrono::milliseconds(150);
   std::unique_ptr<LinkArbiter> arbiter_;  // null with StoreOptions::link_claims off
   Result<Node> Mknod(uint64_t parent, std::string_view name, uint32_t mode, uint64_t rdev, uint32_t uid,
                      uint32_t gid) override;

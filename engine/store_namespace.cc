@@ -198,8 +198,7 @@ std::string StoreImpl::LinkIncarnationLocked(const std::string& path) {
 
 // link(2) of a regular file (docs/semantics.md "link"). With claims on (the default), the new name is
 // first claimed on the export (LinkArbiter): of several nodes linking one name before any has applied
-// another's PUT, exactly one gets 0, the others EEXIST. A loser waits (kLinkLostWait at most) for the
-// winner's PUT to reach its index, so that the name it was told exists opens at once.
+// another's PUT, exactly one gets 0, the others EEXIST (after waiting, briefly, for the winner's PUT).
 Result<Node> StoreImpl::Link(uint64_t ino, const Location* loc, const Attr* attr, uint64_t new_parent,
                              std::string_view new_name, const ExtentMapRef* ext) {
   KVFS_RETURN_IF_ERROR(Fenced());
@@ -235,15 +234,19 @@ Result<Node> StoreImpl::Link(uint64_t ino, const Location* loc, const Attr* attr
   }
 }
 
+// A lost claim: early peer polls until the winner's name is in the index, for at most kLinkLostWait
+// (a group commit + an early poll, typically 20-70 ms), so that the loser's next open usually finds it.
+// Short: the kernel holds the directory's lock over link(2), so every create in it waits too.
 void StoreImpl::AwaitLinkedName(uint64_t parent, std::string_view name) {
   const auto until = std::chrono::steady_clock::now() + kLinkLostWait;
-  while (std::chrono::steady_clock::now() < until) {
+  for (;;) {
     {
       std::lock_guard<std::mutex> l(ns_mu_);
       if (index_->Lookup(parent, name).ok()) return;
     }
+    if (std::chrono::steady_clock::now() >= until) return;
     if (tailer_) tailer_->RequestRefresh();
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 

@@ -140,6 +140,7 @@ StoreStats StoreImpl::GetStats() {
     s.link_claims_removed = a.removed;
     s.link_claims_swept = a.swept;
     s.link_claims_pending = a.pending;
+    s.link_claims_errors = a.errors;
   }
   s.peer_polls = peers.polls;
   s.peer_tail_reads = peers.tail_reads;

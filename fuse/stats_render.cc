@@ -103,7 +103,8 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                       {"map_bytes", st.map_put_bytes}, {"peer_unresolved_deltas", st.peer_unresolved_deltas}};
   j["link_claims"] = {{"won", st.link_claims_won},         {"lost", st.link_claims_lost},
                       {"abandoned", st.link_claims_abandoned}, {"removed", st.link_claims_removed},
-                      {"swept", st.link_claims_swept},         {"pending", st.link_claims_pending}};
+                      {"swept", st.link_claims_swept},         {"pending", st.link_claims_pending},
+                      {"errors", st.link_claims_errors}};
   j["group_commits"] = st.group_commits;
   j["visibility_rounds"] = st.visibility_rounds;
   j["unjournaled_entries"] = st.unjournaled_entries;

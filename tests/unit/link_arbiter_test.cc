@@ -5,6 +5,7 @@
 #include "engine/link_arbiter.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <utime.h>
 
@@ -74,9 +75,9 @@ TEST_F(LinkArbiterTest, AbandonedClaimIsPassedOverByExactlyOne) {
   // A claim whose link never published (its creator crashed): made here by a third arbiter.
   LinkArbiter dead(Env::Posix(), root_, hb_);
   ASSERT_TRUE(dead.TryClaim("/kv/z", "")->won);
-  EXPECT_FALSE(a_->TryClaim("/kv/z", "")->won);  // first sighting: live
-  EXPECT_FALSE(b_->TryClaim("/kv/z", "")->won);
   std::this_thread::sleep_for(milliseconds(150));
+  EXPECT_FALSE(a_->TryClaim("/kv/z", "")->won) << "younger than the last heartbeat: live";
+  std::ofstream(hb_) << "t2\n";  // the next heartbeat: the claim is 150 ms old on the server's clock
   auto ca = a_->TryClaim("/kv/z", "");
   auto cb = b_->TryClaim("/kv/z", "");
   ASSERT_TRUE(ca.ok() && cb.ok());
@@ -84,6 +85,39 @@ TEST_F(LinkArbiterTest, AbandonedClaimIsPassedOverByExactlyOne) {
   const std::string file = ca->won ? ca->file : cb->file;
   EXPECT_EQ(file, a_->ClaimFile("/kv/z", "", 1));
   EXPECT_EQ(a_->GetStats().abandoned + b_->GetStats().abandoned, 2u);
+  // The age is the claim's own, not how long a node has watched it: a node that never saw it before
+  // passes over it at once, and a claim removed and made again is young again.
+  LinkArbiter fresh(Env::Posix(), root_, hb_);
+  fresh.SetAgesForTest(milliseconds(100), milliseconds(60000), milliseconds(600000));
+  ASSERT_TRUE(dead.TryClaim("/kv/w", "")->won);
+  std::this_thread::sleep_for(milliseconds(150));
+  std::ofstream(hb_) << "t3\n";
+  EXPECT_TRUE(fresh.TryClaim("/kv/w", "")->won);
+  ASSERT_EQ(::unlink(dead.ClaimFile("/kv/v", "", 0).c_str()), -1);  // not there yet
+  ASSERT_TRUE(dead.TryClaim("/kv/v", "")->won);
+  std::this_thread::sleep_for(milliseconds(150));
+  ASSERT_EQ(::unlink(dead.ClaimFile("/kv/v", "", 0).c_str()), 0);
+  ASSERT_TRUE(dead.TryClaim("/kv/v", "")->won);  // made again after the old one's removal
+  std::ofstream(hb_) << "t4\n";
+  EXPECT_FALSE(fresh.TryClaim("/kv/v", "")->won) << "a re-made claim is young";
+}
+
+TEST_F(LinkArbiterTest, AClaimThatCannotBeCreatedIsEioAndAMissingDirectoryIsMadeAgain) {
+  fs::remove_all(a_->dir());
+  auto c = a_->TryClaim("/kv/m", "");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->won);
+  ASSERT_EQ(::chmod(a_->dir().c_str(), 0500), 0);
+  if (::geteuid() == 0) {
+    // root ignores the mode bits: make the directory a file instead.
+    fs::remove_all(a_->dir());
+    std::ofstream(a_->dir()) << "x";
+  }
+  auto e = a_->TryClaim("/kv/n", "");
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().ToErrno(), EIO) << e.status().ToString();
+  EXPECT_EQ(a_->GetStats().errors, 1u);
+  fs::remove(a_->dir());
 }
 
 TEST_F(LinkArbiterTest, KeptClaimsGoAfterTheirTtlReleasedAtOnce) {
