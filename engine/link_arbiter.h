@@ -5,10 +5,11 @@
 // other's PUT both find it absent there. They then race for a *claim* on the export: an exclusive create
 // of the empty file <backing>/.kvfs/v1/links/<key> (Env::CreateExclusive: an O_EXCL open, which an NFS
 // server decides atomically; a conditional PUT, If-None-Match: *, on S3). The key is XXH3-128 of the
-// path and its *incarnation*: the path's tombstone in the index (stamp and node of the last UNLINK or
-// rename-away of that path; none for a name never removed). Every node that has applied the same
-// history derives the same key, and a name unlinked and linked again is a new race under a fresh key,
-// not a loss to the claim of its previous life. docs/design.md §5 "link(2) across nodes".
+// path and its *incarnation*: the binding the path's tombstone removed (the (stamp, node) of the PUT the
+// last UNLINK or rename-away took away; none for a name never removed; StoreImpl::
+// LinkIncarnationLocked). Every node that removed or applied the removal of that binding derives the same
+// key, and a name unlinked and linked again is a new race under a fresh key, not a loss to the claim of
+// its previous life. docs/design.md §5 "link(2) across nodes".
 //
 // Abandoned claims: a claim at least kStaleAfter old on the server's clock (its ctime against this
 // node's HEARTBEAT's) whose name is absent from this node's index no longer decides: its creator crashed

@@ -188,11 +188,14 @@ Status StoreImpl::ExchangeLocked(uint64_t parent, std::string_view name, uint64_
   return Status::OK();
 }
 
-// The incarnation of a path for link claims (engine/link_arbiter.h): its tombstone, "" if none.
-// Requires ns_mu_.
+// The incarnation of a path for link claims (engine/link_arbiter.h): the binding its tombstone removed
+// ("b<stamp>/<node>": the same on every node that removed or applied the removal of that binding, also
+// when two nodes unlinked it at once), else the tombstone itself (an older index, a snapshot's), ""
+// without one. Requires ns_mu_.
 std::string StoreImpl::LinkIncarnationLocked(const std::string& path) {
   auto t = index_->GetTombstone(path);
   if (!t.ok()) return {};
+  if (t->removed_stamp != 0) return "b" + std::to_string(t->removed_stamp) + "/" + t->removed_node;
   return std::to_string(t->stamp) + "/" + t->node;
 }
 

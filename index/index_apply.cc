@@ -273,14 +273,20 @@ struct Applier {
   }
 
   Result<bool> Unlink(const ApplyOp& op) {
-    KVFS_RETURN_IF_ERROR(o.RaiseTomb(op.path, op.stamp, node));
     std::string leaf;
     bool skip;
     auto parent = Parent(op.path, false, op.attr, &leaf, &skip);
     if (!parent.ok()) return parent.status();
-    if (skip) return true;  // tombstone recorded
     std::optional<DentryVal> cur;
-    KVFS_RETURN_IF_ERROR(o.GetDentry(*parent, leaf, &cur));
+    if (!skip) KVFS_RETURN_IF_ERROR(o.GetDentry(*parent, leaf, &cur));
+    // The binding this UNLINK removes (recorded in the tombstone: the link claims' incarnation): a
+    // committed file's dentry older than it.
+    const DentryVal* removed = nullptr;
+    if (cur && !S_ISDIR(cur->mode) && cur->stamp != 0 && Newer(op.stamp, node, cur->stamp, cur->node)) {
+      removed = &*cur;
+    }
+    KVFS_RETURN_IF_ERROR(o.RaiseTomb(op.path, op.stamp, node, removed));
+    if (skip) return true;  // tombstone recorded
     if (!cur || S_ISDIR(cur->mode)) return !cur;
     std::optional<InodeRec> cr;
     KVFS_RETURN_IF_ERROR(o.GetRec(cur->ino, &cr));
@@ -310,7 +316,7 @@ struct Applier {
       }
     }
     bool src_dir = src && src->is_dir();
-    if (!src_dir) KVFS_RETURN_IF_ERROR(o.RaiseTomb(op.path, op.stamp, node));
+    if (!src_dir) KVFS_RETURN_IF_ERROR(o.RaiseTomb(op.path, op.stamp, node, src && sd ? &*sd : nullptr));
     auto dropped = src ? o.InDroppedSegment(src->loc, src->extents) : o.InDroppedSegment(op.location);
     if (!dropped.ok()) return dropped.status();
     // Destination

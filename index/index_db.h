@@ -130,6 +130,13 @@ struct IndexStats {
 struct Tombstone {
   uint64_t stamp = 0;
   std::string node;
+  // The binding the path last had when a tombstone was raised over it: (stamp, node) of the dentry the
+  // UNLINK / rename-away removed (kept when a later tombstone finds no dentry). Every node that removes
+  // or applies the removal of one binding records the same pair, whatever its own unlink's stamp: the
+  // link claims' incarnation (engine/link_arbiter.h). 0 / "" when unknown (a tombstone of an older
+  // index, or one applied from a snapshot, which carries only the UNLINK's stamp).
+  uint64_t removed_stamp = 0;
+  std::string removed_node;
 };
 
 // One journal entry to apply (docs/design.md §2 "Journal"). Fields not used by a kind are ignored.

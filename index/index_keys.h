@@ -21,7 +21,7 @@
 //                                                      node) of the name's last set or remove (format 3;
 //                                                      absent: older than any entry)
 //   staged      ino u64 BE                             (empty)  uncommitted files; dropped at Open    namespace
-//   tombstones  full path                              stamp u64, node str                            namespace
+//   tombstones  full path                              stamp u64, node str[, removed stamp u64, node str]  namespace
 //   segments    node | 0x00 | gen u64 BE | seq u64 BE  state u8, live_bytes u64, live_records u64,    location
 //                                                      [cut u64] (absent in older records: no cut)
 //   segfiles    <segments key> | ino u64 BE            (empty)  which inodes are located in a segment location
@@ -320,16 +320,29 @@ inline bool DecodeSeg(std::string_view v, SegmentInfo* s) {
   s->cut = rd.s.size() >= 8 ? rd.U64() : UINT64_MAX;
   return rd.ok;
 }
-inline std::string EncodeTomb(uint64_t stamp, std::string_view node) {
+// tombstones value: stamp u64, node str[, removed_stamp u64, removed_node str] (the removed binding,
+// since the link claims; absent in older indexes: decoded as 0 / "").
+inline std::string EncodeTomb(uint64_t stamp, std::string_view node, uint64_t removed_stamp = 0,
+                              std::string_view removed_node = {}) {
   std::string v;
   PutLE(&v, stamp, 8);
   PutStr(&v, node);
+  if (removed_stamp != 0) {
+    PutLE(&v, removed_stamp, 8);
+    PutStr(&v, removed_node);
+  }
   return v;
 }
 inline bool DecodeTomb(std::string_view v, Tombstone* t) {
   Reader rd{v};
   t->stamp = rd.U64();
   t->node = rd.Str();
+  t->removed_stamp = 0;
+  t->removed_node.clear();
+  if (rd.ok && !rd.s.empty()) {
+    t->removed_stamp = rd.U64();
+    t->removed_node = rd.Str();
+  }
   return rd.ok;
 }
 

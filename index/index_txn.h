@@ -454,10 +454,20 @@ struct Ops {
     *out = std::move(tb);
     return Status::OK();
   }
-  Status RaiseTomb(const std::string& path, uint64_t stamp, std::string_view node) {
+  // removed: the dentry this tombstone removes (its binding is recorded), or null (none: the binding a
+  // tombstone already holds is kept).
+  Status RaiseTomb(const std::string& path, uint64_t stamp, std::string_view node, const DentryVal* removed) {
     std::optional<Tombstone> tb;
     KVFS_RETURN_IF_ERROR(GetTomb(path, &tb));
-    if (!tb || Newer(stamp, node, tb->stamp, tb->node)) t.Put(kTombstones, path, EncodeTomb(stamp, node));
+    const bool bound = removed != nullptr && removed->stamp != 0;
+    if (!tb || Newer(stamp, node, tb->stamp, tb->node)) {
+      const uint64_t rs = bound ? removed->stamp : tb ? tb->removed_stamp : 0;
+      const std::string rn = bound ? removed->node : tb ? tb->removed_node : std::string();
+      t.Put(kTombstones, path, EncodeTomb(stamp, node, rs, rn));
+    } else if (bound && (tb->removed_stamp != removed->stamp || tb->removed_node != removed->node)) {
+      // An older UNLINK applied after a newer one (peers' orders differ) still removes this binding.
+      t.Put(kTombstones, path, EncodeTomb(tb->stamp, tb->node, removed->stamp, removed->node));
+    }
     t.RaiseHlc(stamp);
     return Status::OK();
   }

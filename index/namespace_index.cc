@@ -275,7 +275,7 @@ Result<Node> IndexDb::Unlink(uint64_t parent, std::string_view name, uint64_t st
   if (stamp) {
     auto pp = o.PathOf(parent);
     if (!pp.ok()) return pp.status();
-    KVFS_RETURN_IF_ERROR(o.RaiseTomb(JoinPath(*pp, name), stamp, impl_->node));
+    KVFS_RETURN_IF_ERROR(o.RaiseTomb(JoinPath(*pp, name), stamp, impl_->node, &*d));
   }
   KVFS_RETURN_IF_ERROR(o.RemoveEntryAndInode(parent, name, *d));
   KVFS_RETURN_IF_ERROR(o.TouchDir(parent, 0));
@@ -327,7 +327,7 @@ Result<RenameResult> IndexDb::Rename(uint64_t parent, std::string_view name, uin
   if (stamp) {
     auto pp = o.PathOf(parent);
     if (!pp.ok()) return pp.status();
-    KVFS_RETURN_IF_ERROR(o.RaiseTomb(JoinPath(*pp, name), stamp, impl_->node));
+    KVFS_RETURN_IF_ERROR(o.RaiseTomb(JoinPath(*pp, name), stamp, impl_->node, &*sd));
   }
   uint64_t cookie = 0;
   if (dd) {

@@ -677,6 +677,53 @@ TEST_F(IndexDbTest, ApplyStagedLocalFileAndOrderIndependence) {
   EXPECT_FALSE(std::filesystem::exists(o2.dir));
 }
 
+// Tombstones record the binding they removed (the link claims' incarnation, engine/link_arbiter.h): two
+// nodes that each unlink the same file (their own UNLINK first, the other's later) end with the same
+// removed binding, the PUT's (stamp, node), though their tombstones' own stamps came in different
+// orders; a later PUT and UNLINK of the name move it on.
+TEST_F(IndexDbTest, TombstonesRecordTheBindingTheyRemoved) {
+  IndexDbOptions o2;
+  o2.dir = dir_ + "2";
+  o2.node_id = "b";
+  auto other = IndexDb::Open(o2);
+  ASSERT_TRUE(other.ok());
+  Attr a;
+  a.mode = S_IFREG | 0644;
+  a.size = 5;
+  auto op = [&](ApplyOp::Kind k, uint64_t stamp, uint64_t off) {
+    ApplyOp o;
+    o.kind = k;
+    o.path = "/x";
+    o.attr = a;
+    o.location = Loc("p", 2, off, 5);
+    o.stamp = stamp;
+    return o;
+  };
+  const ApplyOp put = op(ApplyOp::Kind::kPut, 10, 0), unl_a = op(ApplyOp::Kind::kUnlink, 20, 0),
+               unl_b = op(ApplyOp::Kind::kUnlink, 25, 0);
+  for (IndexDb* db : {db_.get(), other->get()}) ASSERT_TRUE(db->ApplyBatch({&put, 1}, "p").ok());
+  ASSERT_TRUE(db_->ApplyBatch({&unl_a, 1}, "a").ok());
+  ASSERT_TRUE((*other)->ApplyBatch({&unl_b, 1}, "b").ok());
+  ASSERT_TRUE(db_->ApplyBatch({&unl_b, 1}, "b").ok());
+  ASSERT_TRUE((*other)->ApplyBatch({&unl_a, 1}, "a").ok());
+  for (IndexDb* db : {db_.get(), other->get()}) {
+    auto t = db->GetTombstone("/x");
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_EQ(t->stamp, 25u);
+    EXPECT_EQ(t->node, "b");
+    EXPECT_EQ(t->removed_stamp, 10u);
+    EXPECT_EQ(t->removed_node, "p");
+  }
+  const ApplyOp put2 = op(ApplyOp::Kind::kPut, 30, 4096), unl2 = op(ApplyOp::Kind::kUnlink, 40, 0);
+  ASSERT_TRUE(db_->ApplyBatch({&put2, 1}, "q").ok());
+  EXPECT_TRUE(db_->GetTombstone("/x").status().IsNotFound()) << "a PUT that wins removes the tombstone";
+  ASSERT_TRUE(db_->ApplyBatch({&unl2, 1}, "a").ok());
+  EXPECT_EQ(db_->GetTombstone("/x")->removed_stamp, 30u);
+  EXPECT_EQ(db_->GetTombstone("/x")->removed_node, "q");
+  other->reset();
+  ASSERT_TRUE(IndexDb::Destroy(o2.dir).ok());
+}
+
 // Concurrent attribute and xattr changes on two nodes (docs/semantics.md §4): every order of applying
 // the nodes' journals (each node's own in its order, as live tailing and replay do) gives the same
 // records, last writer by (stamp, node) per attribute set and per xattr name. The entries go through the

@@ -128,6 +128,14 @@ TEST(IndexKeysTest, DentryAndTombstoneValues) {
   EXPECT_EQ(tb.stamp, 500u);
   EXPECT_EQ(tb.node, "p");
   EXPECT_FALSE(DecodeTomb(std::string(5, '\0'), &tb));
+  // With the binding it removed (since the link claims); the value above, of an older index, has none.
+  ASSERT_TRUE(DecodeTomb(EncodeTomb(500, "p", 42, "q"), &tb));
+  EXPECT_EQ(tb.stamp, 500u);
+  EXPECT_EQ(tb.removed_stamp, 42u);
+  EXPECT_EQ(tb.removed_node, "q");
+  ASSERT_TRUE(DecodeTomb(EncodeTomb(500, "p"), &tb));
+  EXPECT_EQ(tb.removed_stamp, 0u);
+  EXPECT_EQ(tb.removed_node, "");
 }
 
 TEST(IndexKeysTest, StampOrderNamesAndPaths) {
