@@ -157,6 +157,24 @@ def file_generation(relpath):
 
 
 @kf.skip_unless_fuse
+META_KINDS = ("open", "close", "mkdir", "rename", "remove", "stat", "list")  # backing metadata operations
+
+
+class MissingLookups:
+    """misses(seconds): stats a new missing name under mnt every 10 ms (each lookup miss asks the peer
+    thread for an early poll); .count names so far."""
+
+    def __init__(self, test, mnt):
+        self.test, self.mnt, self.count = test, mnt, 0
+
+    def __call__(self, seconds):
+        t = time.monotonic()
+        while time.monotonic() - t < seconds:
+            self.test.assertFalse(os.path.exists(os.path.join(self.mnt, "miss-%d" % self.count)))
+            self.count += 1
+            time.sleep(0.01)
+
+
 class MultiNodeTest(unittest.TestCase):
     def setUp(self):
         self.root = tempfile.mkdtemp(prefix="kvfs-mn-")
@@ -268,30 +286,22 @@ class MultiNodeTest(unittest.TestCase):
         (measured 2.5 per second: stat 7, open 2, close 1 in 4 s; before, a listing every second on top).
         Then B mounts (a new node): A finds it and reads B's file."""
         a, _ = self.mount("A")
-        meta_kinds = ("open", "close", "mkdir", "rename", "remove", "stat", "list")
-        i = 0
-
-        def misses(seconds):
-            nonlocal i
-            t = time.monotonic()
-            while time.monotonic() - t < seconds:
-                self.assertFalse(os.path.exists(os.path.join(a, "miss-%d" % i)))
-                i += 1
-                time.sleep(0.01)
+        meta_kinds = META_KINDS
+        misses = MissingLookups(self, a)
 
         # nodes/ settles: A lists it at each look (1 s apart while lookups miss) until a listing comes 2 s
         # after its last change (A's own directory).
         misses(4.0)
         s0 = kf.stats(a)["backing_ops"]
         t0 = time.monotonic()
-        i0 = i
+        i0 = misses.count
         misses(4.0)
         s1 = kf.stats(a)["backing_ops"]
         dt = time.monotonic() - t0
         d = {k: s1[k] - s0[k] for k in meta_kinds}
         per_s = sum(d.values()) / dt
         sys.stderr.write("multinode_test: A alone, %d misses in %.1f s: backing metadata ops %s = %.2f/s\n"
-                         % (i - i0, dt, d, per_s))
+                         % (misses.count - i0, dt, d, per_s))
         self.assertEqual(d["list"], 0, "A listed a directory while nothing changed: %s" % d)
         self.assertGreaterEqual(d["stat"], 1, "A never looked for new nodes: %s" % d)
         self.assertLessEqual(per_s, 3.0, "A alone: %.2f backing metadata ops/s: %s" % (per_s, d))
@@ -312,16 +322,8 @@ class MultiNodeTest(unittest.TestCase):
         b, _ = self.mount("B", checkpoint_entries=40, peers_publish_ms=200)  # checkpoints looked at every 0.2 s
         kf.write_file(os.path.join(b, "first"), b"x")
         self.expect_bytes("A", os.path.join(a, "first"), b"x", "B's first file")
-        meta_kinds = ("open", "close", "mkdir", "rename", "remove", "stat", "list")
-        i = 0
-
-        def misses(seconds):
-            nonlocal i
-            t = time.monotonic()
-            while time.monotonic() - t < seconds:
-                self.assertFalse(os.path.exists(os.path.join(a, "miss-%d" % i)))
-                i += 1
-                time.sleep(0.01)
+        meta_kinds = META_KINDS
+        misses = MissingLookups(self, a)
 
         misses(3.0)
         s0 = kf.stats(a)
