@@ -156,7 +156,6 @@ def file_generation(relpath):
     return int(base.split("-")[0])
 
 
-@kf.skip_unless_fuse
 META_KINDS = ("open", "close", "mkdir", "rename", "remove", "stat", "list")  # backing metadata operations
 
 
@@ -175,6 +174,7 @@ class MissingLookups:
             time.sleep(0.01)
 
 
+@kf.skip_unless_fuse
 class MultiNodeTest(unittest.TestCase):
     def setUp(self):
         self.root = tempfile.mkdtemp(prefix="kvfs-mn-")
