@@ -104,11 +104,12 @@ void LinkArbiter::Release(const std::string& file) {
 
 void LinkArbiter::Tick(bool all) {
   const auto now = Clock::now();
-  for (;;) {
+  for (size_t n = 0;; ++n) {
     std::string file;
     {
       std::lock_guard<std::mutex> l(mu_);
       if (pending_.empty() || (!all && pending_.front().first > now)) break;
+      if (all && n >= kCloseRemovals) break;  // an unmount: the rest are left to the sweep
       file = std::move(pending_.front().second);
       pending_.pop_front();
     }

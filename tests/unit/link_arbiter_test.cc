@@ -144,6 +144,19 @@ TEST_F(LinkArbiterTest, KeptClaimsGoAfterTheirTtlReleasedAtOnce) {
   EXPECT_FALSE(fs::exists(c3->file));
 }
 
+TEST_F(LinkArbiterTest, AnUnmountRemovesAtMostItsCapOfKeptClaims) {
+  const size_t n = LinkArbiter::kCloseRemovals + 3;
+  for (size_t i = 0; i < n; ++i) {
+    auto c = a_->TryClaim("/kv/c" + std::to_string(i), "");
+    ASSERT_TRUE(c.ok() && c->won);
+    a_->Keep(c->file);
+  }
+  a_->Tick(true);
+  EXPECT_EQ(Claims(), 3u);
+  EXPECT_EQ(a_->GetStats().removed, LinkArbiter::kCloseRemovals);
+  EXPECT_TRUE(fs::exists(a_->ClaimFile("/kv/c" + std::to_string(n - 1), "", 0))) << "the newest are left";
+}
+
 TEST_F(LinkArbiterTest, SweepRemovesOnlyClaimsOlderThanItsAgeAgainstTheHeartbeat) {
   auto young = b_->TryClaim("/kv/young", "");
   auto old = b_->TryClaim("/kv/old", "");
