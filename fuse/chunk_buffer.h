@@ -32,6 +32,11 @@
 // 2 MiB of dirty parts, a 50 KiB pwrite at 1.6 MB of a new file 53,760 bytes (the pages it touches;
 // the rest is a hole).
 //
+// Sealed pages (docs/design.md §13 "Sealed closes"): a close of a few dirty pages seals them (Seal)
+// instead of appending them; ToExtentMapSealed(rec) is then the version as of that close while a writer
+// that joined writes other pages, and RebaseSealed makes only the sealed pages clean once they are a
+// record. While pages are sealed, Write/Resize/Punch refuse what would change that state (SealConflicts).
+//
 // Memory: RAM chunks come from BufferPool::Default() and go back to it when freed (spill, commit,
 // truncate, the version's end), so a store's copy into staging lands in pages that are already present
 // instead of freshly mapped ones (blockstore/buffer_pool.h says why that matters and how it is bounded).
@@ -92,6 +97,7 @@ class ChunkBuffer {
   // Replaces the content with references to the first `size` bytes of the value at loc (chunk i ->
   // value offset i * kChunk). size must be <= loc.length.
   void SetBacking(const Location& loc, uint64_t size) {
+    sealed_ = false;
     base_map_.reset();
     slots_.clear();
     ram_chunks_ = 0;
@@ -103,6 +109,7 @@ class ChunkBuffer {
   // covers whole is a plain reference to its record, a chunk without data a hole, any other chunk is
   // *mapped* (read through the map: its extents' records, zeros in its holes). Nothing is read.
   void SetBacking(std::shared_ptr<const ExtentMap> map) {
+    sealed_ = false;
     slots_.clear();
     ram_chunks_ = 0;
     size_ = map->size();
@@ -112,6 +119,7 @@ class ChunkBuffer {
 
   // Sets the size; growing zero-fills [old size, n), shrinking frees the chunks past the end.
   Status Resize(uint64_t n, const Fetch& fetch) {
+    if (sealed_ && n != size_) return Status::IOError("chunk buffer: resize of a version with sealed pages", EIO);
     if (n > size_) {
       if (size_ % kChunk != 0 && !slots_[size_ / kChunk].hole) {
         KVFS_RETURN_IF_ERROR(Materialize(size_ / kChunk, fetch));
@@ -144,6 +152,7 @@ class ChunkBuffer {
   // Writes len bytes at off, zero-filling a gap between the current end and off.
   Status Write(uint64_t off, const char* p, size_t len, const Fetch& fetch) {
     if (len == 0) return Status::OK();
+    if (SealConflicts(off, len)) return Status::IOError("chunk buffer: write over sealed pages", EIO);
     const uint64_t end = off + len;
     const uint64_t new_size = std::max(size_, end);
     const size_t old_slots = slots_.size();
@@ -174,6 +183,7 @@ class ChunkBuffer {
         slots_[ci].base_mapped = false;
         slots_[ci].mapped = false;
         slots_[ci].dirty.reset();
+        slots_[ci].sealed.reset();
         slots_[ci].holed.reset();
         ram_chunks_++;
       } else {
@@ -190,6 +200,7 @@ class ChunkBuffer {
       slots_[ci].base_mapped = false;
       slots_[ci].mapped = false;
       slots_[ci].dirty.reset();
+      slots_[ci].sealed.reset();
       slots_[ci].holed.reset();
       ram_chunks_++;
     }
@@ -235,6 +246,7 @@ class ChunkBuffer {
   // with the same bytes).
   Status Punch(uint64_t off, uint64_t len, const Fetch& fetch) {
     if (len == 0 || off >= size_) return Status::OK();
+    if (sealed_) return Status::IOError("chunk buffer: punch of a version with sealed pages", EIO);
     const uint64_t end = std::min(size_, off + std::min(len, size_ - off));
     const size_t first = off / kChunk, last = (end - 1) / kChunk;
     for (size_t ci : {first, last}) {  // the partly covered chunks: into RAM first, so nothing fails later
@@ -465,6 +477,7 @@ class ChunkBuffer {
   // made again from `map`, as SetBacking(map) makes them, so they no longer name the records the copies
   // replaced (a later FLUSH's map would bring them back).
   void Rebase(std::shared_ptr<const ExtentMap> map, bool refs_too = false) {
+    sealed_ = false;
     base_map_ = std::move(map);
     for (size_t i = 0; i < slots_.size(); ++i) {
       Slot& s = slots_[i];
@@ -477,6 +490,7 @@ class ChunkBuffer {
       s.base_len = ChunkLen(i);
       s.base_mapped = true;
       s.dirty.reset();
+      s.sealed.reset();
       s.holed.reset();  // the map has those holes now
     }
   }
@@ -488,6 +502,7 @@ class ChunkBuffer {
   // whole file again). Chunks not in RAM (holes, references a spill made meanwhile) are unchanged.
   // O(chunks), nothing read or copied.
   void RebaseWhole(const Location& rec) {
+    sealed_ = false;
     bool mapped_left = false;
     for (size_t i = 0; i < slots_.size(); ++i) {
       Slot& s = slots_[i];
@@ -500,9 +515,88 @@ class ChunkBuffer {
       s.base_len = ChunkLen(i);
       s.base_mapped = false;
       s.dirty.reset();
+      s.sealed.reset();
       s.holed.reset();
     }
     if (!mapped_left) base_map_.reset();
+  }
+
+  // ---- sealed pages: a close whose record waits for its deferred commit (fuse/commit.cc) ----
+  // Seal() marks every dirty page *sealed*: the version as of that close is ToExtentMapSealed(rec), rec
+  // = SealedParts() appended as one record, whatever is written after it. Until the sealed pages are
+  // appended (RebaseSealed, or a FLUSH of everything: Rebase / RebaseWhole) only writes that leave that
+  // state derivable are allowed (SealConflicts is false): within the size, over no sealed page, and not
+  // replacing a chunk that is not in RAM whole (its RAM copy would have nothing under it); no resize, no
+  // punch, no spill (the caller appends the sealed pages first). Seal() again (another close) seals
+  // every page dirty then. Returns the sealed bytes.
+  uint64_t Seal() {
+    uint64_t n = 0;
+    for (Slot& s : slots_) {
+      if (s.ram) s.sealed = s.dirty;
+    }
+    ForEachRun([&](size_t, uint64_t lo, uint64_t hi, RunKind k) {
+      if (k == RunKind::kDirty) n += hi - lo;
+    });
+    sealed_ = true;
+    return n;
+  }
+  bool sealed() const { return sealed_; }
+  // The sealed state is superseded (a FLUSH recorded everything written up to a later point without
+  // rebasing): no page is sealed any more; the dirty pages stay dirty.
+  void Unseal() {
+    sealed_ = false;
+    for (Slot& s : slots_) s.sealed.reset();
+  }
+  // True when Write(off, len) would change what ToExtentMapSealed describes (see Seal).
+  bool SealConflicts(uint64_t off, uint64_t len) const {
+    if (!sealed_ || len == 0) return false;
+    if (off > size_ || len > size_ - off) return true;
+    const uint64_t end = off + len;
+    for (uint64_t ci = off / kChunk; ci <= (end - 1) / kChunk; ++ci) {
+      const Slot& s = slots_[ci];
+      const uint64_t cs = ci * kChunk;
+      if (!s.ram) {
+        if (off <= cs && end >= cs + ChunkLen(ci)) return true;
+        continue;
+      }
+      const uint64_t lo = std::max(off, cs) - cs, hi = std::min(end, cs + kChunk) - cs;
+      for (uint64_t pg = lo / kPage; pg * kPage < hi; ++pg) {
+        if (s.sealed.test(pg)) return true;
+      }
+    }
+    return false;
+  }
+  // The sealed bytes in file order (views into RAM chunks, valid until the next mutation).
+  std::vector<std::string_view> SealedParts() const {
+    std::vector<std::string_view> out;
+    ForEachRun(
+        [&](size_t i, uint64_t lo, uint64_t hi, RunKind k) {
+          if (k == RunKind::kDirty) out.emplace_back(slots_[i].ram.get() + lo, hi - lo);
+        },
+        /*sealed_view=*/true);
+    return out;
+  }
+  // The version as of the last Seal(), given `rec` = the record whose value is SealedParts() concatenated:
+  // pages dirtied after it read what lay under them then (their base, or a hole).
+  ExtentMap ToExtentMapSealed(const Location& rec) const { return MapOf(rec, /*sealed_view=*/true); }
+  // After SealedParts() was appended as `rec` and `map` = ToExtentMapSealed(rec): the sealed pages are
+  // clean with `map` under them, the pages dirtied after the seal stay dirty (over `map`, which has
+  // there what lay under them), so the next FLUSH appends only those (as Rebase, for the sealed pages).
+  void RebaseSealed(std::shared_ptr<const ExtentMap> map) {
+    sealed_ = false;
+    base_map_ = std::move(map);
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Slot& s = slots_[i];
+      if (!s.ram) continue;
+      s.base = Location{};
+      s.base_off = 0;
+      s.base_len = ChunkLen(i);
+      s.base_mapped = true;
+      s.dirty &= ~s.sealed;
+      s.sealed.reset();
+      // A punched page the map has as a hole; a page written after the punch is dirty and wins.
+      s.holed.reset();
+    }
   }
 
   // SEEK_DATA / SEEK_HOLE of the staged bytes, split as ToExtentMap splits them (what a FLUSH in
@@ -517,7 +611,10 @@ class ChunkBuffer {
   // (empty when DirtyBytes() is 0): referenced chunks and the unchanged base bytes of RAM chunks are
   // extents of their records, dirty pages extents of `dirty`, everything else (holes, zeros past a base)
   // holes.
-  ExtentMap ToExtentMap(const Location& dirty) const {
+  ExtentMap ToExtentMap(const Location& dirty) const { return MapOf(dirty, /*sealed_view=*/false); }
+
+ private:
+  ExtentMap MapOf(const Location& dirty, bool sealed_view) const {
     ExtentMap m(size_);
     uint64_t dirty_off = 0;
     ForEachRun([&](size_t i, uint64_t lo, uint64_t hi, RunKind k) {
@@ -535,12 +632,12 @@ class ChunkBuffer {
           if (p.extent) m.PushBack(Extent{p.file_offset, p.length, p.extent->record, p.value_offset});
         }
       }
-    });
+    },
+               sealed_view);
     m.Resize(size_);
     return m;
   }
 
- private:
   struct Slot {
     ChunkPtr ram;                 // null: referenced, or a hole
     Location loc;                 // referenced chunks: where the bytes are
@@ -556,23 +653,29 @@ class ChunkBuffer {
     // Pages over base bytes that a punch made holes (read as zeros, no base under them); a write
     // makes the page dirty, which wins.
     std::bitset<kChunk / kPage> holed{};
+    // Dirty pages a close sealed (Seal): a subset of `dirty`.
+    std::bitset<kChunk / kPage> sealed{};
     bool mapped = false;  // not in RAM: read through base_map_ (several extents and/or holes)
   };
 
   // kMapped: bytes of base_map_ at the same file offsets (extents or holes).
   enum class RunKind { kHole, kRef, kBase, kDirty, kMapped };
   // Calls fn(chunk, lo, hi, kind) for maximal runs of one kind, chunk by chunk in file order, byte
-  // ranges within the chunk clipped to its length.
+  // ranges within the chunk clipped to its length. sealed_view: the version as of the last Seal()
+  // (kDirty = sealed pages; a page dirtied after it is what lies under it: base, mapped, or a hole).
   template <typename Fn>
-  void ForEachRun(Fn&& fn) const {
-    ForEachRunFrom(0, [&](size_t i, uint64_t lo, uint64_t hi, RunKind k) {
-      fn(i, lo, hi, k);
-      return false;
-    });
+  void ForEachRun(Fn&& fn, bool sealed_view = false) const {
+    ForEachRunFrom(
+        0,
+        [&](size_t i, uint64_t lo, uint64_t hi, RunKind k) {
+          fn(i, lo, hi, k);
+          return false;
+        },
+        sealed_view);
   }
   // The same from chunk `first` on; fn returns true to stop the walk.
   template <typename Fn>
-  void ForEachRunFrom(size_t first, Fn&& fn) const {
+  void ForEachRunFrom(size_t first, Fn&& fn, bool sealed_view = false) const {
     for (size_t i = first; i < slots_.size(); ++i) {
       const Slot& s = slots_[i];
       const uint64_t len = ChunkLen(i);
@@ -591,7 +694,7 @@ class ChunkBuffer {
         const uint64_t page_end = std::min(len, (b / kPage + 1) * kPage);
         RunKind k;
         uint64_t e;
-        if (s.dirty.test(b / kPage)) {
+        if ((sealed_view ? s.sealed : s.dirty).test(b / kPage)) {
           k = RunKind::kDirty;
           e = page_end;
         } else if (b < s.base_len && (s.base_mapped || !s.base.empty()) && !s.holed.test(b / kPage)) {
@@ -681,6 +784,7 @@ class ChunkBuffer {
       s.base_len = 0;
       s.base_mapped = false;
       s.dirty.reset();
+      s.sealed.reset();
       s.holed.reset();
       ram_chunks_++;
       return Status::OK();
@@ -701,6 +805,7 @@ class ChunkBuffer {
     s.mapped = false;
     s.base_len = ChunkLen(i);
     s.dirty.reset();
+    s.sealed.reset();
     s.holed.reset();
     s.loc = Location{};
     ram_chunks_++;
@@ -724,6 +829,7 @@ class ChunkBuffer {
   std::shared_ptr<const ExtentMap> base_map_;  // SetBacking(map): what mapped slots read
   size_t ram_chunks_ = 0;
   uint64_t size_ = 0;
+  bool sealed_ = false;  // Seal() was called and no Rebase* since
 };
 
 }  // namespace kvfs

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 #include <random>
 #include <string>
 
@@ -768,6 +769,121 @@ TEST(ChunkBufferExtents, PunchMakesHolesAndWritesOnlyPagesOverBase) {
   EXPECT_EQ(ReadMap(m, recs), w);
 }
 
+
+// Sealed closes (design.md §13 "Sealed closes", fuse/commit.cc): a close of a few pages seals them
+// (Seal) instead of appending them; a writer that joins goes on writing other pages; the deferred
+// commit appends the sealed pages as one record and publishes exactly the state of the last sealed
+// close (ToExtentMapSealed), never bytes written after it; after RebaseSealed the next FLUSH appends
+// exactly the pages written since the seal. A write over a sealed page, past the end or replacing a
+// referenced chunk, a resize and a punch are refused while sealed (the daemon appends the sealed pages
+// first, FlushSealed, as here), and change nothing.
+TEST(ChunkBufferExtents, SealedClosesKeepTheirStateWhileAJoinedWriterWrites) {
+  ExtRecords recs;
+  std::mt19937 rng(91);
+  uint64_t seals = 0, flushes = 0, refused = 0;
+  for (int round = 0; round < 40; ++round) {
+    recs.values.clear();
+    const uint64_t size0 = 4096 + rng() % (4 * kExtMiB);
+    ExtentMap base(size0);
+    for (int i = 0; i < 6; ++i) {
+      const uint64_t off = rng() % size0, len = 1 + rng() % std::min<uint64_t>(kExtMiB, size0 - off);
+      const uint64_t vo = rng() % 9000;
+      Location l = recs.Put(ExtRandomBytes(vo + len, rng()));
+      ASSERT_TRUE(base.Overlay(off, len, l, vo).ok());
+      if (rng() % 3 == 0) base.Punch(rng() % size0, rng() % kExtMiB);
+    }
+    std::string file = ReadMap(base, recs);
+    ChunkBuffer b;
+    b.SetBacking(std::make_shared<const ExtentMap>(base));
+    std::string at_seal;           // the file as of the last Seal()
+    std::set<uint64_t> since_seal;  // pages written since the last Seal()
+    auto flush_sealed = [&]() {
+      auto parts = b.SealedParts();
+      Location rec = parts.empty() ? Location{} : recs.PutParts(parts);
+      ExtentMap m = b.ToExtentMapSealed(rec);
+      ASSERT_TRUE(m.Validate().ok());
+      ASSERT_EQ(ReadMap(m, recs), at_seal) << round;  // exactly the close's state
+      b.RebaseSealed(std::make_shared<const ExtentMap>(m));
+      EXPECT_FALSE(b.sealed());
+      if (rng() % 2) b.ReleaseClean();
+      ASSERT_EQ(ReadChunks(b, recs), file) << round;
+      uint64_t expect = 0;
+      for (uint64_t pg : since_seal) {
+        if (pg * 4096 < b.size()) expect += std::min<uint64_t>(4096, b.size() - pg * 4096);
+      }
+      uint64_t written = 0;
+      ExtentMap f = FlushAsExtents(b, recs, &written);
+      EXPECT_EQ(written, expect) << round;  // only what was written after the seal
+      ASSERT_EQ(ReadMap(f, recs), file) << round;
+      flushes++;
+    };
+    for (int op = 0; op < 40; ++op) {
+      const uint64_t sz = b.size();
+      int what = rng() % 10;
+      if (what == 1 && sz == 0) what = 0;  // nothing to punch
+      if (what == 0 || what == 1) {
+        // A resize or a punch: refused while sealed (nothing changes), else done.
+        const uint64_t off = rng() % (sz + kExtMiB);
+        const uint64_t len = 1 + rng() % (2 * kExtMiB);
+        if (b.sealed()) {
+          EXPECT_FALSE((what == 0 ? b.Resize(off == sz ? off + 1 : off, recs.chunk_fetch())
+                                  : b.Punch(std::min(off, sz - 1), len, recs.chunk_fetch())).ok());
+          ASSERT_EQ(b.size(), sz);
+          ASSERT_EQ(ReadChunks(b, recs), file) << round << " " << op;
+          refused++;
+          flush_sealed();
+        }
+        if (what == 0) {
+          ASSERT_TRUE(b.Resize(off, recs.chunk_fetch()).ok());
+          file.resize(off, '\0');
+        } else if (sz > 0) {
+          const uint64_t o = std::min(off, sz - 1);
+          ASSERT_TRUE(b.Punch(o, len, recs.chunk_fetch()).ok());
+          const uint64_t e = std::min(sz, o + len);
+          file.replace(o, e - o, e - o, '\0');
+        }
+        since_seal.clear();  // everything is dirty or recorded again: treated as before any seal
+        continue;
+      }
+      if (what == 2) {  // a close: seal (again: everything dirty now)
+        b.Seal();
+        seals++;
+        at_seal = file;
+        since_seal.clear();
+        continue;
+      }
+      if (what == 3 && b.sealed()) {  // the deferred commit
+        flush_sealed();
+        continue;
+      }
+      // A write: small pages mostly, sometimes a whole chunk or past the end.
+      uint64_t off = rng() % (sz + 8192), len = 1 + rng() % 12000;
+      if (rng() % 8 == 0) {
+        off = (rng() % (sz / kExtMiB + 1)) * kExtMiB;
+        len = kExtMiB;
+      }
+      std::string w = ExtRandomBytes(len, rng());
+      if (b.SealConflicts(off, len)) {
+        EXPECT_FALSE(b.Write(off, w.data(), len, recs.chunk_fetch()).ok());
+        ASSERT_EQ(ReadChunks(b, recs), file) << round << " " << op;
+        refused++;
+        flush_sealed();
+        EXPECT_FALSE(b.SealConflicts(off, len));
+      }
+      ASSERT_TRUE(b.Write(off, w.data(), len, recs.chunk_fetch()).ok()) << round << " " << op;
+      if (file.size() < off + len) file.resize(off + len, '\0');
+      file.replace(off, len, w);
+      if (b.sealed()) {
+        for (uint64_t pg = off / 4096; pg * 4096 < off + len; ++pg) since_seal.insert(pg);
+      }
+      ASSERT_EQ(ReadChunks(b, recs), file) << round << " " << op;
+    }
+    if (b.sealed()) flush_sealed();
+  }
+  EXPECT_GT(seals, 100u);
+  EXPECT_GT(flushes, 50u);
+  EXPECT_GT(refused, 20u);
+}
 
 // ---- compaction copies (design.md §13): what FLUSH (fuse/commit.cc FlushLocked) does over the bound ----
 
