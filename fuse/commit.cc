@@ -38,11 +38,12 @@ void KvfsFs::Impl::MoveCompactionCredit(uint64_t from, uint64_t to) {
   staging.compaction_credit[to] = c;
 }
 
-Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
+Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v, bool at_close) {
   if (IsUnlinked(in)) return Status::OK();  // discarded at release: nothing to publish
   if (!v.failed.ok()) return v.failed;      // a close or fsync of it failed: never published
   std::shared_lock<std::shared_mutex> g(v.mu);
   if (v.has_record && v.record_gen == v.gen) return Status::OK();
+  if (at_close && v.data.sealed() && v.sealed_gen == v.gen) return Status::OK();  // sealed already
   if (v.data.size() == 0) {
     ReleaseFlushedRecord(v);
     v.record = Location{};
@@ -89,6 +90,16 @@ Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
       if (it != staging.compaction_credit.end()) budget += it->second;
     }
     const std::vector<ExtentMap::Range> ranges = planned.CompactionRanges(probe, budget);
+    if (at_close && ranges.empty() && dirty_bytes > 0 && dirty_bytes <= kSealMaxBytes && opts.commit_delay_ms > 0) {
+      // A close of a few pages (design.md §13 "Sealed closes"): its record would be one 4 KiB metadata
+      // block per page or so. The pages are sealed instead (this close's state stays derivable while a
+      // writer that joins writes other pages, ChunkBuffer::Seal), and the deferred commit appends the
+      // pages of every close sealed within the commit delay as ONE record (FlushSealedLocked).
+      v.data.Seal();
+      v.sealed_gen = v.gen;
+      staging.sealed_closes++;
+      return Status::OK();
+    }
     Location rec;
     std::shared_ptr<const ExtentMap> map;
     uint64_t record_bytes = dirty_bytes;
@@ -194,7 +205,11 @@ Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
     // whole again). The record is then held like a spill, until the version ends.
     g.unlock();
     std::unique_lock<std::shared_mutex> u(v.mu);
-    if (v.gen == wrote_gen) {
+    if (v.gen != wrote_gen) {
+      // Pages sealed by a close are in the record (it holds everything up to wrote_gen): not sealed any
+      // more (they stay dirty: the next FLUSH writes them again with the new ones).
+      v.data.Unseal();
+    } else {
       v.data.RebaseWhole(*r);
       v.spills.push_back(*r);
       // Its full chunks are references to that record again (no I/O; ChunkBuffer::ReleaseClean).
@@ -206,12 +221,80 @@ Status KvfsFs::Impl::FlushLocked(Inode& in, Version& v) {
   return Status::OK();
 }
 
-Status KvfsFs::Impl::Flush(Inode& in, Version& v) {
+Status KvfsFs::Impl::Flush(Inode& in, Version& v, bool at_close, uint64_t* close_no) {
   std::lock_guard<std::mutex> g(v.io_mu);
-  return FlushLocked(in, v);
+  Status s = FlushLocked(in, v, at_close);
+  if (s.ok() && at_close) {
+    const uint64_t n = v.closes.load() + 1;
+    v.closes.store(n);
+    if (close_no) *close_no = n;
+    bool sealed;
+    {
+      std::shared_lock<std::shared_mutex> vg(v.mu);
+      sealed = v.data.sealed();
+    }
+    if (sealed) {
+      v.sealed_closes = n;
+    } else {
+      v.flushed_closes = n;
+    }
+  }
+  return s;
 }
 
-Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v, bool as_flushed) {
+Status KvfsFs::Impl::FlushSealedLocked(Version& v) {
+  std::unique_lock<std::shared_mutex> u(v.mu);
+  if (!v.data.sealed()) return Status::OK();
+  if (!v.failed.ok()) {
+    v.data.Unseal();  // never published: no close's state to keep (writes, resizes, spills go on)
+    return v.failed;
+  }
+  // Held exclusively from taking the sealed pages to RebaseSealed: no write lands between (the writes
+  // allowed meanwhile touch other pages anyway, ChunkBuffer::SealConflicts).
+  const std::vector<std::string_view> parts = v.data.SealedParts();
+  uint64_t bytes = 0;
+  for (auto p : parts) bytes += p.size();
+  Location rec;
+  if (bytes > 0) {
+    Result<Location> w = store->WriteRecord(v.ino, parts);
+    if (!w.ok()) {
+      flush_errors++;
+      LogLimited(spdlog::level::warn, LogKey("fuse-write-record", w.status()),
+                 "write record of {} (inode {}, {} bytes sealed by its closes): {}", PathOf(v.ino), v.ino, bytes,
+                 ErrnoText(w.status()));
+      // Its closes returned 0 and their bytes cannot be published: as a failed close, never published
+      // (the next close or fsync of the version reports it; its last release unpublishes it).
+      v.failed = w.status();
+      v.data.Unseal();
+      return w.status();
+    }
+    rec = *w;
+    flush_records++;
+    staging.sealed_flushes++;
+  }
+  CreditCompaction(v.ino, bytes / (ExtentMap::kMinLiveFraction - 1), 0);
+  auto map = std::make_shared<const ExtentMap>(v.data.ToExtentMapSealed(rec));
+  staging.extent_flushes++;
+  ReleaseFlushedRecord(v);
+  v.record_ext = NormalizeExtents(*map, &v.record);
+  v.has_record = true;
+  v.record_gen = v.sealed_gen;
+  v.flushed_closes = v.sealed_closes;
+  v.data.RebaseSealed(std::move(map));
+  if (!rec.empty()) v.spills.push_back(rec);
+  const uint64_t cap = v.data.capacity();
+  v.data.ReleaseClean();
+  AccountRam(v, cap);
+  return Status::OK();
+}
+
+Status KvfsFs::Impl::FlushSealed(Version& v) {
+  std::lock_guard<std::mutex> g(v.io_mu);
+  return FlushSealedLocked(v);
+}
+
+Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v, bool as_flushed,
+                            uint64_t close_no) {
   std::lock_guard<std::mutex> g(v->io_mu);
   std::lock_guard<std::mutex> cg(in->commit_mu);
   for (int attempt = 0;; ++attempt) {
@@ -221,10 +304,17 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
       if (v->superseded) return Status::OK();  // a version closed later already committed
     }
     if (as_flushed) {
+      // That close is published already (by the deferred commit of an earlier close, which committed
+      // the state of the last close before it ran): its own commit would publish a later close early
+      // and append its sealed pages alone.
+      if (close_no != 0 && v->committed_closes >= close_no) return Status::OK();
       if (!v->failed.ok()) return v->failed;
+      // The pages the closes sealed: appended now, as one record (the state of the last sealed close).
+      KVFS_RETURN_IF_ERROR(FlushSealedLocked(*v));
       if (!v->has_record) return Status::OK();  // nothing flushed: the joined writer's close commits
     } else {
       KVFS_RETURN_IF_ERROR(FlushLocked(*in, *v));
+      v->flushed_closes = v->closes.load();
     }
     Attr a;
     uint64_t gen, attr_gen;
@@ -256,6 +346,7 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
     }
     v->committed_gen = gen;
     v->committed_attr_gen = attr_gen;
+    v->committed_closes = std::max(v->committed_closes, v->flushed_closes);
     bool inval = false, relink = false;
     Location unpin_old;
     {
@@ -381,7 +472,7 @@ void KvfsFs::Impl::PromoteAtClose(const std::shared_ptr<Inode>& in, const std::s
 }
 
 Status KvfsFs::Impl::ReleaseWritable(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v,
-                                     bool defer, bool wrote) {
+                                     bool defer, bool wrote, uint64_t flushed_close) {
   bool last = false;
   {
     std::lock_guard<std::mutex> g(in->mu);
@@ -397,8 +488,13 @@ Status KvfsFs::Impl::ReleaseWritable(const std::shared_ptr<Inode>& in, const std
   if (defer && opts.commit_delay_ms > 0) {
     std::lock_guard<std::mutex> g(cq_mu);
     if (!cq_stop) {
+      // Not the last writer, but its own FLUSH recorded or sealed the version: the state of its close,
+      // as a last writer's (a writer that opened after its close, before the kernel sent this RELEASE,
+      // must not get its bytes into this commit; found by a peer reading a page an open writer had
+      // written and was about to rewrite before its close).
+      const bool as_flushed = last || flushed_close != 0;
       cq.push_back(Deferred{std::chrono::steady_clock::now() + std::chrono::milliseconds(opts.commit_delay_ms),
-                            in, v, last});
+                            in, v, as_flushed, last ? v->closes.load() : flushed_close});
       cq_cv.notify_one();
       return Status::OK();
     }
@@ -407,7 +503,7 @@ Status KvfsFs::Impl::ReleaseWritable(const std::shared_ptr<Inode>& in, const std
 }
 
 Status KvfsFs::Impl::FinishRelease(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v,
-                                   bool last_writer) {
+                                   bool last_writer, uint64_t close_no) {
   bool open_writers;
   {
     std::lock_guard<std::mutex> g(in->mu);
@@ -422,18 +518,37 @@ Status KvfsFs::Impl::FinishRelease(const std::shared_ptr<Inode>& in, const std::
     // committed, not the bytes the joined writer has written since (a peer read a 2 MiB slot half
     // rewritten: the next open's first 1 MiB WRITE had landed within the commit delay).
     closes_committed_open++;
-    return Commit(in, v, /*as_flushed=*/last_writer);
+    return Commit(in, v, /*as_flushed=*/last_writer, last_writer ? close_no : 0);
   }
   bool unl = IsUnlinked(*in);
   Status s;
-  for (int round = 0;; ++round) {
-    s = Commit(in, v);
-    // A truncate(path) or chmod that landed on this version while it was being committed (its last
-    // writer already gone) must not be lost: commit again.
-    std::lock_guard<std::mutex> g(in->mu);
-    if (!s.ok() || v->writers != 0 || in->unlinked || v->superseded || round >= 8) break;
-    std::shared_lock<std::shared_mutex> vg(v->mu);
-    if (v->committed_gen == v->gen && v->committed_attr_gen == v->attr_gen) break;
+  if (last_writer) {
+    // The state of the last close first, as when a writer joined (its sealed pages are appended now:
+    // design.md §13 "Sealed closes"): a writer that joins while this commit runs (an open within the
+    // commit window, which may last a record append) must not get its bytes into it. Found by a peer
+    // reading whole files while one writer wrote a page per open and rewrote it before its close: the
+    // peer read the first write's bytes.
+    // Not skipped when a commit published that close already: the version ends here (no writer), so
+    // the closes sealed after it are committed now, by this as-flushed commit.
+    s = Commit(in, v, /*as_flushed=*/true, /*close_no=*/0);
+  }
+  for (int round = 0; s.ok(); ++round) {
+    bool sealed = false;
+    if (last_writer || round > 0) {
+      // A truncate(path) or chmod that landed on this version while it was being committed (its last
+      // writer already gone) must not be lost: commit again. A writer that joined meanwhile: what this
+      // close closed is committed, the joined writer's close commits the rest.
+      std::lock_guard<std::mutex> g(in->mu);
+      if (v->writers != 0 || in->unlinked || v->superseded || round >= 8) break;
+      std::shared_lock<std::shared_mutex> vg(v->mu);
+      if (v->committed_gen == v->gen && v->committed_attr_gen == v->attr_gen) break;
+      sealed = v->data.sealed();
+    }
+    // Pages a close sealed since (a writer joined, wrote, closed and left meanwhile): that close's state,
+    // as-flushed, so a writer that joins while its record is appended is not in it. Anything else
+    // written after the last FLUSH (shared-mmap pages written back after close) or a chmod: the
+    // version as it is.
+    s = Commit(in, v, /*as_flushed=*/sealed);
   }
   // TEST ONLY (KVFS_TEST_AFTER_COMMIT_DELAY_MS): the window between the commit and the version leaving
   // `writing`, in which a writable open still joins the committed version (open_hold_test); widened
@@ -489,7 +604,7 @@ void KvfsFs::Impl::CommitterMain() {
 }
 
 void KvfsFs::Impl::RunDeferred(Deferred& d) {
-  Status s = FinishRelease(d.in, d.v, d.last_writer);
+  Status s = FinishRelease(d.in, d.v, d.last_writer, d.close_no);
   if (!s.ok()) {
     LogLimited(spdlog::level::err, LogKey("fuse-deferred-commit", s), "commit of {} (inode {}): {} (version not published)",
                PathOf(d.in->ino), d.in->ino, ErrnoText(s));

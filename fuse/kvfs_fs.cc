@@ -232,6 +232,8 @@ FsStats KvfsFs::GetFsStats() {
   s.extent_flushes = impl_->staging.extent_flushes.load();
   s.compaction_flushes = impl_->staging.compaction_flushes.load();
   s.compaction_copied_bytes = impl_->staging.compaction_copied_bytes.load();
+  s.sealed_closes = impl_->staging.sealed_closes.load();
+  s.sealed_flushes = impl_->staging.sealed_flushes.load();
   s.flushes_deferred = impl_->staging.flushes_deferred.load();
   s.closes_committed_open = impl_->closes_committed_open.load();
   s.streamed_commits = impl_->staging.streamed_commits.load();

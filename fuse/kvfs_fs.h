@@ -112,6 +112,9 @@ struct FsStats {
   // Extent flushes over the fragmentation bound that also copied cold extents (design.md §13), and
   // the bytes they copied besides the dirty pages (zero-filled gaps included).
   uint64_t compaction_flushes = 0, compaction_copied_bytes = 0;
+  // Closes that sealed their few dirty pages for the deferred commit instead of appending a record, and
+  // the records those deferred commits appended (each the pages of one or more sealed closes).
+  uint64_t sealed_closes = 0, sealed_flushes = 0;
   uint64_t flushes_deferred = 0;      // closes that left the record to another writer still writing
   uint64_t closes_committed_open = 0;  // commits of a closed version other writers still have open
   uint64_t streamed_commits = 0;  // flushes of partly spilled versions, written in 4 MiB pieces

@@ -131,6 +131,7 @@ struct Staging {
   std::atomic<uint64_t> spills{0}, spilled_total{0}, spill_errors{0}, whole_record_commits{0},
       extent_flushes{0};
   std::atomic<uint64_t> compaction_flushes{0}, compaction_copied_bytes{0};  // design.md §13 compaction copies
+  std::atomic<uint64_t> sealed_closes{0}, sealed_flushes{0};  // design.md §13 sealed closes
   // The copy budget of the extent-count compaction joins, per inode number (design.md §13,
   // ExtentMap::CompactionRanges): each extent FLUSH adds 1/(kMinLiveFraction - 1) of the dirty bytes it
   // appends, its compaction copies spend it (KvfsFs::Impl::FlushLocked). Here, not in the Inode: a
@@ -214,6 +215,18 @@ struct Version {
   ExtentMapRef record_ext;
   uint64_t committed_gen = 0;  // gen of the last successful CommitFile (0 = never)
   uint64_t committed_attr_gen = 0;
+  // Small closes (docs/design.md §13 "Sealed closes"): a close whose dirty pages are few seals them
+  // (ChunkBuffer::Seal) instead of appending them; the deferred commit appends the pages of every close
+  // sealed meanwhile as ONE record (Impl::FlushSealedLocked). sealed_gen: gen at the last seal (valid
+  // while data.sealed()). closes: the closes (FLUSHes of close(2)) of this version that recorded or
+  // sealed its bytes (written under io_mu, read by ReleaseWritable without it); sealed_closes: closes at
+  // the last seal; flushed_closes: the closes whose state `record` holds; committed_closes: the closes
+  // whose state the last commit published (a deferred commit of an earlier close has nothing to do).
+  uint64_t sealed_gen = 0;
+  std::atomic<uint64_t> closes{0};
+  uint64_t sealed_closes = 0;
+  uint64_t flushed_closes = 0;
+  uint64_t committed_closes = 0;
   // A FLUSH (close) or fsync of it failed: it is never published, every later flush/commit of it fails
   // with this status, and its last release removes what it made visible (Impl::Unpublish).
   Status failed = Status::OK();
@@ -306,6 +319,11 @@ struct Handle {
   uint64_t rewrites = 0;  // Inode::rewrites at open (readers of committed content)
   std::atomic<bool> dirty{false};  // WRITEs since this handle's last FLUSH (counted in Version::dirty_handles)
   std::atomic<bool> wrote{false};  // any WRITE through this handle (its release commits the version, below)
+  // Version::closes after this handle's last FLUSH, when that FLUSH recorded or sealed the version's
+  // bytes itself (0: it left them to another writer's FLUSH, or none yet). Its release then commits
+  // the state of that close (or a later one), not bytes written since by writers that opened after it
+  // (the kernel sends RELEASE after close(2) returned, sometimes after the next OPEN).
+  std::atomic<uint64_t> flushed_close{0};
 };
 
 inline Handle* H(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
@@ -637,20 +655,36 @@ struct KvfsFs::Impl {
 
   // Releases the write pin of the record(s) v's previous FLUSH wrote (not its spills). Requires v.io_mu.
   void ReleaseFlushedRecord(Version& v);
-  // Writes v's bytes as a record if they changed since the last record. Requires v.io_mu.
-  Status FlushLocked(Inode& in, Version& v);
+  // Writes v's bytes as a record if they changed since the last record. Requires v.io_mu. at_close (the
+  // FLUSH of close(2)): a few dirty pages of a version that is not all new bytes are sealed instead
+  // (Version::sealed_gen), their record left to the deferred commit (kSealMaxBytes).
+  Status FlushLocked(Inode& in, Version& v, bool at_close = false);
+  // Dirty bytes up to which a close seals its pages instead of appending them (16 pages: a record of
+  // more pages than that costs at most 1/16 more for its metadata block).
+  static constexpr uint64_t kSealMaxBytes = 64 * 1024;
+  // Appends the pages sealed by v's closes (if any) as one record: v.record / record_ext become the
+  // version as of its last sealed close (ChunkBuffer::ToExtentMapSealed), the pages written since stay
+  // dirty. Requires v.io_mu. A failure marks v failed (its closes returned 0: never published).
+  Status FlushSealedLocked(Version& v);
+  // The same, taking v.io_mu: before a write over sealed pages, a resize, a punch or a spill.
+  Status FlushSealed(Version& v);
   // Adds `earned` to inode ino's compaction copy budget and takes `spent` from it (saturating at 0).
   void CreditCompaction(uint64_t ino, uint64_t earned, uint64_t spent);
   // A file moved from inode number `from` to `to` (Store::Renumber, or its undo): its budget moves too.
   void MoveCompactionCredit(uint64_t from, uint64_t to);
 
-  Status Flush(Inode& in, Version& v);
+  // *close_no (at_close): Version::closes after this close.
+  Status Flush(Inode& in, Version& v, bool at_close = false, uint64_t* close_no = nullptr);
 
   // Commits v (record + journal PUT under the inode's current name) unless its name is gone.
   // as_flushed: commit what v's last FLUSH wrote (v.record / v.record_ext, the size they hold), without
-  // writing the bytes written since as a record first: the deferred commit of a close that a writer
-  // joined after (FinishRelease), so a peer never sees that writer's unclosed bytes.
-  Status Commit(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v, bool as_flushed = false);
+  // writing the bytes written since as a record first (pages its closes sealed are appended first, as
+  // that close's state: FlushSealedLocked): the deferred commit of a close that a writer joined after
+  // (FinishRelease), so a peer never sees that writer's unclosed bytes.
+  // close_no (with as_flushed): the deferred commit of the close that made v.closes that number; nothing
+  // to do when a commit published that close (or a later state) already.
+  Status Commit(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v, bool as_flushed = false,
+                uint64_t close_no = 0);
 
   // A close (FLUSH) or fsync of v failed with s: v is never published (Version::failed).
   void MarkFailed(Version& v, const Status& s);
@@ -689,22 +723,25 @@ struct KvfsFs::Impl {
   // release still commits it (deferred the same way; FinishRelease): a close is a commit point
   // (close-to-open, and "closed 25 ms before a crash survives it", docs/semantics.md §1), however long
   // other handles stay open.
+  // flushed_close: Handle::flushed_close of the released handle (nothing written through it since).
   Status ReleaseWritable(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v,
-                         bool defer = false, bool wrote = false);
+                         bool defer = false, bool wrote = false, uint64_t flushed_close = 0);
 
   // The last writer is gone: commit v (again if something changed while committing), then drop it.
   // last_writer: see Deferred::last_writer.
   Status FinishRelease(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v,
-                       bool last_writer = false);
+                       bool last_writer = false, uint64_t close_no = 0);
 
   // ---- deferred commits ----
   struct Deferred {
     std::chrono::steady_clock::time_point due;
     std::shared_ptr<Inode> in;
     std::shared_ptr<Version> v;
-    // The release was the version's last writer's: its FLUSH wrote every byte written until then, and
-    // a writer that joins within the delay must not get its bytes into this close's commit.
+    // The release was the version's last writer's (its FLUSH wrote every byte written until then), or
+    // its handle's own FLUSH recorded or sealed the version (Handle::flushed_close): a writer that joins
+    // within the delay must not get its bytes into this close's commit (Commit as_flushed).
     bool last_writer = false;
+    uint64_t close_no = 0;  // v->closes at the release (Commit's close_no)
   };
   std::mutex cq_mu;
   std::condition_variable cq_cv;

@@ -192,8 +192,10 @@ void ReleaseHandle(KvfsFs::Impl* fs, Handle* h) {
     if (h->dw) in->direct_writers--;
   }
   if (h->writable && h->version) {
-    if (h->dirty.exchange(false)) h->version->dirty_handles.fetch_sub(1);  // no FLUSH after its last writes
-    Status s = fs->ReleaseWritable(h->inode, h->version, /*defer=*/true, h->wrote.load());
+    const bool dirty = h->dirty.exchange(false);
+    if (dirty) h->version->dirty_handles.fetch_sub(1);  // no FLUSH after its last writes
+    Status s = fs->ReleaseWritable(h->inode, h->version, /*defer=*/true, h->wrote.load(),
+                                   dirty ? 0 : h->flushed_close.load());
     if (!s.ok()) {
       LogLimited(spdlog::level::err, LogKey("fuse-release", s), "release of {} (inode {}): {} (version not published)",
                  fs->PathOf(h->inode->ino), h->inode->ino, ErrnoText(s));
@@ -366,26 +368,38 @@ void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off
   // 3 MiB file written through a 4 MiB budget spilled 2 MiB. Another writer of the version may change
   // its chunks between this count and the write; the budget is then exceeded by at most that write
   // (as when every version is being spilled, docs/semantics.md §1).
-  uint64_t need;
-  {
-    std::shared_lock<std::shared_mutex> g(v.mu);
-    const uint64_t woff = h->append && v.direct && !fi->writepage ? v.data.size() : static_cast<uint64_t>(off);
-    need = v.data.WriteNeed(woff, size);
-  }
-  Status s = fs->MakeRoom(need);
-  if (!s.ok()) return Reply(req, s);
-  {
+  Status s;
+  for (int attempt = 0;; ++attempt) {
+    uint64_t need;
+    bool sealed_conflict;
+    {
+      std::shared_lock<std::shared_mutex> g(v.mu);
+      const uint64_t woff = h->append && v.direct && !fi->writepage ? v.data.size() : static_cast<uint64_t>(off);
+      need = v.data.WriteNeed(woff, size);
+      sealed_conflict = v.data.SealConflicts(woff, size);
+    }
+    // Over pages a close sealed (or growing the file, or replacing a referenced chunk): that close's
+    // pages are appended first, as its record (design.md §13 "Sealed closes"); a failure fails this write.
+    if (sealed_conflict) {
+      s = fs->FlushSealed(v);
+      if (!s.ok()) return Reply(req, s);
+    }
+    s = fs->MakeRoom(need);
+    if (!s.ok()) return Reply(req, s);
     std::unique_lock<std::shared_mutex> g(v.mu);
     uint64_t cap = v.data.capacity();
     // O_APPEND on a shadow (direct_io) handle: the kernel's append offset is the inode's i_size, which
     // another version may have set; append to this version's end instead (no page cache to disagree).
     if (h->append && v.direct && !fi->writepage) off = static_cast<off_t>(v.data.size());
+    // Another close sealed pages meanwhile: append them and look again (ChunkBuffer::Write refuses).
+    if (v.data.SealConflicts(static_cast<uint64_t>(off), size) && attempt < 8) continue;
     s = v.data.Write(static_cast<uint64_t>(off), buf, size, fs->fetch);
     fs->AccountRam(v, cap);
     if (s.ok()) {
       v.gen++;
       v.attr.mtime_ns = v.attr.ctime_ns = NowNs();
     }
+    break;
   }
   if (!s.ok()) {
     LogLimited(spdlog::level::err, LogKey("fuse-write", s), "write of {} (inode {}) at {}+{}: {}",
@@ -407,10 +421,13 @@ void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
     // Another writer of this version has written since its last close: its FLUSH writes the record
     // (with these bytes) and reports its errors; writing it now too would write the file once per writer.
     fs->staging.flushes_deferred++;
+    h->flushed_close.store(0);
     fs->PromoteAtClose(h->inode, h->version);
     return (void)fuse_reply_err(req, 0);
   }
-  Status s = fs->Flush(*h->inode, *h->version);
+  uint64_t close_no = 0;
+  Status s = fs->Flush(*h->inode, *h->version, /*at_close=*/true, &close_no);
+  h->flushed_close.store(s.ok() ? close_no : 0);
   if (s.ok()) fs->PromoteAtClose(h->inode, h->version);
   if (!s.ok()) {
     // A failed close publishes nothing: the name goes back to what it was before the open, now if
@@ -463,8 +480,11 @@ void OpFallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t lengt
     // free their RAM, a FLUSH writes nothing for them; the kernel drops its cached pages of the range
     // after this reply. At most two partly covered chunks are read in.
     Status s = fs->MakeRoom(2 * ChunkBuffer::kChunk);
-    if (s.ok()) {
+    for (int attempt = 0; s.ok() && attempt < 8; ++attempt) {
+      s = fs->FlushSealed(v);  // pages a close sealed are appended first (design.md §13 "Sealed closes")
+      if (!s.ok()) break;
       std::unique_lock<std::shared_mutex> g(v.mu);
+      if (v.data.sealed() && attempt < 7) continue;
       uint64_t cap = v.data.capacity();
       s = v.data.Punch(static_cast<uint64_t>(offset), static_cast<uint64_t>(length), fs->fetch);
       fs->AccountRam(v, cap);
@@ -472,6 +492,7 @@ void OpFallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t lengt
         v.gen++;
         v.attr.mtime_ns = v.attr.ctime_ns = NowNs();
       }
+      break;
     }
     if (!s.ok()) {
       LogLimited(spdlog::level::err, LogKey("fuse-punch", s), "punch of {} (inode {}) at {}+{}: {}",

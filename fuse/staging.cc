@@ -55,7 +55,20 @@ std::shared_ptr<Version> KvfsFs::Impl::PickVictim() {
 Status KvfsFs::Impl::Spill(Version& v) {
   // io_mu (taken before mu, as Commit does) only if free: it guards the version's last record.
   std::unique_lock<std::mutex> io(v.io_mu, std::try_to_lock);
+  bool sealed;
+  {
+    std::shared_lock<std::shared_mutex> sg(v.mu);
+    sealed = v.data.sealed();
+  }
+  if (sealed) {
+    // Pages a close sealed (design.md §13 "Sealed closes") are appended first, as that close's record:
+    // a spill would mix them with later writes. Not now if the version's I/O lock is taken (a FLUSH or
+    // commit is running, and appends them): skipped, as a version being spilled.
+    if (!io.owns_lock()) return Status::OK();
+    KVFS_RETURN_IF_ERROR(FlushSealedLocked(v));
+  }
   std::unique_lock<std::shared_mutex> g(v.mu);
+  if (v.data.sealed()) return Status::OK();  // a close sealed pages meanwhile (io_mu was not ours): skipped
   if (io.owns_lock() && v.has_record && v.record_gen == v.gen && !v.record.empty() &&
       v.record.length == v.data.size()) {
     // Closed and recorded, waiting for its commit: its bytes are that record already. No I/O.

@@ -242,6 +242,8 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                {"extent_flushes", f.extent_flushes},
                {"compaction_flushes", f.compaction_flushes},
                {"compaction_copied_bytes", f.compaction_copied_bytes},
+               {"sealed_closes", f.sealed_closes},
+               {"sealed_flushes", f.sealed_flushes},
                {"flushes_deferred", f.flushes_deferred},
                {"closes_committed_open", f.closes_committed_open},
                {"streamed_commits", f.streamed_commits},

@@ -285,8 +285,11 @@ Status KvfsFs::Impl::Truncate(Version& v, uint64_t size, int64_t now, bool grow_
   }
   // Growth makes holes (no RAM); at most the partial last chunk is copied in (one chunk).
   if (size > cur) KVFS_RETURN_IF_ERROR(MakeRoom(ChunkBuffer::kChunk));
-  {
+  for (int attempt = 0;; ++attempt) {
+    // Pages a close sealed are appended first (design.md §13 "Sealed closes"): a resize ends the seal.
+    KVFS_RETURN_IF_ERROR(FlushSealed(v));
     std::unique_lock<std::shared_mutex> g(v.mu);
+    if (v.data.sealed() && attempt < 7) continue;
     if (grow_only && size <= v.data.size()) return Status::OK();
     uint64_t cap = v.data.capacity();
     Status s = v.data.Resize(size, fetch);
@@ -294,6 +297,7 @@ Status KvfsFs::Impl::Truncate(Version& v, uint64_t size, int64_t now, bool grow_
     if (!s.ok()) return s;
     v.gen++;
     v.attr.mtime_ns = v.attr.ctime_ns = now;
+    break;
   }
   if (size > cur) return MakeRoom(0);
   return Status::OK();
