@@ -11,8 +11,8 @@
 
 namespace kvfs {
 
-LinkArbiter::LinkArbiter(Env* env, const std::string& backing, std::string heartbeat)
-    : env_(env), dir_(KvfsRootPath(backing) + "/links"), heartbeat_(std::move(heartbeat)) {}
+LinkArbiter::LinkArbiter(Env* env, const std::string& backing, std::string heartbeat, bool sweep)
+    : env_(env), dir_(KvfsRootPath(backing) + "/links"), heartbeat_(std::move(heartbeat)), sweep_(sweep) {}
 
 Status LinkArbiter::Init() { return env_->CreateDirs(dir_); }
 
@@ -121,7 +121,7 @@ void LinkArbiter::Tick(bool all) {
     // be a new claim under the same key: a name evicted without a tombstone and linked again).
     std::erase_if(seen_, [&](const auto& kv) { return now - kv.second >= 2 * stale_; });
   }
-  if (!all) SweepStep();
+  if (!all && sweep_) SweepStep();
 }
 
 void LinkArbiter::SweepStep() {

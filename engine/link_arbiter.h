@@ -56,7 +56,9 @@ class LinkArbiter {
 
   // backing: the export's root (StoreOptions::backing_dir); heartbeat: this node's HEARTBEAT file (the
   // server's clock for Sweep).
-  LinkArbiter(Env* env, const std::string& backing, std::string heartbeat);
+  // sweep: false on an object store (no server clock to age claims by: nothing would be removed, and
+  // each pass would cost a LIST of the bucket).
+  LinkArbiter(Env* env, const std::string& backing, std::string heartbeat, bool sweep = true);
 
   // The claims directory: <backing>/.kvfs/v1/links.
   const std::string& dir() const { return dir_; }
@@ -102,6 +104,7 @@ class LinkArbiter {
 
   Env* const env_;
   const std::string dir_, heartbeat_;
+  const bool sweep_;
   std::mutex mu_;
   std::chrono::milliseconds stale_{kStaleAfter}, ttl_{kClaimTtl}, sweep_age_{kSweepAge};
   std::deque<std::pair<Clock::time_point, std::string>> pending_;  // in deadline order

@@ -95,8 +95,10 @@ Status StoreImpl::Init() {
   if (!acquired.ok()) return acquired.status();
   node_dir_ = std::move(*acquired);
   if (opts_.link_claims) {
+    // No sweep on S3 (claims there have no server ctime to age by; a pass would LIST the bucket).
     arbiter_ = std::make_unique<LinkArbiter>(env_, opts_.backing_dir,
-                                             HeartbeatFilePath(opts_.backing_dir, opts_.node_id));
+                                             HeartbeatFilePath(opts_.backing_dir, opts_.node_id),
+                                             /*sweep=*/opts_.tier == nullptr);
     KVFS_RETURN_IF_ERROR(arbiter_->Init());
   }
   spdlog::info("kvfs: node {} generation {} ({})", opts_.node_id, node_dir_->generation(),
