@@ -257,6 +257,10 @@ void Stack::Down() {
   if (kvfs_mode && IsMounted(kv)) {
     if (kvfs_pid > 0) hwm_kb = std::max(hwm_kb, VmHwmKb(kvfs_pid));
     if (Run({Tool("kvfs"), "umount", kv}) != 0) Run({"fusermount3", "-u", kv});
+    // nfs/ is busy until the kvfs daemon has closed its store (final commits, snapshot): wait for it to
+    // exit (up to 60 s) before unmounting the stand-in, as for the ceiling daemon below. Without it a
+    // loaded 2-core CI machine saw "Device or resource busy" on nfs/ (bench_smoke_test, vua-trie).
+    for (int i = 0; i < 3000 && kvfs_pid > 0 && kill(kvfs_pid, 0) == 0; ++i) usleep(20000);
     kvfs_pid = 0;
     if (s3_mode) last_unmount_s3 = UnmountS3Counters(base + "/kvfs.log");
   }
