@@ -12,7 +12,8 @@
 namespace kvfs {
 
 LinkArbiter::LinkArbiter(Env* env, const std::string& backing, std::string heartbeat, bool sweep)
-    : env_(env), dir_(KvfsRootPath(backing) + "/links"), heartbeat_(std::move(heartbeat)), sweep_(sweep) {}
+    : env_(env), dir_(KvfsRootPath(backing) + "/links"), heartbeat_(std::move(heartbeat)), sweep_(sweep),
+      next_sweep_(Clock::now() + kFirstSweepAfter) {}
 
 Status LinkArbiter::Init() { return env_->CreateDirs(dir_); }
 
@@ -164,6 +165,11 @@ void LinkArbiter::SweepStep() {
   }
   std::lock_guard<std::mutex> l(mu_);
   stats_.swept += swept;
+}
+
+void LinkArbiter::SweepAtNextTickForTest() {
+  std::lock_guard<std::mutex> l(mu_);
+  next_sweep_ = Clock::now();
 }
 
 LinkArbiter::Stats LinkArbiter::GetStats() {

@@ -51,6 +51,10 @@ class LinkArbiter {
   static constexpr std::chrono::seconds kClaimTtl{60};
   static constexpr std::chrono::seconds kSweepAge{600};
   static constexpr std::chrono::seconds kSweepEvery{3600};
+  // The first pass, this long after construction (the mount): a claim is swept only when kSweepAge
+  // old, so a pass at mount finds nothing a later one would not, and it would put a LIST and a stat
+  // into every mount's first seconds.
+  static constexpr std::chrono::seconds kFirstSweepAfter{600};
   static constexpr size_t kSweepStatsPerStep = 64;
   static constexpr int kMaxChain = 16;
 
@@ -95,6 +99,8 @@ class LinkArbiter {
   // Tests: the ages that decide (defaults above).
   void SetAgesForTest(std::chrono::milliseconds stale, std::chrono::milliseconds ttl,
                       std::chrono::milliseconds sweep_age);
+  // Tests: a sweep pass starts at the next Tick.
+  void SweepAtNextTickForTest();
 
  private:
   std::optional<std::chrono::nanoseconds> ServerAge(const std::string& file);
@@ -111,7 +117,7 @@ class LinkArbiter {
   std::map<std::string, Clock::time_point> seen_;  // no ctime (S3): claims lost to, when first seen
   std::vector<std::string> sweep_names_;          // the pass in progress (names left to stat)
   int64_t sweep_now_ns_ = 0;                      // the HEARTBEAT's mtime at the pass's start
-  Clock::time_point next_sweep_{};                // the first pass runs at the first Tick
+  Clock::time_point next_sweep_;                  // construction + kFirstSweepAfter, then every kSweepEvery
   Stats stats_;
 };
 

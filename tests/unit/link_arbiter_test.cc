@@ -166,7 +166,10 @@ TEST_F(LinkArbiterTest, SweepRemovesOnlyClaimsOlderThanItsAgeAgainstTheHeartbeat
   ASSERT_EQ(stat(hb_.c_str(), &hb), 0);
   struct utimbuf t{hb.st_mtime - 1200, hb.st_mtime - 1200};
   ASSERT_EQ(utime(old->file.c_str(), &t), 0);
-  a_->Tick();  // the first tick starts a pass and stats up to kSweepStatsPerStep names
+  a_->Tick();  // no pass in the first kFirstSweepAfter of a mount
+  EXPECT_TRUE(fs::exists(old->file));
+  a_->SweepAtNextTickForTest();
+  a_->Tick();  // this tick starts a pass and stats up to kSweepStatsPerStep names
   EXPECT_FALSE(fs::exists(old->file));
   EXPECT_TRUE(fs::exists(young->file));
   EXPECT_EQ(a_->GetStats().swept, 1u);
