@@ -198,6 +198,15 @@ Checkpointer::Checkpointer(const CheckpointerOptions& opts, IndexDb* index, std:
 Checkpointer::~Checkpointer() { Stop(); }
 
 void Checkpointer::Start() {
+  {
+    // The retirement check of what earlier mounts left runs here, at mount, rather than at the loop's
+    // first tick: a mount's start-up listing then ends before it serves, and a node with nothing to
+    // retire lists its directory again only after its next checkpoint (one LIST of the node directory
+    // a second after every mount, on S3 a request inside whatever the first second was doing).
+    std::lock_guard<std::mutex> op(op_mu_);
+    Status s = RetireLocked(nullptr);
+    if (!s.ok()) spdlog::warn("kvfs: journal retirement: {}", s.ToString());
+  }
   std::lock_guard<std::mutex> l(mu_);
   if (thread_.joinable()) return;
   stop_ = false;

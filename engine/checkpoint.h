@@ -123,7 +123,7 @@ class Checkpointer {
                std::function<std::map<std::string, JournalPosition>()> read_positions);
   ~Checkpointer();
 
-  void Start();  // background thread (checkpoint / publish / retire when due)
+  void Start();  // one retirement check now (logged if it fails), then the background thread (checkpoint / publish / retire when due)
   void Stop();   // idempotent
 
   // Writes a snapshot now (skipped, OK, if no entry was journaled since the last one and skip_if_idle),
