@@ -205,6 +205,9 @@ Status DeadlineEnv::Remove(const std::string& path) { KVFS_DEADLINE_STATUS("unli
 Status DeadlineEnv::CreateExclusive(const std::string& path) {
   KVFS_DEADLINE_STATUS("create exclusive", path, base->CreateExclusive(path));
 }
+Status DeadlineEnv::CreateDirExclusive(const std::string& path) {
+  KVFS_DEADLINE_STATUS("mkdir exclusive", path, base->CreateDirExclusive(path));
+}
 Status DeadlineEnv::SyncDir(const std::string& dir) { KVFS_DEADLINE_STATUS("fsync dir", dir, base->SyncDir(dir)); }
 #undef KVFS_DEADLINE_STATUS
 

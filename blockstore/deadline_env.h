@@ -60,6 +60,7 @@ class DeadlineEnv : public Env {
   Status Rename(const std::string& from, const std::string& to) override;
   Status Remove(const std::string& path) override;
   Status CreateExclusive(const std::string& path) override;
+  Status CreateDirExclusive(const std::string& path) override;
   Status GetChildren(const std::string& dir, std::vector<std::string>* names) override;
   Result<FileInfo> Stat(const std::string& path) override;
   Status SyncDir(const std::string& dir) override;

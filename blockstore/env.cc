@@ -49,6 +49,10 @@ Status Env::CreateExclusive(const std::string& path) {
   return f.ok() ? Status::OK() : f.status();
 }
 
+Status Env::CreateDirExclusive(const std::string& path) {
+  return Status::NotSupported("mkdir as a claim: not on this backing: " + path);
+}
+
 Status Env::ReadFileToString(const std::string& path, std::string* out) {
   auto f = Open(path, OpenOptions{});
   if (!f.ok()) return f.status();

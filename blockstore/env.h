@@ -131,6 +131,12 @@ class Env {
   // If-None-Match: *, that recognises its own retried request). Used for link(2) claims
   // (engine/link_arbiter.h). Default: Open(create, exclusive).
   virtual Status CreateExclusive(const std::string& path);
+  // mkdir of path; Exists if something is there. Atomic against other nodes' mkdirs of the same path
+  // (POSIX / NFS: one MKDIR, which the server decides: one round trip where CreateExclusive costs an
+  // OPEN and a CLOSE, or on NFSv3 a CREATE and a SETATTR). The link(2) claims of a backing with
+  // directories. Default (a backing without directories of its own, the object store's):
+  // NotSupported, and the caller uses CreateExclusive.
+  virtual Status CreateDirExclusive(const std::string& path);
   virtual Status GetChildren(const std::string& dir, std::vector<std::string>* names) = 0;  // no . / ..
   // GetChildren, plus the sizes the listing itself gave: an object store's listing carries each object's
   // size (S3TierEnv: the bucket's objects not shadowed by a staged file), a directory's does not (this

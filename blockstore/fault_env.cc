@@ -418,6 +418,13 @@ Status FaultInjectionEnv::CreateDir(const std::string& path) {
   return base_->CreateDir(path);
 }
 
+Status FaultInjectionEnv::CreateDirExclusive(const std::string& path) {
+  counters_.mkdir.fetch_add(1, std::memory_order_relaxed);
+  auto inj = Check(kFaultMkdir, path);
+  if (inj.err) return Inject(inj, "mkdir", path);
+  return base_->CreateDirExclusive(path);
+}
+
 Status FaultInjectionEnv::Rename(const std::string& from, const std::string& to) {
   counters_.rename.fetch_add(1, std::memory_order_relaxed);
   auto inj = Check(kFaultRename, from, to);

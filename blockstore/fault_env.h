@@ -134,6 +134,7 @@ class FaultInjectionEnv : public Env {
   // --- Env ----------------------------------------------------------------------------------------
   Result<std::unique_ptr<BackingFile>> Open(const std::string& path, const OpenOptions& opts) override;
   Status CreateDir(const std::string& path) override;
+  Status CreateDirExclusive(const std::string& path) override;
   Status Rename(const std::string& from, const std::string& to) override;
   Status Remove(const std::string& path) override;
   Status GetChildren(const std::string& dir, std::vector<std::string>* names) override;

@@ -333,6 +333,12 @@ class PosixEnv final : public Env {
     return ErrnoStatus("mkdir", path, e);
   }
 
+  Status CreateDirExclusive(const std::string& path) override {
+    counters_.mkdir.fetch_add(1, std::memory_order_relaxed);
+    if (::mkdir(path.c_str(), GetBackingModes().dir) == 0) return Status::OK();
+    return ErrnoStatus("mkdir", path, errno);  // EEXIST -> Exists
+  }
+
   Status Rename(const std::string& from, const std::string& to) override {
     counters_.rename.fetch_add(1, std::memory_order_relaxed);
     if (::rename(from.c_str(), to.c_str()) == 0) return Status::OK();

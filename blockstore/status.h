@@ -68,6 +68,7 @@ class Status {
   bool IsExists() const { return code_ == Code::kExists; }
   bool IsBusy() const { return code_ == Code::kBusy; }
   bool IsTimedOut() const { return code_ == Code::kTimedOut; }
+  bool IsNotSupported() const { return code_ == Code::kNotSupported; }
 
   // The errno a FUSE reply or a tool should report for this status (0 when ok()).
   int ToErrno() const { return ok() ? 0 : errno_; }

@@ -41,14 +41,23 @@ std::optional<std::chrono::nanoseconds> LinkArbiter::ServerAge(const std::string
   return std::chrono::nanoseconds(std::max<int64_t>(0, hb->ctime_ns - st->ctime_ns));
 }
 
+Status LinkArbiter::CreateClaim(const std::string& file) {
+  if (dir_claims_.load(std::memory_order_relaxed)) {
+    Status s = env_->CreateDirExclusive(file);
+    if (!s.IsNotSupported()) return s;
+    dir_claims_.store(false, std::memory_order_relaxed);
+  }
+  return env_->CreateExclusive(file);
+}
+
 Result<LinkArbiter::Claim> LinkArbiter::TryClaim(const std::string& path, const std::string& incarnation) {
   for (int chain = 0; chain <= kMaxChain; ++chain) {
     const std::string file = ClaimFile(path, incarnation, chain);
-    Status s = env_->CreateExclusive(file);
+    Status s = CreateClaim(file);
     if (s.IsNotFound()) {
       // links/ was removed under the mount (an operator's cleanup): make it again and retry once.
       KVFS_RETURN_IF_ERROR(env_->CreateDirs(dir_));
-      s = env_->CreateExclusive(file);
+      s = CreateClaim(file);
     }
     if (s.ok()) {
       std::lock_guard<std::mutex> l(mu_);
@@ -159,7 +168,8 @@ void LinkArbiter::SweepStep() {
   for (const std::string& name : batch) {
     const std::string file = dir_ + "/" + name;
     auto st = env_->Stat(file);
-    if (!st.ok() || st->is_dir || st->mtime_ns == 0 || now_ns - st->mtime_ns < age_ns) continue;
+    // Directories (claims since 2026-12-03) and files (earlier claims, S3's): Remove takes both.
+    if (!st.ok() || st->mtime_ns == 0 || now_ns - st->mtime_ns < age_ns) continue;
     Status s = env_->Remove(file);
     if (s.ok()) swept++;
   }

@@ -3,8 +3,10 @@
 //
 // Each node checks its own index first; two nodes that link one name before either has applied the
 // other's PUT both find it absent there. They then race for a *claim* on the export: an exclusive create
-// of the empty file <backing>/.kvfs/v1/links/<key> (Env::CreateExclusive: an O_EXCL open, which an NFS
-// server decides atomically; a conditional PUT, If-None-Match: *, on S3). The key is XXH3-128 of the
+// of <backing>/.kvfs/v1/links/<key>, an empty directory where the backing has directories
+// (Env::CreateDirExclusive: one MKDIR, which an NFS server decides atomically) and else an empty object
+// (Env::CreateExclusive: a conditional PUT, If-None-Match: *, on S3). Either kind, made by any version,
+// excludes the other: a node only ever asks whether the name exists. The key is XXH3-128 of the
 // path and its *incarnation*: the binding the path's tombstone removed (the (stamp, node) of the PUT the
 // last UNLINK or rename-away took away; none for a name never removed; StoreImpl::
 // LinkIncarnationLocked). Every node that removed or applied the removal of that binding derives the same
@@ -23,13 +25,15 @@
 // claims; Sweep removes, in bounded steps, claims whose mtime is kSweepAge older than this node's
 // HEARTBEAT (both are the server's clock).
 //
-// Costs (backing operations per link(2) of a regular file): a won claim is one exclusive create (NFS:
-// OPEN + CLOSE) and, a minute later, one REMOVE off the FUSE thread; a lost one is the refused create
+// Costs (backing operations per link(2) of a regular file): a won claim is one mkdir (NFS: one MKDIR;
+// it was an O_EXCL create, an OPEN and a CLOSE, before 2026-12-03) and, a minute later, one RMDIR off
+// the FUSE thread; a lost one is the refused create
 // and two stats (the claim's and the HEARTBEAT's ctime).
 // Thread safety: every method is thread-safe (mu_ guards the pending removals, the sightings and the
 // sweep's state); no lock is held across a backing call.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -104,6 +108,8 @@ class LinkArbiter {
 
  private:
   std::optional<std::chrono::nanoseconds> ServerAge(const std::string& file);
+  // The exclusive create of one claim: a directory, or (where the backing has none) an empty object.
+  Status CreateClaim(const std::string& file);
   // One bounded step of the sweep (lists dir() at the start of a pass, then stats up to
   // kSweepStatsPerStep names per call).
   void SweepStep();
@@ -111,6 +117,7 @@ class LinkArbiter {
   Env* const env_;
   const std::string dir_, heartbeat_;
   const bool sweep_;
+  std::atomic<bool> dir_claims_{true};  // false once the backing answered NotSupported to a mkdir claim
   std::mutex mu_;
   std::chrono::milliseconds stale_{kStaleAfter}, ttl_{kClaimTtl}, sweep_age_{kSweepAge};
   std::deque<std::pair<Clock::time_point, std::string>> pending_;  // in deadline order

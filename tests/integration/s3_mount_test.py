@@ -529,6 +529,40 @@ class S3MountTest(unittest.TestCase):
             self.assertTrue(self.wait_for(lambda: len(os.listdir(os.path.join(mb, "kv"))) == 12))
             self.assertEqual(self.read_all(mb, files), sorted(os.path.basename(r) for r in files))
 
+    def test_link_publish_claims_an_object(self):
+        """The LMCache fs_native publish (O_EXCL temp, link(tmp, final), unlink(tmp)) on a bucket: the link
+        claims its name with a conditional PUT of an empty object under .kvfs/v1/links/ (a bucket has no
+        directories to mkdir, so the claim is an object there); a second link of the name is EEXIST; the
+        file reads back byte-exact after a remount from the bucket; the unmount deletes its claims."""
+        a = self.node("a")
+        data = chunk_bytes(7)
+        prefix = "kv/.kvfs/v1/links/"
+        with self.mount(a) as (mnt, _, _):
+            os.makedirs(os.path.join(mnt, "kv"))
+            for tmp in ("t1", "t2"):
+                fd = os.open(os.path.join(mnt, "kv", tmp), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                os.write(fd, data)
+                os.fsync(fd)
+                os.close(fd)
+            os.link(os.path.join(mnt, "kv", "t1"), os.path.join(mnt, "kv", "final"))
+            with self.assertRaises(FileExistsError):
+                os.link(os.path.join(mnt, "kv", "t2"), os.path.join(mnt, "kv", "final"))
+            os.unlink(os.path.join(mnt, "kv", "t1"))
+            os.unlink(os.path.join(mnt, "kv", "t2"))
+            claims = stats(mnt)["link_claims"]
+            self.assertEqual((claims["won"], claims["lost"], claims["errors"]), (1, 0, 0), claims)
+            objs = [(k, n) for k, n in self.s3.list(self.bucket, prefix) if k != prefix]
+            self.assertEqual(len(objs), 1, objs)
+            self.assertRegex(objs[0][0], "^" + re.escape(prefix) + "[0-9a-f]{32}$")
+        self.assertEqual([k for k, _ in self.s3.list(self.bucket, prefix) if k != prefix], [],
+                         "a clean unmount deletes its claims")
+        shutil.rmtree(a.index)
+        shutil.rmtree(a.staging)
+        os.makedirs(a.staging)
+        with self.mount(a) as (mnt, _, _):
+            with open(os.path.join(mnt, "kv", "final"), "rb") as f:
+                self.assertEqual(f.read(), data)
+
     def test_seal_after_bounds_peer_visibility(self):
         """--seal-after-ms: a file in A's active segment (64 MiB, far from full) reaches the bucket and node B
         once the segment has held it that long, without A's unmount; without the option it stays invisible."""

@@ -39,7 +39,7 @@ class LinkArbiterTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(root_); }
   size_t Claims() {
     size_t n = 0;
-    for (const auto& e : fs::directory_iterator(a_->dir())) n += e.is_regular_file();
+    for (const auto& e : fs::directory_iterator(a_->dir())) n += e.is_directory() || e.is_regular_file();
     return n;
   }
   std::string root_, hb_;
@@ -93,10 +93,10 @@ TEST_F(LinkArbiterTest, AbandonedClaimIsPassedOverByExactlyOne) {
   std::this_thread::sleep_for(milliseconds(150));
   std::ofstream(hb_) << "t3\n";
   EXPECT_TRUE(fresh.TryClaim("/kv/w", "")->won);
-  ASSERT_EQ(::unlink(dead.ClaimFile("/kv/v", "", 0).c_str()), -1);  // not there yet
+  ASSERT_FALSE(fs::exists(dead.ClaimFile("/kv/v", "", 0)));  // not there yet
   ASSERT_TRUE(dead.TryClaim("/kv/v", "")->won);
   std::this_thread::sleep_for(milliseconds(150));
-  ASSERT_EQ(::unlink(dead.ClaimFile("/kv/v", "", 0).c_str()), 0);
+  ASSERT_EQ(::rmdir(dead.ClaimFile("/kv/v", "", 0).c_str()), 0);
   ASSERT_TRUE(dead.TryClaim("/kv/v", "")->won);  // made again after the old one's removal
   std::ofstream(hb_) << "t4\n";
   EXPECT_FALSE(fresh.TryClaim("/kv/v", "")->won) << "a re-made claim is young";
@@ -155,6 +155,42 @@ TEST_F(LinkArbiterTest, AnUnmountRemovesAtMostItsCapOfKeptClaims) {
   EXPECT_EQ(Claims(), 3u);
   EXPECT_EQ(a_->GetStats().removed, LinkArbiter::kCloseRemovals);
   EXPECT_TRUE(fs::exists(a_->ClaimFile("/kv/c" + std::to_string(n - 1), "", 0))) << "the newest are left";
+}
+
+TEST_F(LinkArbiterTest, AClaimIsOneMkdirAndAFileClaimOfAnEarlierVersionStillExcludes) {
+  auto& c = Env::Posix()->counters();
+  const uint64_t mkdir0 = c.mkdir.load(), open0 = c.open.load(), close0 = c.close.load(), stat0 = c.stat.load();
+  auto won = a_->TryClaim("/kv/d", "");
+  ASSERT_TRUE(won.ok() && won->won);
+  EXPECT_TRUE(fs::is_directory(won->file));
+  // One round trip on NFS (MKDIR), where the O_EXCL create of earlier versions cost an OPEN and a CLOSE.
+  EXPECT_EQ(c.mkdir.load() - mkdir0, 1u);
+  EXPECT_EQ(c.open.load() - open0, 0u);
+  EXPECT_EQ(c.close.load() - close0, 0u);
+  EXPECT_EQ(c.stat.load() - stat0, 0u);
+  // A claim file left by a node running an earlier version (or made on S3) excludes a directory claim.
+  const std::string old_kind = a_->ClaimFile("/kv/f", "", 0);
+  std::ofstream(old_kind).put('\0');
+  auto lost = b_->TryClaim("/kv/f", "");
+  ASSERT_TRUE(lost.ok());
+  EXPECT_FALSE(lost->won);
+  EXPECT_TRUE(fs::is_regular_file(old_kind));
+  // Released: the directory goes (one removal); a file claim kept goes at its TTL too.
+  a_->Release(won->file);
+  EXPECT_FALSE(fs::exists(won->file));
+  // The sweep removes old claims of both kinds.
+  auto dir_claim = b_->TryClaim("/kv/e", "");
+  ASSERT_TRUE(dir_claim.ok() && dir_claim->won);
+  struct stat hb;
+  ASSERT_EQ(stat(hb_.c_str(), &hb), 0);
+  struct utimbuf t{hb.st_mtime - 1200, hb.st_mtime - 1200};
+  ASSERT_EQ(utime(old_kind.c_str(), &t), 0);
+  ASSERT_EQ(utime(dir_claim->file.c_str(), &t), 0);
+  a_->SweepAtNextTickForTest();
+  a_->Tick();
+  EXPECT_FALSE(fs::exists(old_kind));
+  EXPECT_FALSE(fs::exists(dir_claim->file));
+  EXPECT_EQ(a_->GetStats().swept, 2u);
 }
 
 TEST_F(LinkArbiterTest, SweepRemovesOnlyClaimsOlderThanItsAgeAgainstTheHeartbeat) {
