@@ -174,6 +174,14 @@ int RunStats(const std::string& mp_in, bool json) {
                 (unsigned long long)s3.value("read_parts_parallel", uint64_t{0}),
                 (unsigned long long)s3.value("gets_in_flight_peak", uint64_t{0}));
   }
+  if (j.contains("link_claims") && j["link_claims"].is_object()) {
+    // link(2) claims on the export (docs/design.md §5 "link(2) across nodes").
+    const auto& c = j["link_claims"];
+    auto v = [&](const char* k) { return (unsigned long long)c.value(k, uint64_t{0}); };
+    std::printf("link claims            %llu won, %llu lost, %llu abandoned passed over, %llu removed, %llu swept, "
+                "%llu pending removal, %llu errors\n",
+                v("won"), v("lost"), v("abandoned"), v("removed"), v("swept"), v("pending"), v("errors"));
+  }
   if (j.contains("eviction")) {
     const auto& e = j["eviction"];
     std::printf("evicted segments       %llu (%llu bytes)\n", (unsigned long long)e.value("segments_dropped", uint64_t{0}),

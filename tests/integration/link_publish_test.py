@@ -23,6 +23,7 @@ Environment: kvfs_fixture's KVFS_BINARY, KVFS_TEST_KEEP, KVFS_TEST_LOG.
 import contextlib
 import errno
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -269,6 +270,9 @@ class LinkAcrossNodesAndCrash(kf.SharedBackingCase):
                                     "round %d: node %d reads %s as node %d's bytes" % (rnd, n, k, winner))
             won = [kf.stats(m)["link_claims"]["won"] for m in mnts]
             self.assertEqual(sum(won), len(keys) * (rnd + 1), won)
+            human = [kf.run_kvfs("stats", m).stdout for m in mnts]
+            texts = [int(re.search(r"link claims +(\d+) won, (\d+) lost", h).group(1)) for h in human]
+            self.assertEqual(texts, won, human)
             if rnd == 0:
                 for k in keys:  # unlinked on a, gone on b: the next round is a new race for each name
                     os.unlink(os.path.join(mnts[0], "kv", k))
