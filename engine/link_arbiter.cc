@@ -105,11 +105,17 @@ void LinkArbiter::Keep(const std::string& file) {
 
 void LinkArbiter::Release(const std::string& file) {
   Status s = env_->Remove(file);
-  if (!s.ok() && !s.IsNotFound()) {
+  const bool failed = !s.ok() && !s.IsNotFound();
+  if (failed) {
+    // Left on the export (e.g. a directory someone put a file into): the sweep tries it again later.
     LogLimited(spdlog::level::warn, "link-claim", "kvfs: removing link claim {}: {}", file, s.ToString());
   }
   std::lock_guard<std::mutex> l(mu_);
-  stats_.removed++;
+  if (failed) {
+    stats_.errors++;
+  } else {
+    stats_.removed++;
+  }
 }
 
 void LinkArbiter::Tick(bool all) {

@@ -89,7 +89,8 @@ class LinkArbiter {
   // Removes the kept claims that are due (with all = true, at an unmount: the oldest kCloseRemovals of
   // them whatever their deadline, so an unmount after heavy publishing costs at most that many
   // removals, ~0.5 s on NFS; the others are left on the export for a later sweep), then runs one Sweep
-  // step when one is due. Backing errors are logged (rate-limited) and the claim is dropped from the list.
+  // step when one is due. Backing errors are logged (rate-limited), counted (errors, not removed) and the
+  // claim is dropped from the list (left on the export for the sweep).
   void Tick(bool all = false);
   static constexpr size_t kCloseRemovals = 1000;
 

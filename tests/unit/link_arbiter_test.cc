@@ -175,9 +175,19 @@ TEST_F(LinkArbiterTest, AClaimIsOneMkdirAndAFileClaimOfAnEarlierVersionStillExcl
   ASSERT_TRUE(lost.ok());
   EXPECT_FALSE(lost->won);
   EXPECT_TRUE(fs::is_regular_file(old_kind));
-  // Released: the directory goes (one removal); a file claim kept goes at its TTL too.
+  // Released: the directory goes (one removal).
   a_->Release(won->file);
   EXPECT_FALSE(fs::exists(won->file));
+  EXPECT_EQ(a_->GetStats().removed, 1u);
+  // A claim directory that cannot be removed (someone put a file in it) is an error, not a removal.
+  auto stuck = a_->TryClaim("/kv/g", "");
+  ASSERT_TRUE(stuck.ok() && stuck->won);
+  std::ofstream(stuck->file + "/junk").put('x');
+  a_->Release(stuck->file);
+  EXPECT_TRUE(fs::exists(stuck->file));
+  EXPECT_EQ(a_->GetStats().removed, 1u);
+  EXPECT_EQ(a_->GetStats().errors, 1u);
+  fs::remove_all(stuck->file);
   // The sweep removes old claims of both kinds.
   auto dir_claim = b_->TryClaim("/kv/e", "");
   ASSERT_TRUE(dir_claim.ok() && dir_claim->won);
