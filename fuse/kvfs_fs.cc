@@ -11,6 +11,8 @@
 
 #include "fuse/kvfs_fs_impl.h"
 
+#include <algorithm>
+
 namespace kvfs {
 namespace {
 
@@ -39,7 +41,8 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
     conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
   }
   conn->max_write = fs->opts.max_write;
-  conn->max_readahead = fs->opts.max_readahead;
+  // The kernel takes min(the bdi's read_ahead_kb, max_readahead): Mount raised the bdi first.
+  if (fs->opts.read_ahead > 0) conn->max_readahead = std::max<uint32_t>(fs->opts.read_ahead, 128u << 10);
   conn->max_background = 128;          // async reads / direct I/O in flight
   conn->congestion_threshold = 96;
   conn->time_gran = 1;
@@ -158,6 +161,16 @@ Status KvfsFs::Mount(const std::string& mountpoint, const std::vector<std::strin
     return Status::InvalidArgument("fuse_session_new failed (bad -o option?): " + o);
   }
   if (!impl_->session.Mount(mountpoint)) return Status::IOError("cannot mount FUSE at " + mountpoint);
+  // Before the loop answers INIT (which may only lower it): a buffered sequential read(2) of a large
+  // value then reaches the daemon as 1 MiB READs (max_write), not 128 KiB ones (docs/design.md §8).
+  if (impl_->opts.read_ahead > 0) {
+    std::string why;
+    if (FuseSession::SetReadAhead(mountpoint, impl_->opts.read_ahead >> 10, &why)) {
+      spdlog::debug("kvfs: read-ahead of {} set to {} KiB", mountpoint, impl_->opts.read_ahead >> 10);
+    } else {
+      spdlog::warn("kvfs: read-ahead of {} left at the kernel's 128 KiB (--read-ahead): {}", mountpoint, why);
+    }
+  }
   return Status::OK();
 }
 

@@ -48,7 +48,10 @@ struct FsOptions {
   bool clone_fd = true;                 // one /dev/fuse fd per worker thread
   bool splice = false;                  // FUSE_CAP_SPLICE_{READ,WRITE,MOVE}; off by default
   uint32_t max_write = 1u << 20;        // bytes per WRITE request
-  uint32_t max_readahead = 1u << 20;    // bytes (the kernel caps it at the bdi's read_ahead_kb)
+  // Read-ahead window of a buffered sequential read(2), bytes (`kvfs mount --read-ahead`): INIT's
+  // max_readahead and, set at Mount, the mount's bdi read_ahead_kb (FuseSession::SetReadAhead), which the
+  // kernel would otherwise keep at 128 KiB. 0 = the kernel's default (128 KiB READs).
+  uint32_t read_ahead = 4u << 20;
   double entry_timeout_s = 3600;        // names change only through this daemon on one node
   double attr_timeout_s = 3600;         // committed files and directories
   double negative_timeout_s = 1;        // ENOENT answers (connectors mostly probe absent keys)

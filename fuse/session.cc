@@ -5,6 +5,11 @@
 
 #include <fuse_lowlevel.h>
 
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <vector>
 
 namespace kvfs {
@@ -63,6 +68,65 @@ void FuseSession::Unmount() {
     fuse_session_unmount(se_);
     mounted_ = false;
   }
+}
+
+namespace {
+
+// A mountinfo path field: spaces, tabs, newlines and backslashes are written as \ooo octal.
+std::string UnescapeMountinfo(const std::string& s) {
+  std::string out;
+  auto octal = [&](size_t i) { return i < s.size() && s[i] >= '0' && s[i] <= '7'; };
+  for (size_t i = 0; i < s.size(); i++) {
+    if (s[i] == '\\' && octal(i + 1) && octal(i + 2) && octal(i + 3)) {
+      out.push_back(static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0')));
+      i += 3;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+bool FuseSession::SetReadAhead(const std::string& mountpoint, uint32_t kb, std::string* error) {
+  char real[PATH_MAX];
+  const std::string path = ::realpath(mountpoint.c_str(), real) ? std::string(real) : mountpoint;
+  std::ifstream in("/proc/self/mountinfo");
+  if (!in) {
+    *error = "cannot read /proc/self/mountinfo";
+    return false;
+  }
+  // Fields: id parent MAJOR:MINOR root mount-point options [optional...] - fstype source super-options.
+  std::string line, dev;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string id, parent, majmin, root, mp;
+    if (!(f >> id >> parent >> majmin >> root >> mp)) continue;
+    std::string w;
+    while (f >> w && w != "-") {
+    }
+    std::string fstype;
+    if (!(f >> fstype)) continue;
+    if (UnescapeMountinfo(mp) == path && fstype.rfind("fuse", 0) == 0) dev = majmin;  // the newest wins
+  }
+  if (dev.empty()) {
+    *error = "no FUSE mount at " + path + " in /proc/self/mountinfo";
+    return false;
+  }
+  const std::string knob = "/sys/class/bdi/" + dev + "/read_ahead_kb";
+  std::FILE* f = std::fopen(knob.c_str(), "w");
+  if (!f) {
+    *error = "cannot open " + knob;
+    return false;
+  }
+  const bool ok = std::fprintf(f, "%u\n", kb) > 0;
+  const bool closed = std::fclose(f) == 0;
+  if (!ok || !closed) {
+    *error = "cannot write " + knob;
+    return false;
+  }
+  return true;
 }
 
 void FuseSession::Exit() {

@@ -43,6 +43,15 @@ class FuseSession {
 
   fuse_session* get() const { return se_; }
 
+  // Sets the read-ahead window of the FUSE mount at `mountpoint`: `kb` KiB into read_ahead_kb of the
+  // mount's backing device info (/sys/class/bdi/MAJOR:MINOR, the device number found in
+  // /proc/self/mountinfo, newest mount on that path, file system type fuse*). The kernel gives a FUSE
+  // bdi 128 KiB and at INIT lowers it to the daemon's max_readahead, never raises it, so a buffered
+  // sequential read(2) otherwise reaches the daemon as 128 KiB READs whatever max_readahead says. Needs
+  // root (sysfs); does not block on the mount (no stat of it: before INIT that would wait for the
+  // loop). False with *error set when the mount is not found or the write fails.
+  static bool SetReadAhead(const std::string& mountpoint, uint32_t kb, std::string* error);
+
  private:
   fuse_session* se_ = nullptr;
   bool mounted_ = false;

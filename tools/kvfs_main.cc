@@ -92,6 +92,9 @@ int main(int argc, char** argv) {
   mount->add_option("--max-file-size", ma.max_file_size,
                     "largest file size, e.g. 64GiB (default 16GiB, at most 1TiB); a write or truncate "
                     "beyond it is EFBIG (holes cost neither memory nor export space)");
+  mount->add_option("--read-ahead", ma.read_ahead,
+                    "read-ahead window of a sequential buffered read(2), e.g. 8MiB (default 4MiB; 0 = the "
+                    "kernel's 128KiB for FUSE, which splits such reads into 128KiB requests)");
   mount->add_flag("--foreground,-f", ma.foreground, "stay in the foreground");
   mount->add_flag("--quiet,-q", ma.quiet,
                   "print nothing when mounted (default: one line naming the mount, node, segment size and log)");

@@ -243,6 +243,10 @@ int RunMount(MountArgs a) {
   if (SizeOrDie("--staging-size", a.staging_size) < (4u << 20)) {
     Die(kExitUsage, "--staging-size must be at least 4MiB" + BareHint(a.staging_size, "MiB"));
   }
+  if (uint64_t ra = SizeOrDie("--read-ahead", a.read_ahead); ra > (256u << 20) || ra % 4096 != 0) {
+    Die(kExitUsage, "--read-ahead must be a multiple of 4KiB, at most 256MiB (0 = the kernel's 128KiB)" +
+                        BareHint(a.read_ahead, "MiB"));
+  }
   {
     uint64_t m = SizeOrDie("--max-file-size", a.max_file_size);
     if (m == 0 || m > kvfs::format::kMaxValueLength) Die(kExitUsage, "--max-file-size must be between 1 and 1TiB");
@@ -520,6 +524,7 @@ int RunMount(MountArgs a) {
   fo.max_threads = a.threads;
   fo.staging_bytes = SizeOrDie("--staging-size", a.staging_size);
   fo.max_file_size = SizeOrDie("--max-file-size", a.max_file_size);
+  fo.read_ahead = static_cast<uint32_t>(SizeOrDie("--read-ahead", a.read_ahead));
   fo.splice = a.splice;
   fo.version = kvfs::BuildVersion();
   fo.git_commit = kvfs::BuildCommit();

@@ -34,6 +34,7 @@ struct MountArgs {
   std::string segment_size;  // empty: chosen from the export's size (AutoSegmentSize, RunMount)
   std::string staging_size = "1GiB";
   std::string max_file_size = "16GiB";
+  std::string read_ahead = "4MiB";
   bool node_id_given = false;  // --node-id given (even as ''): then it must be a valid node id
   bool foreground = false, direct_io = false, buffered_segment_writes = false, force = false, splice = false;
   unsigned threads = 32;

@@ -1487,5 +1487,75 @@ class ProcFdReopen(MountedTestCase):
             os.close(fd)
 
 
+def bdi_read_ahead_kb(mnt):
+    """read_ahead_kb of the FUSE mount at mnt (its device number from /proc/self/mountinfo)."""
+    dev = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == os.path.realpath(mnt):
+                dev = fields[2]
+    with open("/sys/class/bdi/%s/read_ahead_kb" % dev) as f:
+        return int(f.read())
+
+
+@kf.skip_unless_fuse
+class ReadAhead(unittest.TestCase):
+    """`--read-ahead` (default 4MiB) raises the mount's bdi read-ahead, which the kernel keeps at 128 KiB
+    for FUSE whatever INIT's max_readahead says: a buffered sequential read(2) of a large value then
+    reaches the daemon as 1 MiB READs (max_write), not 128 KiB ones. `--read-ahead 0` keeps the kernel's."""
+
+    SIZE = 16 << 20
+
+    def read_cold(self, mnt, name):
+        """Writes SIZE bytes, drops the file's pages, reads it back buffered in one read(2); (READs, ok)."""
+        path = os.path.join(mnt, name)
+        data = pattern(name, self.SIZE)
+        kf.write_file(path, data)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            before = kf.stats(mnt)["fuse_ops"].get("read", {}).get("count", 0)  # listed once counted
+            got = b""
+            while len(got) < self.SIZE:
+                chunk = os.read(fd, self.SIZE - len(got))
+                if not chunk:
+                    break
+                got += chunk
+            reads = kf.stats(mnt)["fuse_ops"].get("read", {}).get("count", 0) - before
+        finally:
+            os.close(fd)
+        return reads, got == data
+
+    def test_default_read_ahead_sends_1mib_reads(self):
+        with kf.mounted() as (mnt, _, _):
+            self.assertEqual(bdi_read_ahead_kb(mnt), 4096)
+            reads, exact = self.read_cold(mnt, "big")
+            self.assertTrue(exact)
+            # 16 READs of 1 MiB (a few more if a window edge splits one); 128 KiB READs would be 128.
+            self.assertGreaterEqual(reads, 16)
+            self.assertLessEqual(reads, 24)
+
+    def test_read_ahead_option(self):
+        with kf.mounted(read_ahead="8MiB") as (mnt, _, _):
+            self.assertEqual(bdi_read_ahead_kb(mnt), 8192)
+        with kf.mounted(read_ahead="0") as (mnt, _, _):
+            self.assertEqual(bdi_read_ahead_kb(mnt), 128)
+            reads, exact = self.read_cold(mnt, "big")
+            self.assertTrue(exact)
+            self.assertGreaterEqual(reads, 120)  # the kernel's 128 KiB window: 128 READs
+        b = kf.Backing()
+        try:
+            for bad in ("3000", "512MiB", "x"):
+                r = subprocess.run([kf.kvfs_binary(), "mount", b.mnt, "--backing", b.backing, "--index-dir",
+                                    b.index, "--read-ahead", bad], capture_output=True, text=True, timeout=30)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn("--read-ahead", r.stderr)
+                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+                self.assertFalse(kf.is_mounted(b.mnt))
+        finally:
+            b.cleanup()
+
+
 if __name__ == "__main__":
     unittest.main()
