@@ -1507,6 +1507,10 @@ class ReadAhead(unittest.TestCase):
 
     SIZE = 16 << 20
 
+    def setUp(self):
+        if os.geteuid() != 0 or os.statvfs("/sys").f_flag & os.ST_RDONLY:
+            self.skipTest("raising a bdi's read_ahead_kb needs root and a writable /sys")
+
     def read_cold(self, mnt, name):
         """Writes SIZE bytes, drops the file's pages, reads it back buffered in one read(2); (READs, ok)."""
         path = os.path.join(mnt, name)
