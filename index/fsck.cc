@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 
@@ -99,6 +100,7 @@ Result<FsckReport> Fsck::Run() {
       a = std::move(b);
     }
   }
+  KVFS_RETURN_IF_ERROR(CheckLinkClaims(&rep, &a.findings));
   if (!opts_.rebuild_index_dir.empty()) {
     KVFS_RETURN_IF_ERROR(RebuildInto(opts_.rebuild_index_dir, opts_.index_node, &rep.index_files));
   }
@@ -114,6 +116,59 @@ Result<FsckReport> Fsck::Run() {
     else rep.unrepaired++;
   }
   return rep;
+}
+
+}  // namespace fsck_internal
+
+namespace fsck_internal {
+
+// Link claims belong to no node (the export's .kvfs/v1/links, engine/link_arbiter.h): each one is
+// counted; one at least kLinkClaimStaleAgeS old by its mtime (the server's clock, against this host's:
+// NFS keeps them close) is an informational finding, and --repair removes it, as a mount's sweep would
+// (none sweeps them on S3). A younger one may decide a link(2) in progress: never touched.
+Status Fsck::CheckLinkClaims(FsckReport* rep, std::vector<FsckFinding>* findings) {
+  const std::string dir = KvfsRootPath(opts_.backing_dir) + "/links";
+  std::vector<std::string> names;
+  Status s = env_->GetChildren(dir, &names);
+  if (s.IsNotFound()) return Status::OK();
+  KVFS_RETURN_IF_ERROR(s);
+  std::sort(names.begin(), names.end());
+  const int64_t now = opts_.now_ns != 0 ? opts_.now_ns
+                                        : std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              std::chrono::system_clock::now().time_since_epoch())
+                                              .count();
+  for (const auto& n : names) {
+    const std::string path = dir + "/" + n;
+    auto st = env_->Stat(path);
+    if (!st.ok()) {
+      if (st.status().IsNotFound()) continue;  // removed meanwhile (its creator, a sweep)
+      return st.status();
+    }
+    rep->link_claims++;
+    const int64_t age_s = (now - st->mtime_ns) / 1000000000LL;
+    if (st->mtime_ns == 0 || age_s < kLinkClaimStaleAgeS) continue;
+    rep->link_claims_stale++;
+    FsckFinding f;
+    f.kind = FsckKind::kLinkClaim;
+    f.severity = FsckSeverity::kInfo;
+    f.file = path;
+    f.detail = "link claim made " + std::to_string(age_s) +
+               " s ago (its creator removes a claim a minute after its link: a crash left this one; harmless, a "
+               "later link of the name passes it over)";
+    f.repairable = true;
+    f.repair = "remove";
+    if (opts_.repair) {
+      Status r = env_->Remove(path);
+      if (r.ok() || r.IsNotFound()) {
+        f.repaired = true;
+        rep->link_claims_removed++;
+      } else {
+        f.detail += "; not removed: " + r.ToString();
+      }
+    }
+    findings->push_back(std::move(f));
+  }
+  return Status::OK();
 }
 
 }  // namespace fsck_internal
@@ -138,6 +193,7 @@ const char* FsckKindName(FsckKind k) {
     case FsckKind::kOrphanRecord: return "orphan-record";
     case FsckKind::kSnapshotDamaged: return "snapshot-damaged";
     case FsckKind::kJournalGap: return "journal-gap";
+    case FsckKind::kLinkClaim: return "stale-link-claim";
   }
   return "unknown";
 }

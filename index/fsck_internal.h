@@ -70,6 +70,8 @@ class Fsck {
   // The check (fsck_check.cc). `owned`: nodes this run has taken over, with their new generation.
   OwnerState ReadOwner(const std::string& node);
   Status Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a);
+  // The export-wide link claims: counts in *rep, a finding per stale claim (removed when repairing).
+  Status CheckLinkClaims(FsckReport* rep, std::vector<FsckFinding>* findings);
   Status ScanSegment(const std::string& node, uint64_t gen, uint64_t seq, uint64_t cut, SegScan* s);
   // The repair of one node taken over as `nd`, and the index rebuild (fsck_repair.cc).
   Status Repair(const std::string& node, NodeDir* nd, Analysis* a);

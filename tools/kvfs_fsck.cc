@@ -411,6 +411,8 @@ int main(int argc, char** argv) {
     j["repaired"] = rep.repaired;
     j["unrepaired"] = rep.unrepaired;
     j["repair_refused"] = rep.repair_refused;
+    j["link_claims"] = {{"entries", rep.link_claims}, {"stale", rep.link_claims_stale},
+                        {"removed", rep.link_claims_removed}};
     j["exit_code"] = code;
     if (!o.rebuild_index_dir.empty()) j["index"] = {{"dir", o.rebuild_index_dir}, {"files", rep.index_files}};
     j["loose_modes"] = nlohmann::json::array();
@@ -515,6 +517,13 @@ int main(int argc, char** argv) {
                 "%s%s; to restrict: chmod -R go-rwx %s/.kvfs (or the site's mode)\n",
                 loose.size(), o.backing_dir.c_str(), Octal(kvfs::GetBackingModes().file).c_str(),
                 shown < loose.size() ? " (--verbose lists all)" : "", o.backing_dir.c_str());
+  }
+  if (rep.link_claims) {
+    std::printf("link claims: %llu under .kvfs/v1/links, %llu at least %llds old (left by a crash)%s\n",
+                (unsigned long long)rep.link_claims, (unsigned long long)rep.link_claims_stale,
+                (long long)kvfs::kLinkClaimStaleAgeS,
+                rep.link_claims_removed ? (", " + std::to_string(rep.link_claims_removed) + " removed").c_str()
+                : rep.link_claims_stale ? "; --repair removes them (a mount's sweep does too, not on S3)" : "");
   }
   if (!o.rebuild_index_dir.empty()) {
     std::printf("index rebuilt in %s: %llu files\n", o.rebuild_index_dir.c_str(), (unsigned long long)rep.index_files);

@@ -3,6 +3,10 @@
 #include "index/fsck.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <set>
 
 #include "blockstore/fault_env.h"
 #include "blockstore/extent_map.h"
@@ -83,6 +87,66 @@ TEST_F(FsckTest, CleanStoreHasNoFindings) {
   EXPECT_EQ(n.orphan_records, 0u);
   EXPECT_EQ(n.segments, n.sealed_segments);
   EXPECT_GE(n.journal_entries, 5u);
+}
+
+// Link claims (.kvfs/v1/links: directories, and files of earlier versions) belong to no node: counted;
+// one at least kLinkClaimStaleAgeS old is an informational finding (no problem), removed by --repair; a
+// younger one may decide a link(2) in progress and is never touched.
+TEST_F(FsckTest, StaleLinkClaimsAreReportedAndRepairRemovesOnlyThose) {
+  OpenStore();
+  WriteSet();
+  CloseStore();
+  const std::string links = KvfsRootPath(backing_) + "/links";
+  fs::create_directories(links);
+  const int64_t now_ns = 2000000000000000000LL;  // a fixed clock for the ages
+  auto make = [&](const std::string& name, bool dir, int64_t age_s) {
+    const std::string p = links + "/" + name;
+    if (dir) {
+      fs::create_directory(p);
+    } else {
+      std::ofstream(p).close();
+    }
+    const int64_t t = now_ns - age_s * 1000000000LL;
+    timespec ts[2] = {{t / 1000000000LL, t % 1000000000LL}, {t / 1000000000LL, t % 1000000000LL}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, p.c_str(), ts, 0), 0) << p;
+  };
+  make("0a1b", true, 5);                   // a link in progress
+  make("0a1c", true, kLinkClaimStaleAgeS + 1);
+  make("0a1d.1", false, 3 * 3600);         // a file claim of an earlier version
+  make("0a1e", true, kLinkClaimStaleAgeS - 1);
+  FsckOptions o = Opts();
+  o.now_ns = now_ns;
+  auto r = Run(o);
+  EXPECT_EQ(r.problems, 0u) << Describe(r);
+  EXPECT_EQ(r.link_claims, 4u);
+  EXPECT_EQ(r.link_claims_stale, 2u);
+  EXPECT_EQ(r.link_claims_removed, 0u);
+  ASSERT_EQ(r.Count(FsckKind::kLinkClaim), 2u) << Describe(r);
+  std::set<std::string> reported;
+  for (const auto& f : r.findings) {
+    if (f.kind != FsckKind::kLinkClaim) continue;
+    EXPECT_EQ(f.severity, FsckSeverity::kInfo);
+    EXPECT_FALSE(f.repaired);
+    reported.insert(fs::path(f.file).filename().string());
+  }
+  EXPECT_EQ(reported, (std::set<std::string>{"0a1c", "0a1d.1"}));
+  EXPECT_TRUE(fs::exists(links + "/0a1c"));
+
+  o.repair = true;
+  r = Run(o);
+  EXPECT_EQ(r.link_claims_removed, 2u);
+  EXPECT_FALSE(fs::exists(links + "/0a1c"));
+  EXPECT_FALSE(fs::exists(links + "/0a1d.1"));
+  EXPECT_TRUE(fs::exists(links + "/0a1b"));
+  EXPECT_TRUE(fs::exists(links + "/0a1e"));
+  o.repair = false;
+  r = Run(o);
+  EXPECT_EQ(r.link_claims, 2u);
+  EXPECT_EQ(r.link_claims_stale, 0u);
+  EXPECT_EQ(r.Count(FsckKind::kLinkClaim), 0u);
+  OpenStore();
+  ExpectReads({"a", "b", "c", "d", "e"});
+  CloseStore();
 }
 
 TEST_F(FsckTest, CrashLeavesUnsealedSegmentAndRepairSealsItPhysically) {
