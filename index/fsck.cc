@@ -124,8 +124,8 @@ namespace fsck_internal {
 
 // Link claims belong to no node (the export's .kvfs/v1/links, engine/link_arbiter.h): each one is
 // counted; one at least kLinkClaimStaleAgeS old by its mtime (the server's clock, against this host's:
-// NFS keeps them close) is an informational finding, and --repair removes it, as a mount's sweep would
-// (none sweeps them on S3). A younger one may decide a link(2) in progress: never touched.
+// NFS keeps them close) is an informational finding, and --repair removes it, as a mount's sweep would.
+// A younger one may decide a link(2) in progress: never touched. On S3 Stat gives no mtime (0): counted only.
 Status Fsck::CheckLinkClaims(FsckReport* rep, std::vector<FsckFinding>* findings) {
   const std::string dir = KvfsRootPath(opts_.backing_dir) + "/links";
   std::vector<std::string> names;

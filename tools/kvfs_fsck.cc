@@ -523,7 +523,7 @@ int main(int argc, char** argv) {
                 (unsigned long long)rep.link_claims, (unsigned long long)rep.link_claims_stale,
                 (long long)kvfs::kLinkClaimStaleAgeS,
                 rep.link_claims_removed ? (", " + std::to_string(rep.link_claims_removed) + " removed").c_str()
-                : rep.link_claims_stale ? "; --repair removes them (a mount's sweep does too, not on S3)" : "");
+                : rep.link_claims_stale ? "; --repair removes them (a mount's hourly sweep does too)" : "");
   }
   if (!o.rebuild_index_dir.empty()) {
     std::printf("index rebuilt in %s: %llu files\n", o.rebuild_index_dir.c_str(), (unsigned long long)rep.index_files);
