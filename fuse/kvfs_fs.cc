@@ -161,16 +161,13 @@ Status KvfsFs::Mount(const std::string& mountpoint, const std::vector<std::strin
     return Status::InvalidArgument("fuse_session_new failed (bad -o option?): " + o);
   }
   if (!impl_->session.Mount(mountpoint)) return Status::IOError("cannot mount FUSE at " + mountpoint);
-  // Before the loop answers INIT (which may only lower it): a buffered sequential read(2) of a large
-  // value then reaches the daemon as 1 MiB READs (max_write), not 128 KiB ones (docs/design.md §8).
-  if (impl_->opts.read_ahead > 0) {
-    std::string why;
-    if (FuseSession::SetReadAhead(mountpoint, impl_->opts.read_ahead >> 10, &why)) {
-      spdlog::debug("kvfs: read-ahead of {} set to {} KiB", mountpoint, impl_->opts.read_ahead >> 10);
-    } else {
-      spdlog::warn("kvfs: read-ahead of {} left at the kernel's 128 KiB (--read-ahead): {}", mountpoint, why);
-    }
-  }
+  return Status::OK();
+}
+
+Status KvfsFs::ApplyReadAhead() {
+  if (impl_->opts.read_ahead == 0) return Status::OK();
+  std::string why;
+  if (!impl_->session.SetReadAhead(impl_->opts.read_ahead >> 10, &why)) return Status::IOError(why);
   return Status::OK();
 }
 

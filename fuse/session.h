@@ -13,6 +13,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 struct fuse_session;
 struct fuse_lowlevel_ops;
@@ -43,17 +44,20 @@ class FuseSession {
 
   fuse_session* get() const { return se_; }
 
-  // Sets the read-ahead window of the FUSE mount at `mountpoint`: `kb` KiB into read_ahead_kb of the
-  // mount's backing device info (/sys/class/bdi/MAJOR:MINOR, the device number found in
-  // /proc/self/mountinfo, newest mount on that path, file system type fuse*). The kernel gives a FUSE
-  // bdi 128 KiB and at INIT lowers it to the daemon's max_readahead, never raises it, so a buffered
-  // sequential read(2) otherwise reaches the daemon as 128 KiB READs whatever max_readahead says. Needs
-  // root (sysfs); does not block on the mount (no stat of it: before INIT that would wait for the
-  // loop). False with *error set when the mount is not found or the write fails.
-  static bool SetReadAhead(const std::string& mountpoint, uint32_t kb, std::string* error);
+  // Sets the read-ahead window of this session's mount (after Mount, before the loop answers INIT): `kb`
+  // KiB into read_ahead_kb of the mount's backing device info (/sys/class/bdi/MAJOR:MINOR). The mount is
+  // the one FUSE mount on the mount point that /proc/self/mountinfo lists now and did not list just
+  // before Mount; when there are several (another mount on the same path raced this one) nothing is
+  // written. The kernel gives a FUSE bdi 128 KiB and at INIT lowers it to the daemon's max_readahead,
+  // never raises it, so a buffered sequential read(2) otherwise reaches the daemon as 128 KiB READs
+  // whatever max_readahead says. Needs root (sysfs); does not block on the mount (no stat of it: before
+  // INIT that would wait for the loop). False with *error set when nothing was written.
+  bool SetReadAhead(uint32_t kb, std::string* error) const;
 
  private:
   fuse_session* se_ = nullptr;
+  std::string mountpoint_;                 // as given to Mount, resolved (realpath)
+  std::vector<std::string> premount_ids_;  // mountinfo ids of FUSE mounts on it just before Mount
   bool mounted_ = false;
   bool signals_ = false;
 };

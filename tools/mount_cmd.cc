@@ -243,9 +243,12 @@ int RunMount(MountArgs a) {
   if (SizeOrDie("--staging-size", a.staging_size) < (4u << 20)) {
     Die(kExitUsage, "--staging-size must be at least 4MiB" + BareHint(a.staging_size, "MiB"));
   }
-  if (uint64_t ra = SizeOrDie("--read-ahead", a.read_ahead); ra > (256u << 20) || ra % 4096 != 0) {
-    Die(kExitUsage, "--read-ahead must be a multiple of 4KiB, at most 256MiB (0 = the kernel's 128KiB)" +
-                        BareHint(a.read_ahead, "MiB"));
+  if (uint64_t ra = SizeOrDie("--read-ahead", a.read_ahead);
+      ra != 0 && (ra < (128u << 10) || ra > (256u << 20) || ra % 4096 != 0)) {
+    // A bare number is bytes (8192 is 8 KiB, not read_ahead_kb's 8 MiB); under 128 KiB would make reads
+    // smaller than the kernel's default.
+    Die(kExitUsage, "--read-ahead must be 0 (the kernel's 128KiB) or 128KiB to 256MiB in 4KiB steps; got '" +
+                        a.read_ahead + "' = " + std::to_string(ra) + " bytes");
   }
   {
     uint64_t m = SizeOrDie("--max-file-size", a.max_file_size);
@@ -564,6 +567,13 @@ int RunMount(MountArgs a) {
     fs.reset();
     const std::string why = LastLine(mount_err);
     return fail(ms.IsInvalidArgument() ? kExitUsage : kExitFail, ms.message() + (why.empty() ? "" : ": " + why));
+  }
+  // Before the loop answers INIT, outside the stderr capture (its warning is logged once).
+  if (kvfs::Status ra = fs->ApplyReadAhead(); !ra.ok()) {
+    spdlog::warn("kvfs: read-ahead of {} left at the kernel's 128 KiB (--read-ahead {}): {}", a.mountpoint,
+                 a.read_ahead, ra.message());
+  } else if (fo.read_ahead) {
+    spdlog::debug("kvfs: read-ahead of {} set to {} KiB", a.mountpoint, fo.read_ahead >> 10);
   }
   // From now on libfuse's messages go through spdlog (the rotating log file of a daemon), not fd 2.
   fuse_set_log_func([](enum fuse_log_level level, const char* fmt, va_list ap) {

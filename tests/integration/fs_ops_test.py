@@ -1550,7 +1550,7 @@ class ReadAhead(unittest.TestCase):
             self.assertGreaterEqual(reads, 120)  # the kernel's 128 KiB window: 128 READs
         b = kf.Backing()
         try:
-            for bad in ("3000", "512MiB", "x"):
+            for bad in ("3000", "64KiB", "8192", "512MiB", "x"):
                 r = subprocess.run([kf.kvfs_binary(), "mount", b.mnt, "--backing", b.backing, "--index-dir",
                                     b.index, "--read-ahead", bad], capture_output=True, text=True, timeout=30)
                 self.assertEqual(r.returncode, 2, r.stderr)
