@@ -168,6 +168,7 @@ Status KvfsFs::ApplyReadAhead() {
   if (impl_->opts.read_ahead == 0) return Status::OK();
   std::string why;
   if (!impl_->session.SetReadAhead(impl_->opts.read_ahead >> 10, &why)) return Status::IOError(why);
+  impl_->read_ahead_applied = impl_->opts.read_ahead;
   return Status::OK();
 }
 
@@ -235,6 +236,7 @@ FsStats KvfsFs::GetFsStats() {
   int64_t sp = impl_->staging.spilled_bytes.load();
   s.spilled_bytes = sp > 0 ? static_cast<uint64_t>(sp) : 0;
   s.staging_budget = impl_->opts.staging_bytes;
+  s.read_ahead = impl_->read_ahead_applied.load(std::memory_order_relaxed);
   s.spills = impl_->staging.spills.load();
   s.spilled_bytes_total = impl_->staging.spilled_total.load();
   s.spill_errors = impl_->staging.spill_errors.load();

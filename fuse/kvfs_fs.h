@@ -108,6 +108,7 @@ struct FsStats {
   uint64_t known_inodes = 0, open_handles = 0, staged_versions = 0;
   uint64_t staged_bytes = 0;          // RAM of staged versions now (what the budget counts)
   uint64_t staging_budget = 0;        // FsOptions::staging_bytes
+  uint64_t read_ahead = 0;            // the mount's read-ahead window in effect, bytes (ApplyReadAhead)
   uint64_t spilled_bytes = 0;         // provisional records of versions still staged, bytes now
   uint64_t spills = 0, spilled_bytes_total = 0, spill_errors = 0;  // since mount
   uint64_t whole_record_commits = 0;  // flushes that reused one existing record (no second copy)

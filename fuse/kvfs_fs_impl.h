@@ -333,6 +333,9 @@ struct KvfsFs::Impl {
 
   Store* store;
   FsOptions opts;
+  // The read-ahead window ApplyReadAhead set on the mount (bytes); the kernel's 128 KiB until then or when
+  // it could not (stats: config.read_ahead_bytes).
+  std::atomic<uint32_t> read_ahead_applied{128u << 10};
   KvfsFs* owner = nullptr;  // for StatsJson
   FuseSession session;  // created and mounted by KvfsFs::Mount; the notifier reads session.get()
   // Declared before every member that holds Versions (table, deferred commits, ...): members are

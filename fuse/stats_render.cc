@@ -188,7 +188,8 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                  {"global_low_watermark_bytes", st.global_low_watermark_bytes},
                  {"segment_size_bytes", st.segment_size},
                  {"cache_size_bytes", st.cache_capacity_bytes},
-                 {"staging_budget_bytes", f.staging_budget}};
+                 {"staging_budget_bytes", f.staging_budget},
+                 {"read_ahead_bytes", f.read_ahead}};
   j["backing_fs"] = {{"ok", st.backing_fs_ok}, {"size_bytes", st.backing_fs_size}, {"avail_bytes", st.backing_fs_avail}};
   if (st.s3) {
     nlohmann::json req = nlohmann::json::object();

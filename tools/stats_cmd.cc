@@ -79,6 +79,9 @@ int RunStats(const std::string& mp_in, bool json) {
     } else {
       std::printf("capacity               unlimited (dead segments reclaimed only)\n");
     }
+    if (n("read_ahead_bytes")) {
+      std::printf("read-ahead             %llu KiB (buffered sequential reads; --read-ahead)\n", n("read_ahead_bytes") >> 10);
+    }
     if (n("global_high_watermark_bytes")) {
       std::printf("global watermarks      high %llu, low %llu bytes (all nodes)\n", n("global_high_watermark_bytes"),
                   n("global_low_watermark_bytes"));

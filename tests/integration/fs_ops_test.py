@@ -1534,6 +1534,7 @@ class ReadAhead(unittest.TestCase):
     def test_default_read_ahead_sends_1mib_reads(self):
         with kf.mounted() as (mnt, _, _):
             self.assertEqual(bdi_read_ahead_kb(mnt), 4096)
+            self.assertEqual(kf.stats(mnt)["config"]["read_ahead_bytes"], 4 << 20)
             reads, exact = self.read_cold(mnt, "big")
             self.assertTrue(exact)
             # 16 READs of 1 MiB (a few more if a window edge splits one); 128 KiB READs would be 128.
@@ -1545,6 +1546,7 @@ class ReadAhead(unittest.TestCase):
             self.assertEqual(bdi_read_ahead_kb(mnt), 8192)
         with kf.mounted(read_ahead="0") as (mnt, _, _):
             self.assertEqual(bdi_read_ahead_kb(mnt), 128)
+            self.assertEqual(kf.stats(mnt)["config"]["read_ahead_bytes"], 128 << 10)
             reads, exact = self.read_cold(mnt, "big")
             self.assertTrue(exact)
             self.assertGreaterEqual(reads, 120)  # the kernel's 128 KiB window: 128 READs
