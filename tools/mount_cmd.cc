@@ -410,6 +410,10 @@ int RunMount(MountArgs a) {
         waitpid(pid, nullptr, 0);
         Die(code, text);
       }
+      // A warning of the daemon's mount (after a tab): on stderr, also with --quiet.
+      if (const size_t tab = text.find('\t'); tab != std::string::npos) {
+        std::fprintf(stderr, "kvfs: warning: %s\n", text.substr(tab + 1).c_str());
+      }
       // One line on success (--quiet, and the mount(8) helper form, print nothing): where, which node,
       // the segment size chosen and where the daemon logs.
       if (!a.quiet) {
@@ -569,9 +573,12 @@ int RunMount(MountArgs a) {
     return fail(ms.IsInvalidArgument() ? kExitUsage : kExitFail, ms.message() + (why.empty() ? "" : ": " + why));
   }
   // Before the loop answers INIT, outside the stderr capture (its warning is logged once).
+  // A daemon also hands the warning to the terminal with its "mounted" report (its log is a file).
+  std::string mount_warning;
   if (kvfs::Status ra = fs->ApplyReadAhead(); !ra.ok()) {
-    spdlog::warn("kvfs: read-ahead of {} left at the kernel's 128 KiB (--read-ahead {}): {}", a.mountpoint,
-                 a.read_ahead, ra.message());
+    mount_warning = "read-ahead of " + a.mountpoint + " left at the kernel's 128 KiB (--read-ahead " + a.read_ahead +
+                    "): " + ra.message();
+    spdlog::warn("kvfs: {}", mount_warning);
   } else if (fo.read_ahead) {
     spdlog::debug("kvfs: read-ahead of {} set to {} KiB", a.mountpoint, fo.read_ahead >> 10);
   }
@@ -654,7 +661,7 @@ int RunMount(MountArgs a) {
       dup2(devnull, 1);
       if (devnull > 2) close(devnull);
     }
-    Report(report_fd, 0, "mounted");
+    Report(report_fd, 0, mount_warning.empty() ? "mounted" : "mounted\t" + mount_warning);
     report_fd = -1;
     if (chdir("/") != 0) spdlog::warn("chdir /: {}", strerror(errno));
   }

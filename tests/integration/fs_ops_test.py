@@ -8,6 +8,7 @@ import ctypes.util
 import errno
 import fcntl
 import hashlib
+import json
 import mmap
 import multiprocessing
 import os
@@ -1540,6 +1541,28 @@ class ReadAhead(unittest.TestCase):
             # 16 READs of 1 MiB (a few more if a window edge splits one); 128 KiB READs would be 128.
             self.assertGreaterEqual(reads, 16)
             self.assertLessEqual(reads, 24)
+
+    def test_daemon_without_sysfs_warns_on_the_terminal(self):
+        """A read-only /sys (an unprivileged container): the daemon still mounts (exit 0, 128 KiB READs), and
+        the warning reaches the terminal with the "mounted" line, not only the daemon's log file. Run in a
+        private mount namespace (unshare -m), where /sys is remounted read-only and the mount lives."""
+        b = kf.Backing()
+        try:
+            script = ('mount -o remount,bind,ro /sys || exit 9; "$K" mount "$M" --backing "$B" --index-dir "$I"; '
+                      'echo "rc=$?" >&2; "$K" stats "$M" --json; "$K" umount "$M" >/dev/null 2>&1 || fusermount3 -u "$M"')
+            r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                               capture_output=True, text=True, timeout=120,
+                               env=dict(os.environ, K=kf.kvfs_binary(), M=b.mnt, B=b.backing, I=b.index))
+            if "rc=" not in r.stderr:
+                self.skipTest("cannot remount /sys read-only in a private mount namespace: %r" % r.stderr)
+            self.assertIn("rc=0", r.stderr)
+            warn = [ln for ln in r.stderr.splitlines() if ln.startswith("kvfs: warning: read-ahead")]
+            self.assertEqual(len(warn), 1, r.stderr)
+            self.assertIn("Read-only file system", warn[0])
+            self.assertIn("kvfs: mounted", r.stdout)
+            self.assertEqual(json.loads(r.stdout[r.stdout.index("{"):])["config"]["read_ahead_bytes"], 128 << 10)
+        finally:
+            b.cleanup()
 
     def test_read_ahead_option(self):
         with kf.mounted(read_ahead="8MiB") as (mnt, _, _):
