@@ -155,6 +155,7 @@ std::string FormatAge(int64_t age_ns) {
 std::string KvfsRootPath(std::string_view backing) { return Join(Join(backing, ".kvfs"), "v1"); }
 std::string FormatFilePath(std::string_view backing) { return Join(KvfsRootPath(backing), "FORMAT"); }
 std::string NodesDirPath(std::string_view backing) { return Join(KvfsRootPath(backing), "nodes"); }
+std::string LinkClaimsDirPath(std::string_view backing) { return Join(KvfsRootPath(backing), "links"); }
 std::string NodeDirPath(std::string_view backing, std::string_view node) {
   return Join(NodesDirPath(backing), node);
 }

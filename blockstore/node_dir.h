@@ -69,6 +69,12 @@ inline constexpr uint32_t kFormatVersion = 1;
 std::string KvfsRootPath(std::string_view backing);  // <backing>/.kvfs/v1
 std::string FormatFilePath(std::string_view backing);
 std::string NodesDirPath(std::string_view backing);
+// <backing>/.kvfs/v1/links: link(2) claims (engine/link_arbiter.h, docs/format.md "Link claims").
+std::string LinkClaimsDirPath(std::string_view backing);
+// A link claim at least this old (by its mtime, the server's clock) decides nothing any more: its creator
+// removes it a minute after its link; a mount's sweep (LinkArbiter::kSweepAge) and kvfs-fsck --repair
+// remove older ones, which a crash left.
+inline constexpr int64_t kLinkClaimSweepAgeS = 600;
 std::string NodeDirPath(std::string_view backing, std::string_view node);
 std::string OwnerFilePath(std::string_view backing, std::string_view node);
 std::string HeartbeatFilePath(std::string_view backing, std::string_view node);

@@ -12,7 +12,7 @@
 namespace kvfs {
 
 LinkArbiter::LinkArbiter(Env* env, const std::string& backing, std::string heartbeat, bool sweep)
-    : env_(env), dir_(KvfsRootPath(backing) + "/links"), heartbeat_(std::move(heartbeat)), sweep_(sweep),
+    : env_(env), dir_(LinkClaimsDirPath(backing)), heartbeat_(std::move(heartbeat)), sweep_(sweep),
       next_sweep_(Clock::now() + kFirstSweepAfter) {}
 
 Status LinkArbiter::Init() { return env_->CreateDirs(dir_); }

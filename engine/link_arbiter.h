@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "blockstore/env.h"
+#include "blockstore/node_dir.h"
 #include "blockstore/status.h"
 
 namespace kvfs {
@@ -53,7 +54,7 @@ class LinkArbiter {
   using Clock = std::chrono::steady_clock;
   static constexpr std::chrono::seconds kStaleAfter{30};
   static constexpr std::chrono::seconds kClaimTtl{60};
-  static constexpr std::chrono::seconds kSweepAge{600};
+  static constexpr std::chrono::seconds kSweepAge{kLinkClaimSweepAgeS};
   static constexpr std::chrono::seconds kSweepEvery{3600};
   // The first pass, this long after construction (the mount): a claim is swept only when kSweepAge
   // old, so a pass at mount finds nothing a later one would not, and it would put a LIST and a stat

@@ -163,13 +163,13 @@ class KvfsFs {
   // Creates the FUSE session and mounts it at `mountpoint`. fuse_opts are "-o" option strings
   // (e.g. "allow_other,default_permissions"); fsname/subtype are added here. Errors: InvalidArgument
   // for bad options, IOError when the mount fails.
+  Status Mount(const std::string& mountpoint, const std::vector<std::string>& fuse_opts,
+               const std::string& fsname);
   // After Mount, before Loop (INIT may only lower it): FsOptions::read_ahead into the mount's bdi
   // (FuseSession::SetReadAhead), so a buffered sequential read(2) reaches the daemon as 1 MiB READs, not
   // 128 KiB ones (docs/design.md §8). OK when read_ahead is 0; IOError (nothing changed) without root,
   // with a read-only /sys, or when another mount on the same path raced this one.
   Status ApplyReadAhead();
-  Status Mount(const std::string& mountpoint, const std::vector<std::string>& fuse_opts,
-               const std::string& fsname);
   // Installs SIGINT/SIGTERM/SIGHUP handlers that end the loop (fuse_set_signal_handlers).
   Status InstallSignalHandlers();
   // Runs the multi-threaded loop until the file system is unmounted or a signal arrives. Returns 0 on a

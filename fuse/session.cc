@@ -34,7 +34,6 @@ std::string UnescapeMountinfo(const std::string& s) {
   return out;
 }
 
-
 // The FUSE mounts on `path` now: (mountinfo id, MAJOR:MINOR) of each line whose mount point is `path`
 // and whose file system type is fuse*. Fields: id parent MAJOR:MINOR root mount-point options
 // [optional...] - fstype source super-options.
@@ -60,7 +59,6 @@ std::string Resolved(const std::string& path) {
 }
 
 }  // namespace
-
 
 FuseSession::~FuseSession() {
   Unmount();

@@ -118,16 +118,12 @@ Result<FsckReport> Fsck::Run() {
   return rep;
 }
 
-}  // namespace fsck_internal
-
-namespace fsck_internal {
-
 // Link claims belong to no node (the export's .kvfs/v1/links, engine/link_arbiter.h): each one is
-// counted; one at least kLinkClaimStaleAgeS old by its mtime (the server's clock, against this host's:
+// counted; one at least kLinkClaimSweepAgeS old by its mtime (the server's clock, against this host's:
 // NFS keeps them close) is an informational finding, and --repair removes it, as a mount's sweep would.
 // A younger one may decide a link(2) in progress: never touched. On S3 Stat gives no mtime (0): counted only.
 Status Fsck::CheckLinkClaims(FsckReport* rep, std::vector<FsckFinding>* findings) {
-  const std::string dir = KvfsRootPath(opts_.backing_dir) + "/links";
+  const std::string dir = LinkClaimsDirPath(opts_.backing_dir);
   std::vector<std::string> names;
   Status s = env_->GetChildren(dir, &names);
   if (s.IsNotFound()) return Status::OK();
@@ -146,7 +142,7 @@ Status Fsck::CheckLinkClaims(FsckReport* rep, std::vector<FsckFinding>* findings
     }
     rep->link_claims++;
     const int64_t age_s = (now - st->mtime_ns) / 1000000000LL;
-    if (st->mtime_ns == 0 || age_s < kLinkClaimStaleAgeS) continue;
+    if (st->mtime_ns == 0 || age_s < kLinkClaimSweepAgeS) continue;
     rep->link_claims_stale++;
     FsckFinding f;
     f.kind = FsckKind::kLinkClaim;

@@ -87,12 +87,9 @@ enum class FsckKind : uint8_t {
   kJournalGap,         // journal files were retired but no usable snapshot covers them: entries lost
   kStaleTempName,      // stale_temp_age_s: a live file with a connector temp name (*.tmp) older than that
   kUnresolvedDelta,    // extent delta PUTs whose base the node's journals do not hold (informational)
-  kLinkClaim,          // a link(2) claim under .kvfs/v1/links at least kLinkClaimStaleAge old (informational;
-                       // repair removes it, as a mount's sweep would)
+  kLinkClaim,          // a link(2) claim under .kvfs/v1/links at least kLinkClaimSweepAgeS old
+                       // (informational; repair removes it, as a mount's sweep would)
 };
-// A link claim this old (by its mtime) is no longer needed: its creator removes it a minute after its
-// link, a mount's sweep after 600 s (engine/link_arbiter.h kSweepAge); an older one was left by a crash.
-constexpr int64_t kLinkClaimStaleAgeS = 600;
 // A connector's temp name (docs/design.md §10): the basename ends with ".tmp", ".tmp<digits>" (a pid) or
 // ".tmp.<word>" (LMCache `<key>.tmp`, vLLM `<final>_<tag>.tmp`, llm-d `<final>.tmp.<n>`).
 bool IsConnectorTempName(const std::string& path);
@@ -177,7 +174,7 @@ struct FsckReport {
   uint64_t index_files = 0;     // rebuild_index_dir: files in the rebuilt index
   bool repair_refused = false;  // some node's repair was refused (live owner)
   uint64_t link_claims = 0;     // entries under .kvfs/v1/links (claims of link(2) across nodes)
-  uint64_t link_claims_stale = 0;    // of those, at least kLinkClaimStaleAgeS old (a finding each)
+  uint64_t link_claims_stale = 0;    // of those, at least kLinkClaimSweepAgeS old (a finding each)
   uint64_t link_claims_removed = 0;  // repair: stale claims removed now
   size_t Count(FsckKind k, bool problems_only = false) const;
 };

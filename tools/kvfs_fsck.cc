@@ -521,7 +521,7 @@ int main(int argc, char** argv) {
   if (rep.link_claims) {
     std::printf("link claims: %llu under .kvfs/v1/links, %llu at least %llds old (left by a crash)%s\n",
                 (unsigned long long)rep.link_claims, (unsigned long long)rep.link_claims_stale,
-                (long long)kvfs::kLinkClaimStaleAgeS,
+                (long long)kvfs::kLinkClaimSweepAgeS,
                 rep.link_claims_removed ? (", " + std::to_string(rep.link_claims_removed) + " removed").c_str()
                 : rep.link_claims_stale ? "; --repair removes them (a mount's hourly sweep does too)" : "");
   }

@@ -90,13 +90,13 @@ TEST_F(FsckTest, CleanStoreHasNoFindings) {
 }
 
 // Link claims (.kvfs/v1/links: directories, and files of earlier versions) belong to no node: counted;
-// one at least kLinkClaimStaleAgeS old is an informational finding (no problem), removed by --repair; a
+// one at least kLinkClaimSweepAgeS old is an informational finding (no problem), removed by --repair; a
 // younger one may decide a link(2) in progress and is never touched.
 TEST_F(FsckTest, StaleLinkClaimsAreReportedAndRepairRemovesOnlyThose) {
   OpenStore();
   WriteSet();
   CloseStore();
-  const std::string links = KvfsRootPath(backing_) + "/links";
+  const std::string links = LinkClaimsDirPath(backing_);
   fs::create_directories(links);
   const int64_t now_ns = 2000000000000000000LL;  // a fixed clock for the ages
   auto make = [&](const std::string& name, bool dir, int64_t age_s) {
@@ -111,9 +111,9 @@ TEST_F(FsckTest, StaleLinkClaimsAreReportedAndRepairRemovesOnlyThose) {
     ASSERT_EQ(::utimensat(AT_FDCWD, p.c_str(), ts, 0), 0) << p;
   };
   make("0a1b", true, 5);                   // a link in progress
-  make("0a1c", true, kLinkClaimStaleAgeS + 1);
+  make("0a1c", true, kLinkClaimSweepAgeS + 1);
   make("0a1d.1", false, 3 * 3600);         // a file claim of an earlier version
-  make("0a1e", true, kLinkClaimStaleAgeS - 1);
+  make("0a1e", true, kLinkClaimSweepAgeS - 1);
   FsckOptions o = Opts();
   o.now_ns = now_ns;
   auto r = Run(o);
