@@ -145,47 +145,89 @@ Status StoreImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
   return Status::OK();
 }
 
-// renameat2(RENAME_EXCHANGE). Two journaled names (committed files, symlinks, special files, directories)
-// journal one EXCHANGE, which peers and replay apply whole (never as two renames a crash could split).
-// A staged file is not in the journal yet: its later PUT goes under its new name. So with one staged
-// side S and one journaled side X, X's move to S's name is a RENAME (preceded by an UNLINK of the file
-// S had replaced there, when X is a directory, since a directory's RENAME never replaces a file); with
-// two staged sides nothing is journaled and each name keeps whether the journal has a file under it
-// (shadowing_).
+// renameat2(RENAME_EXCHANGE) of two non-directories (regular files, symlinks, special files; a
+// directory on either side -> InvalidArgument, see below). The index swaps the two dentries: each
+// inode keeps its number, so open handles, a pending commit and the kernel's pages follow their file.
+//
+// The journal records what each name holds *now*, as bindings at the exchange's stamp (ExchangeBinding:
+// a PUT with the content and xattrs, or a SYMLINK for a symlink or special file), never an EXCHANGE of
+// two bare paths. A binding replays the same in any order and on any node (each name's last writer
+// wins), and this node's snapshot exports both names as its own; an EXCHANGE entry (format.md, still
+// applied when read) did neither: the names' creator dropped them from its next snapshot (a peer's
+// exchange re-bound them), and a replay that met a later write to one of them first skipped it.
+// Directories have no content a binding could carry (their files are bound by path by whichever node
+// wrote them), so exchanging one stays EINVAL, as on file systems without RENAME_EXCHANGE.
+//
+// A staged side S (not in the journal yet) gets its PUT under its new name at commit. So with one
+// journaled side X: X's binding under S's old name, and an UNLINK of the name X left (the journal's file
+// there is gone until S commits; S then shadows nothing). Two staged sides journal nothing and swap
+// whether the journal has a file under their names (shadowing_).
 Status StoreImpl::ExchangeLocked(uint64_t parent, std::string_view name, uint64_t new_parent,
                                  std::string_view new_name) {
   auto a = index_->Lookup(parent, name);
   if (!a.ok()) return a.status();
   auto b = index_->Lookup(new_parent, new_name);
   if (!b.ok()) return b.status();
+  if (S_ISDIR(a->attr.mode) || S_ISDIR(b->attr.mode)) {
+    return Status::InvalidArgument("RENAME_EXCHANGE of a directory is not supported");
+  }
   auto pa = PathOf(parent, name);
   if (!pa.ok()) return pa.status();
   auto pb = PathOf(new_parent, new_name);
   if (!pb.ok()) return pb.status();
-  const bool ja = a->committed || S_ISDIR(a->attr.mode);
-  const bool jb = b->committed || S_ISDIR(b->attr.mode);
+  const bool ja = a->committed, jb = b->committed;
   const uint64_t stamp = hlc_.Now();
   auto r = index_->Exchange(parent, name, new_parent, new_name, ja || jb ? stamp : 0);
   if (!r.ok()) return r.status();
   const uint64_t ia = a->attr.ino, ib = b->attr.ino;
   if (ia == ib) return Status::OK();
-  if (ja && jb) {
-    EnqueueLocked(JournalEntry::Exchange(*pa, *pb, stamp));
-    return Status::OK();
-  }
   if (!ja && !jb) {
     const bool sa = shadowing_.erase(ia) != 0, sb = shadowing_.erase(ib) != 0;
     if (sa) shadowing_.insert(ib);
     if (sb) shadowing_.insert(ia);
     return Status::OK();
   }
-  const Node& x = ja ? *a : *b;
-  const uint64_t staged = ja ? ib : ia;
-  const std::string& px = ja ? *pa : *pb;
-  const std::string& ps = ja ? *pb : *pa;
-  if (shadowing_.erase(staged) != 0 && S_ISDIR(x.attr.mode)) EnqueueLocked(JournalEntry::Unlink(ps, stamp));
-  EnqueueLocked(JournalEntry::Rename(px, ps, x.location, stamp));
+  // Built before anything is enqueued: a failure leaves the journal without half an exchange.
+  std::vector<JournalEntry> entries;
+  if (ja) {
+    auto e = ExchangeBinding(ia, *pb, stamp);
+    if (!e.ok()) return e.status();
+    entries.push_back(std::move(*e));
+  } else {
+    entries.push_back(JournalEntry::Unlink(*pb, stamp));
+  }
+  if (jb) {
+    auto e = ExchangeBinding(ib, *pa, stamp);
+    if (!e.ok()) return e.status();
+    entries.push_back(std::move(*e));
+  } else {
+    entries.push_back(JournalEntry::Unlink(*pa, stamp));
+  }
+  if (!ja || !jb) shadowing_.erase(ja ? ib : ia);
+  for (auto& e : entries) EnqueueLocked(std::move(e));
   return Status::OK();
+}
+
+// The journal entry binding `path` to what committed inode `ino` holds (ExchangeLocked): a PUT of its
+// record or extent map with its xattrs (as BindLink and a snapshot write it), or a SYMLINK entry of a
+// symlink or special file. Requires ns_mu_.
+Result<JournalEntry> StoreImpl::ExchangeBinding(uint64_t ino, const std::string& path, uint64_t stamp) {
+  auto n = index_->GetInode(ino);
+  if (!n.ok()) return n.status();
+  const EntryAttrs attrs = ToEntryAttrs(n->attr);
+  if (IsSpecialFileMode(n->attr.mode)) return JournalEntry::Special(path, attrs, n->attr.rdev, stamp);
+  if (S_ISLNK(n->attr.mode)) {
+    auto target = index_->ReadLink(ino);
+    if (!target.ok()) return target.status();
+    return JournalEntry::Symlink(path, std::move(*target), attrs, stamp);
+  }
+  JournalEntry put = JournalEntry::Put(path, n->location, attrs, stamp);
+  put.extents = n->extents;  // version 3 for an extent file
+  if (n->extents) put.attrs.size = n->extents->size();
+  auto xattrs = SortedXattrs(ino);
+  if (!xattrs.ok()) return xattrs.status();
+  put.xattrs = std::move(*xattrs);
+  return put;
 }
 
 // The incarnation of a path for link claims (engine/link_arbiter.h): the binding its tombstone removed

@@ -10,8 +10,10 @@ What is asserted (two daemons over one backing directory, as in multinode_test.p
                  a peer, after a clean remount and after SIGKILL + remount (replay of the journal);
                  rename, chmod and unlink of them reach the peer; link(2) of one makes a new node of the
                  same type and rdev
-  exchange       renameat2(RENAME_EXCHANGE) is refused with EINVAL (not yet exact across nodes,
-                 docs/semantics.md §2) and nothing moves, on the node and on the peer
+  exchange       renameat2(RENAME_EXCHANGE) of files, symlinks and FIFOs swaps them on the node and on
+                 the peer, xattrs and open files following their file, a staged side published under
+                 its new name at close; exact after the names' creator checkpoints and the exchanging
+                 node is killed (a joining node, the replay); a directory on either side is EINVAL
 """
 
 import contextlib
@@ -203,24 +205,108 @@ class SpecialFilesTest(unittest.TestCase):
         check(c, "node C joining later", "fifo2")
 
 
-    def test_rename_exchange_is_refused(self):
-        # Store::Rename swaps two names on one node, but the EXCHANGE journal entry carries no contents:
-        # a breaker lost both names across nodes (a peer's exchange dropped by the creator's snapshot,
-        # then a SIGKILL replay; a replay meeting a later write first skipped it). Until the entry
-        # carries both sides the mount answers EINVAL and nothing moves, here and on the peer.
-        a, _ = self.mount("A")
+    def read_or_none(self, path):
+        try:
+            return kf.read_file(path)
+        except OSError:
+            return None
+
+    def expect_bytes(self, path, data, what):
+        self.assertTrue(wait_for(lambda: self.read_or_none(path) == data),
+                        "%s: %s is %r, expected %r" % (what, path, (self.read_or_none(path) or b"")[:20], data[:20]))
+
+    def test_rename_exchange(self):
+        """renameat2(RENAME_EXCHANGE) of two non-directories: swapped on the node at once, on the peer,
+        with xattrs following their file, an open file's later writes landing under its new name, a
+        staged side published under its new name at close; across a checkpoint of the names' creator,
+        a SIGKILL of the exchanging node and a node joining later. A directory on either side: EINVAL."""
+        a, aproc = self.mount("A")
+        b, bproc = self.mount("B")
+        ra, rb = os.path.join(a, "r"), os.path.join(b, "r")
+        os.makedirs(os.path.join(ra, "d"))
+        one, two = os.urandom(300000), os.urandom(5000)
+        kf.write_file(os.path.join(ra, "f1"), one)
+        kf.write_file(os.path.join(ra, "d", "f2"), two)
+        os.setxattr(os.path.join(ra, "f1"), "user.crc", b"of-one")
+        os.symlink("some/target", os.path.join(ra, "ln"))
+        os.mkfifo(os.path.join(ra, "fifo"), 0o600)
+        # On A: the two files swap names; each keeps its xattrs (they follow the file, as its inode).
+        ino1 = os.stat(os.path.join(ra, "f1")).st_ino
+        renameat2(os.path.join(ra, "f1"), os.path.join(ra, "d", "f2"), RENAME_EXCHANGE)
+        self.assertEqual(kf.read_file(os.path.join(ra, "f1")), two)
+        self.assertEqual(kf.read_file(os.path.join(ra, "d", "f2")), one)
+        self.assertEqual(os.stat(os.path.join(ra, "d", "f2")).st_ino, ino1, "the inode follows its file")
+        self.assertEqual(os.getxattr(os.path.join(ra, "d", "f2"), "user.crc"), b"of-one")
+        self.assertEqual(os.listxattr(os.path.join(ra, "f1")), [])
+        self.expect_bytes(os.path.join(rb, "f1"), two, "peer B")
+        self.expect_bytes(os.path.join(rb, "d", "f2"), one, "peer B")
+        self.assertEqual(os.getxattr(os.path.join(rb, "d", "f2"), "user.crc"), b"of-one")
+        self.assertEqual(os.listxattr(os.path.join(rb, "f1")), [])
+        # On B, of A's names: a file with a symlink, then a symlink with a FIFO.
+        self.assertTrue(wait_for(lambda: os.path.islink(os.path.join(rb, "ln")) and is_fifo(os.path.join(rb, "fifo"))))
+        renameat2(os.path.join(rb, "f1"), os.path.join(rb, "ln"), RENAME_EXCHANGE)
+        renameat2(os.path.join(rb, "f1"), os.path.join(rb, "fifo"), RENAME_EXCHANGE)
+        for mnt, what in ((b, "B"), (a, "peer A")):
+            r = os.path.join(mnt, "r")
+            self.expect_bytes(os.path.join(r, "ln"), two, what)
+            self.assertTrue(wait_for(lambda: is_fifo(os.path.join(r, "f1"))), "%s: f1 is the FIFO" % what)
+            self.assertTrue(wait_for(lambda: os.path.islink(os.path.join(r, "fifo"))), "%s: fifo is the link" % what)
+            self.assertEqual(os.readlink(os.path.join(r, "fifo")), "some/target")
+        # A directory on either side: EINVAL, nothing moves.
+        for x, y in (("d", "ln"), ("ln", "d"), ("d", os.path.join("d", "f2"))):
+            with self.assertRaises(OSError) as cm:
+                renameat2(os.path.join(ra, x), os.path.join(ra, y), RENAME_EXCHANGE)
+            self.assertEqual(cm.exception.errno, errno.EINVAL, "exchange of %s and %s" % (x, y))
+        self.assertEqual(kf.read_file(os.path.join(ra, "d", "f2")), one)
+        self.assertEqual(kf.read_file(os.path.join(ra, "ln")), two)
+        # An open file: its writes after the exchange land under its new name. A staged side (created,
+        # still open): the journaled side is at its old name at once, and it appears under its new name
+        # when it closes; until then that name is absent on the peer.
+        fd = os.open(os.path.join(ra, "ln"), os.O_WRONLY)
+        sfd = os.open(os.path.join(ra, "staged"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(sfd, b"staged bytes")
+        renameat2(os.path.join(ra, "ln"), os.path.join(ra, "staged"), RENAME_EXCHANGE)
+        os.pwrite(fd, b"XX", 0)
+        os.close(fd)
+        self.expect_bytes(os.path.join(rb, "staged"), b"XX" + two[2:], "peer B, the open file's writes")
+        self.assertIsNone(lstat_or_none(os.path.join(rb, "ln")), "peer B: the staged side before its close")
+        os.close(sfd)
+        self.expect_bytes(os.path.join(rb, "ln"), b"staged bytes", "peer B, the staged side after close")
+        expect = {"f1": None, "fifo": "some/target", "ln": b"staged bytes", "staged": b"XX" + two[2:],
+                  "d/f2": one}
+
+        def check(mnt, what):
+            r = os.path.join(mnt, "r")
+            self.assertEqual(sorted(os.listdir(r)), ["d", "f1", "fifo", "ln", "staged"], what)
+            self.assertTrue(is_fifo(os.path.join(r, "f1")), "%s: f1 is the FIFO" % what)
+            self.assertEqual(os.readlink(os.path.join(r, "fifo")), "some/target", what)
+            for n in ("ln", "staged", "d/f2"):
+                self.assertEqual(kf.read_file(os.path.join(r, n)), expect[n], "%s: %s" % (what, n))
+            holder = [n for n in ("ln", "staged", "d/f2") if expect[n] == one]  # the xattr follows its file
+            self.assertEqual(os.getxattr(os.path.join(r, holder[0]), "user.crc"), b"of-one", what)
+            for n in ("ln", "staged", "d/f2"):
+                if n != holder[0]:
+                    self.assertEqual(os.listxattr(os.path.join(r, n)), [], "%s: xattrs of %s" % (what, n))
+
+        check(a, "A")
+        self.assertTrue(wait_for(lambda: self.read_or_none(os.path.join(rb, "ln")) == b"staged bytes"))
+        check(b, "B")
+        # A's names, exchanged by B: A checkpoints (a clean unmount writes its snapshot, which exports only
+        # the names A bound), then B is killed: B's journal alone must carry the exchanged names.
+        renameat2(os.path.join(rb, "staged"), os.path.join(rb, "d", "f2"), RENAME_EXCHANGE)
+        expect["staged"], expect["d/f2"] = expect["d/f2"], expect["staged"]
+        self.expect_bytes(os.path.join(ra, "staged"), one, "peer A")
+        kf.unmount(a)
+        aproc.wait(timeout=60)
+        bproc.send_signal(signal.SIGKILL)
+        bproc.wait()
+        kf.unmount(b)
+        c, _ = self.mount("C")
+        check(c, "node C joining after A's checkpoint and B's SIGKILL")
         b, _ = self.mount("B")
-        r = os.path.join(a, "r")
-        os.makedirs(os.path.join(r, "d"))
-        kf.write_file(os.path.join(r, "f1"), b"one")
-        kf.write_file(os.path.join(r, "d", "f2"), b"two")
-        with self.assertRaises(OSError) as cm:
-            renameat2(os.path.join(r, "f1"), os.path.join(r, "d", "f2"), RENAME_EXCHANGE)
-        self.assertEqual(cm.exception.errno, errno.EINVAL)
-        self.assertEqual(kf.read_file(os.path.join(r, "f1")), b"one")
-        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(b, "r", "d", "f2"))))
-        self.assertEqual(kf.read_file(os.path.join(b, "r", "f1")), b"one")
-        self.assertEqual(kf.read_file(os.path.join(b, "r", "d", "f2")), b"two")
+        check(b, "B after SIGKILL + remount")
+        a, _ = self.mount("A")
+        check(a, "A remounted")
 
 if __name__ == "__main__":
     unittest.main()
