@@ -132,7 +132,8 @@ class StoreImpl final : public Store {
   }
   // RENAME_EXCHANGE (store_namespace.cc); ns_mu_ held.
   Status ExchangeLocked(uint64_t parent, std::string_view name, uint64_t new_parent, std::string_view new_name);
-  Result<JournalEntry> ExchangeBinding(uint64_t ino, const std::string& path, uint64_t stamp);
+  // The entry binding path to committed non-directory ino's content (store_namespace.cc); ns_mu_ held.
+  Result<JournalEntry> ContentBinding(uint64_t ino, const std::string& path, uint64_t stamp);
   // link(2) (store_namespace.cc): claims across nodes (arbiter_), then BindLink.
   struct LinkClaimCheck {
     std::string path, incarnation;

@@ -110,8 +110,9 @@ Status StoreImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
   if (!from.ok()) return from.status();
   auto to = PathOf(new_parent, new_name);
   if (!to.ok()) return to.status();
-  // A committed source (or a directory: its entries are journaled by path) is journaled as RENAME; a
-  // staged file is not in the journal yet: its later PUT goes under the new name.
+  // A directory is journaled as RENAME (its entries are journaled by path), a committed source as its
+  // binding under the new name (below); a staged file is not in the journal yet: its later PUT goes
+  // under the new name.
   const bool journaled = src->committed || S_ISDIR(src->attr.mode);
   const uint64_t stamp = hlc_.Now();
   auto r = index_->Rename(parent, name, new_parent, new_name, flags, journaled ? stamp : 0);
@@ -129,8 +130,21 @@ Status StoreImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
     dst_in_journal = r->replaced_node.committed || shadowing_.count(d) != 0;
     shadowing_.erase(d);
   }
-  if (journaled) {
+  if (journaled && S_ISDIR(src->attr.mode)) {
     EnqueueLocked(JournalEntry::Rename(*from, *to, src->location, stamp));
+    return Status::OK();
+  }
+  if (journaled) {
+    // A committed file, symlink or special file: its binding under the new name (its content and
+    // xattrs) and an UNLINK of the old one, at the rename's stamp (ContentBinding). A RENAME entry
+    // needs its source to be there when it is applied: a node replaying (or joining) after the
+    // source's creator checkpointed has no source (the creator's snapshot exports only the names it
+    // bound, and this node now binds both), so a peer's file renamed here was lost unless it was a
+    // single record (its location alone, without xattrs), and symlinks and extent files were lost.
+    auto put = ContentBinding(src_ino, *to, stamp);
+    if (!put.ok()) return put.status();
+    EnqueueLocked(JournalEntry::Unlink(*from, stamp));
+    EnqueueLocked(std::move(*put));
     return Status::OK();
   }
   // A staged source that had replaced a committed file at `from` moves away: that name is gone now, so
@@ -149,7 +163,7 @@ Status StoreImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
 // directory on either side -> InvalidArgument, see below). The index swaps the two dentries: each
 // inode keeps its number, so open handles, a pending commit and the kernel's pages follow their file.
 //
-// The journal records what each name holds *now*, as bindings at the exchange's stamp (ExchangeBinding:
+// The journal records what each name holds *now*, as bindings at the exchange's stamp (ContentBinding:
 // a PUT with the content and xattrs, or a SYMLINK for a symlink or special file), never an EXCHANGE of
 // two bare paths. A binding replays the same in any order and on any node (each name's last writer
 // wins), and this node's snapshot exports both names as its own; an EXCHANGE entry (format.md, still
@@ -190,14 +204,14 @@ Status StoreImpl::ExchangeLocked(uint64_t parent, std::string_view name, uint64_
   // Built before anything is enqueued: a failure leaves the journal without half an exchange.
   std::vector<JournalEntry> entries;
   if (ja) {
-    auto e = ExchangeBinding(ia, *pb, stamp);
+    auto e = ContentBinding(ia, *pb, stamp);
     if (!e.ok()) return e.status();
     entries.push_back(std::move(*e));
   } else {
     entries.push_back(JournalEntry::Unlink(*pb, stamp));
   }
   if (jb) {
-    auto e = ExchangeBinding(ib, *pa, stamp);
+    auto e = ContentBinding(ib, *pa, stamp);
     if (!e.ok()) return e.status();
     entries.push_back(std::move(*e));
   } else {
@@ -208,10 +222,10 @@ Status StoreImpl::ExchangeLocked(uint64_t parent, std::string_view name, uint64_
   return Status::OK();
 }
 
-// The journal entry binding `path` to what committed inode `ino` holds (ExchangeLocked): a PUT of its
+// The journal entry binding `path` to what committed inode `ino` holds (Rename, ExchangeLocked): a PUT of its
 // record or extent map with its xattrs (as BindLink and a snapshot write it), or a SYMLINK entry of a
 // symlink or special file. Requires ns_mu_.
-Result<JournalEntry> StoreImpl::ExchangeBinding(uint64_t ino, const std::string& path, uint64_t stamp) {
+Result<JournalEntry> StoreImpl::ContentBinding(uint64_t ino, const std::string& path, uint64_t stamp) {
   auto n = index_->GetInode(ino);
   if (!n.ok()) return n.status();
   const EntryAttrs attrs = ToEntryAttrs(n->attr);

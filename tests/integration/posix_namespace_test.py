@@ -14,6 +14,8 @@ What is asserted (two daemons over one backing directory, as in multinode_test.p
                  the peer, xattrs and open files following their file, a staged side published under
                  its new name at close; exact after the names' creator checkpoints and the exchanging
                  node is killed (a joining node, the replay); a directory on either side is EINVAL
+  peer rename    a peer's rename of committed names (an extent file, a file with an xattr, a symlink,
+                 a FIFO) survives the creator's checkpoint and the renaming node's SIGKILL
 """
 
 import contextlib
@@ -307,6 +309,54 @@ class SpecialFilesTest(unittest.TestCase):
         check(b, "B after SIGKILL + remount")
         a, _ = self.mount("A")
         check(a, "A remounted")
+
+    def test_peer_rename_survives_creator_checkpoint(self):
+        """B renames A's committed names (an extent file: rewritten in place; a one-record file with an
+        xattr; a symlink; a FIFO), then A checkpoints (its snapshot exports only the names A bound) and B
+        is killed: a node joining later and B's replay must still find all four under their new names.
+        (A rename of a committed name is journaled as its binding under the new name plus an UNLINK of
+        the old one; a RENAME entry needs its source, which the joining node never sees: before, it
+        lost the extent file, the symlink and the FIFO, and the xattr of the one-record file.)"""
+        a, aproc = self.mount("A")
+        b, bproc = self.mount("B")
+        big = bytearray(os.urandom(8 << 20))
+        kf.write_file(os.path.join(a, "ext"), bytes(big))
+        fd = os.open(os.path.join(a, "ext"), os.O_RDWR)
+        os.pwrite(fd, b"Z" * 4096, 1 << 20)
+        os.close(fd)
+        big[1 << 20:(1 << 20) + 4096] = b"Z" * 4096
+        small = os.urandom(70000)
+        kf.write_file(os.path.join(a, "one"), small)
+        os.setxattr(os.path.join(a, "one"), "user.vllm_kv_crc32", b"1234")
+        os.symlink("t/arget", os.path.join(a, "ln"))
+        os.mkfifo(os.path.join(a, "fifo"), 0o640)
+        self.expect_bytes(os.path.join(b, "ext"), bytes(big), "peer B")
+        self.assertTrue(wait_for(lambda: is_fifo(os.path.join(b, "fifo")) and os.path.islink(os.path.join(b, "ln"))
+                                 and os.path.exists(os.path.join(b, "one"))))
+        for n in ("ext", "one", "ln", "fifo"):
+            os.rename(os.path.join(b, n), os.path.join(b, n + "2"))
+        self.assertTrue(wait_for(lambda: sorted(os.listdir(a)) == ["ext2", "fifo2", "ln2", "one2"]), os.listdir(a))
+
+        def check(mnt, what):
+            self.assertEqual(sorted(os.listdir(mnt)), ["ext2", "fifo2", "ln2", "one2"], what)
+            self.assertEqual(kf.read_file(os.path.join(mnt, "ext2")), bytes(big), what)
+            self.assertEqual(kf.read_file(os.path.join(mnt, "one2")), small, what)
+            self.assertEqual(os.getxattr(os.path.join(mnt, "one2"), "user.vllm_kv_crc32"), b"1234", what)
+            self.assertEqual(os.readlink(os.path.join(mnt, "ln2")), "t/arget", what)
+            self.assertTrue(is_fifo(os.path.join(mnt, "fifo2")), what)
+            self.assertEqual(stat.S_IMODE(os.lstat(os.path.join(mnt, "fifo2")).st_mode), 0o640, what)
+
+        check(a, "A")
+        kf.unmount(a)
+        aproc.wait(timeout=60)
+        bproc.send_signal(signal.SIGKILL)
+        bproc.wait()
+        kf.unmount(b)
+        c, _ = self.mount("C")
+        check(c, "node C joining after A's checkpoint and B's SIGKILL")
+        b, _ = self.mount("B")
+        check(b, "B after SIGKILL + remount")
+
 
 if __name__ == "__main__":
     unittest.main()
