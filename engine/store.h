@@ -538,6 +538,12 @@ class Store {
   // FUSE read reply, which copies the bytes to the kernel itself. out->len < len only at the end of
   // the value.
   virtual Status ReadPinned(const Location& loc, uint64_t offset, size_t len, PinnedBytes* out) = 0;
+  // The value offset where the read path's cache unit holding `offset` ends (a large value is loaded
+  // and cached in pieces, store_data.cc): a read that runs past it is best asked as two ReadPinned
+  // calls split there, each answered from its own cached unit. One request across it is read from the
+  // export on its own (its blocks only), beside the two units other requests load: those bytes twice.
+  // loc.length when the value is one unit or its units are not cached (caches under 64 MiB).
+  virtual uint64_t ReadUnitEnd(const Location& loc, uint64_t offset) const = 0;
   // Same bytes, verification and errors as Read, but a value not in the LRU is not loaded into it: only
   // the 64 KiB blocks covering the range are read. For copies that read each byte once (a streamed
   // commit reading its spills back).

@@ -307,6 +307,11 @@ Status StoreImpl::ReadUncached(const Location& loc, uint64_t offset, size_t len,
   return GoneOr(loc, s);
 }
 
+uint64_t StoreImpl::ReadUnitEnd(const Location& loc, uint64_t offset) const {
+  if (loc.length <= kPieceLoadMin || kPiece > cache_.ShardCapacity() / 4) return loc.length;
+  return std::min<uint64_t>(loc.length, (offset / kPiece + 1) * kPiece);
+}
+
 Status StoreImpl::ReadPinned(const Location& loc, uint64_t offset, size_t len, PinnedBytes* out) {
   *out = PinnedBytes{};
   size_t got = 0;

@@ -192,6 +192,7 @@ class StoreImpl final : public Store {
   Result<Node> Renumber(uint64_t ino, uint64_t to = 0) override;
   Status Read(const Location& loc, uint64_t offset, size_t len, char* buf, size_t* got) override;
   Status ReadPinned(const Location& loc, uint64_t offset, size_t len, PinnedBytes* out) override;
+  uint64_t ReadUnitEnd(const Location& loc, uint64_t offset) const override;
   Status ReadImpl(const Location& loc, uint64_t offset, size_t len, char* buf, PinnedBytes* pin, size_t* got);
   Status Sync() override;
 

@@ -343,7 +343,25 @@ void OpRead(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info* 
   // Reply straight from the verified bytes the store pins (the LRU value, or the blocks it just read):
   // the only copy is the kernel's, into the request's pages. `p` keeps them alive during the call.
   PinnedBytes p;
-  Status s = fs->store->ReadPinned(loc, uoff, want, &p);
+  Status s;
+  if (const uint64_t split = fs->store->ReadUnitEnd(loc, uoff); uoff + want > split) {
+    // A READ across two of the store's cache units: each part pinned from its own unit, one reply of
+    // both. A buffered reader's read-ahead windows start where its first small read ended (LMCache's
+    // 28-byte header read: 16 KiB past each 1 MiB boundary), so every 4th 1 MiB READ of a 36 MiB file
+    // crossed a 4 MiB piece; read on its own it loaded those bytes a second time (1.24x the file read
+    // from the export, docs/benchmarks.md "Buffered reads").
+    PinnedBytes p2;
+    s = fs->store->ReadPinned(loc, uoff, split - uoff, &p);
+    if (s.ok() && p.len == split - uoff) s = fs->store->ReadPinned(loc, split, want - p.len, &p2);
+    if (s.ok()) {
+      iovec iov[2] = {{const_cast<char*>(p.data), p.len}, {const_cast<char*>(p2.data), p2.len}};
+      fs->bytes_read.fetch_add(p.len + p2.len, std::memory_order_relaxed);
+      fuse_reply_iov(req, iov, p2.len ? 2 : 1);
+      return;
+    }
+  } else {
+    s = fs->store->ReadPinned(loc, uoff, want, &p);
+  }
   if (!s.ok()) {
     LogLimited(spdlog::level::err, LogKey("fuse-read", s), "read of {} (inode {}) at {}+{}: {}",
                fs->PathOf(h->inode->ino), h->inode->ino, uoff, want, ErrnoText(s));

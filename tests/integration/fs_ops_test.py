@@ -1548,6 +1548,37 @@ class ReadAhead(unittest.TestCase):
             self.assertGreaterEqual(reads, 16)
             self.assertLessEqual(reads, 24)
 
+    def test_header_then_body_loads_each_byte_once(self):
+        """LMCache fs's load: a 28-byte header read(2), then the body in one read(2). The read-ahead windows
+        then start 16 KiB past each 1 MiB boundary, so every 4th 1 MiB READ spans two of the store's 4 MiB
+        cache pieces; such a READ is answered from both pieces (Store::ReadUnitEnd). Counted: the bytes
+        the daemon loads from the export for a cold read of the whole file (kvfs stats read_loaded_bytes)
+        are the file's size; before, those READs were read on their own too (1.24x)."""
+        size = 36 * (1 << 20) + 28
+        data = pattern("lmcache", size)
+        b = kf.Backing()
+        try:
+            with kf.mounted(backing=b) as (mnt, _, _):
+                kf.write_file(os.path.join(mnt, "chunk"), data)
+            with kf.mounted(backing=b) as (mnt, _, _):  # a remount: the daemon's cache is empty
+                before = kf.stats(mnt)["read_loaded_bytes"]
+                fd = os.open(os.path.join(mnt, "chunk"), os.O_RDONLY)
+                try:
+                    got = os.read(fd, 28)
+                    while len(got) < size:
+                        chunk = os.read(fd, size - len(got))
+                        if not chunk:
+                            break
+                        got += chunk
+                finally:
+                    os.close(fd)
+                loaded = kf.stats(mnt)["read_loaded_bytes"] - before
+            self.assertEqual(got, data)
+            self.assertGreaterEqual(loaded, size)
+            self.assertLessEqual(loaded, size + (1 << 20), "bytes loaded from the export for one cold read")
+        finally:
+            b.cleanup()
+
     def test_daemon_without_sysfs_warns_on_the_terminal(self):
         """A read-only /sys (an unprivileged container): the daemon still mounts (exit 0, 128 KiB READs), and
         the warning reaches the terminal with the "mounted" line, not only the daemon's log file. Run in a
