@@ -207,6 +207,19 @@ class SpecialFilesTest(unittest.TestCase):
         check(c, "node C joining later", "fifo2")
 
 
+    def checkpoint_a_kill_b_then_join(self, aproc, bproc, check):
+        """A's clean unmount (its snapshot exports only the names A bound), B's SIGKILL (no snapshot: its
+        journal alone carries what it changed), then check() on a node C joining and on B remounted."""
+        kf.unmount(os.path.join(self.root, "mnt-A"))
+        aproc.wait(timeout=60)
+        bproc.send_signal(signal.SIGKILL)
+        bproc.wait()
+        kf.unmount(os.path.join(self.root, "mnt-B"))
+        c, _ = self.mount("C")
+        check(c, "node C joining after A's checkpoint and B's SIGKILL")
+        b, _ = self.mount("B")
+        check(b, "B after SIGKILL + remount")
+
     def read_or_none(self, path):
         try:
             return kf.read_file(path)
@@ -298,15 +311,7 @@ class SpecialFilesTest(unittest.TestCase):
         renameat2(os.path.join(rb, "staged"), os.path.join(rb, "d", "f2"), RENAME_EXCHANGE)
         expect["staged"], expect["d/f2"] = expect["d/f2"], expect["staged"]
         self.expect_bytes(os.path.join(ra, "staged"), one, "peer A")
-        kf.unmount(a)
-        aproc.wait(timeout=60)
-        bproc.send_signal(signal.SIGKILL)
-        bproc.wait()
-        kf.unmount(b)
-        c, _ = self.mount("C")
-        check(c, "node C joining after A's checkpoint and B's SIGKILL")
-        b, _ = self.mount("B")
-        check(b, "B after SIGKILL + remount")
+        self.checkpoint_a_kill_b_then_join(aproc, bproc, check)
         a, _ = self.mount("A")
         check(a, "A remounted")
 
@@ -347,15 +352,7 @@ class SpecialFilesTest(unittest.TestCase):
             self.assertEqual(stat.S_IMODE(os.lstat(os.path.join(mnt, "fifo2")).st_mode), 0o640, what)
 
         check(a, "A")
-        kf.unmount(a)
-        aproc.wait(timeout=60)
-        bproc.send_signal(signal.SIGKILL)
-        bproc.wait()
-        kf.unmount(b)
-        c, _ = self.mount("C")
-        check(c, "node C joining after A's checkpoint and B's SIGKILL")
-        b, _ = self.mount("B")
-        check(b, "B after SIGKILL + remount")
+        self.checkpoint_a_kill_b_then_join(aproc, bproc, check)
 
 
 if __name__ == "__main__":
