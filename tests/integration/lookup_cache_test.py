@@ -160,8 +160,13 @@ class RequestsPerProbeTest(unittest.TestCase):
         self.assertEqual(r[1], {"lookup": n}, "first access(F_OK) of %d absent chunks" % n)
         self.assertEqual(r[2], {}, "second access(F_OK) of the stored chunks")
         self.assertEqual(r[3], {}, "second access(F_OK) of the absent chunks (negative entries)")
-        # the store: 3 GETATTR per chunk (2 directories after their mkdir, 1 after the CREATE), was 4
-        self.assertEqual(store.get("getattr"), 3 * n, "GETATTRs of the vLLM store: %s" % store)
+        # the store: 3 GETATTR per chunk (2 directories after their mkdir, 1 after the CREATE), was 4.
+        # One or two more, most likely when a chunk's deferred commit (5 ms after its close) invalidates attributes
+        # while a reply of the next chunk is on its way: that reply then goes out with attr_timeout 0
+        # (inode_table.cc MissedSince: never cache what an invalidation may have overtaken). Seen once in
+        # a CI run under -j2 (49 of 48); 12 of 12 runs alone gave 48.
+        self.assertGreaterEqual(store.get("getattr"), 3 * n, "GETATTRs of the vLLM store: %s" % store)
+        self.assertLessEqual(store.get("getattr"), 3 * n + 2, "GETATTRs of the vLLM store: %s" % store)
         self.assertEqual(store.get("create"), n, store)
 
     def test_sglang_probe_requests(self):
