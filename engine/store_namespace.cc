@@ -8,6 +8,8 @@
 // that replaced a committed name, so removing them journals the UNLINK peers need.
 #include "engine/store_impl.h"
 
+#include <tuple>
+
 namespace kvfs {
 
 Result<Node> StoreImpl::Mkdir(uint64_t parent, std::string_view name, uint32_t mode, uint32_t uid,
@@ -201,21 +203,17 @@ Status StoreImpl::ExchangeLocked(uint64_t parent, std::string_view name, uint64_
     if (sb) shadowing_.insert(ia);
     return Status::OK();
   }
-  // Built before anything is enqueued: a failure leaves the journal without half an exchange.
+  // Built before anything is enqueued: a failure leaves the journal without half an exchange. Each
+  // journaled side is bound under the other's name; a staged side's old name is unlinked there.
   std::vector<JournalEntry> entries;
-  if (ja) {
-    auto e = ContentBinding(ia, *pb, stamp);
+  for (const auto& [journaled, ino, to] : {std::tuple{ja, ia, &*pb}, std::tuple{jb, ib, &*pa}}) {
+    if (!journaled) {
+      entries.push_back(JournalEntry::Unlink(*to, stamp));
+      continue;
+    }
+    auto e = ContentBinding(ino, *to, stamp);
     if (!e.ok()) return e.status();
     entries.push_back(std::move(*e));
-  } else {
-    entries.push_back(JournalEntry::Unlink(*pb, stamp));
-  }
-  if (jb) {
-    auto e = ContentBinding(ib, *pa, stamp);
-    if (!e.ok()) return e.status();
-    entries.push_back(std::move(*e));
-  } else {
-    entries.push_back(JournalEntry::Unlink(*pa, stamp));
   }
   if (!ja || !jb) shadowing_.erase(ja ? ib : ia);
   for (auto& e : entries) EnqueueLocked(std::move(e));
