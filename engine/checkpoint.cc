@@ -134,6 +134,17 @@ Status WriteSnapshotFromIndex(Env* env, IndexDb* index, const IndexDb::View& vie
         break;
       case K::kTombstone:
         return sw->Add(JournalEntry::Unlink(it.path, it.stamp));
+      case K::kPeerFileChanges:
+        // What this node changed last of a file another node bound: its SETATTR (the whole attribute
+        // set, as a local SETATTR journals it) and xattr sets/removes, at their own stamps. A rebuild
+        // applies them after the binding (index/replay.h ReplayNodes).
+        if (it.setattr) {
+          KVFS_RETURN_IF_ERROR(sw->Add(JournalEntry::Setattr(it.path, ToEntryAttrs(it.attr), kSetAttrsWhole, it.stamp)));
+        }
+        for (const auto& c : it.xattr_changes) {
+          KVFS_RETURN_IF_ERROR(sw->Add(JournalEntry::Xattr(it.path, c.name, c.value, c.removed, c.stamp)));
+        }
+        return Status::OK();
       case K::kSegment:
         if (it.segment.state == SegmentState::kDropped) return sw->Add(JournalEntry::Drop(it.segment.id, 0));
         if (it.segment.cut != UINT64_MAX) {

@@ -232,8 +232,9 @@ class StoreImpl final : public Store {
   uint64_t DropLostEntries(std::vector<JournalEntry>* batch);
   void StopThreads();
   Status Rebuild();
-  Status ReplayNode(const std::string& node, std::vector<JournalEntry>* cuts, const JournalPosition& from = {},
-                    uint64_t* entries = nullptr);
+  // Replays `nodes` as one history (index/replay.h ReplayNodes), from `from` (one node only) or from the start.
+  Status ReplayNodes(const std::vector<std::string>& nodes, std::vector<JournalEntry>* cuts,
+                     const JournalPosition& from = {}, uint64_t* entries = nullptr);
   Status CatchUpOwnJournal();
   Status RecoverSegments();
   Result<std::shared_ptr<BackingFile>> SegmentFile(const SegmentId& id);

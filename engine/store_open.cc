@@ -249,7 +249,7 @@ Status StoreImpl::Rebuild() {
   auto t0 = std::chrono::steady_clock::now();
   auto nodes = ListNodes(env_, opts_.backing_dir);
   if (!nodes.ok()) return nodes.status();
-  for (const auto& node : *nodes) KVFS_RETURN_IF_ERROR(ReplayNode(node, &startup_cuts_));
+  KVFS_RETURN_IF_ERROR(ReplayNodes(*nodes, &startup_cuts_));
   auto st = index_->GetStats();
   spdlog::info("kvfs: index rebuilt from {} node(s): {} files, {} dirs, {} live bytes in {} ms", nodes->size(),
                st.files, st.directories, st.live_bytes,
@@ -275,7 +275,7 @@ Status StoreImpl::CatchUpOwnJournal() {
     return pos.status();
   }
   uint64_t entries = 0;
-  KVFS_RETURN_IF_ERROR(ReplayNode(opts_.node_id, &startup_cuts_, from, &entries));
+  KVFS_RETURN_IF_ERROR(ReplayNodes({opts_.node_id}, &startup_cuts_, from, &entries));
   recovery_entries_ += entries;
   if (entries > 0) {
     spdlog::info("kvfs: applied {} entries of this node's journal written after {} while it was down "
@@ -307,34 +307,44 @@ Status StoreImpl::RecoverSegments() {
   return Status::OK();
 }
 
-// Replays `node`'s journals (after `from`) into the index with the shared rules of index/replay.h (the
-// same code `kvfs-fsck --rebuild-index` runs). A torn tail of one of this node's own files that no CUT
-// covers yet yields a CUT entry in *cuts, journaled by the new generation. *entries = entries read.
-Status StoreImpl::ReplayNode(const std::string& node, std::vector<JournalEntry>* cuts, const JournalPosition& from,
-                             uint64_t* entries) {
-  ReplayNodeResult result;
-  KVFS_RETURN_IF_ERROR(kvfs::ReplayNode(env_, opts_.backing_dir, node, index_.get(), &result, from,
-                                        node == opts_.node_id ? &lost_record_cuts_ : nullptr));
-  if (entries) *entries = result.entries;
-  for (const auto& f : result.files) {
-    if (!f.opened || !f.status.ok()) {
-      spdlog::error("kvfs: journal {}: {}", f.file.path, ErrnoText(f.status));
-      continue;
-    }
-    const auto& rep = f.report;
-    if (rep.corrupt_regions > 0) {
-      spdlog::error("kvfs: journal {}: {} damaged region(s), {} bytes skipped", f.file.path, rep.corrupt_regions,
-                    rep.corrupt_bytes);
-    }
-    if (rep.end == JournalEnd::kTorn && node == opts_.node_id && f.limit == UINT64_MAX) {
-      spdlog::warn("kvfs: journal {}: torn tail of {} bytes at offset {}; cutting", f.file.path, rep.tail_bytes,
-                   rep.valid_end.offset);
-      FileRef ref;
-      ref.kind = FileRef::Kind::kJournal;
-      ref.node = node;
-      ref.generation = f.file.generation;
-      ref.number = f.file.number;
-      cuts->push_back(JournalEntry::Cut(ref, rep.valid_end.offset, 0));
+// Replays the journals of `nodes` (after `from`, given for one node only) into the index as one history,
+// with the shared rules of index/replay.h (the same code `kvfs-fsck --rebuild-index` runs). A torn tail
+// of one of this node's own files that no CUT covers yet yields a CUT entry in *cuts, journaled by the
+// new generation. *entries = entries read.
+Status StoreImpl::ReplayNodes(const std::vector<std::string>& nodes, std::vector<JournalEntry>* cuts,
+                              const JournalPosition& from, uint64_t* entries) {
+  std::vector<ReplayNodeResult> results(nodes.size());
+  std::vector<ReplaySource> sources;
+  for (size_t i = 0; i < nodes.size(); i++) {
+    sources.push_back(ReplaySource{nodes[i], from, nodes[i] == opts_.node_id ? &lost_record_cuts_ : nullptr,
+                                   &results[i]});
+  }
+  KVFS_RETURN_IF_ERROR(kvfs::ReplayNodes(env_, opts_.backing_dir, sources, index_.get()));
+  if (entries) *entries = 0;
+  for (size_t i = 0; i < nodes.size(); i++) {
+    const std::string& node = nodes[i];
+    const ReplayNodeResult& result = results[i];
+    if (entries) *entries += result.entries;
+    for (const auto& f : result.files) {
+      if (!f.opened || !f.status.ok()) {
+        spdlog::error("kvfs: journal {}: {}", f.file.path, ErrnoText(f.status));
+        continue;
+      }
+      const auto& rep = f.report;
+      if (rep.corrupt_regions > 0) {
+        spdlog::error("kvfs: journal {}: {} damaged region(s), {} bytes skipped", f.file.path, rep.corrupt_regions,
+                      rep.corrupt_bytes);
+      }
+      if (rep.end == JournalEnd::kTorn && node == opts_.node_id && f.limit == UINT64_MAX) {
+        spdlog::warn("kvfs: journal {}: torn tail of {} bytes at offset {}; cutting", f.file.path, rep.tail_bytes,
+                     rep.valid_end.offset);
+        FileRef ref;
+        ref.kind = FileRef::Kind::kJournal;
+        ref.node = node;
+        ref.generation = f.file.generation;
+        ref.number = f.file.number;
+        cuts->push_back(JournalEntry::Cut(ref, rep.valid_end.offset, 0));
+      }
     }
   }
   return Status::OK();

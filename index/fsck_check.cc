@@ -102,13 +102,10 @@ Status Fsck::Analyze(const std::map<std::string, uint64_t>& owned, Analysis* a) 
     io.node_id = opts_.index_node.empty() ? "kvfs-fsck" : opts_.index_node;
     auto idx = IndexDb::Open(io);
     if (!idx.ok()) return idx.status();
-    uint64_t i = 0;
-    for (const auto& node : all_nodes_) {
-      Progress("replaying journals of " + node, i++, all_nodes_.size());
-      ReplayNodeResult r;
-      KVFS_RETURN_IF_ERROR(ReplayNode(env_, opts_.backing_dir, node, idx->get(), &r));
-      replays[node] = std::move(r);
-    }
+    Progress("replaying the journals of " + std::to_string(all_nodes_.size()) + " node(s)", 0, 1);
+    std::vector<ReplaySource> sources;
+    for (const auto& node : all_nodes_) sources.push_back(ReplaySource{node, {}, nullptr, &replays[node]});
+    KVFS_RETURN_IF_ERROR(ReplayNodes(env_, opts_.backing_dir, sources, idx->get()));
     auto d = (*idx)->DumpByPath();
     if (!d.ok()) return d.status();
     dump = std::move(*d);

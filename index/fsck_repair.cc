@@ -145,12 +145,11 @@ Status Fsck::RebuildInto(const std::string& dir, const std::string& node, uint64
   io.node_id = node;
   auto idx = IndexDb::Open(io);
   if (!idx.ok()) return idx.status();
-  uint64_t i = 0;
-  for (const auto& n : all_nodes_) {
-    Progress("rebuilding index from " + n, i++, all_nodes_.size());
-    ReplayNodeResult r;
-    KVFS_RETURN_IF_ERROR(ReplayNode(env_, opts_.backing_dir, n, idx->get(), &r));
-  }
+  Progress("rebuilding the index from " + std::to_string(all_nodes_.size()) + " node(s)", 0, 1);
+  std::map<std::string, ReplayNodeResult> results;
+  std::vector<ReplaySource> sources;
+  for (const auto& n : all_nodes_) sources.push_back(ReplaySource{n, {}, nullptr, &results[n]});
+  KVFS_RETURN_IF_ERROR(ReplayNodes(env_, opts_.backing_dir, sources, idx->get()));
   *files = (*idx)->GetStats().files;
   {
     // The index belongs to this backing store (its FORMAT id): the mount checks it (engine/store_open.cc).

@@ -159,6 +159,7 @@ struct Applier {
       }
     }
     res.unresolved_deltas++;
+    res.unresolved_by_node[node]++;
     spdlog::warn("index: delta PUT of '{}' by {} (stamp {}) names a base (stamp {}) this index does not hold; "
                  "applied as an UNLINK at its stamp until the node's next whole PUT of the path",
                  op.path, node, op.stamp, d.base_stamp);
@@ -683,19 +684,29 @@ struct Applier {
 
 Result<ApplyResult> IndexDb::ApplyBatch(std::span<const ApplyOp> ops, std::string_view node,
                                         std::string_view position) {
+  if (position.empty()) return ApplyBatch(ops, node, std::span<const std::pair<std::string, std::string>>{});
+  const std::pair<std::string, std::string> p{std::string(node), std::string(position)};
+  return ApplyBatch(ops, node, {&p, 1});
+}
+
+Result<ApplyResult> IndexDb::ApplyBatch(std::span<const ApplyOp> ops, std::string_view node,
+                                        std::span<const std::pair<std::string, std::string>> positions) {
   if (node.empty()) return Status::InvalidArgument("apply without a node");
   std::lock_guard<std::mutex> l(impl_->mu);
   Txn t(impl_.get());
   Ops o{impl_.get(), t};
   ApplyResult res;
-  Applier a{o, t, std::string(node), res};
+  const std::string batch_node(node);
+  Applier a{o, t, batch_node, res};
   for (const ApplyOp& op : ops) {
+    const std::string& op_node = op.node.empty() ? batch_node : op.node;
+    if (a.node != op_node) a.node = op_node;
     auto mark = t.GetMark();
     size_t nchanged = res.changed.size(), nattr = res.attr_changed.size();
     auto r = a.Apply(op);
     if (!r.ok()) {
       if (r.status().IsInvalidArgument()) {  // a malformed entry: skip it, keep the batch
-        spdlog::warn("index: skipping journal entry of {} on '{}': {}", node, op.path, r.status().ToString());
+        spdlog::warn("index: skipping journal entry of {} on '{}': {}", op_node, op.path, r.status().ToString());
         t.Rollback(mark);
         res.changed.resize(nchanged);
         res.attr_changed.resize(nattr);
@@ -707,7 +718,7 @@ Result<ApplyResult> IndexDb::ApplyBatch(std::span<const ApplyOp> ops, std::strin
     if (*r) res.applied++;
     else res.skipped++;
   }
-  if (!position.empty()) t.Put(kMeta, std::string(kMetaAppliedPrefix) + std::string(node), std::string(position));
+  for (const auto& [n, position] : positions) t.Put(kMeta, std::string(kMetaAppliedPrefix) + n, position);
   KVFS_RETURN_IF_ERROR(t.Commit());
   return res;
 }

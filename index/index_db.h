@@ -166,6 +166,9 @@ struct ApplyOp {
   SegmentId segment;       // SEAL / DROP / CUT (of a segment file)
   uint64_t cut_offset = 0; // CUT: the segment's valid end (SegmentInfo::cut keeps the lowest)
   uint64_t stamp = 0;      // HLC stamp of the entry (PUT/RENAME/UNLINK/SETATTR/XATTR)
+  // The node whose journal holds the entry; "" = the batch's node (ApplyBatch's `node`). A rebuild
+  // merges several nodes' entries into one batch (index/replay.h ReplayNodes).
+  std::string node;
 };
 
 // What an apply changed, for kernel invalidation (fuse_lowlevel_notify_inval_entry / _inode).
@@ -180,6 +183,7 @@ struct ApplyResult {
   std::vector<uint64_t> attr_changed;  // inodes whose attributes / xattrs changed in place
   uint64_t applied = 0, skipped = 0;   // ops that changed something / were superseded or conflicting
   uint64_t unresolved_deltas = 0;      // delta PUTs whose base this index did not hold (applied as UNLINK)
+  std::map<std::string, uint64_t> unresolved_by_node;  // the same, by the node whose entry it was
 };
 
 // Content of one path for comparing two indexes (inode numbers excluded).
@@ -304,6 +308,10 @@ class IndexDb {
   // directory is needed) are skipped and counted, never an error. Errors only for I/O or corruption.
   Result<ApplyResult> ApplyBatch(std::span<const ApplyOp> ops, std::string_view node,
                                  std::string_view position = {});
+  // The same for ops of several nodes (ApplyOp::node; "" = `node`), recording each (node, position) of
+  // `positions` as that node's applied journal position in the same batch.
+  Result<ApplyResult> ApplyBatch(std::span<const ApplyOp> ops, std::string_view node,
+                                 std::span<const std::pair<std::string, std::string>> positions);
   Result<std::string> GetAppliedPosition(std::string_view node);  // NotFound if none recorded
   std::map<std::string, std::string> GetAppliedPositions();
 
@@ -351,7 +359,9 @@ class IndexDb {
   std::shared_ptr<const View> NewView();
   struct ExportItem {
     // kSymlink: any index-only node, a symlink or a special file (attr.mode says which; attr.rdev).
-    enum class Kind : uint8_t { kDir, kFile, kSymlink, kTombstone, kSegment };
+    // kPeerFileChanges: a committed file, symlink or special file bound by ANOTHER node whose attributes
+    // (setattr: attr, at `stamp`) and/or some xattr names (xattr_changes) `node` changed last.
+    enum class Kind : uint8_t { kDir, kFile, kSymlink, kTombstone, kSegment, kPeerFileChanges };
     Kind kind = Kind::kDir;
     std::string path;   // absolute; empty for kSegment
     Attr attr;          // kDir, kFile, kSymlink
@@ -361,11 +371,19 @@ class IndexDb {
     uint64_t stamp = 0;  // kFile/kSymlink: the dentry's stamp; kTombstone: the tombstone's
     std::vector<std::pair<std::string, std::string>> xattrs;  // kDir, kFile, kSymlink
     SegmentInfo segment;                                       // kSegment (sealed, dropped or cut)
+    bool setattr = false;  // kPeerFileChanges: `node`'s SETATTR is the inode's last (attr, stamp)
+    struct XattrChange {
+      std::string name, value;
+      bool removed = false;
+      uint64_t stamp = 0;
+    };
+    std::vector<XattrChange> xattr_changes;  // kPeerFileChanges: names whose last set/remove is `node`'s
   };
   // Calls fn for every directory (root excluded) and every committed file / symlink whose dentry was
   // bound by `node` (dentry node == node), in a depth-first walk (a directory before anything under it),
-  // then for every tombstone of `node`, then for every segment of `node` that is sealed, dropped or has a
-  // CUT (SegmentInfo::cut). Staged files are never exported. fn's error
+  // and in the same walk for every committed file bound by another node that `node` changed last
+  // (kPeerFileChanges), then for every tombstone of `node`, then for every segment of `node` that is
+  // sealed, dropped or has a CUT (SegmentInfo::cut). Staged files are never exported. fn's error
   // stops the walk and is returned.
   Status ExportLive(const View& view, std::string_view node, const std::function<Status(const ExportItem&)>& fn);
 

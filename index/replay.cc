@@ -2,6 +2,9 @@
 #include "index/replay.h"
 
 #include <algorithm>
+#include <memory>
+#include <queue>
+#include <tuple>
 
 #include <spdlog/spdlog.h>
 
@@ -147,7 +150,7 @@ void CollectNodeCuts(Env* env, const std::string& node, const std::vector<Journa
 Status ApplyNewestSnapshot(Env* env, const std::string& node, const std::vector<SnapshotFile>& snaps,
                            const std::function<Status(std::vector<ApplyOp>* ops, bool last)>& apply,
                            const SnapshotFile** used, uint64_t* entries, uint64_t* max_stamp,
-                           std::vector<std::pair<std::string, Status>>* bad) {
+                           std::vector<std::pair<std::string, Status>>* bad, std::vector<JournalEntry>* held) {
   *used = nullptr;
   *entries = 0;
   for (auto it = snaps.rbegin(); it != snaps.rend(); ++it) {
@@ -155,11 +158,18 @@ Status ApplyNewestSnapshot(Env* env, const std::string& node, const std::vector<
     uint64_t n = 0;
     Status apply_error;
     SnapshotInfo info;
+    std::string bound;  // path of the last PUT / SYMLINK / MKDIR: the XATTRs that follow are its own
+    if (held) held->clear();
     Status s = ReadSnapshot(
         env, it->path, node,
         [&](const JournalEntry& e) -> Status {
           ApplyOp op;
           n++;
+          if (e.op == JournalOp::kPut || e.op == JournalOp::kSymlink || e.op == JournalOp::kMkdir) bound = e.path;
+          if (held && (e.op == JournalOp::kSetattr || (e.op == JournalOp::kXattr && e.path != bound))) {
+            held->push_back(e);
+            return Status::OK();
+          }
           if (!JournalEntryToApplyOp(e, &op)) return Status::OK();
           ops.push_back(std::move(op));
           if (ops.size() >= kReplayBatch) {
@@ -172,6 +182,7 @@ Status ApplyNewestSnapshot(Env* env, const std::string& node, const std::vector<
         &info);
     if (!apply_error.ok()) return apply_error;
     if (!s.ok()) {
+      if (held) held->clear();
       spdlog::error("kvfs: snapshot {} not used: {}", it->path, s.ToString());
       if (bad) bad->emplace_back(it->path, s);
       if (n > 0) {
@@ -200,8 +211,98 @@ bool JournalsRetired(const std::vector<JournalFile>& journals, const std::vector
   });
 }
 
-Status ReplayNode(Env* env, const std::string& backing, const std::string& node, IndexDb* index,
-                  ReplayNodeResult* out, const JournalPosition& from, const JournalCuts* extra_cuts) {
+namespace {
+
+// One node's part of a merged replay: its remaining journal files and the entry at their head.
+struct NodeCursor {
+  std::string node;
+  ReplayNodeResult* out = nullptr;
+  std::vector<JournalFile> files;  // to read, in order
+  size_t next_file = 0;
+  JournalPosition start_at;        // the first file's start (its offset)
+  JournalCuts cut_at;
+  std::unique_ptr<JournalReader> reader;
+  ReplayedFile rf;                 // of the file `reader` reads
+  // The snapshot's changes to other nodes' files (ApplyNewestSnapshot's held), sorted by stamp: they come
+  // first in the node's stream, before its journal tail.
+  std::vector<JournalEntry> held;
+  size_t held_next = 0;
+  JournalEntry head;               // the next entry (valid when has_head)
+  JournalPosition head_end;        // its end in its journal file (not for a held entry)
+  bool has_head = false, head_held = false;
+  uint64_t clock = 0;              // the highest stamp taken from this journal so far (merge key)
+  JournalPosition last, recorded;  // end of the last entry taken / recorded as applied in the index
+};
+
+// Finishes the file `c.reader` read (its report into the result).
+void CloseFile(NodeCursor& c) {
+  if (!c.reader) return;
+  c.rf.report = c.reader->report();
+  if (c.rf.report.corrupt_regions > 0) {
+    spdlog::error("kvfs: journal {}: {} damaged region(s), {} bytes skipped", c.rf.file.path,
+                  c.rf.report.corrupt_regions, c.rf.report.corrupt_bytes);
+  }
+  c.out->files.push_back(std::move(c.rf));
+  c.rf = ReplayedFile{};
+  c.reader.reset();
+}
+
+// Moves c.head to the node's next entry, opening its next journal files as needed; has_head = false at
+// the end of the last one. Unreadable files and read errors end that file (reported in the result).
+void Advance(Env* env, NodeCursor& c) {
+  c.has_head = false;
+  c.head_held = c.held_next < c.held.size();
+  if (c.head_held) {
+    c.head = std::move(c.held[c.held_next++]);
+    c.has_head = true;
+    return;
+  }
+  for (;;) {
+    if (!c.reader) {
+      if (c.next_file >= c.files.size()) return;
+      const JournalFile& f = c.files[c.next_file++];
+      const auto key = std::make_pair(f.generation, f.number);
+      const uint64_t start =
+          key == std::make_pair(c.start_at.generation, c.start_at.file_number) ? c.start_at.offset : 0;
+      c.rf = ReplayedFile{};
+      c.rf.file = f;
+      JournalReaderOptions ro;
+      ro.skip_damage = true;
+      auto cut = c.cut_at.find(key);
+      if (cut != c.cut_at.end()) ro.limit = c.rf.limit = cut->second;
+      auto reader = JournalReader::Open(env, f.path, start, ro);
+      if (!reader.ok()) {
+        spdlog::error("kvfs: journal {} unreadable: {}", f.path, reader.status().ToString());
+        c.rf.status = reader.status();
+        c.out->files.push_back(std::move(c.rf));
+        continue;
+      }
+      c.rf.opened = true;
+      c.reader = std::move(*reader);
+    }
+    auto more = c.reader->Next(&c.head, &c.head_end);
+    if (more.ok() && *more) {
+      c.has_head = true;
+      c.out->entries++;
+      c.out->max_stamp = std::max(c.out->max_stamp, c.head.stamp);
+      return;
+    }
+    if (!more.ok()) {
+      spdlog::error("kvfs: journal {}: {}", c.rf.file.path, more.status().ToString());
+      c.rf.status = more.status();
+    }
+    CloseFile(c);
+  }
+}
+
+// Applies the snapshot a replay of `node` starts from (if any) and lists what is left to read after it.
+Status PrepareNode(Env* env, const std::string& backing, const ReplaySource& src, IndexDb* index,
+                   NodeCursor* c) {
+  ReplayNodeResult* out = src.out;
+  const std::string& node = src.node;
+  const JournalPosition& from = src.from;
+  c->node = node;
+  c->out = out;
   NodeFiles nf;
   Status s = ListNodeFiles(env, NodeDirPath(backing, node), &nf);
   if (s.IsNotFound()) return Status::OK();
@@ -231,7 +332,9 @@ Status ReplayNode(Env* env, const std::string& backing, const std::string& node,
           out->unresolved_deltas += r->unresolved_deltas;
           return Status::OK();
         },
-        &used, &out->snapshot_entries, &out->max_stamp, &out->bad_snapshots));
+        &used, &out->snapshot_entries, &out->max_stamp, &out->bad_snapshots, &c->held));
+    std::stable_sort(c->held.begin(), c->held.end(),
+                     [](const JournalEntry& a, const JournalEntry& b) { return a.stamp < b.stamp; });
   }
   if (used != nullptr) {
     out->snapshot = used->path;
@@ -249,89 +352,101 @@ Status ReplayNode(Env* env, const std::string& backing, const std::string& node,
   std::erase_if(files, [&](const JournalFile& f) {
     return std::make_pair(f.generation, f.number) < std::make_pair(start_at.generation, start_at.file_number);
   });
-  JournalCuts cut_at;
-  CollectNodeCuts(env, node, files, &cut_at);
-  if (extra_cuts) {
-    for (const auto& [key, off] : *extra_cuts) {
-      auto it = cut_at.find(key);
-      cut_at[key] = it == cut_at.end() ? off : std::min(it->second, off);
+  CollectNodeCuts(env, node, files, &c->cut_at);
+  if (src.extra_cuts) {
+    for (const auto& [key, off] : *src.extra_cuts) {
+      auto it = c->cut_at.find(key);
+      c->cut_at[key] = it == c->cut_at.end() ? off : std::min(it->second, off);
     }
   }
-
-  for (const auto& f : files) {
-    const auto key = std::make_pair(f.generation, f.number);
-    const auto start_key = std::make_pair(start_at.generation, start_at.file_number);
-    if (key < start_key) continue;
-    const uint64_t start = key == start_key ? start_at.offset : 0;
-    ReplayedFile rf;
-    rf.file = f;
-    JournalReaderOptions ro;
-    ro.skip_damage = true;
-    auto cut = cut_at.find({f.generation, f.number});
-    if (cut != cut_at.end()) ro.limit = rf.limit = cut->second;
-    auto reader = JournalReader::Open(env, f.path, start, ro);
-    if (!reader.ok()) {
-      spdlog::error("kvfs: journal {} unreadable: {}", f.path, reader.status().ToString());
-      rf.status = reader.status();
-      out->files.push_back(std::move(rf));
-      continue;
-    }
-    rf.opened = true;
-    std::vector<ApplyOp> ops;
-    JournalPosition last, recorded;
-    auto flush = [&]() -> Status {
-      if (ops.empty()) return Status::OK();
-      auto r = index->ApplyBatch(ops, node, last.ToString());
-      ops.clear();
-      if (!r.ok()) return r.status();
-      out->unresolved_deltas += r->unresolved_deltas;
-      recorded = last;
-      return Status::OK();
-    };
-    JournalEntry e;
-    JournalPosition end;
-    for (;;) {
-      auto more = (*reader)->Next(&e, &end);
-      if (!more.ok()) {
-        spdlog::error("kvfs: journal {}: {}", f.path, more.status().ToString());
-        rf.status = more.status();
-        break;
-      }
-      if (!*more) break;
-      out->entries++;
-      out->max_stamp = std::max(out->max_stamp, e.stamp);
-      ApplyOp op;
-      if (JournalEntryToApplyOp(e, &op)) ops.push_back(std::move(op));
-      last = end;
-      if (ops.size() >= kReplayBatch) KVFS_RETURN_IF_ERROR(flush());
-    }
-    KVFS_RETURN_IF_ERROR(flush());
-    if (last != JournalPosition{} && last != recorded) {
-      // Only entries the index does not apply (CUTs) since the last batch: record the position anyway,
-      // so a replay from it (Store::Open of a clean index) does not read them again.
-      auto r = index->ApplyBatch({}, node, last.ToString());
-      if (!r.ok()) return r.status();
-    }
-    rf.report = (*reader)->report();
-    if (rf.report.corrupt_regions > 0) {
-      spdlog::error("kvfs: journal {}: {} damaged region(s), {} bytes skipped", f.path,
-                    rf.report.corrupt_regions, rf.report.corrupt_bytes);
-    }
-    out->files.push_back(std::move(rf));
-  }
-  if (out->max_stamp) KVFS_RETURN_IF_ERROR(index->SetHlcFloor(out->max_stamp));
+  c->files = std::move(files);
+  c->start_at = start_at;
   return Status::OK();
+}
+
+}  // namespace
+
+Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplaySource> sources, IndexDb* index) {
+  if (sources.empty()) return Status::OK();
+  // 1. Every node's snapshot: a node's snapshot is its namespace at one moment, older than each entry
+  //    of its journal tail.
+  std::vector<NodeCursor> cursors(sources.size());
+  for (size_t i = 0; i < sources.size(); i++) {
+    KVFS_RETURN_IF_ERROR(PrepareNode(env, backing, sources[i], index, &cursors[i]));
+  }
+  for (auto& c : cursors) Advance(env, c);
+  // 2. The journal tails, merged by stamp: each step takes the head entry of the journal with the lowest
+  //    (clock, node), where a journal's clock is the highest stamp taken from it so far or its head's
+  //    (an entry that carries an older stamp, a MOVE, keeps its place in its own journal). Each
+  //    journal's own order is kept, and an entry a node wrote after it applied a peer's entry (its HLC
+  //    then exceeds that entry's stamp) comes after it, as on the live nodes.
+  auto key = [](const NodeCursor& c) { return std::max(c.clock, c.head.stamp); };
+  std::vector<ApplyOp> ops;
+  const std::string& batch_node = sources.front().node;
+  auto flush = [&]() -> Status {
+    std::vector<std::pair<std::string, std::string>> positions;
+    for (auto& c : cursors) {
+      if (c.last != JournalPosition{} && c.last != c.recorded) positions.emplace_back(c.node, c.last.ToString());
+    }
+    if (ops.empty() && positions.empty()) return Status::OK();
+    auto r = index->ApplyBatch(ops, batch_node, positions);
+    ops.clear();
+    if (!r.ok()) return r.status();
+    for (auto& c : cursors) c.recorded = c.last;
+    for (auto& c : cursors) {
+      auto it = r->unresolved_by_node.find(c.node);
+      if (it != r->unresolved_by_node.end()) c.out->unresolved_deltas += it->second;
+    }
+    return Status::OK();
+  };
+  // A min-heap of (key, node, cursor index): a cursor's key changes only when it advances.
+  using HeapItem = std::tuple<uint64_t, const std::string*, size_t>;
+  auto later = [](const HeapItem& x, const HeapItem& y) {
+    if (std::get<0>(x) != std::get<0>(y)) return std::get<0>(x) > std::get<0>(y);
+    return *std::get<1>(x) > *std::get<1>(y);
+  };
+  std::priority_queue<HeapItem, std::vector<HeapItem>, decltype(later)> heap(later);
+  for (size_t i = 0; i < cursors.size(); i++) {
+    if (cursors[i].has_head) heap.emplace(key(cursors[i]), &cursors[i].node, i);
+  }
+  while (!heap.empty()) {
+    NodeCursor& c = cursors[std::get<2>(heap.top())];
+    heap.pop();
+    c.clock = key(c);
+    ApplyOp op;
+    if (JournalEntryToApplyOp(c.head, &op)) {
+      if (sources.size() > 1) op.node = c.node;
+      ops.push_back(std::move(op));
+    }
+    if (!c.head_held) c.last = c.head_end;
+    Advance(env, c);
+    if (c.has_head) heap.emplace(key(c), &c.node, &c - cursors.data());
+    if (ops.size() >= kReplayBatch) KVFS_RETURN_IF_ERROR(flush());
+  }
+  // Also positions past entries the index does not apply (CUTs) since the last batch: a replay from
+  // them (Store::Open of a clean index) does not read them again.
+  KVFS_RETURN_IF_ERROR(flush());
+  uint64_t max_stamp = 0;
+  for (const auto& c : cursors) max_stamp = std::max(max_stamp, c.out->max_stamp);
+  if (max_stamp) KVFS_RETURN_IF_ERROR(index->SetHlcFloor(max_stamp));
+  return Status::OK();
+}
+
+Status ReplayNode(Env* env, const std::string& backing, const std::string& node, IndexDb* index,
+                  ReplayNodeResult* out, const JournalPosition& from, const JournalCuts* extra_cuts) {
+  const ReplaySource src{node, from, extra_cuts, out};
+  return ReplayNodes(env, backing, {&src, 1}, index);
 }
 
 Status ReplayAllNodes(Env* env, const std::string& backing, IndexDb* index,
                       std::map<std::string, ReplayNodeResult>* out) {
   auto nodes = ListNodes(env, backing);
   if (!nodes.ok()) return nodes.status();
-  for (const auto& node : *nodes) {
-    ReplayNodeResult r;
-    KVFS_RETURN_IF_ERROR(ReplayNode(env, backing, node, index, &r));
-    if (out) (*out)[node] = std::move(r);
-  }
+  std::map<std::string, ReplayNodeResult> results;
+  std::vector<ReplaySource> sources;
+  for (const auto& node : *nodes) sources.push_back(ReplaySource{node, {}, nullptr, &results[node]});
+  KVFS_RETURN_IF_ERROR(ReplayNodes(env, backing, sources, index));
+  if (out) *out = std::move(results);
   return Status::OK();
 }
 

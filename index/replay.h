@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,10 +89,14 @@ struct ReplayNodeResult {
 // (logged, appended to *bad) and nothing of them is applied. *used = the snapshot applied (nullptr:
 // none); *max_stamp raised by its header. Errors: apply's, and NotFound-free I/O errors are treated as
 // "damaged" (skipped) so a replay still proceeds with the journals.
+// held (optional): the snapshot's changes to other nodes' files (its SETATTR entries, and XATTR entries
+// that do not follow their path's PUT/SYMLINK/MKDIR: index/snapshot.h) go there instead, in file order,
+// for the caller to apply after the bindings they change (ReplayNodes does).
 Status ApplyNewestSnapshot(Env* env, const std::string& node, const std::vector<SnapshotFile>& snaps,
                            const std::function<Status(std::vector<ApplyOp>* ops, bool last)>& apply,
                            const SnapshotFile** used, uint64_t* entries, uint64_t* max_stamp,
-                           std::vector<std::pair<std::string, Status>>* bad);
+                           std::vector<std::pair<std::string, Status>>* bad,
+                           std::vector<JournalEntry>* held = nullptr);
 
 // Replays every journal file of `node` under `backing` into `index` (rules above). A node directory
 // without journals is OK (empty result). Errors: only IndexDb failures and a failure to list the
@@ -114,7 +119,26 @@ Status ReplayNode(Env* env, const std::string& backing, const std::string& node,
 // A journal set starting at number 0 before every snapshot is complete: the journals alone cover all.
 bool JournalsRetired(const std::vector<JournalFile>& journals, const std::vector<SnapshotFile>& snapshots);
 
-// Replays every node under `backing` (ListNodes order). out (optional): per-node results.
+// One node of a ReplayNodes: what to replay (as ReplayNode's arguments) and where its result goes.
+struct ReplaySource {
+  std::string node;
+  JournalPosition from;                    // {} = everything (from the newest usable snapshot on)
+  const JournalCuts* extra_cuts = nullptr;
+  ReplayNodeResult* out = nullptr;         // required
+};
+
+// Replays several nodes as one history (docs/design.md §3 "Rebuild"): every node's snapshot first (its
+// changes to other nodes' files held back, sorted by stamp, ahead of its journal tail), then the
+// entries of all their journal tails merged by stamp, each journal in its own order (the lowest
+// (clock, node) first, a journal's clock being the highest stamp taken from it so far or its next
+// entry's). A node's entry that depends on a peer's (a SETATTR, XATTR or directory RENAME of a name
+// the peer bound, written after this node applied the peer's entry, so with a higher HLC stamp) is
+// applied after it, as it was on the live nodes; a node-by-node replay dropped it (no such name yet).
+// Batches mix nodes (ApplyOp::node) and record every node's position they reach. Otherwise the rules
+// and errors of ReplayNode, per node; with one source it is ReplayNode.
+Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplaySource> sources, IndexDb* index);
+
+// Replays every node under `backing` (ListNodes order) with ReplayNodes. out (optional): per-node results.
 Status ReplayAllNodes(Env* env, const std::string& backing, IndexDb* index,
                       std::map<std::string, ReplayNodeResult>* out = nullptr);
 

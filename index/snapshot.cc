@@ -39,6 +39,8 @@ bool SnapshotOp(const JournalEntry& e, uint32_t version) {
   switch (e.op) {
     case JournalOp::kCut:
       return version >= 2 && e.cut_file.kind == FileRef::Kind::kSegment;
+    case JournalOp::kSetattr:
+      return version >= 3;
     case JournalOp::kPut:
     case JournalOp::kSymlink:
     case JournalOp::kUnlink:
@@ -276,7 +278,7 @@ SnapshotWriter::~SnapshotWriter() {
 
 std::string SnapshotWriter::HeaderBytes() const {
   std::string h(kSnapshotMagic, 8);
-  PutFixed(&h, kSnapshotVersion, 4);
+  PutFixed(&h, version_, 4);
   PutFixed(&h, entry_version_, 4);
   PutFixed(&h, generation_, 8);
   PutFixed(&h, number_, 8);
@@ -303,6 +305,7 @@ Status SnapshotWriter::Add(const JournalEntry& e) {
   entries_++;
   max_stamp_ = std::max(max_stamp_, e.stamp);
   entry_version_ = std::max<uint32_t>(entry_version_, JournalEntryVersion(e));
+  if (e.op == JournalOp::kSetattr) version_ = std::max<uint32_t>(version_, 3);
   if (chunk_.size() >= kSnapshotTargetChunk) return WriteChunk();
   return Status::OK();
 }

@@ -11,6 +11,12 @@
 //     PUT of another node with an older stamp cannot resurrect the name;
 //   * MKDIR for every directory (directories carry no stamps; MKDIR creates only if missing);
 //   * XATTR for the user xattrs of those files and directories (stamp = the file's dentry stamp);
+//   * for every committed file bound by ANOTHER node whose attributes N changed last (the inode's
+//     attribute stamp is N's): SETATTR{path, whole attribute set, kSetAttrsWhole, that stamp}; and for
+//     every xattr name of such a file whose last set or remove is N's: XATTR{path, name, value or
+//     remove, its stamp} (a snapshot entry that does not follow its path's PUT/SYMLINK/MKDIR). Without
+//     them a change N made to a peer's file would be lost once N's journal is retired; a replay holds
+//     them back and applies them by stamp after the journal entries of the others (index/replay.h);
 //   * SEAL / DROP for every segment of N the index knows as sealed / dropped;
 //   * CUT{segment file, offset} for every segment of N, not dropped, that a CUT entry cut (the lowest
 //     offset; IndexDb SegmentInfo::cut): the journal file holding the CUT is retired behind the snapshot,
@@ -56,8 +62,10 @@ namespace kvfs {
 
 inline constexpr char kSnapshotMagic[8] = {'K', 'V', 'F', 'S', 'S', 'N', 'A', 'P'};
 inline constexpr char kSnapshotTrailerMagic[8] = {'K', 'V', 'F', 'S', 'S', 'E', 'N', 'D'};
-// 2: CUT{segment file} entries (version 1, which has none, is still read).
-inline constexpr uint32_t kSnapshotVersion = 2;
+// 2: CUT{segment file} entries (version 1, which has none, is still read). 3: SETATTR entries (changes
+// to peers' files). A writer writes 3 only into a snapshot that holds a SETATTR, else 2, so a kvfs that
+// reads at most version 2 still uses the snapshots of a node that changed no peer's attributes.
+inline constexpr uint32_t kSnapshotVersion = 3;
 inline constexpr size_t kSnapshotHeaderFixed = 64;
 inline constexpr size_t kSnapshotChunkHeader = 16;
 inline constexpr size_t kSnapshotTrailerSize = 48;
@@ -117,6 +125,7 @@ class SnapshotWriter {
   // The header's entry version: the highest of the entries added, at least 2 (a snapshot without an
   // extent file or special file keeps the header older readers accept).
   uint32_t entry_version_ = 2;
+  uint32_t version_ = 2;  // 3 once a SETATTR is added (kSnapshotVersion)
   int64_t created_ns_ = 0;
   std::unique_ptr<BackingFile> file_;
   uint64_t offset_ = 0;  // next write offset

@@ -391,6 +391,70 @@ TEST_F(CheckpointStoreTest, JoinFromSnapshotEqualsFullReplayAndKeepsTombstones) 
   EXPECT_TRUE(b->Close().ok());
 }
 
+// Node A changes a file node B bound (chmod, an xattr set and a remove), then checkpoints and closes;
+// B never checkpoints after applying them (killed). A's snapshot carries those changes (SETATTR and
+// XATTR entries at their own stamps, snapshot version 3) and a rebuild applies them after B's PUT: a
+// joining node has A's mode and xattrs. Before, A's snapshot held only what A bound, so they were lost.
+TEST_F(CheckpointStoreTest, ChangesToAPeersFileSurviveTheCheckpoint) {
+  auto a = Open(Opts("node-a"));
+  auto b = Open(Opts("node-b"));
+  ASSERT_TRUE(a && b);
+  Write(b.get(), kRootIno, "y", "peer-bound");
+  ASSERT_TRUE(b->SetXattr(b->Lookup(kRootIno, "y")->attr.ino, "user.old", "1", 0).ok());
+  Write(b.get(), kRootIno, "untouched", "u");
+  ASSERT_TRUE(b->Sync().ok());
+  ASSERT_TRUE(a->RefreshPeers().ok());
+  auto y = a->Lookup(kRootIno, "y");
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  Attr attr = y->attr;
+  attr.mode = S_IFREG | 0600;
+  ASSERT_TRUE(a->SetAttr(y->attr.ino, attr, kSetMode).ok());
+  ASSERT_TRUE(a->SetXattr(y->attr.ino, "user.vllm_kv_crc32", "0badf00d", 0).ok());
+  ASSERT_TRUE(a->RemoveXattr(y->attr.ino, "user.old").ok());
+  ASSERT_TRUE(a->Close().ok());  // checkpoint at unmount: A's journal tail after it is empty
+  NodeFiles nf = Files("node-a");
+  ASSERT_FALSE(nf.snapshots.empty());
+  std::string head;
+  {
+    std::ifstream in(nf.snapshots.back().path, std::ios::binary);
+    head.resize(12);
+    in.read(head.data(), 12);
+  }
+  EXPECT_EQ(static_cast<uint8_t>(head[8]), 3u) << "a snapshot with a SETATTR is version 3";
+  // Only the snapshot and the journal after it: the journals it covers are moved away (as if retired).
+  for (const auto& j : nf.journals) {
+    if (std::make_pair(j.generation, j.number) < std::make_pair(nf.snapshots.back().generation, nf.snapshots.back().number)) {
+      fs::rename(j.path, j.path + ".away");
+    }
+  }
+  std::map<std::string, ReplayNodeResult> res;
+  auto joined = Rebuilt("joined", &res);
+  EXPECT_EQ(res["node-a"].snapshot, nf.snapshots.back().path);
+  ASSERT_TRUE(joined.count("/y"));
+  EXPECT_EQ(joined["/y"].mode, static_cast<uint32_t>(S_IFREG | 0600));
+  EXPECT_EQ(joined["/y"].size, 10u);
+  EXPECT_EQ(joined["/y"].xattrs, (std::map<std::string, std::string>{{"user.vllm_kv_crc32", "0badf00d"}}));
+  EXPECT_EQ(joined["/untouched"].mode, static_cast<uint32_t>(S_IFREG | 0644));
+  // B's own snapshot, taken before it applied A's changes, changes nothing of that.
+  ASSERT_TRUE(b->Checkpoint().ok());
+  auto again = Rebuilt("again");
+  EXPECT_EQ(again["/y"].mode, static_cast<uint32_t>(S_IFREG | 0600));
+  EXPECT_EQ(again["/y"].xattrs, joined["/y"].xattrs);
+  // A snapshot without a change to a peer's file stays version 2 (older readers use it).
+  auto c = Open(Opts("node-c"));
+  ASSERT_TRUE(c);
+  Write(c.get(), kRootIno, "own", "c");
+  ASSERT_TRUE(c->Close().ok());
+  NodeFiles cf = Files("node-c");
+  ASSERT_FALSE(cf.snapshots.empty());
+  {
+    std::ifstream in(cf.snapshots.back().path, std::ios::binary);
+    in.read(head.data(), 12);
+  }
+  EXPECT_EQ(static_cast<uint8_t>(head[8]), 2u);
+  EXPECT_TRUE(b->Close().ok());
+}
+
 TEST_F(CheckpointStoreTest, DamagedSnapshotFallsBackAndNeverYieldsWrongEntries) {
   StoreOptions oa = Opts("node-a");
   oa.checkpoint_on_close = false;  // "h" stays in the journal tail after the newest snapshot
