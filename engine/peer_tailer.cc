@@ -75,9 +75,11 @@ PeerTailerStats PeerTailer::GetStats() {
   {
     std::lock_guard<std::mutex> l(mu_);
     s.peers = peers_.size();
+    s.orphans_pending = orphans_.size();
   }
   s.entries_applied = entries_applied_;
   s.unresolved_deltas = unresolved_deltas_;
+  s.orphans_applied = orphans_applied_;
   s.polls = polls_;
   s.tail_reads = tail_reads_;
   s.nodes_listings = nodes_listings_;
@@ -284,6 +286,7 @@ Status PeerTailer::ReadJournalFile(const std::string& node, PeerState* st, std::
       *changed += ops.size();
       entries_applied_ += ops.size();
       unresolved_deltas_ += r->unresolved_deltas;
+      KeepOrphans(node, ops, *r);
       for (const auto& op : ops) {
         // A peer dropped a segment: close our fd now, so reads after its unlink fail to open
         // (ENOENT) rather than read a stale NFS handle.
@@ -360,6 +363,7 @@ Status PeerTailer::ApplyPeerSnapshot(const std::string& node, const std::vector<
         if (!r.ok()) return r.status();
         *changed += ops->size();
         entries_applied_ += ops->size();
+        KeepOrphans(node, *ops, *r);
         for (auto& c : r->changed) out->names.push_back(PeerChanges::Name{c.parent, std::move(c.name), c.old_ino});
         for (uint64_t ino : r->attr_changed) out->inodes.push_back(ino);
         return Status::OK();
@@ -411,13 +415,54 @@ Status PeerTailer::RefreshAll() {
   if (!nodes.ok()) return nodes.status();
   std::lock_guard<std::mutex> l(mu_);
   Status first;
+  uint64_t total = 0;
   for (const auto& node : *nodes) {
     if (node == opts_.node) continue;
     uint64_t changed = 0;
     Status s = PollPeer(node, &peers_[node], &changed);
     if (!s.ok() && first.ok()) first = s;
+    total += changed;
   }
+  if (total > 0) RetryOrphans();
   return first;
+}
+
+void PeerTailer::KeepOrphans(const std::string& node, const std::vector<ApplyOp>& ops, const ApplyResult& r) {
+  for (size_t i : r.no_target) {
+    if (i >= ops.size()) continue;
+    if (orphans_.size() >= kMaxOrphans) orphans_.erase(orphans_.begin());
+    Orphan o{ops[i], std::chrono::steady_clock::now()};
+    o.op.node = node;
+    orphans_.push_back(std::move(o));
+  }
+}
+
+void PeerTailer::RetryOrphans() {
+  if (orphans_.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(orphans_, [&](const Orphan& o) { return now - o.since > kOrphanRetention; });
+  if (orphans_.empty()) return;
+  std::vector<ApplyOp> ops;
+  ops.reserve(orphans_.size());
+  for (const auto& o : orphans_) ops.push_back(o.op);
+  Result<ApplyResult> r = Status::OK();
+  {
+    std::lock_guard<std::mutex> l(*ns_mu_);
+    r = index_->ApplyBatch(ops, opts_.node);  // every op names its peer (ApplyOp::node)
+  }
+  if (!r.ok()) {
+    LogLimited(spdlog::level::warn, LogKey("peer-orphans", r.status()), "kvfs: re-applying peers' changes: {}",
+               ErrnoText(r.status()));
+    return;
+  }
+  // What still finds no name stays; the rest applied now (or lost to a newer change: LWW).
+  std::vector<Orphan> left;
+  for (size_t i : r->no_target) left.push_back(std::move(orphans_[i]));
+  orphans_applied_ += orphans_.size() - left.size();
+  orphans_ = std::move(left);
+  PeerChanges out;
+  for (uint64_t ino : r->attr_changed) out.inodes.push_back(ino);
+  Notify(out);
 }
 
 Status PeerTailer::PollNow(const std::string& node) {
@@ -564,6 +609,7 @@ void PeerTailer::Loop() {
     std::lock_guard<std::mutex> l(mu_);
     const auto now = clock::now();
     bool idle_now = true;
+    uint64_t round_changed = 0;
     for (const auto& node : nodes) {
       if (stopping_) break;  // an unmount: no more polls (with a hung backing, each costs a deadline)
       if (node == opts_.node) continue;
@@ -599,7 +645,9 @@ void PeerTailer::Loop() {
         st.next_poll = now + wait - interval / 2;
       }
       idle_now = idle_now && interval * (uint64_t{1} << st.idle_polls) >= idle_max;
+      round_changed += changed;
     }
+    if (round_changed > 0) RetryOrphans();
     all_idle = idle_now && !nodes.empty();
   }
 }

@@ -111,6 +111,8 @@ struct PeerTailerStats {
   uint64_t peers = 0;            // peers with a state (resumed from the index, or polled)
   uint64_t entries_applied = 0;  // entries applied from peers' journals and snapshots
   uint64_t unresolved_deltas = 0;  // peers' extent delta PUTs whose base this index did not hold
+  uint64_t orphans_applied = 0;    // peers' SETATTR/XATTR applied on a retry, after the PUT they change
+  uint64_t orphans_pending = 0;    // such entries still waiting for their name
   uint64_t polls = 0;            // polls of one peer
   uint64_t tail_reads = 0;       // of those, answered by the kept tail alone (no listing, no open)
   uint64_t nodes_listings = 0;   // listings of the nodes directory by the peer thread
@@ -191,6 +193,11 @@ class PeerTailer {
                            PeerChanges* out, uint64_t* changed);
   Status ForgetPurgedPeer(const std::string& node, uint64_t purge_generation, PeerChanges* out);
   void Notify(const PeerChanges& out);
+  // Keeps the ops of a batch the index skipped for want of a name (ApplyResult::no_target) as orphans.
+  void KeepOrphans(const std::string& node, const std::vector<ApplyOp>& ops, const ApplyResult& r);
+  // Applies the orphans again (after a poll round that applied entries): those that now find their
+  // name leave the list, so do those older than kOrphanRetention. Requires mu_.
+  void RetryOrphans();
   void SegmentDropped(const SegmentId& id);
   void NotePoll(const std::string& node, uint64_t applied, uint64_t newest_stamp);
 
@@ -202,6 +209,18 @@ class PeerTailer {
 
   std::mutex mu_;  // serializes polls; guards peers_
   std::map<std::string, PeerState> peers_;
+  // A peer's SETATTR / XATTR of a name another peer bound, read before that peer's PUT of the name (the
+  // peers are polled in turn: A's chmod of B's new file can be read first). Applied again after each
+  // round that applied something, so it lands once the PUT is here, as a rebuild orders them (index/
+  // replay.h). Bounded: kMaxOrphans (oldest dropped), kOrphanRetention. Not kept across restarts.
+  struct Orphan {
+    ApplyOp op;  // op.node = the peer
+    std::chrono::steady_clock::time_point since;
+  };
+  static constexpr size_t kMaxOrphans = 4096;
+  static constexpr std::chrono::seconds kOrphanRetention{60};
+  std::vector<Orphan> orphans_;
+  std::atomic<uint64_t> orphans_applied_{0};
 
   std::mutex wake_mu_;  // the thread's schedule
   std::condition_variable cv_;

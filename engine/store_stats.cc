@@ -128,6 +128,8 @@ StoreStats StoreImpl::GetStats() {
   s.peers = peers.peers;
   s.peer_entries_applied = peers.entries_applied;
   s.peer_unresolved_deltas = peers.unresolved_deltas;
+  s.peer_orphans_applied = peers.orphans_applied;
+  s.peer_orphans_pending = peers.orphans_pending;
   s.delta_puts = delta_puts_;
   s.delta_put_bytes = delta_put_bytes_;
   s.map_puts = map_puts_;

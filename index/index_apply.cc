@@ -30,6 +30,8 @@ struct Applier {
   Txn& t;
   std::string node;
   ApplyResult& res;
+  size_t op_index = 0;          // of the op being applied, in its batch
+  bool missing_target = false;  // AttrTarget found no name at the op's path (not: an older change)
 
   // Resolves the parent directory of `path`, creating missing directories when create is true.
   // Returns 0 (with *skip) on a conflict (a non-directory in the way, missing parent without create).
@@ -473,16 +475,19 @@ struct Applier {
 
   // The committed node at path that an attribute change of (stamp, node) may modify, or nullopt.
   Result<std::optional<InodeRec>> AttrTarget(const ApplyOp& op) {
+    missing_target = false;
     auto ino = [&]() -> Result<uint64_t> {
       if (op.path == "/") return kRootIno;
       std::string leaf;
       bool skip;
       auto parent = Parent(op.path, false, op.attr, &leaf, &skip);
       if (!parent.ok()) return parent.status();
+      missing_target = true;
       if (skip) return uint64_t(0);
       std::optional<DentryVal> cur;
       KVFS_RETURN_IF_ERROR(o.GetDentry(*parent, leaf, &cur));
       if (!cur) return uint64_t(0);
+      missing_target = false;
       // Equal (stamp, node) = the binding event itself (a snapshot's XATTR entries carry their file's
       // stamp): applies.
       if (!S_ISDIR(cur->mode) && !Newer(op.stamp, node, cur->stamp, cur->node) &&
@@ -501,7 +506,10 @@ struct Applier {
   Result<bool> Setattr(const ApplyOp& op) {
     auto r = AttrTarget(op);
     if (!r.ok()) return r.status();
-    if (!*r) return false;
+    if (!*r) {
+      if (missing_target) res.no_target.push_back(op_index);
+      return false;
+    }
     InodeRec n = **r;
     // Last writer wins by (stamp, node) against the inode's attribute stamp (its version's PUT, the
     // newest SETATTR applied): an older entry changes nothing, in whatever order the entries arrive.
@@ -558,7 +566,10 @@ struct Applier {
   Result<bool> Xattr(const ApplyOp& op) {
     auto r = AttrTarget(op);
     if (!r.ok()) return r.status();
-    if (!*r) return false;
+    if (!*r) {
+      if (missing_target) res.no_target.push_back(op_index);
+      return false;
+    }
     std::string k = XattrKey((*r)->attr.ino, op.xattr_name);
     // Last writer wins per name by (stamp, node) against the name's last set or remove (xattrstamps;
     // none: older than any entry). The same (stamp, node) is the same event (a re-applied or a
@@ -699,6 +710,7 @@ Result<ApplyResult> IndexDb::ApplyBatch(std::span<const ApplyOp> ops, std::strin
   const std::string batch_node(node);
   Applier a{o, t, batch_node, res};
   for (const ApplyOp& op : ops) {
+    a.op_index = &op - ops.data();
     const std::string& op_node = op.node.empty() ? batch_node : op.node;
     if (a.node != op_node) a.node = op_node;
     auto mark = t.GetMark();
@@ -710,6 +722,7 @@ Result<ApplyResult> IndexDb::ApplyBatch(std::span<const ApplyOp> ops, std::strin
         t.Rollback(mark);
         res.changed.resize(nchanged);
         res.attr_changed.resize(nattr);
+        if (!res.no_target.empty() && res.no_target.back() == a.op_index) res.no_target.pop_back();
         res.skipped++;
         continue;
       }

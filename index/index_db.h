@@ -184,6 +184,9 @@ struct ApplyResult {
   uint64_t applied = 0, skipped = 0;   // ops that changed something / were superseded or conflicting
   uint64_t unresolved_deltas = 0;      // delta PUTs whose base this index did not hold (applied as UNLINK)
   std::map<std::string, uint64_t> unresolved_by_node;  // the same, by the node whose entry it was
+  // SETATTR / XATTR ops (indices into the batch) skipped because no name exists at their path (yet: a
+  // peer's tailer may read the change before the PUT of the name it changes; engine/peer_tailer.h).
+  std::vector<size_t> no_target;
 };
 
 // Content of one path for comparing two indexes (inode numbers excluded).
