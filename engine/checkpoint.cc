@@ -1,6 +1,7 @@
 // Journal checkpoints and retirement: see checkpoint.h.
 #include "engine/checkpoint.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -136,15 +137,9 @@ Status WriteSnapshotFromIndex(Env* env, IndexDb* index, const IndexDb::View& vie
         return sw->Add(JournalEntry::Unlink(it.path, it.stamp));
       case K::kPeerFileChanges:
         // What this node changed last of a file another node bound: its SETATTR (the whole attribute
-        // set, as a local SETATTR journals it) and xattr sets/removes, at their own stamps. A rebuild
-        // applies them after the binding (index/replay.h ReplayNodes).
-        if (it.setattr) {
-          KVFS_RETURN_IF_ERROR(sw->Add(JournalEntry::Setattr(it.path, ToEntryAttrs(it.attr), kSetAttrsWhole, it.stamp)));
-        }
-        for (const auto& c : it.xattr_changes) {
-          KVFS_RETURN_IF_ERROR(sw->Add(JournalEntry::Xattr(it.path, c.name, c.value, c.removed, c.stamp)));
-        }
-        return Status::OK();
+        // set, as a local SETATTR journals it) and xattr sets/removes, at their own stamps (below). A
+        // rebuild applies them after the binding (index/replay.h ReplayNodes).
+        break;
       case K::kSegment:
         if (it.segment.state == SegmentState::kDropped) return sw->Add(JournalEntry::Drop(it.segment.id, 0));
         if (it.segment.cut != UINT64_MAX) {
@@ -155,8 +150,25 @@ Status WriteSnapshotFromIndex(Env* env, IndexDb* index, const IndexDb::View& vie
         if (it.segment.state == SegmentState::kSealed) return sw->Add(JournalEntry::Seal(it.segment.id, 0));
         return Status::OK();
     }
+    // Xattrs: a name with a journaled set/remove at that change's stamp (a remove too: an older set in
+    // another node's journal must not bring it back); the others at the binding's stamp.
+    // A set or remove older than the binding (made on a staged file before its commit, or before the
+    // PUT that carried the xattr set) is part of the binding: at the binding's stamp, removes omitted.
+    // (A peer's change, kPeerFileChanges, has no binding here: always at its stamp.)
+    const bool peer = it.kind == K::kPeerFileChanges;
+    auto later = [&](const IndexDb::ExportItem::XattrChange& c) { return peer || c.stamp > it.stamp; };
     for (const auto& [name, value] : it.xattrs) {
-      KVFS_RETURN_IF_ERROR(sw->Add(JournalEntry::Xattr(it.path, name, value, false, it.stamp)));
+      const bool stamped = std::any_of(it.xattr_changes.begin(), it.xattr_changes.end(),
+                                       [&](const IndexDb::ExportItem::XattrChange& c) { return c.name == name && later(c); });
+      if (!stamped) KVFS_RETURN_IF_ERROR(sw->Add(JournalEntry::Xattr(it.path, name, value, false, it.stamp)));
+    }
+    for (const auto& c : it.xattr_changes) {
+      if (!later(c)) continue;
+      KVFS_RETURN_IF_ERROR(sw->Add(JournalEntry::Xattr(it.path, c.name, c.value, c.removed, c.stamp)));
+    }
+    // An attribute change after the binding, at its stamp (held back by a replay and merged by stamp).
+    if (it.setattr) {
+      KVFS_RETURN_IF_ERROR(sw->Add(JournalEntry::Setattr(it.path, ToEntryAttrs(it.attr), kSetAttrsWhole, it.attr_stamp)));
     }
     return Status::OK();
   });

@@ -374,13 +374,18 @@ class IndexDb {
     uint64_t stamp = 0;  // kFile/kSymlink: the dentry's stamp; kTombstone: the tombstone's
     std::vector<std::pair<std::string, std::string>> xattrs;  // kDir, kFile, kSymlink
     SegmentInfo segment;                                       // kSegment (sealed, dropped or cut)
-    bool setattr = false;  // kPeerFileChanges: `node`'s SETATTR is the inode's last (attr, stamp)
+    // kPeerFileChanges: `node`'s SETATTR is the inode's last attribute change; kDir, kFile, kSymlink: an
+    // attribute change was journaled after the binding (attr as it is now, at attr_stamp).
+    bool setattr = false;
+    uint64_t attr_stamp = 0;
     struct XattrChange {
       std::string name, value;
       bool removed = false;
       uint64_t stamp = 0;
     };
-    std::vector<XattrChange> xattr_changes;  // kPeerFileChanges: names whose last set/remove is `node`'s
+    // kPeerFileChanges: the names whose last set/remove is `node`'s; kDir, kFile, kSymlink: every name
+    // with a journaled set/remove after the binding (its stamp; `xattrs` then holds the current values).
+    std::vector<XattrChange> xattr_changes;
   };
   // Calls fn for every directory (root excluded) and every committed file / symlink whose dentry was
   // bound by `node` (dentry node == node), in a depth-first walk (a directory before anything under it),

@@ -94,49 +94,48 @@ Status IndexDb::ExportLive(const View& view, std::string_view node,
       item->xattrs.emplace_back(xit->key().ToString().substr(8), xit->value().ToString());
     return ToStatus(xit->status(), "export xattrs");
   };
-  // The inodes with an xattr name whose last set or remove is `node`'s: one pass over the stamps, in inode
-  // order (big-endian keys), 8 bytes per inode (its own files' included: 8 MB for a million).
-  std::vector<uint64_t> xattr_changed;
+  // The inodes with a per-name xattr stamp (a set or remove journaled after the file's binding): one
+  // pass over the stamps, in inode order (big-endian keys), 8 bytes per inode (8 MB for a million).
+  std::vector<uint64_t> xattr_stamped;
   {
     std::unique_ptr<rocksdb::Iterator> sit(db->NewIterator(ro, impl_->H(kXattrStamps)));
     for (sit->SeekToFirst(); sit->Valid(); sit->Next()) {
+      if (sit->key().size() < 8) continue;
+      const uint64_t ino = GetBE64(sit->key().data());
+      if (xattr_stamped.empty() || xattr_stamped.back() != ino) xattr_stamped.push_back(ino);
+    }
+    KVFS_RETURN_IF_ERROR(ToStatus(sit->status(), "export xattr stamps"));
+  }
+  // The xattr names of ino with a stamp record (only `node`'s when only_node): set (value) or removed.
+  auto stamped_xattrs = [&](uint64_t ino, bool only_node, ExportItem* item) -> Status {
+    if (!std::binary_search(xattr_stamped.begin(), xattr_stamped.end(), ino)) return Status::OK();
+    std::unique_ptr<rocksdb::Iterator> sit(db->NewIterator(ro, impl_->H(kXattrStamps)));
+    const std::string xp = InoKey(ino);
+    for (sit->Seek(xp); sit->Valid() && sit->key().starts_with(xp); sit->Next()) {
       XattrStamp x;
       if (!DecodeXattrStamp(std::string_view(sit->value().data(), sit->value().size()), &x)) {
         return Status::Corruption("bad xattr stamp record");
       }
-      if (x.node != node || sit->key().size() < 8) continue;
-      const uint64_t ino = GetBE64(sit->key().data());
-      if (xattr_changed.empty() || xattr_changed.back() != ino) xattr_changed.push_back(ino);
+      if (only_node && x.node != node) continue;
+      ExportItem::XattrChange c;
+      c.name = sit->key().ToString().substr(8);
+      c.stamp = x.stamp;
+      c.removed = x.removed;
+      if (!c.removed) {
+        auto s = db->Get(ro, impl_->H(kXattrs), sit->key(), &c.value);
+        if (s.IsNotFound()) c.removed = true;
+        else if (!s.ok()) return ToStatus(s, "export xattr");
+      }
+      item->xattr_changes.push_back(std::move(c));
     }
-    KVFS_RETURN_IF_ERROR(ToStatus(sit->status(), "export xattr stamps"));
-  }
+    return ToStatus(sit->status(), "export xattr stamps");
+  };
   // A file bound by another node: what `node` changed of it last (nothing: false).
   auto peer_file_changes = [&](uint64_t ino, const InodeRec& r, ExportItem* item) -> Result<bool> {
     item->kind = ExportItem::Kind::kPeerFileChanges;
     item->setattr = r.stamp != 0 && r.stamp_node == node;
-    if (item->setattr) item->stamp = r.stamp;
-    if (std::binary_search(xattr_changed.begin(), xattr_changed.end(), ino)) {
-      std::unique_ptr<rocksdb::Iterator> sit(db->NewIterator(ro, impl_->H(kXattrStamps)));
-      const std::string xp = InoKey(ino);
-      for (sit->Seek(xp); sit->Valid() && sit->key().starts_with(xp); sit->Next()) {
-        XattrStamp x;
-        if (!DecodeXattrStamp(std::string_view(sit->value().data(), sit->value().size()), &x)) {
-          return Status::Corruption("bad xattr stamp record");
-        }
-        if (x.node != node) continue;
-        ExportItem::XattrChange c;
-        c.name = sit->key().ToString().substr(8);
-        c.stamp = x.stamp;
-        c.removed = x.removed;
-        if (!c.removed) {
-          auto s = db->Get(ro, impl_->H(kXattrs), sit->key(), &c.value);
-          if (s.IsNotFound()) c.removed = true;
-          else if (!s.ok()) return ToStatus(s, "export xattr");
-        }
-        item->xattr_changes.push_back(std::move(c));
-      }
-      KVFS_RETURN_IF_ERROR(ToStatus(sit->status(), "export xattr stamps"));
-    }
+    if (item->setattr) item->attr_stamp = r.stamp;
+    KVFS_RETURN_IF_ERROR(stamped_xattrs(ino, true, item));
     return item->setattr || !item->xattr_changes.empty();
   };
   std::vector<std::pair<uint64_t, std::string>> stack{{kRootIno, "/"}};
@@ -161,6 +160,10 @@ Status IndexDb::ExportLive(const View& view, std::string_view node,
       if (r.is_dir()) {
         item.kind = ExportItem::Kind::kDir;
         stack.push_back({ino, item.path});
+        // Directories carry no stamps of their own (MKDIR only creates): their last attribute change,
+        // if journaled, goes with its stamp (every node exports every directory).
+        item.setattr = r.stamp != 0;
+        item.attr_stamp = r.stamp;
       } else {
         std::string dv;
         s = db->Get(ro, impl_->H(kDentries), DentryKey(dir, name), &dv);
@@ -177,11 +180,16 @@ Status IndexDb::ExportLive(const View& view, std::string_view node,
         // A symlink or a special file (its mode and rdev in attr): both index-only, journaled as SYMLINK.
         item.kind = r.is_reg() ? ExportItem::Kind::kFile : ExportItem::Kind::kSymlink;
         item.stamp = d.stamp;
+        // Attributes changed after the binding (a SETATTR of this node or a peer's): that change's stamp,
+        // so an older change in another node's journal does not win over it in a rebuild.
+        item.setattr = r.stamp > d.stamp;
+        item.attr_stamp = r.stamp;
         item.location = r.loc;
         item.extents = r.extents;
         item.symlink = r.symlink;
       }
       KVFS_RETURN_IF_ERROR(xattrs(ino, &item));
+      KVFS_RETURN_IF_ERROR(stamped_xattrs(ino, false, &item));
       KVFS_RETURN_IF_ERROR(fn(item));
     }
     KVFS_RETURN_IF_ERROR(ToStatus(it->status(), "export"));

@@ -150,7 +150,7 @@ void CollectNodeCuts(Env* env, const std::string& node, const std::vector<Journa
 Status ApplyNewestSnapshot(Env* env, const std::string& node, const std::vector<SnapshotFile>& snaps,
                            const std::function<Status(std::vector<ApplyOp>* ops, bool last)>& apply,
                            const SnapshotFile** used, uint64_t* entries, uint64_t* max_stamp,
-                           std::vector<std::pair<std::string, Status>>* bad, std::vector<JournalEntry>* held) {
+                           std::vector<std::pair<std::string, Status>>* bad) {
   *used = nullptr;
   *entries = 0;
   for (auto it = snaps.rbegin(); it != snaps.rend(); ++it) {
@@ -158,18 +158,11 @@ Status ApplyNewestSnapshot(Env* env, const std::string& node, const std::vector<
     uint64_t n = 0;
     Status apply_error;
     SnapshotInfo info;
-    std::string bound;  // path of the last PUT / SYMLINK / MKDIR: the XATTRs that follow are its own
-    if (held) held->clear();
     Status s = ReadSnapshot(
         env, it->path, node,
         [&](const JournalEntry& e) -> Status {
           ApplyOp op;
           n++;
-          if (e.op == JournalOp::kPut || e.op == JournalOp::kSymlink || e.op == JournalOp::kMkdir) bound = e.path;
-          if (held && (e.op == JournalOp::kSetattr || (e.op == JournalOp::kXattr && e.path != bound))) {
-            held->push_back(e);
-            return Status::OK();
-          }
           if (!JournalEntryToApplyOp(e, &op)) return Status::OK();
           ops.push_back(std::move(op));
           if (ops.size() >= kReplayBatch) {
@@ -182,7 +175,6 @@ Status ApplyNewestSnapshot(Env* env, const std::string& node, const std::vector<
         &info);
     if (!apply_error.ok()) return apply_error;
     if (!s.ok()) {
-      if (held) held->clear();
       spdlog::error("kvfs: snapshot {} not used: {}", it->path, s.ToString());
       if (bad) bad->emplace_back(it->path, s);
       if (n > 0) {
@@ -223,13 +215,9 @@ struct NodeCursor {
   JournalCuts cut_at;
   std::unique_ptr<JournalReader> reader;
   ReplayedFile rf;                 // of the file `reader` reads
-  // The snapshot's changes to other nodes' files (ApplyNewestSnapshot's held), sorted by stamp: they come
-  // first in the node's stream, before its journal tail.
-  std::vector<JournalEntry> held;
-  size_t held_next = 0;
   JournalEntry head;               // the next entry (valid when has_head)
-  JournalPosition head_end;        // its end in its journal file (not for a held entry)
-  bool has_head = false, head_held = false;
+  JournalPosition head_end;
+  bool has_head = false;
   uint64_t clock = 0;              // the highest stamp taken from this journal so far (merge key)
   JournalPosition last, recorded;  // end of the last entry taken / recorded as applied in the index
 };
@@ -251,12 +239,6 @@ void CloseFile(NodeCursor& c) {
 // the end of the last one. Unreadable files and read errors end that file (reported in the result).
 void Advance(Env* env, NodeCursor& c) {
   c.has_head = false;
-  c.head_held = c.held_next < c.held.size();
-  if (c.head_held) {
-    c.head = std::move(c.held[c.held_next++]);
-    c.has_head = true;
-    return;
-  }
   for (;;) {
     if (!c.reader) {
       if (c.next_file >= c.files.size()) return;
@@ -295,9 +277,19 @@ void Advance(Env* env, NodeCursor& c) {
   }
 }
 
+// The ops of a batch that found no name (ApplyResult::no_target), with their node, for a later retry.
+void KeepOrphans(const std::vector<ApplyOp>& ops, const ApplyResult& r, const std::string& node,
+                 std::vector<ApplyOp>* orphans) {
+  for (size_t i : r.no_target) {
+    if (i >= ops.size()) continue;
+    orphans->push_back(ops[i]);
+    if (orphans->back().node.empty()) orphans->back().node = node;
+  }
+}
+
 // Applies the snapshot a replay of `node` starts from (if any) and lists what is left to read after it.
 Status PrepareNode(Env* env, const std::string& backing, const ReplaySource& src, IndexDb* index,
-                   NodeCursor* c) {
+                   NodeCursor* c, std::vector<ApplyOp>* orphans) {
   ReplayNodeResult* out = src.out;
   const std::string& node = src.node;
   const JournalPosition& from = src.from;
@@ -330,11 +322,10 @@ Status PrepareNode(Env* env, const std::string& backing, const ReplaySource& src
           auto r = index->ApplyBatch(*ops, node);
           if (!r.ok()) return r.status();
           out->unresolved_deltas += r->unresolved_deltas;
+          KeepOrphans(*ops, *r, node, orphans);
           return Status::OK();
         },
-        &used, &out->snapshot_entries, &out->max_stamp, &out->bad_snapshots, &c->held));
-    std::stable_sort(c->held.begin(), c->held.end(),
-                     [](const JournalEntry& a, const JournalEntry& b) { return a.stamp < b.stamp; });
+        &used, &out->snapshot_entries, &out->max_stamp, &out->bad_snapshots));
   }
   if (used != nullptr) {
     out->snapshot = used->path;
@@ -371,8 +362,11 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
   // 1. Every node's snapshot: a node's snapshot is its namespace at one moment, older than each entry
   //    of its journal tail.
   std::vector<NodeCursor> cursors(sources.size());
+  // SETATTR / XATTR ops that found no name when applied (a snapshot's change to a peer's file whose
+  // binding comes later, or lies under a directory renamed later): applied again at the end.
+  std::vector<ApplyOp> orphans;
   for (size_t i = 0; i < sources.size(); i++) {
-    KVFS_RETURN_IF_ERROR(PrepareNode(env, backing, sources[i], index, &cursors[i]));
+    KVFS_RETURN_IF_ERROR(PrepareNode(env, backing, sources[i], index, &cursors[i], &orphans));
   }
   for (auto& c : cursors) Advance(env, c);
   // 2. The journal tails, merged by stamp: each step takes the head entry of the journal with the lowest
@@ -390,8 +384,9 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
     }
     if (ops.empty() && positions.empty()) return Status::OK();
     auto r = index->ApplyBatch(ops, batch_node, positions);
-    ops.clear();
     if (!r.ok()) return r.status();
+    KeepOrphans(ops, *r, batch_node, &orphans);
+    ops.clear();
     for (auto& c : cursors) c.recorded = c.last;
     for (auto& c : cursors) {
       auto it = r->unresolved_by_node.find(c.node);
@@ -418,7 +413,7 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
       if (sources.size() > 1) op.node = c.node;
       ops.push_back(std::move(op));
     }
-    if (!c.head_held) c.last = c.head_end;
+    c.last = c.head_end;
     Advance(env, c);
     if (c.has_head) heap.emplace(key(c), &c.node, &c - cursors.data());
     if (ops.size() >= kReplayBatch) KVFS_RETURN_IF_ERROR(flush());
@@ -426,6 +421,13 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
   // Also positions past entries the index does not apply (CUTs) since the last batch: a replay from
   // them (Store::Open of a clean index) does not read them again.
   KVFS_RETURN_IF_ERROR(flush());
+  if (!orphans.empty()) {
+    // Last-writer-wins by stamp decides as always: a change older than what the name holds now is skipped.
+    auto r = index->ApplyBatch(orphans, batch_node);
+    if (!r.ok()) return r.status();
+    spdlog::info("kvfs: replay: {} attribute/xattr change(s) found their name only later: {} applied now, {} "
+                 "still without one", orphans.size(), r->applied, r->no_target.size());
+  }
   uint64_t max_stamp = 0;
   for (const auto& c : cursors) max_stamp = std::max(max_stamp, c.out->max_stamp);
   if (max_stamp) KVFS_RETURN_IF_ERROR(index->SetHlcFloor(max_stamp));

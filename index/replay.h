@@ -89,14 +89,10 @@ struct ReplayNodeResult {
 // (logged, appended to *bad) and nothing of them is applied. *used = the snapshot applied (nullptr:
 // none); *max_stamp raised by its header. Errors: apply's, and NotFound-free I/O errors are treated as
 // "damaged" (skipped) so a replay still proceeds with the journals.
-// held (optional): the snapshot's changes to other nodes' files (its SETATTR entries, and XATTR entries
-// that do not follow their path's PUT/SYMLINK/MKDIR: index/snapshot.h) go there instead, in file order,
-// for the caller to apply after the bindings they change (ReplayNodes does).
 Status ApplyNewestSnapshot(Env* env, const std::string& node, const std::vector<SnapshotFile>& snaps,
                            const std::function<Status(std::vector<ApplyOp>* ops, bool last)>& apply,
                            const SnapshotFile** used, uint64_t* entries, uint64_t* max_stamp,
-                           std::vector<std::pair<std::string, Status>>* bad,
-                           std::vector<JournalEntry>* held = nullptr);
+                           std::vector<std::pair<std::string, Status>>* bad);
 
 // Replays every journal file of `node` under `backing` into `index` (rules above). A node directory
 // without journals is OK (empty result). Errors: only IndexDb failures and a failure to list the
@@ -127,13 +123,15 @@ struct ReplaySource {
   ReplayNodeResult* out = nullptr;         // required
 };
 
-// Replays several nodes as one history (docs/design.md §3 "Rebuild"): every node's snapshot first (its
-// changes to other nodes' files held back, sorted by stamp, ahead of its journal tail), then the
-// entries of all their journal tails merged by stamp, each journal in its own order (the lowest
+// Replays several nodes as one history (docs/design.md §3 "Rebuild order"): every node's snapshot first,
+// then the entries of all their journal tails merged by stamp, each journal in its own order (the lowest
 // (clock, node) first, a journal's clock being the highest stamp taken from it so far or its next
 // entry's). A node's entry that depends on a peer's (a SETATTR, XATTR or directory RENAME of a name
 // the peer bound, written after this node applied the peer's entry, so with a higher HLC stamp) is
 // applied after it, as it was on the live nodes; a node-by-node replay dropped it (no such name yet).
+// A SETATTR or XATTR that finds no name when applied (ApplyResult::no_target: a snapshot's change to a
+// peer's file whose binding comes later, or that lies under a directory renamed later) is applied again
+// once at the end, where last-writer-wins by stamp decides as always.
 // Batches mix nodes (ApplyOp::node) and record every node's position they reach. Otherwise the rules
 // and errors of ReplayNode, per node; with one source it is ReplayNode.
 Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplaySource> sources, IndexDb* index);

@@ -10,13 +10,17 @@
 //   * UNLINK{path, stamp} for every tombstone of N (deleted or renamed-away names), so a late or replayed
 //     PUT of another node with an older stamp cannot resurrect the name;
 //   * MKDIR for every directory (directories carry no stamps; MKDIR creates only if missing);
-//   * XATTR for the user xattrs of those files and directories (stamp = the file's dentry stamp);
+//   * XATTR for the user xattrs of those files and directories: a name set or removed after the
+//     binding (it has a per-name stamp) as that set or remove at its stamp, the others at the file's
+//     dentry stamp (0 for directories); then, if the attributes changed after the binding (the inode's
+//     attribute stamp is not the dentry's; any journaled change of a directory), SETATTR{path, whole
+//     attribute set, kSetAttrsWhole, that stamp}, so that an older change in another node's journal
+//     cannot win over it in a rebuild;
 //   * for every committed file bound by ANOTHER node whose attributes N changed last (the inode's
 //     attribute stamp is N's): SETATTR{path, whole attribute set, kSetAttrsWhole, that stamp}; and for
 //     every xattr name of such a file whose last set or remove is N's: XATTR{path, name, value or
-//     remove, its stamp} (a snapshot entry that does not follow its path's PUT/SYMLINK/MKDIR). Without
-//     them a change N made to a peer's file would be lost once N's journal is retired; a replay holds
-//     them back and applies them by stamp after the journal entries of the others (index/replay.h);
+//     remove, its stamp}. Without them a change N made to a peer's file would be lost once N's journal
+//     is retired; a replay applies one that finds no name yet again at its end (index/replay.h);
 //   * SEAL / DROP for every segment of N the index knows as sealed / dropped;
 //   * CUT{segment file, offset} for every segment of N, not dropped, that a CUT entry cut (the lowest
 //     offset; IndexDb SegmentInfo::cut): the journal file holding the CUT is retired behind the snapshot,
