@@ -23,6 +23,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdarg>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -565,6 +566,15 @@ int RunMount(MountArgs a) {
   // empty directory underneath; if the store cannot be opened, the mount is removed again (the waiting
   // requests then fail with ENOTCONN or ECONNABORTED: the session's fd is closed first, which aborts the connection).
   auto fs = std::make_unique<kvfs::KvfsFs>(nullptr, fo);
+  // SIGINT/SIGTERM/SIGHUP stay blocked (pending, not lost) from before the mount until the handlers that
+  // end the loop are installed below: one that came as soon as the mount was visible killed the daemon
+  // with the mount left behind (cli_test test_sigterm_while_the_store_opens, once on a loaded machine).
+  sigset_t end_signals, old_mask;
+  sigemptyset(&end_signals);
+  sigaddset(&end_signals, SIGINT);
+  sigaddset(&end_signals, SIGTERM);
+  sigaddset(&end_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &end_signals, &old_mask);
   kvfs::Status ms;
   const std::string mount_err = CaptureStderr([&] { ms = fs->Mount(a.mountpoint, fopts, "kvfs:" + (a.s3_url.empty() ? a.backing : a.s3_url)); });
   if (!ms.ok()) {
@@ -596,6 +606,7 @@ int RunMount(MountArgs a) {
   // SIGINT/SIGTERM/SIGHUP from now on end the loop (at once if one comes while the store opens).
   kvfs::Status ss = fs->InstallSignalHandlers();
   if (!ss.ok()) spdlog::warn("{}", ss.ToString());
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);  // a signal that came meanwhile is handled now
 
   const bool index_existed = IsDir(so.index_dir);
   const bool index_was_empty = index_existed && DirEmpty(so.index_dir);  // pre-created by the operator
