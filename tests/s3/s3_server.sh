@@ -15,6 +15,10 @@
 #                                     tests' "server unreachable" case.
 # Pacific's radosgw has no RADOS-less backend (rgw_backend_store / dbstore came with Quincy), hence the
 # monitor and OSD. Ports are picked free on 127.0.0.1 at start. Runs as the calling user (root in CI).
+# The gateway runs with tcp_nodelay=1: without it beast sends a response's headers and its body as two
+# writes and Nagle holds the body until the client's delayed ACK of the headers, 40 ms later, so every
+# GET with a body took >= 40 ms (a 50 s fsck test took 8 s with it; the S3 throughput measured before
+# 2026-12-07 in docs/benchmarks.md paid that stall per GET).
 set -euo pipefail
 
 die() { echo "s3_server: $*" >&2; exit 1; }
@@ -53,7 +57,7 @@ start_rgw() {
   if [ -f "$dir/rgw.port" ]; then port=$(cat "$dir/rgw.port"); else port=$(free_port); fi
   if [ -f "$dir/rgw.tls-port" ]; then tls_port=$(cat "$dir/rgw.tls-port"); else tls_port=$(free_port); fi
   spawn rgw radosgw -f -c "$conf" -n client.rgw.test \
-    --rgw-frontends "beast endpoint=127.0.0.1:$port ssl_endpoint=127.0.0.1:$tls_port \
+    --rgw-frontends "beast tcp_nodelay=1 endpoint=127.0.0.1:$port ssl_endpoint=127.0.0.1:$tls_port \
 ssl_certificate=$dir/tls/cert.pem ssl_private_key=$dir/tls/key.pem"
   echo "$port" > "$dir/rgw.port"
   echo "$tls_port" > "$dir/rgw.tls-port"
