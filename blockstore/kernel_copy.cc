@@ -143,6 +143,31 @@ bool VisitThroughKernel(const char* src, size_t len, size_t grain,
   return VisitImpl(src, len, grain, visit, /*count=*/true);
 }
 
+void WriteThroughKernel(char* dst, const char* src, size_t n) {
+  // Set once the kernel refuses the call itself (seccomp, no CONFIG_CROSS_MEMORY_ATTACH): stop asking.
+  static std::atomic<bool> refused{false};
+  size_t done = 0;
+  if (!g_kernel_copy_disabled.load(std::memory_order_relaxed) && !refused.load(std::memory_order_relaxed)) {
+    const pid_t self = getpid();
+    while (done < n) {
+      iovec local{const_cast<char*>(src + done), n - done};
+      iovec remote{dst + done, n - done};
+      const ssize_t k = process_vm_writev(self, &local, 1, &remote, 1, 0);
+      if (k <= 0) {
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == ENOSYS || errno == EPERM)) refused.store(true, std::memory_order_relaxed);
+        break;
+      }
+      done += static_cast<size_t>(k);
+    }
+    g_kernel_copy_bytes.fetch_add(done, std::memory_order_relaxed);
+  }
+  if (done < n) {
+    g_kernel_copy_fallbacks.fetch_add(1, std::memory_order_relaxed);
+    std::memcpy(dst + done, src + done, n - done);
+  }
+}
+
 KernelCopyStats GetKernelCopyStats() {
   return {g_kernel_copy_bytes.load(std::memory_order_relaxed), g_kernel_copy_fallbacks.load(std::memory_order_relaxed)};
 }

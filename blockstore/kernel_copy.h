@@ -47,6 +47,13 @@ inline constexpr size_t kKernelCopyWindow = 256 * 1024;
 bool VisitThroughKernel(const char* src, size_t len, size_t grain,
                         const std::function<bool(size_t offset, const char* p, size_t n)>& visit);
 
+// Writes src[0, n) into dst through the kernel: process_vm_writev(2) on this process pins dst's pages and
+// copies into them through the kernel's own mapping, so dst is never accessed from user mode (a loader
+// that receives a value in pieces, e.g. an S3 GET's body from libcurl's buffer, into a never-touched
+// ValueBuffer). src should be memory user mode touched already. Falls back to memcpy (counted in
+// fallbacks) when the kernel refuses. Thread-safe.
+void WriteThroughKernel(char* dst, const char* src, size_t n);
+
 struct KernelCopyStats {
   uint64_t bytes = 0;      // bytes handed out as kernel copies
   uint64_t fallbacks = 0;  // calls (or their rest) handed out in place because the kernel refused

@@ -18,6 +18,7 @@
 
 #include <sys/stat.h>
 
+#include "blockstore/kernel_copy.h"
 #include "blockstore/log.h"
 
 namespace kvfs {
@@ -333,7 +334,11 @@ struct S3ClientCallbacks {
     }
     if (req.buf) {
       const size_t c = std::min(data.size(), req.cap - resp.got);
-      std::memcpy(req.buf + resp.got, data.data(), c);
+      if (VerifyUntouchedThroughKernel()) {
+        WriteThroughKernel(req.buf + resp.got, data.data(), c);
+      } else {
+        std::memcpy(req.buf + resp.got, data.data(), c);
+      }
       resp.got += c;
     } else {
       req.out->append(data);

@@ -1,6 +1,7 @@
 #include "blockstore/kernel_copy.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <cstdio>
@@ -91,6 +92,38 @@ TEST(KernelCopyTest, FallbackHandsOutTheSourceInPlace) {
   EXPECT_TRUE(out == src);
   EXPECT_EQ(GetKernelCopyStats().fallbacks, before.fallbacks + 1);
   EXPECT_EQ(GetKernelCopyStats().bytes, before.bytes);
+}
+
+TEST(KernelCopyTest, WriteThroughKernelLandsExactlyTheSourceBytes) {
+  for (size_t n : {size_t{1}, size_t{4095}, size_t{65536} + 3, size_t{3u << 20} + 17}) {
+    const std::string src = KernelCopyPattern(n);
+    const size_t map_len = (n + 8192 + 4095) / 4096 * 4096;
+    void* m = mmap(nullptr, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(m, MAP_FAILED);
+    char* dst = static_cast<char*>(m) + 4096 + 1;  // unaligned, never touched before the call
+    const KernelCopyStats before = GetKernelCopyStats();
+    WriteThroughKernel(dst, src.data(), n);
+    const KernelCopyStats after = GetKernelCopyStats();
+    EXPECT_TRUE(std::string(dst, n) == src) << n;
+    EXPECT_EQ(dst[-1], 0) << n;  // nothing written around the range
+    EXPECT_EQ(dst[n], 0) << n;
+    EXPECT_EQ(after.bytes - before.bytes, n);  // process_vm_writev works on this test box
+    EXPECT_EQ(after.fallbacks, before.fallbacks);
+    munmap(m, map_len);
+  }
+}
+
+TEST(KernelCopyTest, WriteThroughKernelFallsBackToMemcpy) {
+  const std::string src = KernelCopyPattern(70000);
+  std::string dst(70000, '\0');
+  SetKernelCopyDisabledForTest(true);
+  const KernelCopyStats before = GetKernelCopyStats();
+  WriteThroughKernel(dst.data(), src.data(), src.size());
+  const KernelCopyStats after = GetKernelCopyStats();
+  SetKernelCopyDisabledForTest(false);
+  EXPECT_TRUE(dst == src);
+  EXPECT_EQ(after.fallbacks, before.fallbacks + 1);
+  EXPECT_EQ(after.bytes, before.bytes);
 }
 
 TEST(KernelCopyTest, ManyThreadsEachUseTheirOwnWindow) {
