@@ -22,6 +22,8 @@ namespace {
 
 std::atomic<uint64_t> g_kernel_copy_bytes{0};
 std::atomic<uint64_t> g_kernel_copy_fallbacks{0};
+std::atomic<uint64_t> g_kernel_write_bytes{0};
+std::atomic<uint64_t> g_kernel_write_fallbacks{0};
 std::atomic<bool> g_kernel_copy_disabled{false};
 
 // A thread's pipe and window. The window is touched from user mode once, when it is allocated.
@@ -160,16 +162,17 @@ void WriteThroughKernel(char* dst, const char* src, size_t n) {
       }
       done += static_cast<size_t>(k);
     }
-    g_kernel_copy_bytes.fetch_add(done, std::memory_order_relaxed);
+    g_kernel_write_bytes.fetch_add(done, std::memory_order_relaxed);
   }
   if (done < n) {
-    g_kernel_copy_fallbacks.fetch_add(1, std::memory_order_relaxed);
+    g_kernel_write_fallbacks.fetch_add(1, std::memory_order_relaxed);
     std::memcpy(dst + done, src + done, n - done);
   }
 }
 
 KernelCopyStats GetKernelCopyStats() {
-  return {g_kernel_copy_bytes.load(std::memory_order_relaxed), g_kernel_copy_fallbacks.load(std::memory_order_relaxed)};
+  return {g_kernel_copy_bytes.load(std::memory_order_relaxed), g_kernel_copy_fallbacks.load(std::memory_order_relaxed),
+          g_kernel_write_bytes.load(std::memory_order_relaxed), g_kernel_write_fallbacks.load(std::memory_order_relaxed)};
 }
 
 void SetKernelCopyDisabledForTest(bool disabled) { g_kernel_copy_disabled.store(disabled); }

@@ -51,12 +51,14 @@ bool VisitThroughKernel(const char* src, size_t len, size_t grain,
 // copies into them through the kernel's own mapping, so dst is never accessed from user mode (a loader
 // that receives a value in pieces, e.g. an S3 GET's body from libcurl's buffer, into a never-touched
 // ValueBuffer). src should be memory user mode touched already. Falls back to memcpy (counted in
-// fallbacks) when the kernel refuses. Thread-safe.
+// write_fallbacks) when the kernel refuses. Thread-safe.
 void WriteThroughKernel(char* dst, const char* src, size_t n);
 
 struct KernelCopyStats {
   uint64_t bytes = 0;      // bytes handed out as kernel copies
   uint64_t fallbacks = 0;  // calls (or their rest) handed out in place because the kernel refused
+  uint64_t write_bytes = 0;      // WriteThroughKernel: bytes the kernel wrote
+  uint64_t write_fallbacks = 0;  // WriteThroughKernel: calls (or their rest) done by memcpy
 };
 KernelCopyStats GetKernelCopyStats();
 

@@ -291,6 +291,7 @@ struct StoreStats {
   // Loaded bytes verified (and metadata parsed) from kernel copies, not in place (blockstore/kernel_copy.h),
   // and the loads that fell back to in place because the kernel refused.
   uint64_t verify_kernel_copy_bytes = 0, verify_kernel_copy_fallbacks = 0;
+  uint64_t kernel_write_bytes = 0, kernel_write_fallbacks = 0;  // S3 GET bodies (kernel_copy.h WriteThroughKernel)
   // How values loaded into never-touched memory are verified (--verify-copy: the mode asked, the path
   // used, and the mount-time probe's figures when the mode is auto; blockstore/kernel_copy.h).
   VerifyCopyChoice verify_copy;

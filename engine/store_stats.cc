@@ -115,6 +115,8 @@ StoreStats StoreImpl::GetStats() {
   const KernelCopyStats kc = GetKernelCopyStats();
   s.verify_kernel_copy_bytes = kc.bytes;
   s.verify_kernel_copy_fallbacks = kc.fallbacks;
+  s.kernel_write_bytes = kc.write_bytes;
+  s.kernel_write_fallbacks = kc.write_fallbacks;
   s.verify_copy = GetVerifyCopy();
   s.cache_bytes = cache_.Usage();
   s.checksum_failures = checksum_failures_;

@@ -125,7 +125,9 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                       {"free_bytes", st.pool_free_bytes},
                       {"reused_untouched", st.pool_reused_untouched},
                       {"kernel_copy_bytes", st.verify_kernel_copy_bytes},
-                      {"kernel_copy_fallbacks", st.verify_kernel_copy_fallbacks}};
+                      {"kernel_copy_fallbacks", st.verify_kernel_copy_fallbacks},
+                      {"kernel_write_bytes", st.kernel_write_bytes},
+                      {"kernel_write_fallbacks", st.kernel_write_fallbacks}};
   {
     // --verify-copy: what was asked, the path never-touched buffers take, and the mount's probe.
     const VerifyCopyChoice& vc = st.verify_copy;
@@ -406,6 +408,11 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
   e.One("kvfs_read_verify_kernel_copy_fallbacks_total", "counter",
         "Verifications that fell back to in place because the kernel refused the copy.",
         st.verify_kernel_copy_fallbacks);
+  e.One("kvfs_kernel_write_bytes_total", "counter",
+        "S3 GET bodies written into never-touched buffers by the kernel (process_vm_writev) instead of memcpy.",
+        st.kernel_write_bytes);
+  e.One("kvfs_kernel_write_fallbacks_total", "counter",
+        "Such writes done by memcpy because the kernel refused process_vm_writev.", st.kernel_write_fallbacks);
   e.One("kvfs_checksum_failures_total", "counter", "Reads that failed their checksum (answered EIO).",
         st.checksum_failures);
 

@@ -190,6 +190,32 @@ class S3MountTest(unittest.TestCase):
             out += [os.path.join(d, f) for f in files if f.endswith(".kseg")]
         return out
 
+    def test_cold_read_bodies_land_through_the_kernel(self):
+        """A GET's body is written into the value's never-touched buffer by the kernel (process_vm_writev)
+        when --verify-copy chose the kernel copy, by memcpy when it chose in place; the bytes are the same
+        (docs/operations.md "S3 backing")."""
+        a = self.node("a", "staging-a")
+        files = {"kv/c%d.bin" % i: chunk_bytes(i) for i in range(3)}
+        with self.mount(a, node_id="a") as (mnt, _, _):
+            os.makedirs(os.path.join(mnt, "kv"))
+            for rel, data in files.items():
+                with open(os.path.join(mnt, rel), "wb") as f:
+                    f.write(data)
+        for i, mode in enumerate(("kernel", "inplace")):
+            n = self.node("r%d" % i, "staging-r%d" % i)  # a fresh index and staging: every byte from the bucket
+            with self.mount(n, node_id="r%d" % i, verify_copy=mode) as (mnt, _, _):
+                before = stats(mnt)["buffer_pool"]
+                for rel, data in files.items():
+                    with open(os.path.join(mnt, rel), "rb") as f:
+                        self.assertEqual(f.read(), data, (mode, rel))
+                after = stats(mnt)["buffer_pool"]
+            written = after["kernel_write_bytes"] - before["kernel_write_bytes"]
+            self.assertEqual(after["kernel_write_fallbacks"], 0, mode)
+            if mode == "kernel":
+                self.assertGreaterEqual(written, len(files) * CHUNK)
+            else:
+                self.assertEqual(written, 0)
+
     def test_store_remount_from_bucket_alone(self):
         files = {}
         a = self.node("a", "staging-1")
