@@ -14,6 +14,7 @@
 #include "blockstore/log.h"
 #include "blockstore/node_dir.h"
 #include "engine/checkpoint.h"
+#include "engine/dir_renames.h"
 #include "index/replay.h"
 
 namespace kvfs {
@@ -76,6 +77,7 @@ PeerTailerStats PeerTailer::GetStats() {
     std::lock_guard<std::mutex> l(mu_);
     s.peers = peers_.size();
     s.orphans_pending = orphans_.size();
+    s.dir_rename_redirects = opts_.dir_renames ? opts_.dir_renames->redirected() : 0;
   }
   s.entries_applied = entries_applied_;
   s.unresolved_deltas = unresolved_deltas_;
@@ -280,7 +282,13 @@ Status PeerTailer::ReadJournalFile(const std::string& node, PeerState* st, std::
       Result<ApplyResult> r = Status::OK();
       {
         std::lock_guard<std::mutex> l(*ns_mu_);
+        if (opts_.dir_renames) {
+          for (auto& op : ops) opts_.dir_renames->Redirect(&op, node);
+        }
         r = index_->ApplyBatch(ops, node, last.ToString());
+        if (r.ok() && opts_.dir_renames) {
+          for (size_t i : r->moved_dirs) opts_.dir_renames->Note(ops[i].path, ops[i].to, ops[i].stamp, node);
+        }
       }
       if (!r.ok()) return r.status();
       *changed += ops.size();
@@ -448,6 +456,12 @@ void PeerTailer::RetryOrphans() {
   Result<ApplyResult> r = Status::OK();
   {
     std::lock_guard<std::mutex> l(*ns_mu_);
+    if (opts_.dir_renames) {
+      // A directory renamed since: the change lands under its new path (engine/dir_renames.h).
+      for (size_t i = 0; i < ops.size(); ++i) {
+        if (opts_.dir_renames->Redirect(&ops[i], opts_.node)) orphans_[i].op = ops[i];
+      }
+    }
     r = index_->ApplyBatch(ops, opts_.node);  // every op names its peer (ApplyOp::node)
   }
   if (!r.ok()) {

@@ -64,8 +64,14 @@
 
 namespace kvfs {
 
+class DirRenameLog;
+
 struct PeerTailerOptions {
   Env* env = nullptr;
+  // Directory renames applied on this node (engine/dir_renames.h): peers' entries older than one are
+  // redirected to where it moved their path; the directory RENAMEs this tailer applies are noted there.
+  // Null: neither.
+  DirRenameLog* dir_renames = nullptr;
   std::string backing_dir;
   std::string node;  // this node: never tailed
   // The peer thread's period (idle peers are polled every 2, then 4 intervals); 0 = no thread, RequestRefresh is a no-op
@@ -113,6 +119,7 @@ struct PeerTailerStats {
   uint64_t unresolved_deltas = 0;  // peers' extent delta PUTs whose base this index did not hold
   uint64_t orphans_applied = 0;    // peers' SETATTR/XATTR applied on a retry, after the PUT they change
   uint64_t orphans_pending = 0;    // such entries still waiting for their name
+  uint64_t dir_rename_redirects = 0;  // peers' entries older than a directory rename, applied under its new path
   uint64_t polls = 0;            // polls of one peer
   uint64_t tail_reads = 0;       // of those, answered by the kept tail alone (no listing, no open)
   uint64_t nodes_listings = 0;   // listings of the nodes directory by the peer thread

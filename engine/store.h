@@ -306,6 +306,7 @@ struct StoreStats {
   // (applied as UNLINK).
   uint64_t delta_puts = 0, delta_put_bytes = 0, map_puts = 0, map_put_bytes = 0, peer_unresolved_deltas = 0;
   uint64_t peer_orphans_applied = 0, peer_orphans_pending = 0;  // PeerTailerStats orphans_*
+  uint64_t peer_dir_rename_redirects = 0;  // PeerTailerStats dir_rename_redirects
   // link(2) claims on the export (engine/link_arbiter.h): won, lost to another link, abandoned claims
   // passed over, claims removed, crash leftovers swept, claims waiting for their removal (gauge), claims
   // that could not be created (the link failed).

@@ -61,6 +61,7 @@
 #include "blockstore/segment_reader.h"
 #include "blockstore/segment_writer.h"
 #include "engine/checkpoint.h"
+#include "engine/dir_renames.h"
 #include "engine/eviction_policy.h"
 #include "engine/group_commit.h"
 #include "engine/link_arbiter.h"
@@ -369,6 +370,9 @@ class StoreImpl final : public Store {
   // Peer tailing (engine/peer_tailer.h): made by Init over index_, hlc_ and ns_mu_; its hooks call
   // NotifyChanges and close a dropped peer segment's descriptor (files_mu_). Declared after what its
   // hooks use; its thread is stopped by StopThreads.
+  // Directory renames applied here (own and peers'): peers' older entries follow them (dir_renames.h).
+  // Declared before tailer_, which points to it.
+  DirRenameLog dir_renames_;
   std::unique_ptr<PeerTailer> tailer_;
   Status StartPeerTailer();
 

@@ -134,6 +134,8 @@ Status StoreImpl::Rename(uint64_t parent, std::string_view name, uint64_t new_pa
   }
   if (journaled && S_ISDIR(src->attr.mode)) {
     EnqueueLocked(JournalEntry::Rename(*from, *to, src->location, stamp));
+    // A peer's entry older than this rename, still on its way here, follows it (dir_renames.h).
+    dir_renames_.Note(*from, *to, stamp, opts_.node_id);
     return Status::OK();
   }
   if (journaled) {

@@ -225,6 +225,7 @@ Status StoreImpl::StartPeerTailer() {
   po.env = env_;
   po.backing_dir = opts_.backing_dir;
   po.node = opts_.node_id;
+  po.dir_renames = &dir_renames_;
   po.poll_interval = std::chrono::milliseconds(opts_.peer_poll_ms);
   po.idle_poll_max = std::chrono::milliseconds(opts_.peer_poll_max_ms);
   po.group_commit_interval = std::chrono::milliseconds(opts_.group_commit_interval_ms);

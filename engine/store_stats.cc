@@ -132,6 +132,7 @@ StoreStats StoreImpl::GetStats() {
   s.peer_unresolved_deltas = peers.unresolved_deltas;
   s.peer_orphans_applied = peers.orphans_applied;
   s.peer_orphans_pending = peers.orphans_pending;
+  s.peer_dir_rename_redirects = peers.dir_rename_redirects;
   s.delta_puts = delta_puts_;
   s.delta_put_bytes = delta_put_bytes_;
   s.map_puts = map_puts_;

@@ -102,6 +102,7 @@ std::string StatsToJson(const StatsSnapshot& snap) {
   j["extent_puts"] = {{"delta", st.delta_puts}, {"delta_bytes", st.delta_put_bytes}, {"map", st.map_puts},
                       {"map_bytes", st.map_put_bytes}, {"peer_unresolved_deltas", st.peer_unresolved_deltas}};
   j["peer_orphans"] = {{"applied", st.peer_orphans_applied}, {"pending", st.peer_orphans_pending}};
+  j["peer_dir_rename_redirects"] = st.peer_dir_rename_redirects;
   j["link_claims"] = {{"won", st.link_claims_won},         {"lost", st.link_claims_lost},
                       {"abandoned", st.link_claims_abandoned}, {"removed", st.link_claims_removed},
                       {"swept", st.link_claims_swept},         {"pending", st.link_claims_pending},

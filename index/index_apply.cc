@@ -353,6 +353,7 @@ struct Applier {
       if (delta) KVFS_RETURN_IF_ERROR(o.TouchDir(*dparent, delta));
       res.changed.push_back({*sparent, sleaf, src->attr.ino, 0});
       res.changed.push_back({*dparent, dleaf, 0, src->attr.ino});
+      res.moved_dirs.push_back(op_index);
       return true;
     }
     if (src_dir) return false;

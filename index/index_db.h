@@ -187,6 +187,8 @@ struct ApplyResult {
   // SETATTR / XATTR ops (indices into the batch) skipped because no name exists at their path (yet: a
   // peer's tailer may read the change before the PUT of the name it changes; engine/peer_tailer.h).
   std::vector<size_t> no_target;
+  // RENAME ops (indices into the batch) that moved a directory (engine/dir_renames.h notes them).
+  std::vector<size_t> moved_dirs;
 };
 
 // Content of one path for comparing two indexes (inode numbers excluded).

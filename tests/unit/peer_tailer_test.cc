@@ -6,6 +6,7 @@
 // tail of A's journal, B's restart (resumed from its index: nothing applied twice, also through two
 // Stores), a purged A, early polls of the thread. No durations are asserted.
 #include "engine/peer_tailer.h"
+#include "engine/dir_renames.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -67,6 +68,7 @@ class PeerTailerTest : public testing_harness::StoreHarness {
     po.node = node;
     po.poll_interval = poll_interval;
     po.group_commit_interval = std::chrono::milliseconds(5);
+    po.dir_renames = &b_renames_;
     PeerTailerHooks hooks;
     hooks.notify = [this](const PeerChanges& c) {
       std::lock_guard<std::mutex> l(heard_mu_);
@@ -168,6 +170,8 @@ class PeerTailerTest : public testing_harness::StoreHarness {
   }
 
   std::unique_ptr<IndexDb> b_index_;
+
+  DirRenameLog b_renames_;
   HybridClock b_hlc_;
   std::mutex b_ns_mu_;
   std::unique_ptr<PeerTailer> tailer_;
@@ -280,6 +284,42 @@ TEST_F(PeerTailerTest, APeersChangeReadBeforeThePutItChangesLandsAfterIt) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->no_target, std::vector<size_t>{1});
   EXPECT_EQ(b_index_->Lookup(kRootIno, "y")->attr.mode, static_cast<uint32_t>(S_IFREG | 0600));
+}
+
+// node-a PUTs d/y; node-0 (read first: "node-0" sorts before "node-a") renamed d to d2 after it had seen
+// that PUT (a higher stamp). B applies the rename, then node-a's older PUT: it follows the rename to
+// d2/y (engine/dir_renames.h), as a rebuild merged by stamp would place it. Before, it re-created d/y
+// beside an empty d2.
+TEST_F(PeerTailerTest, APeersPutOlderThanADirectoryRenameReadFirstFollowsIt) {
+  auto d = store_->Mkdir(kRootIno, "d", S_IFDIR | 0755, 0, 0);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(store_->Sync().ok());
+  ASSERT_TRUE(tailer_->RefreshAll().ok());  // B has d
+  const Location ly = WriteFile("y", Content("y", 4096, 5), nullptr, d->attr.ino);
+  ASSERT_TRUE(store_->Sync().ok());
+  const uint64_t later = AMaxStamp() + 1000;
+  {
+    const std::string dir = NodeDirPath(backing_, "node-0");
+    std::filesystem::create_directories(dir);
+    JournalWriterOptions o;
+    o.env = Env::Posix();
+    o.dir = dir;
+    o.node = "node-0";
+    o.generation = 1;
+    auto w = JournalWriter::Open(o);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    (*w)->Append(JournalEntry::Rename("/d", "/d2", Location{}, later));
+    ASSERT_TRUE((*w)->Sync().ok());
+  }
+  ASSERT_TRUE(tailer_->RefreshAll().ok());
+  EXPECT_EQ(BNames(), (std::vector<std::string>{"d2"}));
+  auto d2 = b_index_->Lookup(kRootIno, "d2");
+  ASSERT_TRUE(d2.ok()) << d2.status().ToString();
+  auto y = b_index_->Lookup(d2->attr.ino, "y");
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  EXPECT_EQ(y->location, ly);
+  EXPECT_EQ(tailer_->GetStats().dir_rename_redirects, 1u);
+  EXPECT_EQ(b_renames_.size(), 1u);
 }
 
 // A poll that finds nothing new tells the listener nothing; an attribute change in place is reported as

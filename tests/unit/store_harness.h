@@ -82,8 +82,9 @@ class StoreHarness : public ::testing::Test {
     store_.reset();
   }
   // Staged create, record, commit (as the FUSE layer does). Returns the committed location.
-  Location WriteFile(const std::string& name, const std::string& content, Status* err = nullptr) {
-    auto n = store_->CreateFile(kRootIno, name, S_IFREG | 0644, 0, 0, false);
+  Location WriteFile(const std::string& name, const std::string& content, Status* err = nullptr,
+                     uint64_t parent = kRootIno) {
+    auto n = store_->CreateFile(parent, name, S_IFREG | 0644, 0, 0, false);
     EXPECT_TRUE(n.ok()) << n.status().ToString();
     if (!n.ok()) return {};
     Location loc;
