@@ -89,6 +89,21 @@ class PeerTailerTest : public testing_harness::StoreHarness {
     b_index_.reset();
   }
 
+  // A journal of a third node, "node-0" (polled before node-a: it sorts first), holding `entries`.
+  void WriteNode0Journal(std::vector<JournalEntry> entries) {
+    const std::string dir = NodeDirPath(backing_, "node-0");
+    std::filesystem::create_directories(dir);
+    JournalWriterOptions o;
+    o.env = Env::Posix();
+    o.dir = dir;
+    o.node = "node-0";
+    o.generation = 1;
+    auto w = JournalWriter::Open(o);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    for (auto& e : entries) (*w)->Append(std::move(e));
+    ASSERT_TRUE((*w)->Sync().ok());
+  }
+
   // Every name the notify hook was given, in order; clears what was heard.
   std::vector<std::string> TakeNames() {
     std::lock_guard<std::mutex> l(heard_mu_);
@@ -244,21 +259,11 @@ TEST_F(PeerTailerTest, APeersChangeReadBeforeThePutItChangesLandsAfterIt) {
   ASSERT_TRUE(store_->Sync().ok());
   const uint64_t later = AMaxStamp() + 1000;
   {
-    const std::string dir = NodeDirPath(backing_, "node-0");
-    std::filesystem::create_directories(dir);
-    JournalWriterOptions o;
-    o.env = Env::Posix();
-    o.dir = dir;
-    o.node = "node-0";
-    o.generation = 1;
-    auto w = JournalWriter::Open(o);
-    ASSERT_TRUE(w.ok()) << w.status().ToString();
     EntryAttrs at;
     at.mode = S_IFREG | 0600;
-    (*w)->Append(JournalEntry::Setattr("/y", at, kSetMode, later));
-    (*w)->Append(JournalEntry::Xattr("/y", "user.vllm_kv_crc32", "0badf00d", false, later + 1));
-    (*w)->Append(JournalEntry::Xattr("/nothing-here", "user.x", "1", false, later + 2));
-    ASSERT_TRUE((*w)->Sync().ok());
+    WriteNode0Journal({JournalEntry::Setattr("/y", at, kSetMode, later),
+                       JournalEntry::Xattr("/y", "user.vllm_kv_crc32", "0badf00d", false, later + 1),
+                       JournalEntry::Xattr("/nothing-here", "user.x", "1", false, later + 2)});
   }
   ASSERT_TRUE(tailer_->RefreshAll().ok());
   auto y = b_index_->Lookup(kRootIno, "y");
@@ -298,19 +303,7 @@ TEST_F(PeerTailerTest, APeersPutOlderThanADirectoryRenameReadFirstFollowsIt) {
   const Location ly = WriteFile("y", Content("y", 4096, 5), nullptr, d->attr.ino);
   ASSERT_TRUE(store_->Sync().ok());
   const uint64_t later = AMaxStamp() + 1000;
-  {
-    const std::string dir = NodeDirPath(backing_, "node-0");
-    std::filesystem::create_directories(dir);
-    JournalWriterOptions o;
-    o.env = Env::Posix();
-    o.dir = dir;
-    o.node = "node-0";
-    o.generation = 1;
-    auto w = JournalWriter::Open(o);
-    ASSERT_TRUE(w.ok()) << w.status().ToString();
-    (*w)->Append(JournalEntry::Rename("/d", "/d2", Location{}, later));
-    ASSERT_TRUE((*w)->Sync().ok());
-  }
+  WriteNode0Journal({JournalEntry::Rename("/d", "/d2", Location{}, later)});
   ASSERT_TRUE(tailer_->RefreshAll().ok());
   EXPECT_EQ(BNames(), (std::vector<std::string>{"d2"}));
   auto d2 = b_index_->Lookup(kRootIno, "d2");
