@@ -74,6 +74,9 @@ struct FsOptions {
   // TEST ONLY (KVFS_TEST_UNLINK_MARK_DELAY_MS): unlink and rename wait this long (ms) between the Store
   // call and marking the inode that lost its name (open_hold_test OpenDuringUnlinkTest).
   uint32_t test_unlink_mark_delay_ms = 0;
+  // TEST ONLY (KVFS_TEST_RELEASE_DELAY_MS): the RELEASE of a direct_io writer waits this long (ms) first,
+  // as it may under load (the kernel sends RELEASE after close(2) returned; open_hold_test).
+  uint32_t test_release_delay_ms = 0;
   // TEST ONLY (KVFS_TEST_NOTIFY_DELAY_MS): the notifier thread waits this long (ms) before each dentry
   // invalidation, so a peer's replacement is in the index while the kernel still has the old dentry
   // and inode unmarked (open_hold_test PeerRetryTest).

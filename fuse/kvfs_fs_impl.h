@@ -281,6 +281,13 @@ struct Inode {
   // Writable direct_io handles of the visible version (primary): while any is open, readers of this
   // inode use direct_io too (the writer's bytes bypass the page cache they would read).
   uint64_t direct_writers = 0;
+  // Of those, the handles whose last FLUSH came after their last WRITE (Handle::dw_quiet): their
+  // close(2) returned and their RELEASE is on its way. A reader opening while every direct writer is
+  // such waits for their RELEASEs (`released`, up to kReleaseWait) instead of taking direct_io, where
+  // MAP_SHARED fails with ENODEV (write, close, then mmap: the kernel sends RELEASE after close(2)
+  // returned, sometimes after the next OPEN).
+  uint64_t quiet_direct_writers = 0;
+  std::condition_variable released;  // notified (under no lock) when a direct writer is released
   bool renumbered = false;           // Store::Renumber moved its name to a new number (unlinked too)
   uint64_t lost_parent = 0;          // the name the kernel last looked it up by, or that it lost
   std::string lost_name;             // (renumbered, unlinked, replaced): where an ESTALE'd open retries
@@ -316,6 +323,7 @@ struct Handle {
   uint64_t size = 0;
   bool pc = false;   // counted in Inode::pc_handles (opened without direct_io)
   bool dw = false;   // counted in Inode::direct_writers
+  std::atomic<bool> dw_quiet{false};  // counted in Inode::quiet_direct_writers (set under Inode::mu)
   uint64_t rewrites = 0;  // Inode::rewrites at open (readers of committed content)
   std::atomic<bool> dirty{false};  // WRITEs since this handle's last FLUSH (counted in Version::dirty_handles)
   std::atomic<bool> wrote{false};  // any WRITE through this handle (its release commits the version, below)

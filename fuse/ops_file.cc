@@ -12,6 +12,12 @@
 
 namespace kvfs {
 
+// How long a reader's OPEN waits for the RELEASE of direct writers that were all closed (Inode::
+// quiet_direct_writers): the kernel sends RELEASE right after close(2) returns; under load it can
+// trail the next OPEN by tens of ms. A writer still open through a dup'd descriptor costs the reader
+// this wait once, then direct_io as before.
+constexpr std::chrono::milliseconds kReleaseWait{200};
+
 Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>& in, fuse_file_info* fi,
                   bool force_trunc, bool retry) {
   int acc = fi->flags & O_ACCMODE;
@@ -120,7 +126,14 @@ Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>
     retry_over = n.ok() && !fs->RetryPending(n->parent, n->name);
   }
   {
-    std::lock_guard<std::mutex> g(in->mu);
+    std::unique_lock<std::mutex> g(in->mu);
+    if (!writable && in->direct_writers != 0 && in->direct_writers == in->quiet_direct_writers) {
+      // Every direct writer has been closed (FLUSH) and wrote nothing since: its RELEASE is on its way.
+      // Wait for it, briefly, so this reader is not answered direct_io for a writer that is gone.
+      in->released.wait_for(g, kReleaseWait, [&] {
+        return in->direct_writers == 0 || in->direct_writers != in->quiet_direct_writers;
+      });
+    }
     if (!writable && in->pc_handles == 0 && in->direct_writers == 0 && !in->unlinked && !in->renumbered &&
         h->version == in->primary && (in->hidden_ever || in->contended || retry_over)) {
       // Quiet: no page-cache handle is open and every version of the inode is closed (at most the
@@ -189,8 +202,12 @@ void ReleaseHandle(KvfsFs::Impl* fs, Handle* h) {
     // retried writable open may then start a version on it).
     std::lock_guard<std::mutex> g(in->mu);
     if (h->pc) in->pc_handles--;
-    if (h->dw) in->direct_writers--;
+    if (h->dw) {
+      in->direct_writers--;
+      if (h->dw_quiet.exchange(false)) in->quiet_direct_writers--;
+    }
   }
+  if (h->dw) in->released.notify_all();
   if (h->writable && h->version) {
     const bool dirty = h->dirty.exchange(false);
     if (dirty) h->version->dirty_handles.fetch_sub(1);  // no FLUSH after its last writes
@@ -377,6 +394,10 @@ void OpWrite(fuse_req_t req, fuse_ino_t, const char* buf, size_t size, off_t off
   if (!h || !h->version) return (void)fuse_reply_err(req, EBADF);
   if (off < 0) return (void)fuse_reply_err(req, EINVAL);
   if (static_cast<uint64_t>(off) + size > fs->opts.max_file_size) return (void)fuse_reply_err(req, EFBIG);
+  if (h->dw && h->dw_quiet.load()) {  // written again after its FLUSH (a dup'd descriptor): not quiet
+    std::lock_guard<std::mutex> g(h->inode->mu);
+    if (h->dw_quiet.exchange(false)) h->inode->quiet_direct_writers--;
+  }
   // Writeback of shared-mmap pages (fi->writepage) may arrive on any writable handle of the inode, also
   // after its FLUSH: it marks the version dirty, so the next flush or the last release writes a record.
   Version& v = *h->version;
@@ -434,6 +455,10 @@ void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
   auto* fs = FS(req);
   Handle* h = H(fi);
   if (!h->writable || !h->version) return (void)fuse_reply_err(req, 0);
+  if (h->dw && !h->dw_quiet.load()) {
+    std::lock_guard<std::mutex> g(h->inode->mu);
+    if (!h->dw_quiet.exchange(true)) h->inode->quiet_direct_writers++;
+  }
   if (h->dirty.exchange(false)) h->version->dirty_handles.fetch_sub(1);
   if (h->version->dirty_handles.load() > 0 && h->version->failed.ok()) {
     // Another writer of this version has written since its last close: its FLUSH writes the record
@@ -462,6 +487,10 @@ void OpFlush(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
 }
 
 void OpRelease(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  auto* fs = FS(req);
+  if (fs->opts.test_release_delay_ms > 0 && H(fi)->dw) {  // TEST ONLY (FsOptions::test_release_delay_ms)
+    std::this_thread::sleep_for(std::chrono::milliseconds(fs->opts.test_release_delay_ms));
+  }
   ReleaseHandle(FS(req), H(fi));
   fuse_reply_err(req, 0);
 }

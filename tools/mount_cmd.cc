@@ -548,6 +548,8 @@ int RunMount(MountArgs a) {
   if (const char* d = std::getenv("KVFS_TEST_UNLINK_MARK_DELAY_MS")) {
     fo.test_unlink_mark_delay_ms = static_cast<uint32_t>(std::atoi(d));
   }
+  // TEST ONLY: KVFS_TEST_RELEASE_DELAY_MS delays the RELEASE of direct_io writers (FsOptions).
+  if (const char* d = std::getenv("KVFS_TEST_RELEASE_DELAY_MS")) fo.test_release_delay_ms = static_cast<uint32_t>(std::atoi(d));
   // TEST ONLY: KVFS_TEST_NEGATIVE_TIMEOUT_S: how long the kernel caches an ENOENT answer (FsOptions;
   // default 1 s), so a test can tell a peer's invalidation of a negative entry from its expiry.
   if (const char* d = std::getenv("KVFS_TEST_NEGATIVE_TIMEOUT_S")) fo.negative_timeout_s = std::atof(d);

@@ -198,6 +198,49 @@ class OpenHoldTest(unittest.TestCase):
                             kf.stats(mnt)["eviction"])
 
 
+    def test_map_shared_right_after_the_writers_close(self):
+        """write, close, then open + mmap(MAP_SHARED) at once: the writer's RELEASE comes after its close(2)
+        returned (KVFS_TEST_RELEASE_DELAY_MS holds it 100 ms, as load can): the reader's OPEN waits for it
+        instead of answering direct_io (where MAP_SHARED is ENODEV). Seen in CI: this test's pending
+        cases failed with ENODEV under load. A writer still open (a second descriptor) keeps readers on
+        direct_io: its bytes bypass the page cache."""
+        saved = os.environ.get("KVFS_TEST_RELEASE_DELAY_MS")
+        os.environ["KVFS_TEST_RELEASE_DELAY_MS"] = "100"
+        try:
+            ctx = kf.mounted()
+            mnt = ctx.__enter__()[0]
+        finally:
+            if saved is None:
+                os.environ.pop("KVFS_TEST_RELEASE_DELAY_MS", None)
+            else:
+                os.environ["KVFS_TEST_RELEASE_DELAY_MS"] = saved
+        try:
+            for i in range(5):
+                data = os.urandom(1 << 20)
+                path = os.path.join(mnt, "f%d" % i)
+                kf.write_file(path, data)  # O_WRONLY|O_CREAT|O_TRUNC: a direct_io writer
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    m = mmap.mmap(fd, len(data), mmap.MAP_SHARED, mmap.PROT_READ)
+                    self.assertEqual(m[:], data)
+                    m.close()
+                finally:
+                    os.close(fd)
+            # Still being written through a second descriptor: the reader gets direct_io (ENODEV).
+            path = os.path.join(mnt, "open")
+            wfd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.write(wfd, b"x" * 8192)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                with self.assertRaises(OSError) as cm:
+                    mmap.mmap(fd, 8192, mmap.MAP_SHARED, mmap.PROT_READ)
+                self.assertEqual(cm.exception.errno, errno.ENODEV)
+            finally:
+                os.close(fd)
+                os.close(wfd)
+        finally:
+            ctx.__exit__(None, None, None)
+
     def run_pending_case(self, reader, size=SPILL_SIZE):
         """The handle is opened while its file's commit is pending (closed by its writer, the deferred
         commit not run yet: KVFS_TEST_COMMIT_DELAY_MS widens the 5 ms window to 1.5 s), so it reads the
