@@ -53,6 +53,22 @@ def write_synced(path, data):
         os.close(fd)
 
 
+def mount_with_env(env, **flags):
+    """Enters kf.mounted(**flags) with `env` set for the daemon only (restored at once): (ctx, mountpoint).
+    The caller exits ctx (ctx.__exit__(None, None, None))."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        ctx = kf.mounted(**flags)
+        return ctx, ctx.__enter__()[0]
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def wait_for(pred, timeout=30.0):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -204,16 +220,7 @@ class OpenHoldTest(unittest.TestCase):
         instead of answering direct_io (where MAP_SHARED is ENODEV). Seen in CI: this test's pending
         cases failed with ENODEV under load. A writer still open (a second descriptor) keeps readers on
         direct_io: its bytes bypass the page cache."""
-        saved = os.environ.get("KVFS_TEST_RELEASE_DELAY_MS")
-        os.environ["KVFS_TEST_RELEASE_DELAY_MS"] = "100"
-        try:
-            ctx = kf.mounted()
-            mnt = ctx.__enter__()[0]
-        finally:
-            if saved is None:
-                os.environ.pop("KVFS_TEST_RELEASE_DELAY_MS", None)
-            else:
-                os.environ["KVFS_TEST_RELEASE_DELAY_MS"] = saved
+        ctx, mnt = mount_with_env({"KVFS_TEST_RELEASE_DELAY_MS": "100"})
         try:
             for i in range(5):
                 data = os.urandom(1 << 20)
@@ -248,16 +255,8 @@ class OpenHoldTest(unittest.TestCase):
         budget (4 MiB) is then exceeded by other writes, which moves the version's RAM to that record
         (a spill of a closed, recorded version costs no I/O). The handle must hold the record: unlink +
         churn that drops the segments written after it, then every byte is read back."""
-        saved = os.environ.get("KVFS_TEST_COMMIT_DELAY_MS")
-        os.environ["KVFS_TEST_COMMIT_DELAY_MS"] = "1500"
-        try:
-            ctx = kf.mounted(segment_size="2MiB", cache_size="1MiB", staging_size="4MiB")
-            mnt = ctx.__enter__()[0]
-        finally:
-            if saved is None:
-                os.environ.pop("KVFS_TEST_COMMIT_DELAY_MS", None)
-            else:
-                os.environ["KVFS_TEST_COMMIT_DELAY_MS"] = saved
+        ctx, mnt = mount_with_env({"KVFS_TEST_COMMIT_DELAY_MS": "1500"}, segment_size="2MiB", cache_size="1MiB",
+                                  staging_size="4MiB")
         try:
             data = os.urandom(size)
             path = os.path.join(mnt, "victim")
