@@ -496,7 +496,14 @@ Status FaultInjectionEnv::StatFs(const std::string& path, uint64_t* total_bytes,
   counters_.stat.fetch_add(1, std::memory_order_relaxed);
   auto inj = Check(kFaultStatFs, path);
   if (inj.err) return Inject(inj, "statfs", path);
-  return base_->StatFs(path, total_bytes, avail_bytes);
+  KVFS_RETURN_IF_ERROR(base_->StatFs(path, total_bytes, avail_bytes));
+  const int64_t fake = statfs_avail_.load();
+  if (fake >= 0) *avail_bytes = static_cast<uint64_t>(fake);
+  return Status::OK();
+}
+
+void FaultInjectionEnv::SetStatFsAvail(std::optional<uint64_t> avail_bytes) {
+  statfs_avail_ = avail_bytes ? static_cast<int64_t>(*avail_bytes) : -1;
 }
 
 }  // namespace kvfs

@@ -45,6 +45,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,10 @@ class FaultInjectionEnv : public Env {
   // Everything under path_substr "disappears": every operation fails with err (ENOENT or EIO).
   int Disappear(std::string path_substr, int err = ENOENT);
 
+  // StatFs reports this many bytes available (the base's total) instead of the base's figure: a backing
+  // with little room left, without filling one. nullopt: the base's figure again.
+  void SetStatFsAvail(std::optional<uint64_t> avail_bytes);
+
   // --- Crash model --------------------------------------------------------------------------------
   // Simulates a power cut / NFS client crash: see the header comment. Returns the first error of the
   // underlying file operations (the drop continues past errors).
@@ -186,6 +191,7 @@ class FaultInjectionEnv : public Env {
 
   Env* const base_;
   EnvCounters counters_;
+  std::atomic<int64_t> statfs_avail_{-1};  // SetStatFsAvail; -1: the base's figure
 
   mutable std::mutex mu_;
   std::condition_variable wake_;  // hung operations wait on it

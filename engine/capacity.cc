@@ -232,6 +232,15 @@ uint64_t StoreImpl::PeerSegmentBytes() {
   return sum;
 }
 
+bool StoreImpl::BackingLow() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - low_checked_ < std::chrono::seconds(1)) return low_;
+  low_checked_ = now;
+  uint64_t total = 0, avail = 0;
+  low_ = env_->StatFs(opts_.backing_dir, &total, &avail).ok() && avail < ReserveBytes() + 2 * opts_.segment_size;
+  return low_;
+}
+
 void StoreImpl::ReclaimDeadSegments(bool full) {
   const auto now = std::chrono::steady_clock::now();
   std::chrono::milliseconds age(opts_.dead_segment_age_ms);
@@ -370,7 +379,13 @@ void StoreImpl::EvictOnce() {
     // The backing store itself is full: free the reserve so DROP (and the user's UNLINK) entries can be
     // journaled; with a capacity or watermark, drop until two segments' worth of space will be free.
     ReleaseReserve();
-    hold_reserve_ = true;
+    if (!hold_reserve_.exchange(true)) {
+      uint64_t total = 0, avail = 0;
+      env_->StatFs(opts_.backing_dir, &total, &avail);
+      spdlog::info("kvfs: backing store full ({} bytes free): RESERVE released for the journal; dead segments "
+                   "go {} ms after their seal until a {}-byte record fits again",
+                   avail, kFullExportDeadAge.count(), nospace_need_.load());
+    }
     KickCommit();  // journal entries that failed for lack of space go now
     last_dead_scan_ = {};
   }
@@ -378,7 +393,7 @@ void StoreImpl::EvictOnce() {
   // and dead segments go sooner (store.h "Capacity and eviction").
   const bool full = emergency || hold_reserve_.load();
   if (full) SealMostlyDeadActive();
-  ReclaimDeadSegments(full);
+  ReclaimDeadSegments(full || BackingLow());
   if (!full) CleanSegments();
   uint64_t node_bytes;
   {
@@ -703,6 +718,8 @@ void StoreImpl::UnlinkDue(bool all) {
 void StoreImpl::EnsureReserve() {
   if (reserve_present_) return;
   if (committer_.owed()) return;  // the space is the journal's until the owed entries are in
+  bool was_full = false;
+  uint64_t free_before = 0;
   if (hold_reserve_.load()) {
     // After a full backing store: recreate RESERVE only when that leaves at least twice its size free,
     // and room for the largest record that failed for lack of space meanwhile. Taking back the space it
@@ -718,6 +735,8 @@ void StoreImpl::EnsureReserve() {
     if (!env_->StatFs(opts_.backing_dir, &total, &avail).ok()) return;
     const uint64_t need = std::min({nospace_need_.load(), opts_.segment_size, total / 4});
     if (avail < ReserveBytes() + std::max(2 * ReserveBytes(), need)) return;
+    was_full = true;
+    free_before = avail;
   }
   const std::string path = node_dir_->dir() + "/" + kReserveName;
   OpenOptions o;
@@ -739,6 +758,11 @@ void StoreImpl::EnsureReserve() {
   }
   reserve_present_ = true;
   hold_reserve_ = false;
+  if (was_full) {
+    spdlog::info("kvfs: backing store has room again ({} bytes free, RESERVE taken back; the largest record "
+                 "that failed needed {}): dead segments wait {} ms again",
+                 free_before, nospace_need_.load(), opts_.dead_segment_age_ms);
+  }
   nospace_need_ = 0;
 }
 

@@ -508,6 +508,13 @@ class StoreImpl final : public Store {
   }
   // full: the export is full (dead segments go after kFullExportDeadAge instead of dead_segment_age_ms).
   void ReclaimDeadSegments(bool full);
+  // The backing has less than RESERVE plus two segments free (a statvfs at most once a second; the
+  // evictor thread only): dead segments then go after kFullExportDeadAge too, as on a full export. The
+  // export need not have failed a write for that: a fill can end with just enough room for the write
+  // that failed, and then the dead segments of an rm waited the ordinary 10 s (full_export_test.py).
+  bool BackingLow();
+  std::chrono::steady_clock::time_point low_checked_{};
+  bool low_ = false;
   // The segment cleaner (store.h "Capacity and eviction"): when this node's dead segment bytes exceed
   // its live bytes, re-appends the live records of its sealed, unpinned segments that are less than 1/4
   // live (ReinsertRecord: MOVE) and drops them.

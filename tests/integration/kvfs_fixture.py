@@ -23,6 +23,7 @@ KVFS_TEST_KEEP=1 keeps temp dirs for debugging, KVFS_TEST_LOG=1 streams the daem
 """
 import contextlib
 import errno
+import itertools
 import json
 import os
 import shutil
@@ -130,6 +131,23 @@ def flags_to_args(flags):
     return args
 
 
+_log_seq = itertools.count()
+
+
+def daemon_log(proc, tail=60):
+    """The last `tail` lines the daemon of `proc` (started by mounted()) logged so far: for a failure
+    message. Empty with KVFS_TEST_LOG=1 (the log went to the test's stderr)."""
+    path = getattr(proc, "log_path", None)
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-tail:])
+
+
 @contextlib.contextmanager
 def mounted(backing=None, timeout=30.0, env=None, **flags):
     """Mount kvfs in the foreground; yield (mountpoint, backing_dir, proc) once it serves (store open);
@@ -138,9 +156,24 @@ def mounted(backing=None, timeout=30.0, env=None, **flags):
     b = backing or Backing()
     cmd = [kvfs_binary(), "mount", b.mnt, "--backing", b.backing, "--index-dir", b.index,
            "--foreground"] + flags_to_args(flags)
-    stderr = None if os.environ.get("KVFS_TEST_LOG") else subprocess.PIPE
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr,
-                            env=dict(os.environ, **env) if env else None)
+    # The daemon's log goes to a file in the backing's temp dir (proc.log_path), read back through
+    # proc.stderr (from its start: what a pipe read after the exit gives). Not a pipe: nobody reads one
+    # while the mount serves, and a daemon that logged 64 KiB would block in write(2).
+    log_path = None
+    stderr = None
+    if not os.environ.get("KVFS_TEST_LOG"):
+        log_dir = getattr(b, "root", None) or os.path.dirname(b.mnt)
+        log_path = os.path.join(log_dir, "daemon-%d.log" % next(_log_seq))
+        stderr = open(log_path, "wb")
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr,
+                                env=dict(os.environ, **env) if env else None)
+    finally:
+        if stderr:
+            stderr.close()
+    proc.log_path = log_path
+    if log_path:
+        proc.stderr = open(log_path, "rb")
     try:
         deadline = time.time() + timeout
         while not is_served(b.mnt):

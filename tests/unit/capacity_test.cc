@@ -646,6 +646,38 @@ TEST_F(CapacityTest, DeadSegmentsAreEvictedBeforeLiveOnes) {
   EXPECT_EQ(uint64_t(gone), st.segments_dropped);
 }
 
+// An export low on space without a failed write (less than RESERVE plus two segments free: a fill that
+// ended with just enough room for the write that failed left the full state at once) gets the dead
+// segments of an rm back within seconds too, not after dead_segment_age_ms (here 60 s). With room, they
+// keep the ordinary age. The backing's free space is the fault Env's figure.
+TEST_F(CapacityTest, DeadSegmentsGoWithinSecondsWhileTheBackingIsLow) {
+  fenv_ = std::make_unique<FaultInjectionEnv>(Env::Posix());  // outlives store_ (TearDown)
+  fenv_->SetStatFsAvail(uint64_t{1} << 40);
+  StoreOptions o = CapOptions(0, 0, fenv_.get());  // no capacity: only dead bytes go
+  o.dead_segment_age_ms = 60000;
+  Open(o);
+  constexpr int kFiles = 36;  // two sealed segments and part of a third
+  for (int i = 0; i < kFiles; ++i) ASSERT_NO_FATAL_FAILURE(WriteFile(Name(i), Content(Name(i), kChunk, 7)));
+  ASSERT_TRUE(store_->Sync().ok());
+  for (int i = 0; i < kFiles; ++i) ASSERT_TRUE(store_->Unlink(kRootIno, Name(i), nullptr).ok());
+  // Room: two dead-segment scans (2 s apart) and nothing goes.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  EXPECT_EQ(store_->GetStats().segments_dropped, 0u);
+  // Low: 1 MiB free, less than RESERVE (256 KiB here) + 2 segments.
+  fenv_->SetStatFsAvail(kSeg);
+  bool unlinked = false;
+  for (int i = 0; i < 500 && !unlinked; ++i) {  // the bound is only how long a broken build takes to fail
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    unlinked = store_->GetStats().segments_unlinked >= 2;
+  }
+  auto st = store_->GetStats();
+  EXPECT_TRUE(unlinked) << st.segments_dropped << " dropped, " << st.segments_unlinked << " unlinked";
+  EXPECT_EQ(st.segments_dropped, 2u);  // the active segment stays (not full: no early seal)
+  EXPECT_EQ(st.segments_sealed_early, 0u);
+  EXPECT_EQ(SegmentPaths().size(), 1u);
+  fenv_->SetStatFsAvail(std::nullopt);
+}
+
 // Issue #16 part 2: an export smaller than one segment fills up, and rm of every file leaves only dead
 // bytes in the active segment. While the export is full the evictor seals that segment early and drops
 // it 1 s later (not dead_segment_age_ms, here 60 s), so writes work again without a remount. "Full" is
