@@ -191,9 +191,10 @@ struct PeerChanges {
 //    export smaller than a few segments, filled and then emptied by rm, gets its space back within
 //    seconds, without a remount. A seal that cannot be written (no room for the footer) retires the
 //    segment unsealed instead: it is never appended again and is reclaimed the same way. Dead segments
-//    also go after 1 s while the backing has less than RESERVE plus two segments free (one statvfs a
-//    second by the evictor), full or not: a fill can end with room for the write that failed, RESERVE
-//    back at once, and the rm after it then waited the ordinary age.
+//    also go after 1 s while the backing has less than RESERVE plus two segments free, full or not (the
+//    evictor's statvfs, at most one a second and only while such a young dead segment exists): a fill
+//    can end with room for the write that failed, RESERVE back at once, and the rm after it then
+//    waited the ordinary age.
 //  * Journal failures (NoSpace, IOError, TimedOut): the entries stay queued in order and the group
 //    commit retries them (backoff from group_commit_interval_ms to 1 s; at once when RESERVE is freed or
 //    a dropped segment is unlinked). Sync fails meanwhile; StoreStats::unjournaled_entries counts them.

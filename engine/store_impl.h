@@ -506,12 +506,14 @@ class StoreImpl final : public Store {
     return t.evictable && !pins_.count(id) &&
            (appends_in_flight_.empty() || *appends_in_flight_.begin() > t.sealed_after_ticket);
   }
-  // full: the export is full (dead segments go after kFullExportDeadAge instead of dead_segment_age_ms).
+  // full: the export is full (dead segments go after kFullExportDeadAge instead of dead_segment_age_ms;
+  // so do those found while BackingLow()).
   void ReclaimDeadSegments(bool full);
   // The backing has less than RESERVE plus two segments free (a statvfs at most once a second; the
-  // evictor thread only): dead segments then go after kFullExportDeadAge too, as on a full export. The
-  // export need not have failed a write for that: a fill can end with just enough room for the write
-  // that failed, and then the dead segments of an rm waited the ordinary 10 s (full_export_test.py).
+  // evictor thread only, and only when a dead segment younger than dead_segment_age_ms exists): such
+  // segments then go after kFullExportDeadAge, as on a full export. The export need not have failed a
+  // write for that: a fill can end with room for the write that failed, RESERVE comes back at once, and
+  // the dead segments of an rm then waited the ordinary 10 s (full_export_test.py).
   bool BackingLow();
   std::chrono::steady_clock::time_point low_checked_{};
   bool low_ = false;

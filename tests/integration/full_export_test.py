@@ -204,7 +204,7 @@ class FullExportTest(unittest.TestCase):
             subprocess.run(["umount", b.backing], capture_output=True)
             b.cleanup()
 
-    def rm_rf_then_write(self, reserve_back, watch_df=False):
+    def rm_rf_then_write(self, reserve_back, watch_df=False, room_back=False):
         """#18: a 200 MiB export filled with vLLM-sized chunk files (2,359,296 B) in directories of 50 until
         ENOSPC, then `rm -rf` of the tree through the mount. Counted in steps of 100 ms (a count, not a
         timing), at most MAX_ATTEMPTS: a 2.25 MiB write retried until it succeeds, or (watch_df, what a
@@ -216,7 +216,12 @@ class FullExportTest(unittest.TestCase):
         Before the fix the evictor took RESERVE back there (it asked for 3 x RESERVE free), leaving ~2.2
         MB, too little for a chunk, and the store left its full state: dead segments then waited the
         ordinary 10 s age, and the space came back ~10 s after the rm (~100 steps) unless a write failed
-        meanwhile and made it full again. Now RESERVE comes back only when the write that failed fits."""
+        meanwhile and made it full again. Now RESERVE comes back only when the write that failed fits.
+        room_back (with watch_df): after the fill the ballast goes (8 MiB free outside kvfs), RESERVE comes
+        back and the export stops counting as full, with less than two segments free; statfs is watched
+        until two chunks more than before the rm are free. Before dead segments went at 1 s on a low
+        export too, that took the ordinary 10 s (~100 steps; what a fill that ended with room for its
+        failed write met in CI)."""
         b = kf.Backing(prefix="kvfs-rmrf-")
         r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200m", "tmpfs", b.backing], capture_output=True,
                            text=True)
@@ -249,6 +254,16 @@ class FullExportTest(unittest.TestCase):
                     time.sleep(1.0)  # ten evictor rounds: RESERVE came back here before the fix
                     st = os.statvfs(backing)
                     self.assertLess(st.f_bavail * st.f_frsize, 3300000 + 4096)
+                base = 0
+                if room_back:
+                    os.truncate(ballast, 0)
+                    nodes = os.path.join(backing, ".kvfs", "v1", "nodes")
+                    deadline = time.time() + WAIT
+                    while not all(os.path.exists(os.path.join(nodes, x, "RESERVE")) for x in os.listdir(nodes)):
+                        self.assertLess(time.time(), deadline, "RESERVE did not come back with 8 MiB free")
+                        time.sleep(0.02)
+                    st = os.statvfs(mnt)
+                    base = st.f_bavail * st.f_frsize
                 subprocess.run(["rm", "-rf", os.path.join(mnt, "kv")], check=True)
                 again = os.path.join(mnt, "again")
                 want = content(again, chunk)
@@ -257,7 +272,7 @@ class FullExportTest(unittest.TestCase):
                     steps += 1
                     if watch_df:
                         st = os.statvfs(mnt)
-                        err = 0 if st.f_bavail * st.f_frsize >= 2 * len(chunk) else errno.ENOSPC
+                        err = 0 if st.f_bavail * st.f_frsize >= base + 2 * len(chunk) else errno.ENOSPC
                     else:
                         err = try_write(again, want)
                     if err == 0 or steps >= 4 * MAX_ATTEMPTS:
@@ -269,7 +284,8 @@ class FullExportTest(unittest.TestCase):
                 if watch_df:
                     self.assertEqual(try_write(again, want), 0, "statfs showed the space, the write failed")
                 sys.stderr.write("rm -rf of %d chunk files on a full 200 MiB export%s: %s after %d steps of 100 ms\n" %
-                                 (n - 1, " (RESERVE plus < 1 chunk free before)" if reserve_back else "",
+                                 (n - 1, " (RESERVE plus < 1 chunk free before)" if reserve_back else
+                                  " (8 MiB freed outside kvfs, RESERVE back before)" if room_back else "",
                                   "statfs showed 2 chunks free" if watch_df else "the write succeeded", steps))
                 self.assertLessEqual(steps, MAX_ATTEMPTS, "space came back too late: %s\ndaemon log:\n%s" %
                                      (kf.stats(mnt)["eviction"], kf.daemon_log(proc)))
@@ -289,6 +305,9 @@ class FullExportTest(unittest.TestCase):
 
     def test_rm_rf_statfs_shows_the_space_within_seconds_less_than_a_chunk_over_reserve(self):
         self.rm_rf_then_write(reserve_back=True, watch_df=True)
+
+    def test_rm_rf_statfs_shows_the_space_within_seconds_after_the_export_stopped_counting_as_full(self):
+        self.rm_rf_then_write(reserve_back=False, watch_df=True, room_back=True)
 
     def test_32_mib_export(self):
         self.run_size(32, remount_full=True)

@@ -1164,7 +1164,7 @@ class S3ToolsTest(S3MountTest):
         r = node(dict(self.env, AWS_SECRET_ACCESS_KEY="wrong-secret"), "--s3-path-style")
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
-        self.assertEqual(r.stderr.count("403"), 1, r.stderr)
+        self.assertEqual(r.stderr.count("HTTP 403"), 1, r.stderr)  # not "403" alone: the port may hold it
         a, a2 = self.node("a", "staging-a"), self.node("a2", "staging-a2")
         with self.mount(a, node_id="a"):
             r = subprocess.run([kvfs_binary(), "mount", a2.mnt, "--backing", url, "--index-dir", a2.index,
