@@ -775,7 +775,7 @@ void StoreImpl::EnsureReserve() {
   hold_reserve_ = false;
   if (was_full) {
     spdlog::info("kvfs: backing store has room again ({} bytes free, RESERVE taken back; the largest record "
-                 "that failed needed {}): dead segments wait {} ms again",
+                 "that failed needed {}): dead segments wait {} ms again once more than two segments are free",
                  free_before, nospace_need_.load(), opts_.dead_segment_age_ms);
   }
   nospace_need_ = 0;
