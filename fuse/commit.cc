@@ -302,6 +302,13 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
     {
       std::lock_guard<std::mutex> lg(in->mu);
       if (v->superseded) return Status::OK();  // a version closed later already committed
+      // Released after a version closed later had committed (the kernel's RELEASEs came out of the
+      // order of the close(2)s): older content, never committed over the newer.
+      if (v->writers == 0 && v->close_order != 0 && v->close_order < in->committed_order) {
+        v->superseded = true;
+        closes_superseded_late++;
+        return Status::OK();
+      }
     }
     if (as_flushed) {
       // That close is published already (by the deferred commit of an earlier close, which committed
@@ -365,6 +372,7 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
       // Versions whose last writer was released before this commit (their own commit is deferred)
       // are older content: they must not commit after this one, nor be joined.
       uint64_t order = v->writers > 0 || v->close_order == 0 ? next_order.fetch_add(1) : v->close_order;
+      in->committed_order = std::max(in->committed_order, order);
       for (auto& w : in->writing) {
         if (w != v && w->writers == 0 && w->close_order != 0 && w->close_order < order) {
           w->superseded = true;
@@ -467,8 +475,14 @@ void KvfsFs::Impl::Unpublish(const std::shared_ptr<Inode>& in, const std::shared
 
 void KvfsFs::Impl::PromoteAtClose(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v) {
   std::lock_guard<std::mutex> g(in->mu);
+  v->last_close = next_order.fetch_add(1);
   if (in->unlinked || v->writers != 1 || in->primary == v) return;
   in->primary = v;
+}
+
+void KvfsFs::Impl::NoteDirtyRelease(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v) {
+  std::lock_guard<std::mutex> g(in->mu);
+  v->last_close = next_order.fetch_add(1);
 }
 
 Status KvfsFs::Impl::ReleaseWritable(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v,
@@ -481,7 +495,7 @@ Status KvfsFs::Impl::ReleaseWritable(const std::shared_ptr<Inode>& in, const std
       // (a hidden version stays invisible until its last writer closes it: not then).
       if (!wrote || v->hidden || !defer || opts.commit_delay_ms == 0) return Status::OK();
     } else {
-      v->close_order = next_order.fetch_add(1);
+      v->close_order = v->last_close != 0 ? v->last_close : next_order.fetch_add(1);
       last = true;
     }
   }

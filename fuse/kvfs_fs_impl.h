@@ -248,8 +248,13 @@ struct Version {
   // committed_loc held (Store::PinRecord) while readers or writers use the version after its commit
   // (docs/semantics.md §6.10), released when the last of them is gone or with the version.
   Location held;
-  // When its last writer was released (Impl::next_order; 0 = never released). A commit counts from this
-  // moment, not from when the (deferred) commit runs: the order of close(2) decides which version wins.
+  // The latest close of the version (Impl::next_order; 0 = none yet): taken at each FLUSH (close(2) of a
+  // writer handle, PromoteAtClose) and at the RELEASE of a handle that wrote after its last FLUSH.
+  uint64_t last_close = 0;
+  // Set when its last writer is released: its last_close (the moment of that close(2)), or a new order
+  // if it has none. A commit counts from this moment, not from the RELEASE (which the kernel sends after
+  // close(2) returned, in any order under load) nor from when the deferred commit runs: the order of
+  // close(2) decides which version wins.
   uint64_t close_order = 0;
   // A version released before another version of the inode committed: it never commits (it would put
   // older content over newer), no open joins it, stat ignores it. Its deferred commit just drops it.
@@ -274,6 +279,9 @@ struct Inode {
   std::shared_ptr<Version> primary;  // the staged version that opens join and stat shows
   std::vector<std::shared_ptr<Version>> writing;  // versions with writers > 0 (primary + hidden ones)
   uint64_t committed_seq = 0;        // seq of the newest committed version
+  // Version::close_order (or commit order) of the newest committed content: a version whose last
+  // close came before it never commits (Impl::Commit marks it superseded).
+  uint64_t committed_order = 0;
   bool contended = false;            // a hidden version is being written: page cache may mix versions
   // Open handles of this inode that use the page cache (not direct_io): while any is open, no new
   // version may start on this number (its O_TRUNC would reset their i_size, its writes their pages).
@@ -399,7 +407,7 @@ struct KvfsFs::Impl {
   };
   std::atomic<uint64_t> open_handles{0}, staged_versions{0}, shadows{0}, committed{0}, discarded{0},
       flush_records{0}, flush_errors{0}, commit_errors{0}, renumbered{0},
-      failed_publishes{0}, closes_committed_open{0}, fresh_forgotten{0},
+      failed_publishes{0}, closes_committed_open{0}, closes_superseded_late{0}, fresh_forgotten{0},
       hidden_reset{0};
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
   // READ handlers running now, and the most there ever were at once (ReadInFlight): shows whether the
@@ -721,10 +729,14 @@ struct KvfsFs::Impl {
   // Runs once per version: at the failed FLUSH of its only writer, else at its last release.
   void Unpublish(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v, const Status& why);
 
-  // close(2) of the version's last writer handle (FLUSH): the version becomes what stat and new
-  // readers see at once (close-to-open), even though its journal PUT waits for RELEASE, which the
-  // kernel sends asynchronously after close returns.
+  // close(2) of a writer handle of v (FLUSH): notes the close's order (Version::last_close), and if
+  // the handle is v's last writer, v becomes what stat and new readers see at once (close-to-open),
+  // even though its journal PUT waits for RELEASE, which the kernel sends asynchronously after close
+  // returns.
   void PromoteAtClose(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v);
+  // A writer handle of v released with writes after its last FLUSH (no close(2) saw them: shared-mmap
+  // writeback, a killed process): that RELEASE is v's latest close.
+  void NoteDirtyRelease(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v);
 
   // Drops one writer of v; the last one commits it (docs/design.md §4 "Commit"). defer: commit it
   // opts.commit_delay_ms later on the committer thread, so that the rename that usually follows close

@@ -14,11 +14,10 @@ namespace kvfs {
 
 // How long a reader's OPEN waits for the RELEASE of direct writers that were all closed (Inode::
 // quiet_direct_writers): the kernel sends RELEASE right after close(2) returns; under load it can
-// trail the next OPEN by tens of ms. A writer still open through a dup'd descriptor costs the reader
-// this wait once, then direct_io as before. 1 s, not 200 ms: a replacing (hidden) version becomes the
-// file at that RELEASE, and a reader that stopped waiting earlier read the content it replaced (CI run
-// of e3e841a under load: fs_ops_test test_o_path_reopened_twice read b'one' after b'second' was
-// written and closed). Known gap: past the wait such a reader still gets the old content.
+// trail the next OPEN by hundreds of ms. Past the wait the reader gets direct_io (correct bytes, but
+// MAP_SHARED fails with ENODEV). A writer still open through a dup'd descriptor costs the reader this
+// wait once, then direct_io as before. (Which content such a reader gets does not depend on the wait:
+// versions take their order at close(2), Impl::PromoteAtClose.)
 constexpr std::chrono::milliseconds kReleaseWait{1000};
 
 Status OpenHandle(KvfsFs::Impl* fs, fuse_req_t req, const std::shared_ptr<Inode>& in, fuse_file_info* fi,
@@ -213,7 +212,10 @@ void ReleaseHandle(KvfsFs::Impl* fs, Handle* h) {
   if (h->dw) in->released.notify_all();
   if (h->writable && h->version) {
     const bool dirty = h->dirty.exchange(false);
-    if (dirty) h->version->dirty_handles.fetch_sub(1);  // no FLUSH after its last writes
+    if (dirty) {
+      h->version->dirty_handles.fetch_sub(1);  // no FLUSH after its last writes
+      fs->NoteDirtyRelease(h->inode, h->version);
+    }
     Status s = fs->ReleaseWritable(h->inode, h->version, /*defer=*/true, h->wrote.load(),
                                    dirty ? 0 : h->flushed_close.load());
     if (!s.ok()) {

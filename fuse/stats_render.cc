@@ -251,6 +251,7 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                {"sealed_flushes", f.sealed_flushes},
                {"flushes_deferred", f.flushes_deferred},
                {"closes_committed_open", f.closes_committed_open},
+               {"closes_superseded_late", f.closes_superseded_late},
                {"streamed_commits", f.streamed_commits},
                {"shadow_versions_created", f.shadow_versions_created},
                {"versions_committed", f.versions_committed},

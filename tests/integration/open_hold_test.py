@@ -248,6 +248,42 @@ class OpenHoldTest(unittest.TestCase):
         finally:
             ctx.__exit__(None, None, None)
 
+    def test_rewrites_commit_in_close_order_whatever_the_release_order(self):
+        """Two O_TRUNC rewrites of one name, closed one after the other: the second close's content is
+        the file, also when the first writer's RELEASE reaches the daemon after the second's (the kernel
+        sends RELEASE after close(2) returned; under load they can come in any order). Here the first
+        writer is a direct_io writer, whose RELEASE KVFS_TEST_RELEASE_DELAY_MS holds 2 s; the second
+        opens while the first is not released, gets a shadow version (not held) and is released at once.
+        Through /proc/self/fd (the reopen keeps the inode number) the first version is still open when
+        the second commits; its late RELEASE drops it (fuse.closes_superseded_late). Before, commits were ordered by RELEASE: the first close's content was committed last and became
+        the file (CI run of e3e841a: fs_ops_test test_o_path_reopened_twice read b'one')."""
+        ctx, mnt = mount_with_env({"KVFS_TEST_RELEASE_DELAY_MS": "2000"})
+        try:
+            for name, opener in (("plain", None), ("o_path", "o_path")):
+                path = os.path.join(mnt, name)
+                kf.write_file(path, b"hello\n")
+                time.sleep(2.5)  # its RELEASE and commit
+                ofd = os.open(path, os.O_PATH) if opener else None
+                target = "/proc/self/fd/%d" % ofd if opener else path
+                try:
+                    for data in (b"one", b"second"):
+                        w = os.open(target, os.O_WRONLY | os.O_TRUNC)
+                        try:
+                            self.assertEqual(os.write(w, data), len(data))
+                        finally:
+                            os.close(w)
+                    self.assertEqual(kf.read_file(path), b"second", name)
+                    time.sleep(3)  # both RELEASEs and their commits
+                    self.assertEqual(kf.read_file(path), b"second", name)
+                    if opener:  # the reopen keeps the number: the first version is released late, dropped
+                        st = kf.stats(mnt)["fuse"]
+                        self.assertEqual(st["closes_superseded_late"], 1, st)
+                finally:
+                    if ofd is not None:
+                        os.close(ofd)
+        finally:
+            ctx.__exit__(None, None, None)
+
     def run_pending_case(self, reader, size=SPILL_SIZE):
         """The handle is opened while its file's commit is pending (closed by its writer, the deferred
         commit not run yet: KVFS_TEST_COMMIT_DELAY_MS widens the 5 ms window to 1.5 s), so it reads the
