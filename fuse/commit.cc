@@ -473,16 +473,30 @@ void KvfsFs::Impl::Unpublish(const std::shared_ptr<Inode>& in, const std::shared
   QueueInval(in->ino);
 }
 
+void KvfsFs::Impl::NoteCloseLocked(Version& v) {
+  uint64_t gen;
+  {
+    std::shared_lock<std::shared_mutex> vg(v.mu);
+    gen = v.gen;
+  }
+  // A close after which the version is what it was at its previous noted close changed nothing: it
+  // keeps that close's order (a reader-writer closing late must not move older content past a newer
+  // version's commit).
+  if (v.last_close != 0 && gen == v.last_close_gen) return;
+  v.last_close = next_order.fetch_add(1);
+  v.last_close_gen = gen;
+}
+
 void KvfsFs::Impl::PromoteAtClose(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v) {
   std::lock_guard<std::mutex> g(in->mu);
-  v->last_close = next_order.fetch_add(1);
+  NoteCloseLocked(*v);
   if (in->unlinked || v->writers != 1 || in->primary == v) return;
   in->primary = v;
 }
 
 void KvfsFs::Impl::NoteDirtyRelease(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v) {
   std::lock_guard<std::mutex> g(in->mu);
-  v->last_close = next_order.fetch_add(1);
+  NoteCloseLocked(*v);
 }
 
 Status KvfsFs::Impl::ReleaseWritable(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v,

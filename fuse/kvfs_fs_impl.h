@@ -248,9 +248,11 @@ struct Version {
   // committed_loc held (Store::PinRecord) while readers or writers use the version after its commit
   // (docs/semantics.md §6.10), released when the last of them is gone or with the version.
   Location held;
-  // The latest close of the version (Impl::next_order; 0 = none yet): taken at each FLUSH (close(2) of a
-  // writer handle, PromoteAtClose) and at the RELEASE of a handle that wrote after its last FLUSH.
+  // The latest close of the version that changed it (Impl::next_order; 0 = none yet): taken at a FLUSH
+  // (close(2) of a writer handle, PromoteAtClose) or at the RELEASE of a handle that wrote after its
+  // last FLUSH, when `gen` moved since the previous one (last_close_gen; Impl::NoteCloseLocked).
   uint64_t last_close = 0;
+  uint64_t last_close_gen = 0;
   // Set when its last writer is released: its last_close (the moment of that close(2)), or a new order
   // if it has none. A commit counts from this moment, not from the RELEASE (which the kernel sends after
   // close(2) returned, in any order under load) nor from when the deferred commit runs: the order of
@@ -737,6 +739,9 @@ struct KvfsFs::Impl {
   // A writer handle of v released with writes after its last FLUSH (no close(2) saw them: shared-mmap
   // writeback, a killed process): that RELEASE is v's latest close.
   void NoteDirtyRelease(const std::shared_ptr<Inode>& in, const std::shared_ptr<Version>& v);
+  // Both: a close of v that changed it (gen moved since v's last noted close) takes a new order
+  // (Version::last_close). Called under the inode's mu; takes v.mu shared.
+  void NoteCloseLocked(Version& v);
 
   // Drops one writer of v; the last one commits it (docs/design.md §4 "Commit"). defer: commit it
   // opts.commit_delay_ms later on the committer thread, so that the rename that usually follows close

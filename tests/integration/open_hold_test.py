@@ -284,6 +284,36 @@ class OpenHoldTest(unittest.TestCase):
         finally:
             ctx.__exit__(None, None, None)
 
+    def test_a_close_that_changed_nothing_does_not_reorder_its_version(self):
+        """W1 creates a file and writes it (a direct_io writer, its RELEASE held 2 s by
+        KVFS_TEST_RELEASE_DELAY_MS) while R has it open O_RDWR (same version) and writes nothing; W1
+        closes; W2 replaces the content (O_TRUNC: a hidden version, committed at once) and closes; R
+        closes; W1's RELEASE comes last. On a local fs the file is W2's bytes: R's close changed
+        nothing. A version's order is its last close that changed it (W1's): before, R's later close
+        made W1's content commit over W2's and the file read b'one'."""
+        ctx, mnt = mount_with_env({"KVFS_TEST_RELEASE_DELAY_MS": "2000"})
+        try:
+            path = os.path.join(mnt, "f")
+            w1 = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            r = os.open(path, os.O_RDWR)
+            try:
+                self.assertEqual(os.write(w1, b"one"), 3)
+                os.close(w1)
+                w1 = None
+                kf.write_file(path, b"second")  # O_TRUNC while W1's version is open: a hidden version
+                time.sleep(0.3)  # its RELEASE (not held) and commit
+                self.assertEqual(kf.read_file(path), b"second")
+            finally:
+                if w1 is not None:
+                    os.close(w1)
+                os.close(r)
+            time.sleep(3)  # W1's RELEASE
+            self.assertEqual(kf.read_file(path), b"second")
+            st = kf.stats(mnt)["fuse"]
+            self.assertEqual(st["closes_superseded_late"], 1, st)
+        finally:
+            ctx.__exit__(None, None, None)
+
     def run_pending_case(self, reader, size=SPILL_SIZE):
         """The handle is opened while its file's commit is pending (closed by its writer, the deferred
         commit not run yet: KVFS_TEST_COMMIT_DELAY_MS widens the 5 ms window to 1.5 s), so it reads the
