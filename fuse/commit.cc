@@ -304,7 +304,8 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
       if (v->superseded) return Status::OK();  // a version closed later already committed
       // Released after a version closed later had committed (the kernel's RELEASEs came out of the
       // order of the close(2)s): older content, never committed over the newer.
-      if (v->writers == 0 && v->close_order != 0 && v->close_order < in->committed_order) {
+      if (v->writers == 0 && v->close_order != 0 && v->close_order < in->committed_order &&
+          in->committed_order_seq != v->seq) {
         v->superseded = true;
         closes_superseded_late++;
         return Status::OK();
@@ -372,7 +373,10 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
       // Versions whose last writer was released before this commit (their own commit is deferred)
       // are older content: they must not commit after this one, nor be joined.
       uint64_t order = v->writers > 0 || v->close_order == 0 ? next_order.fetch_add(1) : v->close_order;
-      in->committed_order = std::max(in->committed_order, order);
+      if (order > in->committed_order) {
+        in->committed_order = order;
+        in->committed_order_seq = v->seq;
+      }
       for (auto& w : in->writing) {
         if (w != v && w->writers == 0 && w->close_order != 0 && w->close_order < order) {
           w->superseded = true;

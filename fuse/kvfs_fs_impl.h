@@ -281,9 +281,11 @@ struct Inode {
   std::shared_ptr<Version> primary;  // the staged version that opens join and stat shows
   std::vector<std::shared_ptr<Version>> writing;  // versions with writers > 0 (primary + hidden ones)
   uint64_t committed_seq = 0;        // seq of the newest committed version
-  // Version::close_order (or commit order) of the newest committed content: a version whose last
-  // close came before it never commits (Impl::Commit marks it superseded).
+  // Version::close_order (or commit order) of the newest committed content, and the seq of the version
+  // that committed it: another version whose last close came before it never commits (Impl::Commit
+  // marks it superseded); the version itself commits again (a chmod after its commit, its sealed pages).
   uint64_t committed_order = 0;
+  uint64_t committed_order_seq = 0;
   bool contended = false;            // a hidden version is being written: page cache may mix versions
   // Open handles of this inode that use the page cache (not direct_io): while any is open, no new
   // version may start on this number (its O_TRUNC would reset their i_size, its writes their pages).

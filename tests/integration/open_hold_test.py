@@ -314,6 +314,37 @@ class OpenHoldTest(unittest.TestCase):
         finally:
             ctx.__exit__(None, None, None)
 
+    def test_a_chmod_after_a_versions_own_commit_is_committed_at_its_last_release(self):
+        """W1 writes a new file while R has it open O_RDWR; W1's close commits the version (R keeps it
+        open); a chmod then lands on that version; R closes without writing. The version's last close
+        is older than its own commit, which must not count as a newer version's: the chmod is
+        committed at R's release (checked after a remount, from the index)."""
+        b = kf.Backing()
+        try:
+            with kf.mounted(backing=b) as (mnt, _, _):
+                path = os.path.join(mnt, "f")
+                w1 = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                r = os.open(path, os.O_RDWR)
+                try:
+                    os.write(w1, b"one")
+                    os.close(w1)
+                    w1 = None
+                    time.sleep(0.3)  # W1's close committed
+                    os.chmod(path, 0o600)
+                finally:
+                    if w1 is not None:
+                        os.close(w1)
+                    os.close(r)
+                time.sleep(0.3)  # R's release
+                st = kf.stats(mnt)["fuse"]
+                self.assertEqual(st["closes_superseded_late"], 0, st)
+            with kf.mounted(backing=b) as (mnt, _, _):
+                path = os.path.join(mnt, "f")
+                self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
+                self.assertEqual(kf.read_file(path), b"one")
+        finally:
+            b.cleanup()
+
     def run_pending_case(self, reader, size=SPILL_SIZE):
         """The handle is opened while its file's commit is pending (closed by its writer, the deferred
         commit not run yet: KVFS_TEST_COMMIT_DELAY_MS widens the 5 ms window to 1.5 s), so it reads the
