@@ -361,6 +361,9 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
         f.fresh_forgotten);
   e.One("kvfs_hidden_versions_reset_total", "counter",
         "Inodes whose hidden versions are over: their readers use the page cache again.", f.hidden_reset);
+  e.One("kvfs_closes_superseded_late_total", "counter",
+        "Versions released after a version closed later had committed (RELEASE out of close order): dropped.",
+        f.closes_superseded_late);
 
   // ---- index and data ----
   e.One("kvfs_files", "gauge", "Files in the index (this node's and applied peers').", st.files);
