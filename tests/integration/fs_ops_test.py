@@ -905,10 +905,26 @@ class DirectAndMmap(MountedTestCase):
         self._committed(c0, 1)  # committed: the O_TRUNC open below writes a hidden replacement
         h0 = kf.stats(self.mnt)["fuse"]["hidden_reset"]
         new = pattern("t2", 50000)
-        kf.write_file(path, new)
-        time.sleep(2.1)
-        self.assertEqual(self._map_read(path), new)
-        self.assertEqual(kf.stats(self.mnt)["fuse"]["hidden_reset"] - h0, 1)
+        wfd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        # Held by an O_PATH descriptor (no OPEN reaches the daemon) opened while the writer holds the
+        # new number: the kernel keeps that inode, so the reset below is the daemon's. Without it, under
+        # load, the kernel could drop the name's dentry (the renumber's late invalidation of the old
+        # number's name) and FORGET the inode once the writer closed; the reader's LOOKUP then gets a
+        # fresh inode object, which never had a hidden version (nothing to reset: hidden_reset stayed
+        # 0, seen 2 in 15 runs under load).
+        pfd = os.open(path, os.O_PATH)
+        try:
+            self.assertEqual(os.fstat(pfd).st_ino, os.fstat(wfd).st_ino)
+            self.assertEqual(os.write(wfd, new), len(new))
+            os.close(wfd)
+            wfd = None
+            time.sleep(2.1)
+            self.assertEqual(self._map_read(path), new)
+            self.assertEqual(kf.stats(self.mnt)["fuse"]["hidden_reset"] - h0, 1)
+        finally:
+            if wfd is not None:
+                os.close(wfd)
+            os.close(pfd)
         # A reader that opened the old content keeps it whole (direct_io) while the new one is mapped.
         fd = os.open(path, os.O_RDONLY)
         try:
