@@ -310,6 +310,9 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
         closes_superseded_late++;
         return Status::OK();
       }
+      // Still open (a close commits what it closed while other handles stay open): the state of that
+      // close is older than the committed content too; the version's next changing close commits.
+      if (v->writers > 0 && as_flushed && StaleLocked(*in, *v)) return Status::OK();
     }
     if (as_flushed) {
       // That close is published already (by the deferred commit of an earlier close, which committed
@@ -372,10 +375,22 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
       in->committed_seq = std::max(in->committed_seq, v->seq);
       // Versions whose last writer was released before this commit (their own commit is deferred)
       // are older content: they must not commit after this one, nor be joined.
-      uint64_t order = v->writers > 0 || v->close_order == 0 ? next_order.fetch_add(1) : v->close_order;
+      // The moment of the close whose state this is (as-flushed: the version's last changing close),
+      // not of the commit, which runs later (deferred) and would put older content over newer; an
+      // fsync's or a commit of writes nobody closed yet: now.
+      uint64_t order = v->writers == 0 && v->close_order != 0 ? v->close_order
+                       : as_flushed && v->last_close != 0   ? v->last_close
+                                                            : next_order.fetch_add(1);
       if (order > in->committed_order) {
         in->committed_order = order;
         in->committed_order_seq = v->seq;
+      }
+      // An fsync's commit is a change point like a close: a later close that changed nothing since
+      // keeps this order (before, A's close after its fsync and after B's newer rewrite made A's
+      // content visible again until its release: breaker helper 2026-12-07).
+      if (order > v->last_close && gen >= v->last_close_gen) {
+        v->last_close = order;
+        v->last_close_gen = gen;
       }
       for (auto& w : in->writing) {
         if (w != v && w->writers == 0 && w->close_order != 0 && w->close_order < order) {
@@ -383,8 +398,11 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
           if (in->primary == w) in->primary = nullptr;
         }
       }
-      // A newer commit hides an older staged primary (its writers keep writing; it commits later).
-      if (in->primary && in->primary != v && in->primary->seq < v->seq) in->primary = nullptr;
+      // A newer commit hides an older staged primary (its writers keep writing; it commits later), and
+      // a primary whose last change came before this commit's close.
+      if (in->primary && in->primary != v && (in->primary->seq < v->seq || StaleLocked(*in, *in->primary))) {
+        in->primary = nullptr;
+      }
       // The kernel may keep a staged version's attributes (StagedCacheable) and marks its own
       // WRITEs' size and mtime stale, but st_blocks of an extent map (holes excluded) it cannot derive.
       inval = in->contended || v->hidden || (in->staged_cached && ext);
@@ -483,10 +501,10 @@ void KvfsFs::Impl::NoteCloseLocked(Version& v) {
     std::shared_lock<std::shared_mutex> vg(v.mu);
     gen = v.gen;
   }
-  // A close after which the version is what it was at its previous noted close changed nothing: it
-  // keeps that close's order (a reader-writer closing late must not move older content past a newer
-  // version's commit).
-  if (v.last_close != 0 && gen == v.last_close_gen) return;
+  // A close after which the version is what it was at its previous noted close (or at its creation)
+  // changed nothing: it keeps that order (a reader-writer closing late must not move older content
+  // past a newer version's commit).
+  if (gen == v.last_close_gen) return;
   v.last_close = next_order.fetch_add(1);
   v.last_close_gen = gen;
 }
@@ -495,6 +513,21 @@ void KvfsFs::Impl::PromoteAtClose(const std::shared_ptr<Inode>& in, const std::s
   std::lock_guard<std::mutex> g(in->mu);
   NoteCloseLocked(*v);
   if (in->unlinked || v->writers != 1 || in->primary == v) return;
+  // A version older than the committed content (a handle opened before a rewrite that committed, and
+  // closed after it, changing nothing since) never becomes the file again: before, its close made the
+  // replaced content visible, and a chmod then committed it (breaker helper 2026-12-07).
+  if (StaleLocked(*in, *v)) return;
+  // Nor over a visible version closed after v's last change and not changed since (its commit still
+  // pending): that one is the file (A fsyncs, B rewrites and closes, A closes: B's content stays).
+  if (in->primary) {
+    const Version& p = *in->primary;
+    bool quiet;
+    {
+      std::shared_lock<std::shared_mutex> pg(in->primary->mu);
+      quiet = p.gen == p.last_close_gen;
+    }
+    if (quiet && ChangeOrderLocked(p) > ChangeOrderLocked(*v)) return;
+  }
   in->primary = v;
 }
 
@@ -513,7 +546,7 @@ Status KvfsFs::Impl::ReleaseWritable(const std::shared_ptr<Inode>& in, const std
       // (a hidden version stays invisible until its last writer closes it: not then).
       if (!wrote || v->hidden || !defer || opts.commit_delay_ms == 0) return Status::OK();
     } else {
-      v->close_order = v->last_close != 0 ? v->last_close : next_order.fetch_add(1);
+      v->close_order = ChangeOrderLocked(*v);
       last = true;
     }
   }

@@ -253,6 +253,10 @@ struct Version {
   // last FLUSH, when `gen` moved since the previous one (last_close_gen; Impl::NoteCloseLocked).
   uint64_t last_close = 0;
   uint64_t last_close_gen = 0;
+  // Impl::next_order when the version was created (its content then: a copy of the file, or empty for
+  // an O_TRUNC open). Its order while no close changed it (Impl::ChangeOrderLocked). Set once by
+  // NewVersion before the version is shared.
+  uint64_t created_order = 0;
   // Set when its last writer is released: its last_close (the moment of that close(2)), or a new order
   // if it has none. A commit counts from this moment, not from the RELEASE (which the kernel sends after
   // close(2) returned, in any order under load) nor from when the deferred commit runs: the order of
@@ -744,6 +748,13 @@ struct KvfsFs::Impl {
   // Both: a close of v that changed it (gen moved since v's last noted close) takes a new order
   // (Version::last_close). Called under the inode's mu; takes v.mu shared.
   void NoteCloseLocked(Version& v);
+  // The moment v's content dates from: its last close that changed it, else its creation.
+  static uint64_t ChangeOrderLocked(const Version& v) { return v.last_close != 0 ? v.last_close : v.created_order; }
+  // v is older than the content another version of the inode committed (its last change came before
+  // that commit's close): it must not become visible, be joined or commit. Under the inode's mu.
+  static bool StaleLocked(const Inode& in, const Version& v) {
+    return in.committed_order_seq != v.seq && ChangeOrderLocked(v) < in.committed_order;
+  }
 
   // Drops one writer of v; the last one commits it (docs/design.md §4 "Commit"). defer: commit it
   // opts.commit_delay_ms later on the committer thread, so that the rename that usually follows close

@@ -10,6 +10,8 @@ std::shared_ptr<Version> KvfsFs::Impl::NewVersion(uint64_t ino, bool hidden, boo
   staged_versions++;
   if (hidden) shadows++;
   auto v = std::make_shared<Version>(next_seq.fetch_add(1), ino, hidden, direct, &staging);
+  v->created_order = next_order.fetch_add(1);
+  v->last_close_gen = v->gen;  // a close before any change changes nothing: the creation's order stays
   std::lock_guard<std::mutex> g(staging.mu);
   staging.versions.emplace(v.get(), v);
   return v;
@@ -96,7 +98,10 @@ Result<std::shared_ptr<Version>> KvfsFs::Impl::AcquireWritableOnce(
   // Newest version being written or being committed by its last release (still in `writing`).
   std::shared_ptr<Version> newest;
   for (auto& w : in->writing) {
-    if (w->superseded) continue;  // older than the committed content: never joined
+    // Older than the committed content: never joined (a version whose last RELEASE is late, still
+    // open, is stale once a version closed after its last change committed: a writer that joined it
+    // wrote into the replaced content, breaker helper 2026-12-07).
+    if (w->superseded || StaleLocked(*in, *w)) continue;
     if (!newest || w->seq > newest->seq) newest = w;
   }
   auto join = [&](const std::shared_ptr<Version>& v) {
