@@ -4,6 +4,8 @@
 #include <tuple>
 #include <utility>
 
+#include "index/dir_redirect.h"
+
 namespace kvfs {
 
 void DirRenameLog::Note(std::string from, std::string to, uint64_t stamp, std::string node) {
@@ -11,54 +13,38 @@ void DirRenameLog::Note(std::string from, std::string to, uint64_t stamp, std::s
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> l(mu_);
   ExpireLocked(now);
-  Rename r{std::move(from), std::move(to), stamp, std::move(node), now};
-  auto pos = std::upper_bound(renames_.begin(), renames_.end(), r, [](const Rename& a, const Rename& b) {
+  DirRenameRecord r{std::move(from), std::move(to), stamp, std::move(node)};
+  auto pos = std::upper_bound(renames_.begin(), renames_.end(), r, [](const DirRenameRecord& a, const DirRenameRecord& b) {
     return std::tie(a.stamp, a.node) < std::tie(b.stamp, b.node);
   });
+  noted_.insert(noted_.begin() + (pos - renames_.begin()), now);
   renames_.insert(pos, std::move(r));
   while (renames_.size() > kMaxRenames) {
     // The oldest by the time it was noted (usually the front: stamps and noting times agree).
-    auto oldest = std::min_element(renames_.begin(), renames_.end(),
-                                   [](const Rename& a, const Rename& b) { return a.noted < b.noted; });
-    renames_.erase(oldest);
+    const size_t oldest = std::min_element(noted_.begin(), noted_.end()) - noted_.begin();
+    renames_.erase(renames_.begin() + oldest);
+    noted_.erase(noted_.begin() + oldest);
   }
 }
 
 void DirRenameLog::ExpireLocked(std::chrono::steady_clock::time_point now) {
-  renames_.erase(std::remove_if(renames_.begin(), renames_.end(),
-                                [&](const Rename& r) { return now - r.noted > kKeep; }),
-                 renames_.end());
-}
-
-bool DirRenameLog::RedirectPathLocked(std::string* path, uint64_t stamp, const std::string& node) {
-  bool changed = false;
-  for (const Rename& r : renames_) {
-    if (!(std::tie(stamp, node) < std::tie(r.stamp, r.node))) continue;  // the entry is not older
-    const std::string& p = *path;
-    const bool under = p.size() > r.from.size() && p.compare(0, r.from.size(), r.from) == 0 && p[r.from.size()] == '/';
-    if (p != r.from && !under) continue;
-    *path = r.to + p.substr(r.from.size());
-    changed = true;
+  size_t out = 0;
+  for (size_t i = 0; i < renames_.size(); i++) {
+    if (now - noted_[i] > kKeep) continue;
+    if (out != i) {
+      renames_[out] = std::move(renames_[i]);
+      noted_[out] = noted_[i];
+    }
+    out++;
   }
-  return changed;
+  renames_.resize(out);
+  noted_.resize(out);
 }
 
 bool DirRenameLog::Redirect(ApplyOp* op, const std::string& batch_node) {
-  switch (op->kind) {
-    case ApplyOp::Kind::kSeal:
-    case ApplyOp::Kind::kDrop:
-    case ApplyOp::Kind::kCut:
-      return false;
-    default:
-      break;
-  }
   std::lock_guard<std::mutex> l(mu_);
   if (renames_.empty()) return false;
-  const std::string& node = op->node.empty() ? batch_node : op->node;
-  bool changed = RedirectPathLocked(&op->path, op->stamp, node);
-  if (op->kind == ApplyOp::Kind::kRename || op->kind == ApplyOp::Kind::kExchange) {
-    changed = RedirectPathLocked(&op->to, op->stamp, node) || changed;
-  }
+  const bool changed = RedirectApplyOp(renames_, op, batch_node);
   if (changed) ++redirected_;
   return changed;
 }

@@ -14,11 +14,12 @@
 // node n is redirected by the renames (t, m) with (s, n) < (t, m) whose source is its path or an
 // ancestor of it, oldest rename first (so a chain d -> d2 -> d3 sends d/y to d3/y, and an entry made
 // between the two renames, d2/z, to d3/z). Entries newer than a rename are left as they are (the writer
-// had seen the rename, or raced it: its entry names the path it meant).
+// had seen the rename, or raced it: its entry names the path it meant). The rule itself is
+// index/dir_redirect.h, which every rebuild shares (index/replay.h ReplayNodes redirects by the records
+// of directory renames that the snapshots carry, index_db.h DirRenameRecord).
 //
 // Bounded: renames are kept for kKeep (60 s, far above the peer visibility delay of ~0.4 s) and at most
-// kMaxRenames (the oldest go first); in memory only. A rebuild needs none of this (index/replay.h
-// applies every journal merged by stamp).
+// kMaxRenames (the oldest go first); in memory only (the index keeps every record, for rebuilds).
 //
 // Thread safety: all methods may be called from any thread (one mutex).
 #pragma once
@@ -27,9 +28,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <mutex>
 #include <string>
+
+#include <vector>
 
 #include "index/index_db.h"
 
@@ -52,17 +54,11 @@ class DirRenameLog {
   uint64_t redirected() const { return redirected_.load(std::memory_order_relaxed); }
 
  private:
-  struct Rename {
-    std::string from, to;
-    uint64_t stamp = 0;
-    std::string node;
-    std::chrono::steady_clock::time_point noted;
-  };
   void ExpireLocked(std::chrono::steady_clock::time_point now);
-  bool RedirectPathLocked(std::string* path, uint64_t stamp, const std::string& node);
 
   std::mutex mu_;
-  std::deque<Rename> renames_;  // in stamp order (Note inserts in place)
+  std::vector<DirRenameRecord> renames_;                    // in (stamp, node) order (Note inserts in place)
+  std::vector<std::chrono::steady_clock::time_point> noted_;  // when each of renames_ was noted
   std::atomic<uint64_t> redirected_{0};  // ops rewritten
 };
 

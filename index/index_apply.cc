@@ -354,6 +354,9 @@ struct Applier {
       res.changed.push_back({*sparent, sleaf, src->attr.ino, 0});
       res.changed.push_back({*dparent, dleaf, 0, src->attr.ino});
       res.moved_dirs.push_back(op_index);
+      // Its record: every later rebuild redirects the entries older than this rename (dir_redirect.h),
+      // even once the entry itself lies behind a snapshot.
+      if (op.stamp != 0) PutDirRename(op.path, op.to, op.stamp);
       return true;
     }
     if (src_dir) return false;
@@ -390,6 +393,22 @@ struct Applier {
     }
     t.RaiseHlc(op.stamp);
     return changed;
+  }
+
+  void PutDirRename(const std::string& from, const std::string& to, uint64_t stamp) {
+    t.Put(kDirRenames, DirRenameKey(stamp, node), EncodeDirRename(DirRenameRecord{from, to, stamp, node}));
+  }
+
+  // A snapshot's RENAME entry: the record of a directory rename, stored; nothing moves.
+  Result<bool> DirRenameRecordOp(const ApplyOp& op) {
+    std::vector<std::string_view> comps;
+    if (op.stamp == 0 || op.path == op.to || !SplitPath(op.path, &comps).ok() || comps.empty() ||
+        !SplitPath(op.to, &comps).ok() || comps.empty()) {
+      return Status::InvalidArgument("bad directory rename record '" + op.path + "' -> '" + op.to + "'");
+    }
+    PutDirRename(op.path, op.to, op.stamp);
+    t.RaiseHlc(op.stamp);
+    return true;
   }
 
   // renameat2(RENAME_EXCHANGE) from a journal: applied whole or not at all. Both names must exist here,
@@ -687,6 +706,7 @@ struct Applier {
       // A node cuts only its own segment files (as CollectNodeCuts reads them): a peer's journal never
       // limits another node's segment.
       case ApplyOp::Kind::kCut: return op.segment.node == node ? Cut(op.segment, op.cut_offset) : Result<bool>(false);
+      case ApplyOp::Kind::kDirRenameRecord: return DirRenameRecordOp(op);
     }
     return Status::InvalidArgument("unknown apply op");
   }

@@ -95,8 +95,9 @@ class ColumnFamilyHandle;
 namespace kvfs {
 
 // 3 added the xattrstamps column family (index_keys.h); a format 2 index opens as 3 (no stamps: every
-// xattr older than any entry).
-inline constexpr uint32_t kIndexFormatVersion = 3;
+// xattr older than any entry). 4 added the dirrenames column family (the records of directory renames);
+// a format 2 or 3 index opens as 4 with no records.
+inline constexpr uint32_t kIndexFormatVersion = 4;
 
 struct IndexDbOptions {
   std::string dir;                          // local directory (never on NFS); created if missing
@@ -139,13 +140,26 @@ struct Tombstone {
   std::string removed_node;
 };
 
+// The record of one directory rename: the RENAME entry (stamp, node) that moved the directory `from` to
+// `to` (absolute index paths). Kept forever in the index (column family dirrenames) and exported by the
+// renaming node's snapshots, so that every rebuild redirects the entries older than it that name `from`
+// or a path under it (index/dir_redirect.h), as the live nodes did (engine/dir_renames.h).
+struct DirRenameRecord {
+  std::string from, to;
+  uint64_t stamp = 0;
+  std::string node;
+  bool operator==(const DirRenameRecord&) const = default;
+};
+
 // One journal entry to apply (docs/design.md §2 "Journal"). Fields not used by a kind are ignored.
 struct ApplyOp {
+  // kDirRenameRecord: a snapshot's RENAME entry, the record of a directory rename (path = from, to,
+  // stamp, node): stored in dirrenames, nothing is moved (the snapshot holds the result).
   enum class Kind : uint8_t { kPut, kRename, kUnlink, kMkdir, kRmdir, kSetattr, kXattr, kMove, kSeal, kDrop, kCut,
-                              kExchange };
+                              kExchange, kDirRenameRecord };
   Kind kind = Kind::kPut;
   std::string path;        // PUT/UNLINK/MKDIR/RMDIR/SETATTR/XATTR/MOVE; RENAME: from
-  std::string to;          // RENAME: destination; EXCHANGE: the other name
+  std::string to;          // RENAME, DIRRENAME record: destination; EXCHANGE: the other name
   Location location;       // PUT, RENAME (the moved file's location; may be empty), MOVE: new location
   Location old_location;   // MOVE: replaces this record (the file's location, or the record of every
                            // extent that references it); nothing if the file does not use it
@@ -337,6 +351,9 @@ class IndexDb {
   Result<ApplyResult> ApplyDrop(const SegmentId& seg);
 
   Result<Tombstone> GetTombstone(std::string_view path);  // NotFound if none
+  // The records of directory renames (DirRenameRecord), in (stamp, node) order; node non-empty: only
+  // that node's. A record that does not decode is Corruption.
+  Result<std::vector<DirRenameRecord>> ListDirRenames(std::string_view node = {});
   // Deletes tombstones with stamp < older_than. Returns how many.
   Result<uint64_t> PruneTombstones(uint64_t older_than);
 
@@ -366,9 +383,11 @@ class IndexDb {
     // kSymlink: any index-only node, a symlink or a special file (attr.mode says which; attr.rdev).
     // kPeerFileChanges: a committed file, symlink or special file bound by ANOTHER node whose attributes
     // (setattr: attr, at `stamp`) and/or some xattr names (xattr_changes) `node` changed last.
-    enum class Kind : uint8_t { kDir, kFile, kSymlink, kTombstone, kSegment, kPeerFileChanges };
+    // kDirRename: the record of a directory rename by `node` (path = from, to, stamp).
+    enum class Kind : uint8_t { kDir, kFile, kSymlink, kTombstone, kSegment, kPeerFileChanges, kDirRename };
     Kind kind = Kind::kDir;
     std::string path;   // absolute; empty for kSegment
+    std::string to;     // kDirRename
     Attr attr;          // kDir, kFile, kSymlink
     Location location;  // kFile
     ExtentMapRef extents;  // kFile that is not one record (location empty)
@@ -389,7 +408,8 @@ class IndexDb {
     // with a journaled set/remove after the binding (its stamp; `xattrs` then holds the current values).
     std::vector<XattrChange> xattr_changes;
   };
-  // Calls fn for every directory (root excluded) and every committed file / symlink whose dentry was
+  // Calls fn first for every record of a directory rename by `node` (kDirRename, in stamp order), then
+  // for every directory (root excluded) and every committed file / symlink whose dentry was
   // bound by `node` (dentry node == node), in a depth-first walk (a directory before anything under it),
   // and in the same walk for every committed file bound by another node that `node` changed last
   // (kPeerFileChanges), then for every tombstone of `node`, then for every segment of `node` that is

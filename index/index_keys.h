@@ -20,6 +20,9 @@
 //   xattrstamps ino u64 BE | name                      stamp u64, node str, removed u8: the (stamp,   namespace
 //                                                      node) of the name's last set or remove (format 3;
 //                                                      absent: older than any entry)
+//   dirrenames  stamp u64 BE | node                    from str, to str: the record of a directory    namespace
+//                                                      rename (the (stamp, node) of the RENAME entry
+//                                                      that moved it; format 4; never pruned)
 //   staged      ino u64 BE                             (empty)  uncommitted files; dropped at Open    namespace
 //   tombstones  full path                              stamp u64, node str[, removed stamp u64, node str]  namespace
 //   segments    node | 0x00 | gen u64 BE | seq u64 BE  state u8, live_bytes u64, live_records u64,    location
@@ -67,11 +70,12 @@ inline constexpr uint64_t kMaxCookie = (1ull << 63) - 1;
 inline constexpr uint8_t kInodeRecordVersion = 2;
 
 enum Cf : int {
-  kDentries, kDirCookies, kInodes, kXattrs, kStaged, kSegments, kSegFiles, kTombstones, kMeta, kXattrStamps, kNumCf
+  kDentries, kDirCookies, kInodes, kXattrs, kStaged, kSegments, kSegFiles, kTombstones, kMeta, kXattrStamps,
+  kDirRenames, kNumCf
 };
 inline constexpr const char* kCfNames[kNumCf] = {"dentries", "dircookies", "inodes",     "xattrs", "staged",
                                                  "segments", "segfiles",   "tombstones", "meta",
-                                                 "xattrstamps"};
+                                                 "xattrstamps", "dirrenames"};
 
 // meta keys
 inline constexpr char kMetaFormat[] = "format";
@@ -366,6 +370,32 @@ inline bool DecodeXattrStamp(std::string_view v, XattrStamp* x) {
   uint8_t r = rd.U8();
   x->removed = r == 1;
   return rd.ok && r <= 1 && rd.s.empty();
+}
+
+// dirrenames key: stamp u64 BE | node (so records list in (stamp, node) order); value: from str, to str.
+inline std::string DirRenameKey(uint64_t stamp, std::string_view node) {
+  std::string k;
+  PutBE64(&k, stamp);
+  k.append(node);
+  return k;
+}
+inline std::string EncodeDirRename(const DirRenameRecord& r) {
+  std::string v;
+  PutStr(&v, r.from);
+  PutStr(&v, r.to);
+  return v;
+}
+// False for a damaged record: a short key, no node, a value that does not decode exactly, paths that
+// are not absolute or a rename of the root.
+inline bool DecodeDirRename(std::string_view k, std::string_view v, DirRenameRecord* r) {
+  if (k.size() <= 8) return false;
+  r->stamp = GetBE64(k.data());
+  r->node = std::string(k.substr(8));
+  Reader rd{v};
+  r->from = rd.Str();
+  r->to = rd.Str();
+  return rd.ok && rd.s.empty() && r->stamp != 0 && r->from.size() > 1 && r->from[0] == '/' && r->to.size() > 1 &&
+         r->to[0] == '/';
 }
 
 // (stamp, node) order; true if a > b.

@@ -328,6 +328,13 @@ Result<RenameResult> IndexDb::Rename(uint64_t parent, std::string_view name, uin
     auto pp = o.PathOf(parent);
     if (!pp.ok()) return pp.status();
     KVFS_RETURN_IF_ERROR(o.RaiseTomb(JoinPath(*pp, name), stamp, impl_->node, &*sd));
+    if (src_dir) {
+      // The record of this directory rename (index_keys.h dirrenames; exported by our snapshots).
+      auto np_path = o.PathOf(new_parent);
+      if (!np_path.ok()) return np_path.status();
+      DirRenameRecord rec{JoinPath(*pp, name), JoinPath(*np_path, new_name), stamp, impl_->node};
+      t.Put(kDirRenames, DirRenameKey(stamp, impl_->node), EncodeDirRename(rec));
+    }
   }
   uint64_t cookie = 0;
   if (dd) {
@@ -556,6 +563,21 @@ Result<Tombstone> IndexDb::GetTombstone(std::string_view path) {
   Tombstone tb;
   if (!DecodeTomb(v, &tb)) return Status::Corruption("bad tombstone");
   return tb;
+}
+
+Result<std::vector<DirRenameRecord>> IndexDb::ListDirRenames(std::string_view node) {
+  std::vector<DirRenameRecord> out;
+  std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->H(kDirRenames)));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    DirRenameRecord r;
+    if (!DecodeDirRename(std::string_view(it->key().data(), it->key().size()),
+                         std::string_view(it->value().data(), it->value().size()), &r)) {
+      return Status::Corruption("bad directory rename record");
+    }
+    if (node.empty() || r.node == node) out.push_back(std::move(r));
+  }
+  KVFS_RETURN_IF_ERROR(ToStatus(it->status(), "list directory renames"));
+  return out;
 }
 
 Result<uint64_t> IndexDb::PruneTombstones(uint64_t older_than) {

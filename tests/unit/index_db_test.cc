@@ -1010,13 +1010,14 @@ TEST_F(IndexDbTest, Format2IndexOpensAsFormat3) {
     rocksdb::Options o;
     std::vector<rocksdb::ColumnFamilyDescriptor> cfds;
     for (const char* n : {"dentries", "dircookies", "inodes", "xattrs", "staged", "segments", "segfiles",
-                          "tombstones", "meta", "xattrstamps"})
+                          "tombstones", "meta", "xattrstamps", "dirrenames"})
       cfds.emplace_back(n, rocksdb::ColumnFamilyOptions());
     cfds.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions());
     std::vector<rocksdb::ColumnFamilyHandle*> h;
     rocksdb::DB* raw = nullptr;
     ASSERT_TRUE(rocksdb::DB::Open(o, dir_, cfds, &h, &raw).ok());
     ASSERT_TRUE(raw->DropColumnFamily(h[9]).ok());
+    ASSERT_TRUE(raw->DropColumnFamily(h[10]).ok());
     std::string two("\x02\0\0\0", 4);
     ASSERT_TRUE(raw->Put(rocksdb::WriteOptions(), h[8], "format", two).ok());
     for (auto* x : h) ASSERT_TRUE(raw->DestroyColumnFamilyHandle(x).ok());
@@ -1029,6 +1030,85 @@ TEST_F(IndexDbTest, Format2IndexOpensAsFormat3) {
   EXPECT_EQ(*db_->GetXattr(f.attr.ino, "user.a"), "peer");
   Reopen();  // now format 3 with the family
   EXPECT_EQ(*db_->GetXattr(f.attr.ino, "user.a"), "peer");
+}
+
+// A format-3 index (no dirrenames column family) opens as format 4 with no records; a directory rename
+// applied or made after that keeps one (the RENAME entry's (stamp, node), from, to), and a damaged record
+// is Corruption.
+TEST_F(IndexDbTest, Format3IndexOpensAsFormat4AndDirectoryRenamesKeepRecords) {
+  uint64_t d = Mkdir(kRootIno, "d");
+  CommitNew(d, "f", Loc("n1", 1, 0, 5), 10);
+  db_.reset();
+  {  // make it what a format-3 build left: drop the family, format 3
+    rocksdb::Options o;
+    std::vector<rocksdb::ColumnFamilyDescriptor> cfds;
+    for (const char* n : {"dentries", "dircookies", "inodes", "xattrs", "staged", "segments", "segfiles",
+                          "tombstones", "meta", "xattrstamps", "dirrenames"})
+      cfds.emplace_back(n, rocksdb::ColumnFamilyOptions());
+    cfds.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> h;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(o, dir_, cfds, &h, &raw).ok());
+    ASSERT_TRUE(raw->DropColumnFamily(h[10]).ok());
+    std::string three("\x03\0\0\0", 4);
+    ASSERT_TRUE(raw->Put(rocksdb::WriteOptions(), h[8], "format", three).ok());
+    for (auto* x : h) ASSERT_TRUE(raw->DestroyColumnFamilyHandle(x).ok());
+    delete raw;
+  }
+  Reopen();
+  EXPECT_TRUE(db_->ResolvePath("/d/f").ok());
+  ASSERT_TRUE(db_->ListDirRenames().ok());
+  EXPECT_TRUE(db_->ListDirRenames()->empty());
+  // A local rename of a directory (journaled: stamp != 0) and a peer's applied one keep records; a
+  // file's rename, an unjournaled one and a RENAME that moves nothing keep none.
+  ASSERT_TRUE(db_->Rename(kRootIno, "d", kRootIno, "d2", 0, 20).ok());
+  CommitNew(kRootIno, "g", Loc("n1", 1, 0, 6), 21);
+  ASSERT_TRUE(db_->Rename(kRootIno, "g", kRootIno, "g2", 0, 22).ok());
+  uint64_t e = Mkdir(kRootIno, "e");
+  ASSERT_TRUE(db_->Rename(kRootIno, "e", kRootIno, "e0", 0, 0).ok());
+  (void)e;
+  EXPECT_EQ(db_->ApplyRename("/d2", "/sub/d3", Location{}, 30, "peer")->applied, 1u);
+  EXPECT_EQ(db_->ApplyRename("/nothing", "/x", Location{}, 31, "peer")->applied, 0u);
+  const std::vector<DirRenameRecord> want{{"/d", "/d2", 20, db_->node_id()}, {"/d2", "/sub/d3", 30, "peer"}};
+  EXPECT_EQ(*db_->ListDirRenames(), want);
+  EXPECT_EQ(*db_->ListDirRenames("peer"), (std::vector<DirRenameRecord>{want[1]}));
+  // A snapshot's record (kDirRenameRecord) is stored and moves nothing; a malformed one is skipped.
+  ApplyOp rec;
+  rec.kind = ApplyOp::Kind::kDirRenameRecord;
+  rec.path = "/sub/d3";
+  rec.to = "/d4";
+  rec.stamp = 40;
+  ApplyOp bad = rec;
+  bad.path = "/";
+  bad.stamp = 41;
+  std::vector<ApplyOp> ops{rec, bad};
+  auto r = db_->ApplyBatch(ops, "other");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->applied, 1u);
+  EXPECT_EQ(r->skipped, 1u);
+  EXPECT_TRUE(db_->ResolvePath("/sub/d3/f").ok());
+  EXPECT_EQ(db_->ListDirRenames()->size(), 3u);
+  Reopen();  // format 4 now, records kept
+  EXPECT_EQ(db_->ListDirRenames()->size(), 3u);
+  EXPECT_EQ(db_->ListDirRenames()->back(), (DirRenameRecord{"/sub/d3", "/d4", 40, "other"}));
+  db_.reset();
+  {  // a damaged record (a value that does not decode)
+    rocksdb::Options o;
+    std::vector<rocksdb::ColumnFamilyDescriptor> cfds;
+    for (const char* n : {"dentries", "dircookies", "inodes", "xattrs", "staged", "segments", "segfiles",
+                          "tombstones", "meta", "xattrstamps", "dirrenames"})
+      cfds.emplace_back(n, rocksdb::ColumnFamilyOptions());
+    cfds.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> h;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(o, dir_, cfds, &h, &raw).ok());
+    std::string key("\0\0\0\0\0\0\0\x32zz", 10);
+    ASSERT_TRUE(raw->Put(rocksdb::WriteOptions(), h[10], key, "\x05\0").ok());
+    for (auto* x : h) ASSERT_TRUE(raw->DestroyColumnFamilyHandle(x).ok());
+    delete raw;
+  }
+  Reopen();
+  EXPECT_TRUE(db_->ListDirRenames().status().IsCorruption());
 }
 
 TEST_F(IndexDbTest, ReopenPersistsEverything) {
