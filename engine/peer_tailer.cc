@@ -366,6 +366,15 @@ Status PeerTailer::ApplyPeerSnapshot(const std::string& node, const std::vector<
         Result<ApplyResult> r = Status::OK();
         {
           std::lock_guard<std::mutex> l(*ns_mu_);
+          if (opts_.dir_renames) {
+            // The snapshot's records of the peer's directory renames (they come first): the peers'
+            // entries older than one, read after it, follow it (engine/dir_renames.h), and so do the
+            // snapshot's own entries.
+            for (const auto& op : *ops) {
+              if (op.kind == ApplyOp::Kind::kDirRenameRecord) opts_.dir_renames->Note(op.path, op.to, op.stamp, node);
+            }
+            for (auto& op : *ops) opts_.dir_renames->Redirect(&op, node);
+          }
           r = index_->ApplyBatch(*ops, node);
         }
         if (!r.ok()) return r.status();

@@ -10,6 +10,7 @@
 
 #include "blockstore/log.h"
 #include "blockstore/node_dir.h"
+#include "index/dir_redirect.h"
 #include "index/snapshot.h"
 
 namespace kvfs {
@@ -126,6 +127,12 @@ bool JournalEntryToApplyOp(const JournalEntry& e, ApplyOp* op) {
   return false;
 }
 
+bool SnapshotEntryToApplyOp(const JournalEntry& e, ApplyOp* op) {
+  if (!JournalEntryToApplyOp(e, op)) return false;
+  if (e.op == JournalOp::kRename) op->kind = ApplyOp::Kind::kDirRenameRecord;  // a record, never a move
+  return true;
+}
+
 void CollectNodeCuts(Env* env, const std::string& node, const std::vector<JournalFile>& files,
                      JournalCuts* journal_cuts, JournalCuts* segment_cuts) {
   for (const auto& f : files) {
@@ -163,7 +170,7 @@ Status ApplyNewestSnapshot(Env* env, const std::string& node, const std::vector<
         [&](const JournalEntry& e) -> Status {
           ApplyOp op;
           n++;
-          if (!JournalEntryToApplyOp(e, &op)) return Status::OK();
+          if (!SnapshotEntryToApplyOp(e, &op)) return Status::OK();
           ops.push_back(std::move(op));
           if (ops.size() >= kReplayBatch) {
             apply_error = apply(&ops, false);
@@ -287,38 +294,93 @@ void KeepOrphans(const std::vector<ApplyOp>& ops, const ApplyResult& r, const st
   }
 }
 
+// What a replay of one node reads: its files, and whether it starts from a snapshot.
+struct NodePlan {
+  bool exists = false;  // the node directory exists
+  NodeFiles nf;
+  bool want_snapshot = false;
+  // The snapshots ApplyNewestSnapshot may choose from: nf.snapshots[0, usable) (CollectSnapshotRecords
+  // leaves out the newer ones that did not verify).
+  size_t usable = 0;
+};
+
+// Lists the node's files and decides whether the replay starts from a snapshot: a replay from the
+// beginning starts from the newest usable one; a replay from a position uses one only if the journal
+// file at that position is gone (retired meanwhile) and the newest snapshot covers past it.
+Status PlanNode(Env* env, const std::string& backing, const ReplaySource& src, NodePlan* plan) {
+  Status s = ListNodeFiles(env, NodeDirPath(backing, src.node), &plan->nf);
+  if (s.IsNotFound()) return Status::OK();
+  KVFS_RETURN_IF_ERROR(s);
+  plan->exists = true;
+  const NodeFiles& nf = plan->nf;
+  const JournalPosition& from = src.from;
+  const bool from_start = from == JournalPosition{};
+  const auto from_key = std::make_pair(from.generation, from.file_number);
+  plan->want_snapshot = !nf.snapshots.empty() && from_start;
+  if (!nf.snapshots.empty() && !from_start) {
+    const bool present = std::any_of(nf.journals.begin(), nf.journals.end(), [&](const JournalFile& f) {
+      return std::make_pair(f.generation, f.number) == from_key;
+    });
+    plan->want_snapshot =
+        !present && std::make_pair(nf.snapshots.back().generation, nf.snapshots.back().number) > from_key;
+  }
+  plan->usable = nf.snapshots.size();
+  return Status::OK();
+}
+
+// Chooses the snapshot the replay of a node will apply (ApplyNewestSnapshot's choice: the newest that
+// verifies) and collects its records of directory renames (RENAME entries, which a writer puts first).
+// Snapshots newer than the chosen one are left out (plan->usable; reported as bad, as
+// ApplyNewestSnapshot reports them). Nothing is applied.
+Status CollectSnapshotRecords(Env* env, const std::string& node, NodePlan* plan, ReplayNodeResult* out,
+                              std::vector<DirRenameRecord>* records) {
+  const auto& snaps = plan->nf.snapshots;
+  while (plan->usable > 0) {
+    const SnapshotFile& sf = snaps[plan->usable - 1];
+    std::vector<DirRenameRecord> found;
+    bool stopped = false;
+    Status s = ReadSnapshot(env, sf.path, node, [&](const JournalEntry& e) -> Status {
+      if (e.op != JournalOp::kRename) {
+        stopped = true;  // past the records
+        return Status::Busy("records read");
+      }
+      found.push_back(DirRenameRecord{e.path, e.path2, e.stamp, node});
+      return Status::OK();
+    });
+    if (s.ok() || stopped) {
+      records->insert(records->end(), found.begin(), found.end());
+      return Status::OK();
+    }
+    spdlog::error("kvfs: snapshot {} not used: {}", sf.path, s.ToString());
+    if (out) out->bad_snapshots.emplace_back(sf.path, s);
+    plan->usable--;
+  }
+  return Status::OK();
+}
+
 // Applies the snapshot a replay of `node` starts from (if any) and lists what is left to read after it.
-Status PrepareNode(Env* env, const std::string& backing, const ReplaySource& src, IndexDb* index,
-                   NodeCursor* c, std::vector<ApplyOp>* orphans) {
+// records: the directory renames every applied op is redirected by (dir_redirect.h).
+Status PrepareNode(Env* env, const ReplaySource& src, NodePlan& plan, IndexDb* index,
+                   std::span<const DirRenameRecord> records, NodeCursor* c, std::vector<ApplyOp>* orphans) {
   ReplayNodeResult* out = src.out;
   const std::string& node = src.node;
   const JournalPosition& from = src.from;
   c->node = node;
   c->out = out;
-  NodeFiles nf;
-  Status s = ListNodeFiles(env, NodeDirPath(backing, node), &nf);
-  if (s.IsNotFound()) return Status::OK();
-  KVFS_RETURN_IF_ERROR(s);
+  if (!plan.exists) return Status::OK();
+  NodeFiles& nf = plan.nf;
   std::vector<JournalFile> files = std::move(nf.journals);
-  // Snapshots: a replay from the beginning starts from the newest usable one; a replay from a position
-  // uses one only if the journal file at that position is gone (retired meanwhile) and the newest
-  // snapshot covers past it.
   const bool from_start = from == JournalPosition{};
-  const auto from_key = std::make_pair(from.generation, from.file_number);
-  bool want_snapshot = !nf.snapshots.empty() && from_start;
-  if (!nf.snapshots.empty() && !from_start) {
-    const bool present = std::any_of(files.begin(), files.end(), [&](const JournalFile& f) {
-      return std::make_pair(f.generation, f.number) == from_key;
-    });
-    want_snapshot = !present && std::make_pair(nf.snapshots.back().generation, nf.snapshots.back().number) > from_key;
-  }
+  const bool want_snapshot = plan.want_snapshot;
   JournalPosition start_at = from;
   const SnapshotFile* used = nullptr;
+  const std::vector<SnapshotFile> candidates(nf.snapshots.begin(), nf.snapshots.begin() + plan.usable);
   if (want_snapshot) {
     KVFS_RETURN_IF_ERROR(ApplyNewestSnapshot(
-        env, node, nf.snapshots,
+        env, node, candidates,
         [&](std::vector<ApplyOp>* ops, bool) -> Status {
           if (ops->empty()) return Status::OK();
+          for (auto& op : *ops) out->redirected += RedirectApplyOp(records, &op, node) ? 1 : 0;
           auto r = index->ApplyBatch(*ops, node);
           if (!r.ok()) return r.status();
           out->unresolved_deltas += r->unresolved_deltas;
@@ -365,8 +427,22 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
   // SETATTR / XATTR ops that found no name when applied (a snapshot's change to a peer's file whose
   // binding comes later, or lies under a directory renamed later): applied again at the end.
   std::vector<ApplyOp> orphans;
+  // 0. The records of directory renames in the snapshots that will be applied: every op applied below
+  //    (snapshot entries and journal-tail entries) that is older than a record and names its source or
+  //    a path under it is redirected to where that rename moved it, as the live nodes did
+  //    (index/dir_redirect.h). A snapshot holds the result of its node's renames but not the RENAME
+  //    entries, which lie behind it: without the records a peer's older entry re-created the old path.
+  std::vector<NodePlan> plans(sources.size());
+  std::vector<DirRenameRecord> records;
   for (size_t i = 0; i < sources.size(); i++) {
-    KVFS_RETURN_IF_ERROR(PrepareNode(env, backing, sources[i], index, &cursors[i], &orphans));
+    KVFS_RETURN_IF_ERROR(PlanNode(env, backing, sources[i], &plans[i]));
+    if (plans[i].want_snapshot) {
+      KVFS_RETURN_IF_ERROR(CollectSnapshotRecords(env, sources[i].node, &plans[i], sources[i].out, &records));
+    }
+  }
+  SortDirRenames(&records);
+  for (size_t i = 0; i < sources.size(); i++) {
+    KVFS_RETURN_IF_ERROR(PrepareNode(env, sources[i], plans[i], index, records, &cursors[i], &orphans));
   }
   for (auto& c : cursors) Advance(env, c);
   // 2. The journal tails, merged by stamp: each step takes the head entry of the journal with the lowest
@@ -411,6 +487,7 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
     ApplyOp op;
     if (JournalEntryToApplyOp(c.head, &op)) {
       if (sources.size() > 1) op.node = c.node;
+      c.out->redirected += RedirectApplyOp(records, &op, c.node) ? 1 : 0;
       ops.push_back(std::move(op));
     }
     c.last = c.head_end;

@@ -50,6 +50,10 @@ inline constexpr size_t kReplayBatch = 1024;
 // make this node open a path outside <backing>/.kvfs/v1/nodes/<node>/; logged, rate-limited, skipped).
 bool JournalEntryToApplyOp(const JournalEntry& e, ApplyOp* op);
 
+// The same for an entry of a snapshot: a RENAME there is the record of a directory rename
+// (ApplyOp::Kind::kDirRenameRecord: stored, nothing moves; index/snapshot.h).
+bool SnapshotEntryToApplyOp(const JournalEntry& e, ApplyOp* op);
+
 // The attributes a journal entry carries for an inode's Attr (mode, owner, size, times).
 EntryAttrs ToEntryAttrs(const Attr& a);
 
@@ -82,6 +86,8 @@ struct ReplayNodeResult {
   // Extent delta PUTs (entry version 5) whose base binding the index did not hold when they were
   // applied: each bound nothing and applied as an UNLINK at its stamp (docs/format.md "Extent deltas").
   uint64_t unresolved_deltas = 0;
+  // Entries of this node (snapshot or journal) moved by a directory rename record (ReplayNodes).
+  uint64_t redirected = 0;
 };
 
 // Applies the newest snapshot of `snaps` (sorted oldest first) that verifies, in batches of kReplayBatch

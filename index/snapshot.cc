@@ -41,6 +41,8 @@ bool SnapshotOp(const JournalEntry& e, uint32_t version) {
       return version >= 2 && e.cut_file.kind == FileRef::Kind::kSegment;
     case JournalOp::kSetattr:
       return version >= 3;
+    case JournalOp::kRename:  // the record of a directory rename: no location
+      return version >= 4 && e.location.empty();
     case JournalOp::kPut:
     case JournalOp::kSymlink:
     case JournalOp::kUnlink:
@@ -306,6 +308,7 @@ Status SnapshotWriter::Add(const JournalEntry& e) {
   max_stamp_ = std::max(max_stamp_, e.stamp);
   entry_version_ = std::max<uint32_t>(entry_version_, JournalEntryVersion(e));
   if (e.op == JournalOp::kSetattr) version_ = std::max<uint32_t>(version_, 3);
+  if (e.op == JournalOp::kRename) version_ = std::max<uint32_t>(version_, 4);
   if (chunk_.size() >= kSnapshotTargetChunk) return WriteChunk();
   return Status::OK();
 }

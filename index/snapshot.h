@@ -21,6 +21,10 @@
 //     every xattr name of such a file whose last set or remove is N's: XATTR{path, name, value or
 //     remove, its stamp}. Without them a change N made to a peer's file would be lost once N's journal
 //     is retired; a replay applies one that finds no name yet again at its end (index/replay.h);
+//   * RENAME{from, to, no location, stamp} first, for every directory rename of N the index holds a record
+//     of (IndexDb::ListDirRenames; never pruned, like tombstones): a reader stores it as a record and
+//     moves nothing (the snapshot already holds the result), and every rebuild redirects the entries
+//     older than it that name `from` or a path under it (index/replay.h ReplayNodes);
 //   * SEAL / DROP for every segment of N the index knows as sealed / dropped;
 //   * CUT{segment file, offset} for every segment of N, not dropped, that a CUT entry cut (the lowest
 //     offset; IndexDb SegmentInfo::cut): the journal file holding the CUT is retired behind the snapshot,
@@ -69,7 +73,11 @@ inline constexpr char kSnapshotTrailerMagic[8] = {'K', 'V', 'F', 'S', 'S', 'E', 
 // 2: CUT{segment file} entries (version 1, which has none, is still read). 3: SETATTR entries (changes
 // to peers' files). A writer writes 3 only into a snapshot that holds a SETATTR, else 2, so a kvfs that
 // reads at most version 2 still uses the snapshots of a node that changed no peer's attributes.
-inline constexpr uint32_t kSnapshotVersion = 3;
+// 4: RENAME entries, the records of the node's directory renames (index_db.h DirRenameRecord: from,
+// to, no location, the rename's stamp), which a reader stores and never applies as a move. Written only
+// into a snapshot that holds one (else 3 or 2, as above), so an older kvfs refuses such a snapshot
+// (NotSupported) instead of applying a record as a rename.
+inline constexpr uint32_t kSnapshotVersion = 4;
 inline constexpr size_t kSnapshotHeaderFixed = 64;
 inline constexpr size_t kSnapshotChunkHeader = 16;
 inline constexpr size_t kSnapshotTrailerSize = 48;
@@ -129,7 +137,7 @@ class SnapshotWriter {
   // The header's entry version: the highest of the entries added, at least 2 (a snapshot without an
   // extent file or special file keeps the header older readers accept).
   uint32_t entry_version_ = 2;
-  uint32_t version_ = 2;  // 3 once a SETATTR is added (kSnapshotVersion)
+  uint32_t version_ = 2;  // 3 once a SETATTR is added, 4 once a RENAME record is (kSnapshotVersion)
   int64_t created_ns_ = 0;
   std::unique_ptr<BackingFile> file_;
   uint64_t offset_ = 0;  // next write offset

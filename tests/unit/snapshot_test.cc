@@ -198,7 +198,11 @@ TEST_F(SnapshotTest, WriterRefusesHistoryOpsAndAbandonLeavesNothing) {
   {
     auto w = SnapshotWriter::Create(Env::Posix(), Dir(), "node-a", 1, 1);
     ASSERT_TRUE(w.ok());
-    EXPECT_TRUE((*w)->Add(JournalEntry::Rename("/a", "/b", Location{}, 5)).IsInvalidArgument());
+    // A RENAME is only ever the record of a directory rename (version 4): without a location.
+    Location loc;
+    loc.segment = SegmentId{"node-a", 1, 1};
+    loc.length = 5;
+    EXPECT_TRUE((*w)->Add(JournalEntry::Rename("/a", "/b", loc, 5)).IsInvalidArgument());
     EXPECT_TRUE((*w)->Add(JournalEntry::Rmdir("/a", 5)).IsInvalidArgument());
     EXPECT_TRUE((*w)->Add(JournalEntry::Cut(FileRef{FileRef::Kind::kJournal, "node-a", 1, 0}, 8, 5)).IsInvalidArgument());
     ASSERT_TRUE((*w)->Add(JournalEntry::Unlink("/a", 5)).ok());

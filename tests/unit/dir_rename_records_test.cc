@@ -1,0 +1,289 @@
+// The records of directory renames (index_db.h DirRenameRecord; docs/design.md §3 "Rebuild order"): a
+// node's snapshot carries the records of its directory renames (RENAME entries, snapshot version 4), and
+// a rebuild redirects every entry older than a record that names its source (or a path under it) to
+// where the rename moved it, as the live nodes did (engine/dir_renames.h). Before, the RENAME lay behind
+// the renaming node's snapshot, which holds the renamed directory but not the rename: a peer's older
+// entry (its journal tail, or its own snapshot) re-created the old path beside an empty new one.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "blockstore/node_dir.h"
+#include "engine/checkpoint.h"
+#include "index/dir_redirect.h"
+#include "index/index_db.h"
+#include "index/inode.h"
+#include "index/journal.h"
+#include "index/replay.h"
+#include "index/snapshot.h"
+
+namespace kvfs {
+namespace {
+
+namespace fs = std::filesystem;
+
+class DirRenameRecordTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/var/tmp/kvfs-dirrec-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    backing_ = root_ + "/backing";
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // Writes `entries` as journal-1-<number> of `node`.
+  void WriteJournal(const std::string& node, uint64_t number, const std::vector<JournalEntry>& entries) {
+    const std::string dir = NodeDirPath(backing_, node);
+    fs::create_directories(dir);
+    JournalWriterOptions o;
+    o.env = Env::Posix();
+    o.dir = dir;
+    o.node = node;
+    o.generation = 1;
+    o.first_file_number = number;
+    auto w = JournalWriter::Open(o);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    for (const auto& e : entries) (*w)->Append(e);
+    ASSERT_TRUE((*w)->Sync().ok());
+  }
+
+  std::unique_ptr<IndexDb> OpenIndex(const std::string& name, const std::string& node) {
+    IndexDbOptions io;
+    io.dir = root_ + "/" + name;
+    io.node_id = node;
+    auto idx = IndexDb::Open(io);
+    EXPECT_TRUE(idx.ok()) << idx.status().ToString();
+    return std::move(*idx);
+  }
+
+  // Applies journal entries of `node` to idx (as its tailer or its own journal would).
+  static void Apply(IndexDb* idx, const std::vector<JournalEntry>& entries, const std::string& node) {
+    std::vector<ApplyOp> ops;
+    for (const auto& e : entries) {
+      ApplyOp op;
+      ASSERT_TRUE(JournalEntryToApplyOp(e, &op));
+      ops.push_back(op);
+    }
+    ASSERT_TRUE(idx->ApplyBatch(ops, node).ok());
+  }
+
+  // snapshot-1-1 of `node` (covering its journal-1-0) from idx.
+  void Snapshot(IndexDb* idx, const std::string& node) {
+    auto view = idx->NewView();
+    ASSERT_TRUE(WriteSnapshotFromIndex(Env::Posix(), idx, *view, NodeDirPath(backing_, node), node, 1, 1, nullptr).ok());
+  }
+
+  // A rebuild of the whole export (a node joining, or a killed node's replay) into a fresh index.
+  std::map<std::string, DumpEntry> Rebuilt(const std::string& tag, std::map<std::string, ReplayNodeResult>* res = nullptr,
+                                           std::vector<DirRenameRecord>* records = nullptr) {
+    auto idx = OpenIndex("rebuilt-" + tag, "joiner");
+    EXPECT_TRUE(ReplayAllNodes(Env::Posix(), backing_, idx.get(), res).ok());
+    if (records) *records = *idx->ListDirRenames();
+    auto d = idx->DumpByPath();
+    EXPECT_TRUE(d.ok());
+    return *d;
+  }
+
+  static std::vector<std::string> Paths(const std::map<std::string, DumpEntry>& dump) {
+    std::vector<std::string> out;
+    for (const auto& [p, e] : dump) out.push_back(p);
+    return out;
+  }
+
+  static EntryAttrs FileAttrs(uint64_t size) {
+    EntryAttrs a;
+    a.mode = S_IFREG | 0644;
+    a.size = size;
+    a.mtime_ns = 1000;
+    return a;
+  }
+  static EntryAttrs DirAttrs() {
+    EntryAttrs a;
+    a.mode = S_IFDIR | 0755;
+    return a;
+  }
+  static Location Rec(const std::string& node, uint64_t seq, uint64_t length) {
+    Location l;
+    l.segment = SegmentId{node, 1, seq};
+    l.value_offset = 4096;
+    l.length = length;
+    return l;
+  }
+
+  // A ("na") renames B's ("nb") directory /d to /d2 at stamp 20, after it applied B's /d and /d/y
+  // (stamps 5, 10), then checkpoints: its snapshot holds /d2 and the record, its journal-1-0 (covered)
+  // the RENAME.
+  void RenameByA(const std::vector<JournalEntry>& b_entries) {
+    auto a = OpenIndex("idx-a", "na");
+    Apply(a.get(), b_entries, "nb");
+    ASSERT_TRUE(a->ResolvePath("/d/y").ok());
+    ASSERT_TRUE(a->Rename(kRootIno, "d", kRootIno, "d2", 0, 20).ok());
+    WriteJournal("na", 0, {JournalEntry::Rename("/d", "/d2", Location{}, 20)});
+    Snapshot(a.get(), "na");
+  }
+
+  std::string root_, backing_;
+};
+
+const std::vector<JournalEntry> kBEntries = {
+    JournalEntry::Mkdir("/d", EntryAttrs{S_IFDIR | 0755}, 5),
+    JournalEntry::Put("/d/y", Location{SegmentId{"nb", 1, 1}, 0, 4096, 300}, EntryAttrs{S_IFREG | 0644, 0, 0, 300}, 10)};
+
+// The bug of docs/semantics.md (Known bugs, fixed): B binds d/y, A renames d to d2 and checkpoints, B
+// is killed before it checkpoints: its journal tail binds d/y. A joining node (and B's replay: the same
+// rebuild) must have d2/y and no d.
+TEST_F(DirRenameRecordTest, APeersSnapshotRecordRedirectsAnOlderJournalEntry) {
+  RenameByA(kBEntries);
+  WriteJournal("nb", 0, kBEntries);
+  // A's snapshot carries the record first, as a RENAME without a location, and is version 4.
+  std::vector<JournalEntry> snap;
+  SnapshotInfo info;
+  const std::string path = NodeDirPath(backing_, "na") + "/" + SnapshotFileName(1, 1);
+  ASSERT_TRUE(ReadSnapshot(Env::Posix(), path, "na", [&](const JournalEntry& e) {
+    snap.push_back(e);
+    return Status::OK();
+  }, &info).ok());
+  ASSERT_FALSE(snap.empty());
+  EXPECT_EQ(snap[0].op, JournalOp::kRename);
+  EXPECT_EQ(snap[0].path, "/d");
+  EXPECT_EQ(snap[0].path2, "/d2");
+  EXPECT_EQ(snap[0].stamp, 20u);
+  EXPECT_TRUE(snap[0].location.empty());
+  std::string head(12, '\0');
+  {
+    FILE* f = fopen(path.c_str(), "rb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(fread(head.data(), 1, 12, f), 12u);
+    fclose(f);
+  }
+  EXPECT_EQ(static_cast<uint8_t>(head[8]), 4u) << "a snapshot with a RENAME record is version 4";
+
+  std::map<std::string, ReplayNodeResult> res;
+  std::vector<DirRenameRecord> records;
+  auto dump = Rebuilt("join", &res, &records);
+  EXPECT_EQ(Paths(dump), (std::vector<std::string>{"/d2", "/d2/y"}));
+  ASSERT_TRUE(dump.count("/d2/y"));
+  EXPECT_EQ(dump.at("/d2/y").location.segment, (SegmentId{"nb", 1, 1}));
+  EXPECT_EQ(dump.at("/d2/y").size, 300u);
+  EXPECT_EQ(res["na"].snapshot, path);
+  EXPECT_EQ(res["nb"].redirected, 2u);  // MKDIR /d and PUT /d/y
+  // The rebuilt index keeps the record (its own snapshots do not export it: not its rename).
+  EXPECT_EQ(records, (std::vector<DirRenameRecord>{{"/d", "/d2", 20, "na"}}));
+}
+
+// The same when B checkpointed before it applied A's rename: B's snapshot binds d/y at its old stamp.
+TEST_F(DirRenameRecordTest, APeersSnapshotRecordRedirectsAnOlderSnapshotEntry) {
+  RenameByA(kBEntries);
+  WriteJournal("nb", 0, kBEntries);
+  auto b = OpenIndex("idx-b", "nb");
+  Apply(b.get(), kBEntries, "nb");
+  Snapshot(b.get(), "nb");
+  std::map<std::string, ReplayNodeResult> res;
+  auto dump = Rebuilt("join", &res);
+  EXPECT_FALSE(res["nb"].snapshot.empty());
+  EXPECT_EQ(Paths(dump), (std::vector<std::string>{"/d2", "/d2/y"}));
+  ASSERT_TRUE(dump.count("/d2/y"));
+  EXPECT_EQ(dump.at("/d2/y").location.segment, (SegmentId{"nb", 1, 1}));
+}
+
+// A chain d -> d2 -> d3 by A: B's d/y (older than both) and d2/z (between them) end in d3; B's entries
+// newer than the renames (d/new under a new d, d3/w) stay where they are. A's snapshot and B's journal.
+TEST_F(DirRenameRecordTest, ChainsApplyOldestFirstAndNewerEntriesStay) {
+  const auto put = [](const std::string& p, uint64_t seq, uint64_t stamp) {
+    return JournalEntry::Put(p, Location{SegmentId{"nb", 1, seq}, 0, 4096, 100 + seq}, EntryAttrs{S_IFREG | 0644, 0, 0, 100 + seq},
+                             stamp);
+  };
+  const std::vector<JournalEntry> b1 = {JournalEntry::Mkdir("/d", EntryAttrs{S_IFDIR | 0755}, 5), put("/d/y", 1, 10)};
+  const std::vector<JournalEntry> b2 = {put("/d2/z", 2, 25)};
+  const std::vector<JournalEntry> b3 = {put("/d/new", 3, 40), put("/d3/w", 4, 45)};
+  {
+    auto a = OpenIndex("idx-a", "na");
+    Apply(a.get(), b1, "nb");
+    ASSERT_TRUE(a->Rename(kRootIno, "d", kRootIno, "d2", 0, 20).ok());
+    Apply(a.get(), b2, "nb");
+    ASSERT_TRUE(a->Rename(kRootIno, "d2", kRootIno, "d3", 0, 30).ok());
+    Apply(a.get(), b3, "nb");
+    WriteJournal("na", 0, {JournalEntry::Rename("/d", "/d2", Location{}, 20), JournalEntry::Rename("/d2", "/d3", Location{}, 30)});
+    Snapshot(a.get(), "na");
+    EXPECT_EQ(*a->ListDirRenames("na"),
+              (std::vector<DirRenameRecord>{{"/d", "/d2", 20, "na"}, {"/d2", "/d3", 30, "na"}}));
+  }
+  std::vector<JournalEntry> b = b1;
+  b.insert(b.end(), b2.begin(), b2.end());
+  b.insert(b.end(), b3.begin(), b3.end());
+  WriteJournal("nb", 0, b);
+  auto dump = Rebuilt("join");
+  EXPECT_EQ(Paths(dump), (std::vector<std::string>{"/d", "/d/new", "/d3", "/d3/w", "/d3/y", "/d3/z"}));
+  ASSERT_TRUE(dump.count("/d3/y") && dump.count("/d3/z"));
+  EXPECT_EQ(dump.at("/d3/y").location.segment.seq, 1u);
+  EXPECT_EQ(dump.at("/d3/z").location.segment.seq, 2u);
+}
+
+// A damaged newest snapshot of A is not used (nor are its records: CollectSnapshotRecords makes the
+// choice ApplyNewestSnapshot makes): the older one is, with its records.
+TEST_F(DirRenameRecordTest, ADamagedNewestSnapshotFallsBackToAnOlderOneAndItsRecords) {
+  RenameByA(kBEntries);
+  WriteJournal("nb", 0, kBEntries);
+  const std::string dir = NodeDirPath(backing_, "na");
+  // A second snapshot (1-2) of A that is damaged; journal-1-1 of A is empty.
+  WriteJournal("na", 1, {});
+  {
+    auto a = OpenIndex("idx-a", "na");
+    auto view = a->NewView();
+    ASSERT_TRUE(WriteSnapshotFromIndex(Env::Posix(), a.get(), *view, dir, "na", 1, 2, nullptr).ok());
+  }
+  {
+    std::fstream f(dir + "/" + SnapshotFileName(1, 2), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x7f');
+  }
+  std::map<std::string, ReplayNodeResult> res;
+  auto dump = Rebuilt("join", &res);
+  EXPECT_EQ(res["na"].snapshot, dir + "/" + SnapshotFileName(1, 1));
+  EXPECT_EQ(res["na"].bad_snapshots.size(), 1u);
+  EXPECT_EQ(Paths(dump), (std::vector<std::string>{"/d2", "/d2/y"}));
+}
+
+// The redirect rule itself (shared by DirRenameLog and the rebuild).
+TEST(DirRenameRedirectTest, OlderEntriesUnderTheSourceMoveNewerOnesAndSegmentOpsStay) {
+  std::vector<DirRenameRecord> r{{"/d2", "/d3", 30, "a"}, {"/d", "/d2", 20, "a"}};
+  SortDirRenames(&r);
+  std::string p = "/d/y";
+  EXPECT_TRUE(RedirectDirPath(r, &p, 10, "b"));
+  EXPECT_EQ(p, "/d3/y");
+  p = "/d2/z";
+  EXPECT_TRUE(RedirectDirPath(r, &p, 25, "b"));
+  EXPECT_EQ(p, "/d3/z");
+  p = "/d/new";
+  EXPECT_FALSE(RedirectDirPath(r, &p, 40, "b"));
+  p = "/dd/y";  // a sibling with the same prefix
+  EXPECT_FALSE(RedirectDirPath(r, &p, 10, "b"));
+  p = "/d";
+  EXPECT_TRUE(RedirectDirPath(r, &p, 0, "b"));  // a snapshot's MKDIR (stamp 0)
+  EXPECT_EQ(p, "/d3");
+  p = "/d/y";
+  EXPECT_TRUE(RedirectDirPath(r, &p, 20, "0"));  // equal stamps: by node ("0" < "a")
+  p = "/d/y";
+  EXPECT_FALSE(RedirectDirPath(std::span<const DirRenameRecord>(r).first(1), &p, 20, "b"));
+  ApplyOp op;
+  op.kind = ApplyOp::Kind::kRename;
+  op.path = "/d/a";
+  op.to = "/d/b";
+  op.stamp = 10;
+  EXPECT_TRUE(RedirectApplyOp(r, &op, "b"));
+  EXPECT_EQ(op.path, "/d3/a");
+  EXPECT_EQ(op.to, "/d3/b");
+  op.kind = ApplyOp::Kind::kDirRenameRecord;
+  op.path = "/d/x";
+  EXPECT_FALSE(RedirectApplyOp(r, &op, "b"));
+  op.kind = ApplyOp::Kind::kSeal;
+  EXPECT_FALSE(RedirectApplyOp(r, &op, "b"));
+}
+
+}  // namespace
+}  // namespace kvfs
