@@ -294,6 +294,12 @@ void KeepOrphans(const std::vector<ApplyOp>& ops, const ApplyResult& r, const st
   }
 }
 
+// An absolute path below the root ("/a/b"), as a record of a directory rename names.
+bool RecordPathOk(const std::string& p) {
+  if (p.size() < 2 || p[0] != '/' || p.back() == '/') return false;
+  return p.find("//") == std::string::npos && p.find('\0') == std::string::npos;
+}
+
 // What a replay of one node reads: its files, and whether it starts from a snapshot.
 struct NodePlan {
   bool exists = false;  // the node directory exists
@@ -343,6 +349,13 @@ Status CollectSnapshotRecords(Env* env, const std::string& node, NodePlan* plan,
       if (e.op != JournalOp::kRename) {
         stopped = true;  // past the records
         return Status::Busy("records read");
+      }
+      // A record the index would refuse (ApplyOp kDirRenameRecord: stamp 0, a path that is not
+      // absolute, the root) redirects nothing either.
+      if (e.stamp == 0 || e.path == e.path2 || !RecordPathOk(e.path) || !RecordPathOk(e.path2)) {
+        LogLimited(spdlog::level::warn, "snapshot-bad-dir-rename", "kvfs: snapshot {}: skipping a bad directory "
+                   "rename record '{}' -> '{}'", sf.path, e.path, e.path2);
+        return Status::OK();
       }
       found.push_back(DirRenameRecord{e.path, e.path2, e.stamp, node});
       return Status::OK();
