@@ -405,12 +405,56 @@ class SpecialFilesTest(unittest.TestCase):
     def test_peer_attr_changes_survive_their_nodes_checkpoint(self):
         """The same changes, then A unmounts cleanly (its snapshot covers them; its journal tail is
         empty) and B is killed: A's snapshot carries what it changed of B's file (SETATTR and XATTR
-        entries at their own stamps), so a joining node and B's replay keep A's mode and xattrs. (The
-        rename of B's directory is not carried by A's snapshot: semantics.md, Known bugs.)"""
+        entries at their own stamps) and the record of its rename of B's directory, so a joining node
+        and B's replay keep A's mode and xattrs, and d/z in d2."""
         a, aproc = self.mount("A")
         b, bproc = self.mount("B")
         check = self.make_peer_changes(a, b)
-        self.checkpoint_a_kill_b_then_join(aproc, bproc, lambda mnt, what: check(mnt, what, dir_rename=False))
+        self.checkpoint_a_kill_b_then_join(aproc, bproc, check)
+
+    def dir_rename_check(self, body):
+        def check(mnt, what):
+            self.assertEqual(sorted(os.listdir(mnt)), ["d2"], what)
+            self.assertEqual(sorted(os.listdir(os.path.join(mnt, "d2"))), ["y"], what)
+            self.assertEqual(kf.read_file(os.path.join(mnt, "d2", "y")), body, what)
+            self.assertFalse(os.path.exists(os.path.join(mnt, "d")), what)
+        return check
+
+    def test_peer_dir_rename_survives_renamers_checkpoint(self):
+        """B creates d/y, A renames d to d2, A checkpoints (clean unmount) and B is killed before it
+        checkpoints: a node C joining and B's replay must have d2/y with y's bytes and no d. A's snapshot
+        holds d2 but not the RENAME, which lies behind it, and B's journal binds d/y: before the records
+        of directory renames (snapshot version 4), both had an empty d2 and d/y under the old path."""
+        a, aproc = self.mount("A")
+        b, bproc = self.mount("B")
+        body = os.urandom(123457)
+        os.makedirs(os.path.join(b, "d"))
+        kf.write_file(os.path.join(b, "d", "y"), body)
+        self.expect_bytes(os.path.join(a, "d", "y"), body, "peer A")
+        os.rename(os.path.join(a, "d"), os.path.join(a, "d2"))
+        self.expect_bytes(os.path.join(b, "d2", "y"), body, "peer B after A's rename")
+        check = self.dir_rename_check(body)
+        check(a, "A")
+        check(b, "B")
+        self.checkpoint_a_kill_b_then_join(aproc, bproc, check)
+        a, _ = self.mount("A")
+        check(a, "A remounted")
+
+    def test_peer_dir_rename_survives_both_checkpoints(self):
+        """The same when B checkpointed before it applied A's rename: B's snapshot binds d/y at its old
+        stamp (B unmounts cleanly and mounts again, then A renames d, checkpoints, and B is killed)."""
+        a, aproc = self.mount("A")
+        b, bproc = self.mount("B")
+        body = os.urandom(77777)
+        os.makedirs(os.path.join(b, "d"))
+        kf.write_file(os.path.join(b, "d", "y"), body)
+        self.expect_bytes(os.path.join(a, "d", "y"), body, "peer A")
+        self.stop("B", bproc, clean=True)
+        b, bproc = self.mount("B")
+        os.rename(os.path.join(a, "d"), os.path.join(a, "d2"))
+        self.expect_bytes(os.path.join(b, "d2", "y"), body, "peer B after A's rename")
+        check = self.dir_rename_check(body)
+        self.checkpoint_a_kill_b_then_join(aproc, bproc, check)
 
     def stop(self, name, proc, clean):
         """A clean unmount (a checkpoint: its snapshot) or a SIGKILL (its journal alone) of node `name`."""
@@ -462,8 +506,6 @@ class SpecialFilesTest(unittest.TestCase):
             self.assertEqual(self.xattrs(f), {"user.x": b"B"}, what)
             self.assertEqual(stat.S_IMODE(os.stat(f).st_mode), 0o644, what)
             self.assertEqual(self.xattrs(os.path.join(mnt, "dir")), {}, what)
-            if "A" in clean and "live" not in what:
-                return  # A's rename of B's d lies behind A's snapshot: semantics.md, Known bugs
             g = os.path.join(mnt, "d2", "g")
             self.assertEqual(kf.read_file(g), b"g" * 7000, what)
             self.assertEqual(self.xattrs(g), {"user.c": b"C"}, what)
