@@ -25,6 +25,7 @@ void DirRenameLog::Note(std::string from, std::string to, uint64_t stamp, std::s
     renames_.erase(renames_.begin() + oldest);
     noted_.erase(noted_.begin() + oldest);
   }
+  set_ = DirRenameSet(renames_);
 }
 
 void DirRenameLog::ExpireLocked(std::chrono::steady_clock::time_point now) {
@@ -37,14 +38,16 @@ void DirRenameLog::ExpireLocked(std::chrono::steady_clock::time_point now) {
     }
     out++;
   }
+  if (out == renames_.size()) return;
   renames_.resize(out);
   noted_.resize(out);
+  set_ = DirRenameSet(renames_);
 }
 
 bool DirRenameLog::Redirect(ApplyOp* op, const std::string& batch_node) {
   std::lock_guard<std::mutex> l(mu_);
   if (renames_.empty()) return false;
-  const bool changed = RedirectApplyOp(renames_, op, batch_node);
+  const bool changed = set_.Redirect(op, batch_node);
   if (changed) ++redirected_;
   return changed;
 }

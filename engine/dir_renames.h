@@ -33,6 +33,7 @@
 
 #include <vector>
 
+#include "index/dir_redirect.h"
 #include "index/index_db.h"
 
 namespace kvfs {
@@ -59,6 +60,7 @@ class DirRenameLog {
   std::mutex mu_;
   std::vector<DirRenameRecord> renames_;                    // in (stamp, node) order (Note inserts in place)
   std::vector<std::chrono::steady_clock::time_point> noted_;  // when each of renames_ was noted
+  DirRenameSet set_;                                         // renames_, rebuilt when they change
   std::atomic<uint64_t> redirected_{0};  // ops rewritten
 };
 

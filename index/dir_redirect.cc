@@ -2,32 +2,52 @@
 #include "index/dir_redirect.h"
 
 #include <algorithm>
+#include <string_view>
 #include <tuple>
 
 namespace kvfs {
 
-void SortDirRenames(std::vector<DirRenameRecord>* records) {
-  std::stable_sort(records->begin(), records->end(), [](const DirRenameRecord& a, const DirRenameRecord& b) {
+DirRenameSet::DirRenameSet(std::vector<DirRenameRecord> records) {
+  std::erase_if(records, [](const DirRenameRecord& r) {
+    return r.stamp == 0 || r.from.size() < 2 || r.from[0] != '/' || r.from == r.to;
+  });
+  std::stable_sort(records.begin(), records.end(), [](const DirRenameRecord& a, const DirRenameRecord& b) {
     return std::tie(a.stamp, a.node) < std::tie(b.stamp, b.node);
   });
+  records_ = std::move(records);
+  for (size_t i = 0; i < records_.size(); i++) by_from_[records_[i].from].push_back(i);
 }
 
-bool RedirectDirPath(std::span<const DirRenameRecord> records, std::string* path, uint64_t stamp,
-                     const std::string& node) {
+bool DirRenameSet::RedirectPath(std::string* path, uint64_t stamp, const std::string& node) const {
+  if (records_.empty()) return false;
+  // The first record newer than the entry.
+  size_t pos = std::upper_bound(records_.begin(), records_.end(), std::tie(stamp, node),
+                                [](const auto& key, const DirRenameRecord& r) {
+                                  return key < std::tie(r.stamp, r.node);
+                                }) -
+               records_.begin();
   bool changed = false;
-  for (const DirRenameRecord& r : records) {
-    if (!(std::tie(stamp, node) < std::tie(r.stamp, r.node))) continue;  // the entry is not older
-    if (r.from.empty() || r.from == "/") continue;
-    const std::string& p = *path;
-    const bool under = p.size() > r.from.size() && p.compare(0, r.from.size(), r.from) == 0 && p[r.from.size()] == '/';
-    if (p != r.from && !under) continue;
-    *path = r.to + p.substr(r.from.size());
+  while (pos < records_.size()) {
+    // The oldest record at or after pos whose source is the path or one of its ancestors.
+    size_t best = records_.size();
+    const std::string_view p(*path);
+    for (size_t k = 1; k <= p.size(); k++) {
+      if (k < p.size() && p[k] != '/') continue;
+      auto it = by_from_.find(p.substr(0, k));
+      if (it == by_from_.end()) continue;
+      auto j = std::lower_bound(it->second.begin(), it->second.end(), pos);
+      if (j != it->second.end()) best = std::min(best, *j);
+    }
+    if (best == records_.size()) break;
+    const DirRenameRecord& r = records_[best];
+    *path = r.to + path->substr(r.from.size());
     changed = true;
+    pos = best + 1;
   }
   return changed;
 }
 
-bool RedirectApplyOp(std::span<const DirRenameRecord> records, ApplyOp* op, const std::string& batch_node) {
+bool DirRenameSet::Redirect(ApplyOp* op, const std::string& batch_node) const {
   switch (op->kind) {
     case ApplyOp::Kind::kSeal:
     case ApplyOp::Kind::kDrop:
@@ -37,11 +57,11 @@ bool RedirectApplyOp(std::span<const DirRenameRecord> records, ApplyOp* op, cons
     default:
       break;
   }
-  if (records.empty()) return false;
+  if (records_.empty()) return false;
   const std::string& node = op->node.empty() ? batch_node : op->node;
-  bool changed = RedirectDirPath(records, &op->path, op->stamp, node);
+  bool changed = RedirectPath(&op->path, op->stamp, node);
   if (op->kind == ApplyOp::Kind::kRename || op->kind == ApplyOp::Kind::kExchange) {
-    changed = RedirectDirPath(records, &op->to, op->stamp, node) || changed;
+    changed = RedirectPath(&op->to, op->stamp, node) || changed;
   }
   return changed;
 }

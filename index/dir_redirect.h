@@ -9,28 +9,42 @@
 // newer than a rename are left as they are (the writer had seen the rename, or raced it: its entry names
 // the path it meant). Segment entries (SEAL, DROP, CUT) and the records themselves are never changed.
 //
-// Thread safety: pure functions.
+// Cost: a path is looked up by each of its ancestors (a map keyed by `from`), so an entry costs
+// O(depth x log records) per rename that applies to it, whatever the number of records (they are never
+// pruned: a rebuild may hold many).
+//
+// Thread safety: a DirRenameSet is immutable after construction (const methods from any thread).
 #pragma once
 
 #include <cstdint>
-#include <span>
-#include <vector>
+#include <functional>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "index/index_db.h"
 
 namespace kvfs {
 
-// Sorts records by (stamp, node), the order Redirect* expects.
-void SortDirRenames(std::vector<DirRenameRecord>* records);
+class DirRenameSet {
+ public:
+  DirRenameSet() = default;
+  // Any order; records with stamp 0 or a `from` that is not below the root are ignored.
+  explicit DirRenameSet(std::vector<DirRenameRecord> records);
 
-// Rewrites *path (of an entry at (stamp, node)) through `records` (sorted by (stamp, node)). True if
-// it changed.
-bool RedirectDirPath(std::span<const DirRenameRecord> records, std::string* path, uint64_t stamp,
-                     const std::string& node);
+  // Rewrites *path (of an entry at (stamp, node)) through the records newer than it. True if it changed.
+  bool RedirectPath(std::string* path, uint64_t stamp, const std::string& node) const;
+  // Rewrites op's path (and `to` for RENAME / EXCHANGE) through the records newer than op (op.node, or
+  // `batch_node` when op.node is empty). True if something changed.
+  bool Redirect(ApplyOp* op, const std::string& batch_node) const;
 
-// Rewrites op's path (and `to` for RENAME / EXCHANGE) through the records newer than op (op.node, or
-// `batch_node` when op.node is empty). True if something changed.
-bool RedirectApplyOp(std::span<const DirRenameRecord> records, ApplyOp* op, const std::string& batch_node);
+  bool empty() const { return records_.empty(); }
+  size_t size() const { return records_.size(); }
+  const std::vector<DirRenameRecord>& records() const { return records_; }  // in (stamp, node) order
+
+ private:
+  std::vector<DirRenameRecord> records_;                      // sorted by (stamp, node)
+  std::map<std::string, std::vector<size_t>, std::less<>> by_from_;  // from -> indices into records_, ascending
+};
 
 }  // namespace kvfs

@@ -374,7 +374,7 @@ Status CollectSnapshotRecords(Env* env, const std::string& node, NodePlan* plan,
 // Applies the snapshot a replay of `node` starts from (if any) and lists what is left to read after it.
 // records: the directory renames every applied op is redirected by (dir_redirect.h).
 Status PrepareNode(Env* env, const ReplaySource& src, NodePlan& plan, IndexDb* index,
-                   std::span<const DirRenameRecord> records, NodeCursor* c, std::vector<ApplyOp>* orphans) {
+                   const DirRenameSet& records, NodeCursor* c, std::vector<ApplyOp>* orphans) {
   ReplayNodeResult* out = src.out;
   const std::string& node = src.node;
   const JournalPosition& from = src.from;
@@ -393,7 +393,7 @@ Status PrepareNode(Env* env, const ReplaySource& src, NodePlan& plan, IndexDb* i
         env, node, candidates,
         [&](std::vector<ApplyOp>* ops, bool) -> Status {
           if (ops->empty()) return Status::OK();
-          for (auto& op : *ops) out->redirected += RedirectApplyOp(records, &op, node) ? 1 : 0;
+          for (auto& op : *ops) out->redirected += records.Redirect(&op, node) ? 1 : 0;
           auto r = index->ApplyBatch(*ops, node);
           if (!r.ok()) return r.status();
           out->unresolved_deltas += r->unresolved_deltas;
@@ -453,9 +453,9 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
       KVFS_RETURN_IF_ERROR(CollectSnapshotRecords(env, sources[i].node, &plans[i], sources[i].out, &records));
     }
   }
-  SortDirRenames(&records);
+  const DirRenameSet renames(std::move(records));
   for (size_t i = 0; i < sources.size(); i++) {
-    KVFS_RETURN_IF_ERROR(PrepareNode(env, sources[i], plans[i], index, records, &cursors[i], &orphans));
+    KVFS_RETURN_IF_ERROR(PrepareNode(env, sources[i], plans[i], index, renames, &cursors[i], &orphans));
   }
   for (auto& c : cursors) Advance(env, c);
   // 2. The journal tails, merged by stamp: each step takes the head entry of the journal with the lowest
@@ -500,7 +500,7 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
     ApplyOp op;
     if (JournalEntryToApplyOp(c.head, &op)) {
       if (sources.size() > 1) op.node = c.node;
-      c.out->redirected += RedirectApplyOp(records, &op, c.node) ? 1 : 0;
+      c.out->redirected += renames.Redirect(&op, c.node) ? 1 : 0;
       ops.push_back(std::move(op));
     }
     c.last = c.head_end;

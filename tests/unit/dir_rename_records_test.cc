@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "blockstore/node_dir.h"
@@ -251,38 +252,81 @@ TEST_F(DirRenameRecordTest, ADamagedNewestSnapshotFallsBackToAnOlderOneAndItsRec
 
 // The redirect rule itself (shared by DirRenameLog and the rebuild).
 TEST(DirRenameRedirectTest, OlderEntriesUnderTheSourceMoveNewerOnesAndSegmentOpsStay) {
-  std::vector<DirRenameRecord> r{{"/d2", "/d3", 30, "a"}, {"/d", "/d2", 20, "a"}};
-  SortDirRenames(&r);
+  const DirRenameSet r({{"/d2", "/d3", 30, "a"}, {"/d", "/d2", 20, "a"}, {"/", "/x", 50, "a"}, {"/q", "/r", 0, "a"}});
+  EXPECT_EQ(r.size(), 2u);  // the root's and stamp 0's are ignored
   std::string p = "/d/y";
-  EXPECT_TRUE(RedirectDirPath(r, &p, 10, "b"));
+  EXPECT_TRUE(r.RedirectPath(&p, 10, "b"));
   EXPECT_EQ(p, "/d3/y");
   p = "/d2/z";
-  EXPECT_TRUE(RedirectDirPath(r, &p, 25, "b"));
+  EXPECT_TRUE(r.RedirectPath(&p, 25, "b"));
   EXPECT_EQ(p, "/d3/z");
   p = "/d/new";
-  EXPECT_FALSE(RedirectDirPath(r, &p, 40, "b"));
+  EXPECT_FALSE(r.RedirectPath(&p, 40, "b"));
   p = "/dd/y";  // a sibling with the same prefix
-  EXPECT_FALSE(RedirectDirPath(r, &p, 10, "b"));
+  EXPECT_FALSE(r.RedirectPath(&p, 10, "b"));
   p = "/d";
-  EXPECT_TRUE(RedirectDirPath(r, &p, 0, "b"));  // a snapshot's MKDIR (stamp 0)
+  EXPECT_TRUE(r.RedirectPath(&p, 0, "b"));  // a snapshot's MKDIR (stamp 0)
   EXPECT_EQ(p, "/d3");
   p = "/d/y";
-  EXPECT_TRUE(RedirectDirPath(r, &p, 20, "0"));  // equal stamps: by node ("0" < "a")
+  EXPECT_TRUE(r.RedirectPath(&p, 20, "0"));  // equal stamps: by node ("0" < "a")
+  EXPECT_EQ(p, "/d3/y");
   p = "/d/y";
-  EXPECT_FALSE(RedirectDirPath(std::span<const DirRenameRecord>(r).first(1), &p, 20, "b"));
+  EXPECT_FALSE(r.RedirectPath(&p, 20, "b"));  // (20, "b") is not older than d -> d2 (20, "a")
+  EXPECT_EQ(p, "/d/y");
   ApplyOp op;
   op.kind = ApplyOp::Kind::kRename;
   op.path = "/d/a";
   op.to = "/d/b";
   op.stamp = 10;
-  EXPECT_TRUE(RedirectApplyOp(r, &op, "b"));
+  EXPECT_TRUE(r.Redirect(&op, "b"));
   EXPECT_EQ(op.path, "/d3/a");
   EXPECT_EQ(op.to, "/d3/b");
   op.kind = ApplyOp::Kind::kDirRenameRecord;
   op.path = "/d/x";
-  EXPECT_FALSE(RedirectApplyOp(r, &op, "b"));
+  EXPECT_FALSE(r.Redirect(&op, "b"));
   op.kind = ApplyOp::Kind::kSeal;
-  EXPECT_FALSE(RedirectApplyOp(r, &op, "b"));
+  EXPECT_FALSE(r.Redirect(&op, "b"));
+}
+
+// The indexed lookup (by each ancestor of a path) gives what the rule says record by record, oldest
+// first, on random chains of renames over a small tree of names (renames back and forth, nested ones).
+TEST(DirRenameRedirectTest, IndexedLookupEqualsTheRuleAppliedRecordByRecord) {
+  const std::vector<std::string> dirs = {"/a", "/b", "/a/c", "/b/c", "/a/c/e", "/e", "/a/b", "/c"};
+  uint64_t seed = 12345;
+  auto next = [&]() {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return seed >> 33;
+  };
+  for (int round = 0; round < 200; round++) {
+    std::vector<DirRenameRecord> recs;
+    const int n = 1 + next() % 12;
+    for (int i = 0; i < n; i++) {
+      DirRenameRecord r{dirs[next() % dirs.size()], dirs[next() % dirs.size()], 1 + next() % 40,
+                        std::string(1, char('a' + next() % 3))};
+      if (r.from != r.to) recs.push_back(r);
+    }
+    const DirRenameSet set(recs);
+    std::vector<DirRenameRecord> sorted = set.records();
+    for (int q = 0; q < 50; q++) {
+      std::string path = dirs[next() % dirs.size()] + (next() % 2 ? "/f" : "");
+      const uint64_t stamp = next() % 42;
+      const std::string node(1, char('a' + next() % 3));
+      std::string want = path;
+      bool want_changed = false;
+      for (const auto& r : sorted) {  // the rule, record by record
+        if (!(std::tie(stamp, node) < std::tie(r.stamp, r.node))) continue;
+        const bool under = want.size() > r.from.size() && want.compare(0, r.from.size(), r.from) == 0 &&
+                           want[r.from.size()] == '/';
+        if (want == r.from || under) {
+          want = r.to + want.substr(r.from.size());
+          want_changed = true;
+        }
+      }
+      std::string got = path;
+      EXPECT_EQ(set.RedirectPath(&got, stamp, node), want_changed);
+      EXPECT_EQ(got, want) << "round " << round << " path " << path << " stamp " << stamp << " node " << node;
+    }
+  }
 }
 
 }  // namespace
