@@ -36,6 +36,7 @@ bool DirRenameSet::RedirectPath(std::string* path, uint64_t stamp, const std::st
       auto it = by_from_.find(p.substr(0, k));
       if (it == by_from_.end()) continue;
       auto j = std::lower_bound(it->second.begin(), it->second.end(), pos);
+      while (j != it->second.end() && records_[*j].node == node) ++j;  // the entry's own node's: never
       if (j != it->second.end()) best = std::min(best, *j);
     }
     if (best == records_.size()) break;

@@ -9,6 +9,12 @@
 // newer than a rename are left as they are (the writer had seen the rename, or raced it: its entry names
 // the path it meant). Segment entries (SEAL, DROP, CUT) and the records themselves are never changed.
 //
+// A node's own renames never redirect its own entries: its journal holds every entry it wrote before a
+// rename ahead of that rename (so they are applied before it, or lie behind the same snapshot), its
+// snapshot holds its names as they are after its renames, and its MOVE entries, which carry an older
+// PUT's stamp, name the file's path when the MOVE was written. Redirecting them by stamp alone moved a
+// name wrongly wherever the renames reuse one (x -> tmp, y -> x, tmp -> y sent y/f back to x/f).
+//
 // Cost: a path is looked up by each of its ancestors (a map keyed by `from`), so an entry costs
 // O(depth x log records) per rename that applies to it, whatever the number of records (they are never
 // pruned: a rebuild may hold many).

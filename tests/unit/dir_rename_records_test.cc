@@ -250,6 +250,33 @@ TEST_F(DirRenameRecordTest, ADamagedNewestSnapshotFallsBackToAnOlderOneAndItsRec
   EXPECT_EQ(Paths(dump), (std::vector<std::string>{"/d2", "/d2/y"}));
 }
 
+// A node's own renames never move its own entries: A swaps its directories x and y through tmp; its
+// snapshot binds y/f (the file A made in x before the swap, at its old stamp) and holds the three
+// records. Redirected by stamp alone, y/f went back to x/f (y -> x is newer than it).
+TEST_F(DirRenameRecordTest, ANodesOwnRecordsNeverMoveItsOwnEntries) {
+  auto a = OpenIndex("idx-a", "na");
+  const std::vector<JournalEntry> own = {
+      JournalEntry::Mkdir("/x", EntryAttrs{S_IFDIR | 0755}, 1), JournalEntry::Mkdir("/y", EntryAttrs{S_IFDIR | 0755}, 2),
+      JournalEntry::Put("/x/f", Location{SegmentId{"na", 1, 1}, 0, 4096, 11}, EntryAttrs{S_IFREG | 0644, 0, 0, 11}, 5),
+      JournalEntry::Put("/y/g", Location{SegmentId{"na", 1, 2}, 0, 4096, 22}, EntryAttrs{S_IFREG | 0644, 0, 0, 22}, 6)};
+  Apply(a.get(), own, "na");
+  ASSERT_TRUE(a->Rename(kRootIno, "x", kRootIno, "tmp", 0, 10).ok());
+  ASSERT_TRUE(a->Rename(kRootIno, "y", kRootIno, "x", 0, 11).ok());
+  ASSERT_TRUE(a->Rename(kRootIno, "tmp", kRootIno, "y", 0, 12).ok());
+  std::vector<JournalEntry> journal = own;
+  journal.push_back(JournalEntry::Rename("/x", "/tmp", Location{}, 10));
+  journal.push_back(JournalEntry::Rename("/y", "/x", Location{}, 11));
+  journal.push_back(JournalEntry::Rename("/tmp", "/y", Location{}, 12));
+  WriteJournal("na", 0, journal);
+  Snapshot(a.get(), "na");
+  std::map<std::string, ReplayNodeResult> res;
+  auto dump = Rebuilt("join", &res);
+  EXPECT_EQ(Paths(dump), (std::vector<std::string>{"/x", "/x/g", "/y", "/y/f"}));
+  ASSERT_TRUE(dump.count("/y/f"));
+  EXPECT_EQ(dump.at("/y/f").size, 11u);
+  EXPECT_EQ(res["na"].redirected, 0u);
+}
+
 // The redirect rule itself (shared by DirRenameLog and the rebuild).
 TEST(DirRenameRedirectTest, OlderEntriesUnderTheSourceMoveNewerOnesAndSegmentOpsStay) {
   const DirRenameSet r({{"/d2", "/d3", 30, "a"}, {"/d", "/d2", 20, "a"}, {"/", "/x", 50, "a"}, {"/q", "/r", 0, "a"}});
@@ -281,6 +308,10 @@ TEST(DirRenameRedirectTest, OlderEntriesUnderTheSourceMoveNewerOnesAndSegmentOps
   EXPECT_TRUE(r.Redirect(&op, "b"));
   EXPECT_EQ(op.path, "/d3/a");
   EXPECT_EQ(op.to, "/d3/b");
+  ApplyOp own = op;  // the renaming node's own entry
+  own.path = "/d/a";
+  own.node = "a";
+  EXPECT_FALSE(r.Redirect(&own, "b"));
   op.kind = ApplyOp::Kind::kDirRenameRecord;
   op.path = "/d/x";
   EXPECT_FALSE(r.Redirect(&op, "b"));
@@ -314,7 +345,7 @@ TEST(DirRenameRedirectTest, IndexedLookupEqualsTheRuleAppliedRecordByRecord) {
       std::string want = path;
       bool want_changed = false;
       for (const auto& r : sorted) {  // the rule, record by record
-        if (!(std::tie(stamp, node) < std::tie(r.stamp, r.node))) continue;
+        if (!(std::tie(stamp, node) < std::tie(r.stamp, r.node)) || r.node == node) continue;
         const bool under = want.size() > r.from.size() && want.compare(0, r.from.size(), r.from) == 0 &&
                            want[r.from.size()] == '/';
         if (want == r.from || under) {
