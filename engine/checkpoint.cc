@@ -135,10 +135,14 @@ Status WriteSnapshotFromIndex(Env* env, IndexDb* index, const IndexDb::View& vie
         break;
       case K::kTombstone:
         return sw->Add(JournalEntry::Unlink(it.path, it.stamp));
-      case K::kDirRename:
-        // The record of a directory rename of this node (no location): a snapshot's RENAME is a record,
-        // never a move (index/snapshot.h); it makes the snapshot version 4.
-        return sw->Add(JournalEntry::Rename(it.path, it.to, Location{}, it.stamp));
+      case K::kDirRename: {
+        // The record of a directory rename: a snapshot's RENAME is a record, never a move
+        // (index/snapshot.h); it makes the snapshot version 4. No location for this node's own; a
+        // peer's names that peer in its location's node (every other field 0).
+        Location by;
+        if (it.record_node != node) by.segment.node = it.record_node;
+        return sw->Add(JournalEntry::Rename(it.path, it.to, by, it.stamp));
+      }
       case K::kPeerFileChanges:
         // What this node changed last of a file another node bound: its SETATTR (the whole attribute
         // set, as a local SETATTR journals it) and xattr sets/removes, at their own stamps (below). A

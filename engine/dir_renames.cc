@@ -44,10 +44,10 @@ void DirRenameLog::ExpireLocked(std::chrono::steady_clock::time_point now) {
   set_ = DirRenameSet(renames_);
 }
 
-bool DirRenameLog::Redirect(ApplyOp* op, const std::string& batch_node) {
+bool DirRenameLog::Redirect(ApplyOp* op, const std::string& batch_node, const DirRenameKeys* reflected) {
   std::lock_guard<std::mutex> l(mu_);
   if (renames_.empty()) return false;
-  const bool changed = set_.Redirect(op, batch_node);
+  const bool changed = set_.Redirect(op, batch_node, reflected);
   if (changed) ++redirected_;
   return changed;
 }

@@ -49,7 +49,8 @@ class DirRenameLog {
   // Rewrites op's path (and `to` for RENAME / EXCHANGE) through the noted renames newer than op
   // (op.node, or `batch_node` when op.node is empty). Returns true when something changed. Segment ops
   // (SEAL, DROP, CUT) are never changed.
-  bool Redirect(ApplyOp* op, const std::string& batch_node);
+  // reflected (optional): renames op's path already reflects (a peer snapshot's own records), skipped.
+  bool Redirect(ApplyOp* op, const std::string& batch_node, const DirRenameKeys* reflected = nullptr);
 
   size_t size();
   uint64_t redirected() const { return redirected_.load(std::memory_order_relaxed); }

@@ -359,6 +359,7 @@ Status PeerTailer::ApplyPeerSnapshot(const std::string& node, const std::vector<
                                      PeerState* st, PeerChanges* out, uint64_t* changed) {
   const SnapshotFile* used = nullptr;
   uint64_t entries = 0, max_stamp = 0;
+  DirRenameKeys reflected;  // the snapshot's records: its names already reflect them
   KVFS_RETURN_IF_ERROR(ApplyNewestSnapshot(
       opts_.env, node, snaps,
       [&](std::vector<ApplyOp>* ops, bool) -> Status {
@@ -371,9 +372,13 @@ Status PeerTailer::ApplyPeerSnapshot(const std::string& node, const std::vector<
             // entries older than one, read after it, follow it (engine/dir_renames.h), and so do the
             // snapshot's own entries.
             for (const auto& op : *ops) {
-              if (op.kind == ApplyOp::Kind::kDirRenameRecord) opts_.dir_renames->Note(op.path, op.to, op.stamp, node);
+              if (op.kind == ApplyOp::Kind::kDirRenameRecord) {
+                const std::string& by = op.node.empty() ? node : op.node;
+                opts_.dir_renames->Note(op.path, op.to, op.stamp, by);
+                reflected.emplace(op.stamp, by);
+              }
             }
-            for (auto& op : *ops) opts_.dir_renames->Redirect(&op, node);
+            for (auto& op : *ops) opts_.dir_renames->Redirect(&op, node, &reflected);
           }
           r = index_->ApplyBatch(*ops, node);
         }

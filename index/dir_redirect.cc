@@ -18,7 +18,8 @@ DirRenameSet::DirRenameSet(std::vector<DirRenameRecord> records) {
   for (size_t i = 0; i < records_.size(); i++) by_from_[records_[i].from].push_back(i);
 }
 
-bool DirRenameSet::RedirectPath(std::string* path, uint64_t stamp, const std::string& node) const {
+bool DirRenameSet::RedirectPath(std::string* path, uint64_t stamp, const std::string& node,
+                                const DirRenameKeys* reflected) const {
   if (records_.empty()) return false;
   // The first record newer than the entry.
   size_t pos = std::upper_bound(records_.begin(), records_.end(), std::tie(stamp, node),
@@ -36,7 +37,12 @@ bool DirRenameSet::RedirectPath(std::string* path, uint64_t stamp, const std::st
       auto it = by_from_.find(p.substr(0, k));
       if (it == by_from_.end()) continue;
       auto j = std::lower_bound(it->second.begin(), it->second.end(), pos);
-      while (j != it->second.end() && records_[*j].node == node) ++j;  // the entry's own node's: never
+      // The entry's own node's never apply, nor those its path already reflects.
+      while (j != it->second.end() &&
+             (records_[*j].node == node ||
+              (reflected && reflected->count(std::make_pair(records_[*j].stamp, records_[*j].node))))) {
+        ++j;
+      }
       if (j != it->second.end()) best = std::min(best, *j);
     }
     if (best == records_.size()) break;
@@ -48,7 +54,7 @@ bool DirRenameSet::RedirectPath(std::string* path, uint64_t stamp, const std::st
   return changed;
 }
 
-bool DirRenameSet::Redirect(ApplyOp* op, const std::string& batch_node) const {
+bool DirRenameSet::Redirect(ApplyOp* op, const std::string& batch_node, const DirRenameKeys* reflected) const {
   switch (op->kind) {
     case ApplyOp::Kind::kSeal:
     case ApplyOp::Kind::kDrop:
@@ -60,9 +66,9 @@ bool DirRenameSet::Redirect(ApplyOp* op, const std::string& batch_node) const {
   }
   if (records_.empty()) return false;
   const std::string& node = op->node.empty() ? batch_node : op->node;
-  bool changed = RedirectPath(&op->path, op->stamp, node);
+  bool changed = RedirectPath(&op->path, op->stamp, node, reflected);
   if (op->kind == ApplyOp::Kind::kRename || op->kind == ApplyOp::Kind::kExchange) {
-    changed = RedirectPath(&op->to, op->stamp, node) || changed;
+    changed = RedirectPath(&op->to, op->stamp, node, reflected) || changed;
   }
   return changed;
 }

@@ -25,12 +25,17 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "index/index_db.h"
 
 namespace kvfs {
+
+// (stamp, node) of records: those a node's snapshot holds, which its names already reflect.
+using DirRenameKeys = std::set<std::pair<uint64_t, std::string>>;
 
 class DirRenameSet {
  public:
@@ -39,10 +44,13 @@ class DirRenameSet {
   explicit DirRenameSet(std::vector<DirRenameRecord> records);
 
   // Rewrites *path (of an entry at (stamp, node)) through the records newer than it. True if it changed.
-  bool RedirectPath(std::string* path, uint64_t stamp, const std::string& node) const;
+  // reflected (optional): records the entry's path already reflects (its node's snapshot held them),
+  // skipped like the node's own.
+  bool RedirectPath(std::string* path, uint64_t stamp, const std::string& node,
+                    const DirRenameKeys* reflected = nullptr) const;
   // Rewrites op's path (and `to` for RENAME / EXCHANGE) through the records newer than op (op.node, or
   // `batch_node` when op.node is empty). True if something changed.
-  bool Redirect(ApplyOp* op, const std::string& batch_node) const;
+  bool Redirect(ApplyOp* op, const std::string& batch_node, const DirRenameKeys* reflected = nullptr) const;
 
   bool empty() const { return records_.empty(); }
   size_t size() const { return records_.size(); }

@@ -383,11 +383,13 @@ class IndexDb {
     // kSymlink: any index-only node, a symlink or a special file (attr.mode says which; attr.rdev).
     // kPeerFileChanges: a committed file, symlink or special file bound by ANOTHER node whose attributes
     // (setattr: attr, at `stamp`) and/or some xattr names (xattr_changes) `node` changed last.
-    // kDirRename: the record of a directory rename by `node` (path = from, to, stamp).
+    // kDirRename: the record of a directory rename (path = from, to, stamp, by record_node: `node`'s
+    // own, or a peer's that this index applied or stored).
     enum class Kind : uint8_t { kDir, kFile, kSymlink, kTombstone, kSegment, kPeerFileChanges, kDirRename };
     Kind kind = Kind::kDir;
     std::string path;   // absolute; empty for kSegment
     std::string to;     // kDirRename
+    std::string record_node;  // kDirRename
     Attr attr;          // kDir, kFile, kSymlink
     Location location;  // kFile
     ExtentMapRef extents;  // kFile that is not one record (location empty)
@@ -408,7 +410,8 @@ class IndexDb {
     // with a journaled set/remove after the binding (its stamp; `xattrs` then holds the current values).
     std::vector<XattrChange> xattr_changes;
   };
-  // Calls fn first for every record of a directory rename by `node` (kDirRename, in stamp order), then
+  // Calls fn first for every record of a directory rename the index holds, `node`'s and its peers'
+  // (kDirRename, in (stamp, node) order), then
   // for every directory (root excluded) and every committed file / symlink whose dentry was
   // bound by `node` (dentry node == node), in a depth-first walk (a directory before anything under it),
   // and in the same walk for every committed file bound by another node that `node` changed last

@@ -138,8 +138,9 @@ Status IndexDb::ExportLive(const View& view, std::string_view node,
     KVFS_RETURN_IF_ERROR(stamped_xattrs(ino, true, item));
     return item->setattr || !item->xattr_changes.empty();
   };
-  // The records of `node`'s directory renames first (a rebuild collects them before it applies
-  // anything: index/replay.h), in (stamp, node) order.
+  // The records of directory renames first (a rebuild collects them before it applies anything:
+  // index/replay.h), in (stamp, node) order: `node`'s own, and its peers' that it applied (its names
+  // already reflect them, so a rebuild does not redirect its entries by them).
   {
     std::unique_ptr<rocksdb::Iterator> rit(db->NewIterator(ro, impl_->H(kDirRenames)));
     for (rit->SeekToFirst(); rit->Valid(); rit->Next()) {
@@ -148,12 +149,12 @@ Status IndexDb::ExportLive(const View& view, std::string_view node,
                            std::string_view(rit->value().data(), rit->value().size()), &r)) {
         return Status::Corruption("bad directory rename record");
       }
-      if (r.node != node) continue;
       ExportItem item;
       item.kind = ExportItem::Kind::kDirRename;
       item.path = std::move(r.from);
       item.to = std::move(r.to);
       item.stamp = r.stamp;
+      item.record_node = std::move(r.node);
       KVFS_RETURN_IF_ERROR(fn(item));
     }
     KVFS_RETURN_IF_ERROR(ToStatus(rit->status(), "export directory renames"));

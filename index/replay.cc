@@ -129,7 +129,11 @@ bool JournalEntryToApplyOp(const JournalEntry& e, ApplyOp* op) {
 
 bool SnapshotEntryToApplyOp(const JournalEntry& e, ApplyOp* op) {
   if (!JournalEntryToApplyOp(e, op)) return false;
-  if (e.op == JournalOp::kRename) op->kind = ApplyOp::Kind::kDirRenameRecord;  // a record, never a move
+  if (e.op == JournalOp::kRename) {  // a record, never a move; a peer's names that peer in its location
+    op->kind = ApplyOp::Kind::kDirRenameRecord;
+    op->node = e.location.segment.node;
+    op->location = Location{};
+  }
   return true;
 }
 
@@ -308,6 +312,9 @@ struct NodePlan {
   // The snapshots ApplyNewestSnapshot may choose from: nf.snapshots[0, usable) (CollectSnapshotRecords
   // leaves out the newer ones that did not verify).
   size_t usable = 0;
+  // The records the chosen snapshot holds (the node's own and the peers' it applied): its names, and
+  // those of the journal tail written after it, already reflect them.
+  DirRenameKeys reflected;
 };
 
 // Lists the node's files and decides whether the replay starts from a snapshot: a replay from the
@@ -357,10 +364,17 @@ Status CollectSnapshotRecords(Env* env, const std::string& node, NodePlan* plan,
                    "rename record '{}' -> '{}'", sf.path, e.path, e.path2);
         return Status::OK();
       }
-      found.push_back(DirRenameRecord{e.path, e.path2, e.stamp, node});
+      const std::string& by = e.location.segment.node.empty() ? node : e.location.segment.node;
+      if (!ValidateNodeId(by).ok()) {
+        LogLimited(spdlog::level::warn, "snapshot-bad-dir-rename", "kvfs: snapshot {}: skipping a directory "
+                   "rename record of invalid node id '{}'", sf.path, by);
+        return Status::OK();
+      }
+      found.push_back(DirRenameRecord{e.path, e.path2, e.stamp, by});
       return Status::OK();
     });
     if (s.ok() || stopped) {
+      for (const auto& r : found) plan->reflected.emplace(r.stamp, r.node);
       records->insert(records->end(), found.begin(), found.end());
       return Status::OK();
     }
@@ -393,7 +407,7 @@ Status PrepareNode(Env* env, const ReplaySource& src, NodePlan& plan, IndexDb* i
         env, node, candidates,
         [&](std::vector<ApplyOp>* ops, bool) -> Status {
           if (ops->empty()) return Status::OK();
-          for (auto& op : *ops) out->redirected += records.Redirect(&op, node) ? 1 : 0;
+          for (auto& op : *ops) out->redirected += records.Redirect(&op, node, &plan.reflected) ? 1 : 0;
           auto r = index->ApplyBatch(*ops, node);
           if (!r.ok()) return r.status();
           out->unresolved_deltas += r->unresolved_deltas;
@@ -445,6 +459,8 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
   //    a path under it is redirected to where that rename moved it, as the live nodes did
   //    (index/dir_redirect.h). A snapshot holds the result of its node's renames but not the RENAME
   //    entries, which lie behind it: without the records a peer's older entry re-created the old path.
+  //    A node's entries are not redirected by the records its own snapshot holds (its own renames, and
+  //    the peers' it had applied when it checkpointed): its names already reflect them.
   std::vector<NodePlan> plans(sources.size());
   std::vector<DirRenameRecord> records;
   for (size_t i = 0; i < sources.size(); i++) {
@@ -500,7 +516,7 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
     ApplyOp op;
     if (JournalEntryToApplyOp(c.head, &op)) {
       if (sources.size() > 1) op.node = c.node;
-      c.out->redirected += renames.Redirect(&op, c.node) ? 1 : 0;
+      c.out->redirected += renames.Redirect(&op, c.node, &plans[&c - cursors.data()].reflected) ? 1 : 0;
       ops.push_back(std::move(op));
     }
     c.last = c.head_end;

@@ -41,8 +41,10 @@ bool SnapshotOp(const JournalEntry& e, uint32_t version) {
       return version >= 2 && e.cut_file.kind == FileRef::Kind::kSegment;
     case JournalOp::kSetattr:
       return version >= 3;
-    case JournalOp::kRename:  // the record of a directory rename: no location
-      return version >= 4 && e.location.empty();
+    case JournalOp::kRename:  // the record of a directory rename: at most a node in its location
+      return version >= 4 && e.location.segment.generation == 0 && e.location.segment.seq == 0 &&
+             e.location.record_offset == 0 && e.location.value_offset == 0 && e.location.length == 0 &&
+             !e.extents;
     case JournalOp::kPut:
     case JournalOp::kSymlink:
     case JournalOp::kUnlink:

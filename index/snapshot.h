@@ -21,10 +21,12 @@
 //     every xattr name of such a file whose last set or remove is N's: XATTR{path, name, value or
 //     remove, its stamp}. Without them a change N made to a peer's file would be lost once N's journal
 //     is retired; a replay applies one that finds no name yet again at its end (index/replay.h);
-//   * RENAME{from, to, no location, stamp} first, for every directory rename of N the index holds a record
-//     of (IndexDb::ListDirRenames; never pruned, like tombstones): a reader stores it as a record and
-//     moves nothing (the snapshot already holds the result), and every rebuild redirects the entries
-//     older than it that name `from` or a path under it (index/replay.h ReplayNodes);
+//   * RENAME{from, to, location, stamp} first, for every directory rename the index holds a record of
+//     (IndexDb::ListDirRenames; never pruned, like tombstones): N's own (no location) and the peers'
+//     that N applied (location.segment.node = that peer, every other field 0). A reader stores it as a
+//     record and moves nothing (the snapshot already holds the result); every rebuild redirects the
+//     entries older than it that name `from` or a path under it (index/replay.h ReplayNodes), except
+//     N's own entries by the records N's snapshot holds (N's names already reflect them);
 //   * SEAL / DROP for every segment of N the index knows as sealed / dropped;
 //   * CUT{segment file, offset} for every segment of N, not dropped, that a CUT entry cut (the lowest
 //     offset; IndexDb SegmentInfo::cut): the journal file holding the CUT is retired behind the snapshot,

@@ -277,6 +277,50 @@ TEST_F(DirRenameRecordTest, ANodesOwnRecordsNeverMoveItsOwnEntries) {
   EXPECT_EQ(res["na"].redirected, 0u);
 }
 
+// A peer's snapshot taken after it applied A's renames holds A's records too (with A's node in the
+// RENAME's location), and its names already reflect them: A swaps x and y through tmp while x holds B's
+// f; B applies the three renames and checkpoints (its snapshot binds y/f at f's old stamp). Redirected by
+// A's records, y/f went back to x/f.
+TEST_F(DirRenameRecordTest, APeersSnapshotIsNotRedirectedByTheRecordsItHolds) {
+  const std::vector<JournalEntry> b_entries = {
+      JournalEntry::Mkdir("/x", EntryAttrs{S_IFDIR | 0755}, 1), JournalEntry::Mkdir("/y", EntryAttrs{S_IFDIR | 0755}, 2),
+      JournalEntry::Put("/x/f", Location{SegmentId{"nb", 1, 1}, 0, 4096, 11}, EntryAttrs{S_IFREG | 0644, 0, 0, 11}, 5)};
+  const std::vector<JournalEntry> a_renames = {JournalEntry::Rename("/x", "/tmp", Location{}, 10),
+                                               JournalEntry::Rename("/y", "/x", Location{}, 11),
+                                               JournalEntry::Rename("/tmp", "/y", Location{}, 12)};
+  {
+    auto a = OpenIndex("idx-a", "na");
+    Apply(a.get(), b_entries, "nb");
+    Apply(a.get(), a_renames, "na");
+    WriteJournal("na", 0, a_renames);
+    Snapshot(a.get(), "na");
+  }
+  WriteJournal("nb", 0, b_entries);
+  {
+    auto b = OpenIndex("idx-b", "nb");
+    Apply(b.get(), b_entries, "nb");
+    Apply(b.get(), a_renames, "na");  // B's tailer applied A's renames: B holds their records
+    EXPECT_EQ(b->ListDirRenames("na")->size(), 3u);
+    Snapshot(b.get(), "nb");
+  }
+  std::vector<JournalEntry> snap;
+  ASSERT_TRUE(ReadSnapshot(Env::Posix(), NodeDirPath(backing_, "nb") + "/" + SnapshotFileName(1, 1), "nb",
+                           [&](const JournalEntry& e) {
+                             snap.push_back(e);
+                             return Status::OK();
+                           }).ok());
+  ASSERT_GE(snap.size(), 3u);
+  EXPECT_EQ(snap[0].op, JournalOp::kRename);
+  EXPECT_EQ(snap[0].location.segment.node, "na");  // a peer's record names its node
+  std::map<std::string, ReplayNodeResult> res;
+  std::vector<DirRenameRecord> records;
+  auto dump = Rebuilt("join", &res, &records);
+  EXPECT_EQ(Paths(dump), (std::vector<std::string>{"/x", "/y", "/y/f"}));
+  EXPECT_EQ(res["nb"].redirected, 0u);
+  EXPECT_EQ(records.size(), 3u);
+  for (const auto& r : records) EXPECT_EQ(r.node, "na");
+}
+
 // The redirect rule itself (shared by DirRenameLog and the rebuild).
 TEST(DirRenameRedirectTest, OlderEntriesUnderTheSourceMoveNewerOnesAndSegmentOpsStay) {
   const DirRenameSet r({{"/d2", "/d3", 30, "a"}, {"/d", "/d2", 20, "a"}, {"/", "/x", 50, "a"}, {"/q", "/r", 0, "a"}});
