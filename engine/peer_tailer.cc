@@ -368,9 +368,10 @@ Status PeerTailer::ApplyPeerSnapshot(const std::string& node, const std::vector<
         {
           std::lock_guard<std::mutex> l(*ns_mu_);
           if (opts_.dir_renames) {
-            // The snapshot's records of the peer's directory renames (they come first): the peers'
-            // entries older than one, read after it, follow it (engine/dir_renames.h), and so do the
-            // snapshot's own entries.
+            // The snapshot's records of directory renames (they come first: the peer's own and those it
+            // applied): the peers' entries older than one, read after it, follow it
+            // (engine/dir_renames.h). The snapshot's own entries follow the renames noted here, except
+            // those records (its names reflect them, index/dir_redirect.h).
             for (const auto& op : *ops) {
               if (op.kind == ApplyOp::Kind::kDirRenameRecord) {
                 const std::string& by = op.node.empty() ? node : op.node;
