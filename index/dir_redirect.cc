@@ -14,6 +14,12 @@ DirRenameSet::DirRenameSet(std::vector<DirRenameRecord> records) {
   std::stable_sort(records.begin(), records.end(), [](const DirRenameRecord& a, const DirRenameRecord& b) {
     return std::tie(a.stamp, a.node) < std::tie(b.stamp, b.node);
   });
+  // One RENAME entry is one (stamp, node): the same record from several snapshots counts once.
+  records.erase(std::unique(records.begin(), records.end(),
+                            [](const DirRenameRecord& a, const DirRenameRecord& b) {
+                              return a.stamp == b.stamp && a.node == b.node;
+                            }),
+                records.end());
   records_ = std::move(records);
   for (size_t i = 0; i < records_.size(); i++) by_from_[records_[i].from].push_back(i);
 }

@@ -40,7 +40,8 @@ using DirRenameKeys = std::set<std::pair<uint64_t, std::string>>;
 class DirRenameSet {
  public:
   DirRenameSet() = default;
-  // Any order; records with stamp 0 or a `from` that is not below the root are ignored.
+  // Any order; records with stamp 0 or a `from` that is not below the root are ignored, and of several
+  // with one (stamp, node) (the same rename from several snapshots) the first is kept.
   explicit DirRenameSet(std::vector<DirRenameRecord> records);
 
   // Rewrites *path (of an entry at (stamp, node)) through the records newer than it. True if it changed.

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -374,13 +375,16 @@ TEST(DirRenameRedirectTest, IndexedLookupEqualsTheRuleAppliedRecordByRecord) {
   };
   for (int round = 0; round < 200; round++) {
     std::vector<DirRenameRecord> recs;
+    std::set<std::pair<uint64_t, std::string>> ids;  // one rename per (stamp, node)
     const int n = 1 + next() % 12;
     for (int i = 0; i < n; i++) {
       DirRenameRecord r{dirs[next() % dirs.size()], dirs[next() % dirs.size()], 1 + next() % 40,
                         std::string(1, char('a' + next() % 3))};
-      if (r.from != r.to) recs.push_back(r);
+      if (r.from != r.to && ids.emplace(r.stamp, r.node).second) recs.push_back(r);
     }
+    if (!recs.empty()) recs.push_back(recs.front());  // the same record from a second snapshot
     const DirRenameSet set(recs);
+    EXPECT_EQ(set.size(), ids.size());  // the duplicate counts once
     std::vector<DirRenameRecord> sorted = set.records();
     for (int q = 0; q < 50; q++) {
       std::string path = dirs[next() % dirs.size()] + (next() % 2 ? "/f" : "");
