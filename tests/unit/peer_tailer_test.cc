@@ -27,6 +27,7 @@
 #include <gtest/gtest.h>
 
 #include "blockstore/node_dir.h"
+#include "index/snapshot.h"
 #include "index/inode.h"
 #include "index/journal.h"
 #include "index/replay.h"
@@ -312,6 +313,38 @@ TEST_F(PeerTailerTest, APeersPutOlderThanADirectoryRenameReadFirstFollowsIt) {
   ASSERT_TRUE(y.ok()) << y.status().ToString();
   EXPECT_EQ(y->location, ly);
   EXPECT_EQ(tailer_->GetStats().dir_rename_redirects, 1u);
+  EXPECT_EQ(b_renames_.size(), 1u);
+}
+
+// node-0's snapshot holds its rename of d to d2 (a record: node-0's journal holding the RENAME is
+// retired) and d2; B reads it before node-a's older MKDIR d and PUT d/y (node-0 sorts first): the
+// record is noted and stored, and node-a's entries follow it to d2/y. Before, B had d/y beside an
+// empty d2.
+TEST_F(PeerTailerTest, APeersSnapshotRecordOfADirectoryRenameRedirectsOlderEntriesReadAfterIt) {
+  auto d = store_->Mkdir(kRootIno, "d", S_IFDIR | 0755, 0, 0);
+  ASSERT_TRUE(d.ok());
+  const Location ly = WriteFile("y", Content("y", 4096, 5), nullptr, d->attr.ino);
+  ASSERT_TRUE(store_->Sync().ok());
+  const uint64_t later = AMaxStamp() + 1000;
+  const std::string dir = NodeDirPath(backing_, "node-0");
+  std::filesystem::create_directories(dir);
+  {
+    auto w = SnapshotWriter::Create(Env::Posix(), dir, "node-0", 1, 1);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    ASSERT_TRUE((*w)->Add(JournalEntry::Rename("/d", "/d2", Location{}, later)).ok());
+    EntryAttrs da;
+    da.mode = S_IFDIR | 0755;
+    ASSERT_TRUE((*w)->Add(JournalEntry::Mkdir("/d2", da, 0)).ok());
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+  ASSERT_TRUE(tailer_->RefreshAll().ok());
+  EXPECT_EQ(BNames(), (std::vector<std::string>{"d2"}));
+  auto d2 = b_index_->Lookup(kRootIno, "d2");
+  ASSERT_TRUE(d2.ok()) << d2.status().ToString();
+  auto y = b_index_->Lookup(d2->attr.ino, "y");
+  ASSERT_TRUE(y.ok()) << y.status().ToString();
+  EXPECT_EQ(y->location, ly);
+  EXPECT_EQ(*b_index_->ListDirRenames(), (std::vector<DirRenameRecord>{{"/d", "/d2", later, "node-0"}}));
   EXPECT_EQ(b_renames_.size(), 1u);
 }
 
