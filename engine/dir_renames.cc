@@ -25,7 +25,7 @@ void DirRenameLog::Note(std::string from, std::string to, uint64_t stamp, std::s
     renames_.erase(renames_.begin() + oldest);
     noted_.erase(noted_.begin() + oldest);
   }
-  set_ = DirRenameSet(renames_);
+  set_dirty_ = true;
 }
 
 void DirRenameLog::ExpireLocked(std::chrono::steady_clock::time_point now) {
@@ -41,12 +41,16 @@ void DirRenameLog::ExpireLocked(std::chrono::steady_clock::time_point now) {
   if (out == renames_.size()) return;
   renames_.resize(out);
   noted_.resize(out);
-  set_ = DirRenameSet(renames_);
+  set_dirty_ = true;
 }
 
 bool DirRenameLog::Redirect(ApplyOp* op, const std::string& batch_node, const DirRenameKeys* reflected) {
   std::lock_guard<std::mutex> l(mu_);
   if (renames_.empty()) return false;
+  if (set_dirty_) {
+    set_ = DirRenameSet(renames_);
+    set_dirty_ = false;
+  }
   const bool changed = set_.Redirect(op, batch_node, reflected);
   if (changed) ++redirected_;
   return changed;

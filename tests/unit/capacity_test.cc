@@ -632,7 +632,12 @@ TEST_F(CapacityTest, DeadSegmentsAreEvictedBeforeLiveOnes) {
   Settle();
   auto st = store_->GetStats();
   EXPECT_GE(st.segments_dropped, 2u);
-  EXPECT_EQ(st.dead_segments_evicted, st.segments_dropped);
+  // Every segment dropped was dead, or emptied by the segment cleaner first (its live records copied:
+  // it runs every 2 s once dead bytes exceed live ones, so a slow run, 6 s under ASan on a loaded
+  // machine, cleaned one: CI 2026-12-07, 2 evicted of 3 dropped).
+  EXPECT_EQ(st.dead_segments_evicted + st.cleaned_segments, st.segments_dropped)
+      << "evicted " << st.dead_segments_evicted << " cleaned " << st.cleaned_segments;
+  EXPECT_GE(st.dead_segments_evicted, 1u);
   EXPECT_LE(st.node_segment_bytes, cap);
   // Every live file survived; only segments of deleted files are gone.
   for (int i = 0; i < 14; ++i) ReadOk(i);
