@@ -180,11 +180,14 @@ TEST(GroupCommitTest, KickRetriesOwedEntriesBeforeTheBackoff) {
 TEST(GroupCommitTest, OwedEntriesAreRetriedAfterTheBackoffWithoutKickOrSync) {
   FakeJournal j;
   GroupCommitter gc({std::chrono::milliseconds(1), std::chrono::milliseconds(4)}, j.Hooks());
-  gc.Start();
-  gc.Enqueue(E(0));
+  // The failures are scripted before the entry is queued: queued first, a round 1 ms later (the
+  // interval) could journal it before the script existed, and WaitRounds(4) then waited forever (a CI
+  // shard hung on it under load, 2026-12-07).
   j.Script(Status::IOError("a"));
   j.Script(Status::IOError("b"));
   j.Script(Status::IOError("c"));
+  gc.Start();
+  gc.Enqueue(E(0));
   j.WaitRounds(4);  // three failures, then the retry that succeeds
   EXPECT_EQ(j.journal(), Paths(0, 1));
   EXPECT_EQ(gc.retries(), 3u);
