@@ -302,17 +302,17 @@ Status KvfsFs::Impl::Commit(const std::shared_ptr<Inode>& in, const std::shared_
     {
       std::lock_guard<std::mutex> lg(in->mu);
       if (v->superseded) return Status::OK();  // a version closed later already committed
-      // Released after a version closed later had committed (the kernel's RELEASEs came out of the
-      // order of the close(2)s): older content, never committed over the newer.
-      if (v->writers == 0 && v->close_order != 0 && v->close_order < in->committed_order &&
-          in->committed_order_seq != v->seq) {
-        v->superseded = true;
-        closes_superseded_late++;
+      // Older than the content another version committed. Released (the kernel's RELEASEs came out of
+      // the order of the close(2)s): never committed over the newer. Still open, committing what a
+      // close closed: that state is older too; the version's next changing close commits. (An fsync's
+      // commit is of now: not skipped.)
+      if ((v->writers == 0 || as_flushed) && StaleLocked(*in, *v)) {
+        if (v->writers == 0) {
+          v->superseded = true;
+          closes_superseded_late++;
+        }
         return Status::OK();
       }
-      // Still open (a close commits what it closed while other handles stay open): the state of that
-      // close is older than the committed content too; the version's next changing close commits.
-      if (v->writers > 0 && as_flushed && StaleLocked(*in, *v)) return Status::OK();
     }
     if (as_flushed) {
       // That close is published already (by the deferred commit of an earlier close, which committed
