@@ -43,7 +43,18 @@ NEGATIVE_S = 60  # KVFS_TEST_NEGATIVE_TIMEOUT_S of node A: far above VISIBLE_S
 
 
 def ops(mnt):
-    return {k: v["count"] for k, v in kf.stats(mnt)["fuse_ops"].items() if k != "getxattr"}
+    """FUSE request counts, read until two reads 20 ms apart agree.
+
+    A request is counted when its handler returns, which is after its reply: the syscall that caused it
+    may already have returned (op_stats.h), so one read right after a probe can miss the probe's last
+    request. Seen in CI under ctest -j3 (16 GETATTR for 17) and here under load (15 LOOKUP for 16)."""
+    cur = None
+    for _ in range(50):
+        prev, cur = cur, {k: v["count"] for k, v in kf.stats(mnt)["fuse_ops"].items() if k != "getxattr"}
+        if cur == prev:
+            return cur
+        time.sleep(0.02)
+    raise AssertionError("FUSE request counts still moving after 1 s: %s -> %s" % (prev, cur))
 
 
 def delta(before, after):
