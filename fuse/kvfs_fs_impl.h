@@ -574,7 +574,10 @@ struct KvfsFs::Impl {
   void AddHandle(const std::shared_ptr<Inode>& in);
   void DropHandle(const std::shared_ptr<Inode>& in);
   // parent/name: the name it lost (a writable open that then answers ESTALE expects its retry there).
-  void MarkUnlinked(uint64_t ino, uint64_t parent, const std::string& name);
+  // if_gone: only if the index has no such inode (checked under the inode's mu): the notifier's mark
+  // of a number that lost its name, which a magic-link reopen may have given back meanwhile
+  // (UndoRenumber changes the index, then clears `unlinked` under the inode's mu).
+  void MarkUnlinked(uint64_t ino, uint64_t parent, const std::string& name, bool if_gone = false);
 
   // The inode's path in the mount, for log lines ("/a/b"); "(unlinked)" when the index no longer has it.
   std::string PathOf(uint64_t ino);
@@ -662,9 +665,11 @@ struct KvfsFs::Impl {
   // The kernel's retry of a writable open we answered ESTALE came back to the very number we renumbered
   // away from: the open did not go through a name (a /proc/self/fd or /dev/fd magic link, which re-opens
   // the same inode however often it is retried), so a new number can never reach it. Like a local fs, the
-  // open then writes that inode: the name moves back to it (Store::Renumber(to)), provided the number
-  // the name got is still unused here (no handle, no version). The caller starts its version in place
-  // (readers see the rewrite). Returns whether it did.
+  // open then writes that inode: the name moves back to it (Store::Renumber(to)), provided no version
+  // of the number the name got is being written: versions whose writers all closed are committed
+  // first (their RELEASEs waited for, up to 1 s); read-only handles open there keep their content
+  // (that number becomes unlinked). The caller starts its version in place (readers see the rewrite).
+  // Returns whether it did. Takes in->mu, the other inode's mu and table_mu; the caller holds none.
   bool UndoRenumber(const std::shared_ptr<Inode>& in);
   // inplace: UndoRenumber just gave the name back to this number: start the version here whatever
   // page-cache handles are open, as a visible version, and invalidate the kernel's cache of the inode.
