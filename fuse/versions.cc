@@ -6,6 +6,12 @@
 
 namespace kvfs {
 
+namespace {
+// UndoRenumber: how long a magic-link reopen waits for the RELEASEs of the writers of the number its
+// name got (their close(2) returned; the kernel sends RELEASE after it).
+constexpr std::chrono::milliseconds kUndoRenumberWait{1000};
+}  // namespace
+
 std::shared_ptr<Version> KvfsFs::Impl::NewVersion(uint64_t ino, bool hidden, bool direct) {
   staged_versions++;
   if (hidden) shadows++;
@@ -58,15 +64,45 @@ bool KvfsFs::Impl::UndoRenumber(const std::shared_ptr<Inode>& in) {
     name = in->lost_name;
   }
   auto cur = store->GetInode(to);
-  if (!cur.ok() || !cur->committed || cur->parent != parent || cur->name != name) return false;
-  if (auto other = Get(to)) {
-    {
-      std::lock_guard<std::mutex> tg(table_mu);
-      if (other->open_handles != 0) return false;
+  if (!cur.ok() || cur->parent != parent || cur->name != name) return false;
+  auto other = Get(to);
+  if (other) {
+    // The name's new number may still hold the version of a rewrite by path made since (breaker
+    // helper, 2026-12-07: O_PATH fd, a rewrite through /proc/self/fd, a rewrite by path, a reopen
+    // through /proc/self/fd answered ESTALE every time): its writers closed, but their RELEASE can be
+    // on its way (the kernel sends it after close(2) returned) and its commit is deferred
+    // (commit_delay_ms). Wait for the releases, up to kUndoRenumberWait, and commit those versions now;
+    // a writer still open after that keeps the name on its number (ESTALE, as before).
+    const auto deadline = std::chrono::steady_clock::now() + kUndoRenumberWait;
+    for (int round = 0;; ++round) {
+      std::vector<std::shared_ptr<Version>> settle;
+      bool open = false;
+      {
+        std::lock_guard<std::mutex> og(other->mu);
+        for (const auto& w : other->writing) open = open || w->writers != 0;
+        if (!open) settle = other->writing;
+      }
+      if (!open && settle.empty()) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        spdlog::debug("undo renumber {} -> {}: inode {} still has versions being written", to, in->ino, to);
+        return false;
+      }
+      if (open) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        continue;
+      }
+      for (auto& v : settle) {
+        Status s = FinishRelease(other, v);
+        if (!s.ok()) {
+          spdlog::error("commit of inode {}: {} (version not published)", to, s.ToString());
+          return false;
+        }
+      }
     }
-    std::lock_guard<std::mutex> og(other->mu);
-    if (!other->writing.empty()) return false;
+    cur = store->GetInode(to);
+    if (!cur.ok() || cur->parent != parent || cur->name != name) return false;
   }
+  if (!cur->committed) return false;
   auto back = store->Renumber(to, in->ino);
   if (!back.ok()) {
     spdlog::debug("undo renumber {} -> {}: {}", to, in->ino, back.status().ToString());
@@ -81,6 +117,20 @@ bool KvfsFs::Impl::UndoRenumber(const std::shared_ptr<Inode>& in) {
     in->last_attr = back->attr;
     in->last_loc = back->location;
     in->last_ext = back->extents;
+  }
+  if (other) {
+    // Read-only handles still open on `to` keep the content they opened (pinned at their open), as
+    // readers of a file replaced by rename do: fstat answers its last attributes with st_nlink 0.
+    std::lock_guard<std::mutex> og(other->mu);
+    other->unlinked = true;
+    other->lost_parent = parent;
+    other->lost_name = name;
+    other->last_attr = cur->attr;
+    other->last_attr.ino = to;
+    other->last_attr.nlink = 0;
+    other->last_loc = cur->location;
+    other->last_ext = cur->extents;
+    other->last_committed = true;
   }
   spdlog::debug("inode {}: renumber to {} undone (a reopen through a magic link)", in->ino, to);
   // Cached dentries of the name that point to `to` (gone now): the notifier drops them and marks

@@ -1509,6 +1509,55 @@ class ProcFdReopen(MountedTestCase):
         finally:
             os.close(fd)
 
+    def test_o_path_reopen_after_a_rewrite_by_path(self):
+        """A rewrite by path between two magic-link reopens (breaker helper, 2026-12-07): the path's
+        rewrite moved the name to a new number; the reopen of the O_PATH descriptor then answered ESTALE
+        every time (ext4 writes the file). Now it writes the file, in place, as the first reopen did."""
+        path = self.p("bf")
+        self.write_file(path, b"hello\n")
+        fd = os.open(path, os.O_PATH)
+        try:
+            for i, (via, data) in enumerate((("fd", b"one"), ("path", b"second"), ("fd", b"third"),
+                                              ("path", b"4"), ("fd", b"fifth!"))):
+                w = os.open("/proc/self/fd/%d" % fd if via == "fd" else path, os.O_WRONLY | os.O_TRUNC)
+                try:
+                    self.assertEqual(os.write(w, data), len(data))
+                finally:
+                    os.close(w)
+                self.assertEqual(self.read_file(path), data, "after step %d (%s)" % (i, via))
+        finally:
+            os.close(fd)
+        self.assertEqual(self.read_file(path), b"fifth!")
+
+    def test_o_path_reopen_with_a_reader_of_the_rewrite_by_path(self):
+        """The same with a reader of the rewrite by path still open: the reopen writes the file; that
+        reader keeps the content it opened, whole (it holds the number the rewrite by path gave the name;
+        on ext4 it would see the rewrite: one inode), and its fstat answers st_nlink 0."""
+        path = self.p("bf")
+        self.write_file(path, b"hello\n")
+        fd = os.open(path, os.O_PATH)
+        try:
+            self.write_file("/proc/self/fd/%d" % fd, b"one")
+            self.write_file(path, b"second")
+            r = os.open(path, os.O_RDONLY)
+            try:
+                self.assertEqual(os.pread(r, 100, 0), b"second")
+                w = os.open("/proc/self/fd/%d" % fd, os.O_WRONLY | os.O_TRUNC)
+                try:
+                    self.assertEqual(os.write(w, b"third"), 5)
+                finally:
+                    os.close(w)
+                self.assertEqual(self.read_file(path), b"third")
+                self.assertEqual(os.stat(path).st_ino, os.fstat(fd).st_ino)
+                self.assertEqual(os.pread(r, 100, 0), b"second")
+                st = os.fstat(r)
+                self.assertEqual((st.st_size, st.st_nlink), (6, 0))
+            finally:
+                os.close(r)
+        finally:
+            os.close(fd)
+        self.assertEqual(self.read_file(path), b"third")
+
 
 def bdi_read_ahead_kb(mnt):
     """read_ahead_kb of the FUSE mount at mnt (its device number from /proc/self/mountinfo)."""
