@@ -249,6 +249,7 @@ FsStats KvfsFs::GetFsStats() {
   s.flushes_deferred = impl_->staging.flushes_deferred.load();
   s.closes_committed_open = impl_->closes_committed_open.load();
   s.closes_superseded_late = impl_->closes_superseded_late.load();
+  s.commits_owed = impl_->commits_owed.load();
   s.streamed_commits = impl_->staging.streamed_commits.load();
   s.shadow_versions_created = impl_->shadows.load();
   s.versions_committed = impl_->committed.load();

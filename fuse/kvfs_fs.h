@@ -125,6 +125,7 @@ struct FsStats {
   uint64_t flushes_deferred = 0;      // closes that left the record to another writer still writing
   uint64_t closes_committed_open = 0;  // commits of a closed version other writers still have open
   uint64_t closes_superseded_late = 0;  // versions released after a later close had committed: dropped
+  uint64_t commits_owed = 0;  // commits that left their version to a joined writer's queued commit
   uint64_t streamed_commits = 0;  // flushes of partly spilled versions, written in 4 MiB pieces
   uint64_t shadow_versions_created = 0, versions_committed = 0, versions_discarded = 0;
   uint64_t flush_records = 0, flush_errors = 0, commit_errors = 0;

@@ -415,7 +415,7 @@ struct KvfsFs::Impl {
   };
   std::atomic<uint64_t> open_handles{0}, staged_versions{0}, shadows{0}, committed{0}, discarded{0},
       flush_records{0}, flush_errors{0}, commit_errors{0}, renumbered{0},
-      failed_publishes{0}, closes_committed_open{0}, closes_superseded_late{0}, fresh_forgotten{0},
+      failed_publishes{0}, closes_committed_open{0}, closes_superseded_late{0}, commits_owed{0}, fresh_forgotten{0},
       hidden_reset{0};
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0};
   // READ handlers running now, and the most there ever were at once (ReadInFlight): shows whether the

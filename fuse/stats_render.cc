@@ -252,6 +252,7 @@ std::string StatsToJson(const StatsSnapshot& snap) {
                {"flushes_deferred", f.flushes_deferred},
                {"closes_committed_open", f.closes_committed_open},
                {"closes_superseded_late", f.closes_superseded_late},
+               {"commits_owed", f.commits_owed},
                {"streamed_commits", f.streamed_commits},
                {"shadow_versions_created", f.shadow_versions_created},
                {"versions_committed", f.versions_committed},
@@ -364,6 +365,10 @@ std::string StatsToPrometheus(const StatsSnapshot& snap) {
   e.One("kvfs_closes_superseded_late_total", "counter",
         "Versions released after a version closed later had committed (RELEASE out of close order): dropped.",
         f.closes_superseded_late);
+  e.One("kvfs_commits_owed_total", "counter",
+        "Commits after which a writer that joined meanwhile had changed the version: it stays being written "
+        "until that writer's queued commit.",
+        f.commits_owed);
 
   // ---- index and data ----
   e.One("kvfs_files", "gauge", "Files in the index (this node's and applied peers').", st.files);

@@ -423,6 +423,36 @@ class OpenHoldTest(unittest.TestCase):
         finally:
             ctx.__exit__(None, None, None)
 
+    def test_a_write_of_a_writer_that_joined_during_the_commit_is_kept(self):
+        """A writer joins a closed version while its deferred commit runs, writes a page and closes; the
+        commit ends after that. The version must stay being written until the joiner's own (queued)
+        commit: it left then, so the next O_RDWR open found the inode idle and renumbered it, and the
+        queued commit was discarded as an unlinked file's: the joiner's page was lost (extents_test
+        JournalDeltas, 1 run in about 9 under load, 2026-12-07). Widened here: commits 1.5 s after the
+        close, and the first one waits 1 s before its version leaves (KVFS_TEST_AFTER_COMMIT_DELAY_MS)."""
+        env = {"KVFS_TEST_COMMIT_DELAY_MS": "1500", "KVFS_TEST_AFTER_COMMIT_DELAY_MS": "1000"}
+        b = kf.Backing()
+        self.addCleanup(b.cleanup)
+        with kf.mounted(backing=b, env=env) as (mnt, _, _):
+            path = os.path.join(mnt, "slots")
+            data = bytearray(os.urandom(16 * PAGE))
+            committed = kf.stats(mnt)["fuse"]["versions_committed"]
+            kf.write_file(path, bytes(data))  # its commit runs 1.5 s later, then waits 1 s
+            self.assertTrue(wait_for(lambda: kf.stats(mnt)["fuse"]["versions_committed"] > committed, 5.0))
+            for off, wait in ((0, 1.2), (8 * PAGE, 0)):
+                page = os.urandom(PAGE)
+                fd = os.open(path, os.O_RDWR)  # the first joins the version being committed
+                try:
+                    self.assertEqual(os.pwrite(fd, page, off), PAGE)
+                finally:
+                    os.close(fd)
+                data[off:off + PAGE] = page
+                time.sleep(wait)  # the first commit's version is done; the joiner's commit is still queued
+            self.assertTrue(wait_for(lambda: kf.read_file(path) == data, 6.0), "a closed page was lost")
+            self.assertGreaterEqual(kf.stats(mnt)["fuse"]["commits_owed"], 1)
+        with kf.mounted(backing=b) as (mnt, _, _):
+            self.assertTrue(kf.read_file(os.path.join(mnt, "slots")) == data, "after a remount")
+
 
 @kf.skip_unless_fuse
 class PeerRetryTest(kf.SharedBackingCase):
