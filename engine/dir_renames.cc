@@ -8,12 +8,12 @@
 
 namespace kvfs {
 
-void DirRenameLog::Note(std::string from, std::string to, uint64_t stamp, std::string node) {
+void DirRenameLog::Note(std::string from, std::string to, uint64_t stamp, std::string node, bool exchange) {
   if (from.empty() || from == to || stamp == 0) return;
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> l(mu_);
   ExpireLocked(now);
-  DirRenameRecord r{std::move(from), std::move(to), stamp, std::move(node)};
+  DirRenameRecord r{std::move(from), std::move(to), stamp, std::move(node), exchange};
   auto pos = std::upper_bound(renames_.begin(), renames_.end(), r, [](const DirRenameRecord& a, const DirRenameRecord& b) {
     return std::tie(a.stamp, a.node) < std::tie(b.stamp, b.node);
   });

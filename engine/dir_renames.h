@@ -43,8 +43,9 @@ class DirRenameLog {
   static constexpr std::chrono::seconds kKeep{60};
   static constexpr size_t kMaxRenames = 4096;
 
-  // A directory renamed from `from` to `to` (absolute index paths, "/a/b") at (stamp, node).
-  void Note(std::string from, std::string to, uint64_t stamp, std::string node);
+  // A directory renamed from `from` to `to` (absolute index paths, "/a/b") at (stamp, node); exchange: a
+  // RENAME_EXCHANGE of the two (index/dir_redirect.h: older entries under either follow to the other).
+  void Note(std::string from, std::string to, uint64_t stamp, std::string node, bool exchange = false);
 
   // Rewrites op's path (and `to` for RENAME / EXCHANGE) through the noted renames newer than op
   // (op.node, or `batch_node` when op.node is empty). Returns true when something changed. Segment ops

@@ -15,6 +15,15 @@
 // PUT's stamp, name the file's path when the MOVE was written. Redirecting them by stamp alone moved a
 // name wrongly wherever the renames reuse one (x -> tmp, y -> x, tmp -> y sent y/f back to x/f).
 //
+// A directory RENAME_EXCHANGE at (stamp, node) is one record with exchange set: `from` and `to` swapped.
+// An older entry under `from` lands under `to` and one under `to` under `from`, in one step (the record
+// is looked up by both paths, and a path it moved is never moved by it again: x -> y -> x cannot happen).
+//
+// own_pending (rebuild only, index/replay.h): records of the entry's own node that DO apply to its own
+// entries. A rebuild sets it for a node's exchange records that another snapshot holds but the node's own
+// journal tail still has to reach: the EXCHANGE entry is then not applied as a swap (the index holds its
+// record: it is reflected), so the node's entries before it are moved by the record instead.
+//
 // Cost: a path is looked up by each of its ancestors (a map keyed by `from`), so an entry costs
 // O(depth x log records) per rename that applies to it, whatever the number of records (they are never
 // pruned: a rebuild may hold many).
@@ -48,10 +57,11 @@ class DirRenameSet {
   // reflected (optional): records the entry's path already reflects (its node's snapshot held them),
   // skipped like the node's own.
   bool RedirectPath(std::string* path, uint64_t stamp, const std::string& node,
-                    const DirRenameKeys* reflected = nullptr) const;
+                    const DirRenameKeys* reflected = nullptr, const DirRenameKeys* own_pending = nullptr) const;
   // Rewrites op's path (and `to` for RENAME / EXCHANGE) through the records newer than op (op.node, or
   // `batch_node` when op.node is empty). True if something changed.
-  bool Redirect(ApplyOp* op, const std::string& batch_node, const DirRenameKeys* reflected = nullptr) const;
+  bool Redirect(ApplyOp* op, const std::string& batch_node, const DirRenameKeys* reflected = nullptr,
+                const DirRenameKeys* own_pending = nullptr) const;
 
   bool empty() const { return records_.empty(); }
   size_t size() const { return records_.size(); }
@@ -59,7 +69,8 @@ class DirRenameSet {
 
  private:
   std::vector<DirRenameRecord> records_;                      // sorted by (stamp, node)
-  std::map<std::string, std::vector<size_t>, std::less<>> by_from_;  // from -> indices into records_, ascending
+  // from (and an exchange's to) -> indices into records_, ascending
+  std::map<std::string, std::vector<size_t>, std::less<>> by_from_;
 };
 
 }  // namespace kvfs

@@ -133,10 +133,11 @@ Result<std::unique_ptr<IndexDb>> IndexDb::Open(const IndexDbOptions& opts) {
   if (found) {
     Reader rd{v};
     uint32_t fmt = rd.U32();
-    // Formats 3 and 4 only added a column family each (created above, empty): upgrade. A format 2 or 3
-    // index has no records of the directory renames it applied (index_keys.h dirrenames); its own
-    // node's renames reach the next snapshot only if it is rebuilt.
-    if (rd.ok && (fmt == 2 || fmt == 3)) {
+    // Formats 3 and 4 only added a column family each (created above, empty), 5 a kind byte a record
+    // may carry: upgrade. A format 2 or 3 index has no records of the directory renames it applied
+    // (index_keys.h dirrenames); its own node's renames reach the next snapshot only if it is rebuilt.
+    // An older kvfs refuses a format 5 index (NotSupported): a downgrade deletes the index directory.
+    if (rd.ok && (fmt == 2 || fmt == 3 || fmt == 4)) {
       std::string f;
       PutLE(&f, kIndexFormatVersion, 4);
       init.Put(im->H(kMeta), kMetaFormat, f);

@@ -96,8 +96,9 @@ namespace kvfs {
 
 // 3 added the xattrstamps column family (index_keys.h); a format 2 index opens as 3 (no stamps: every
 // xattr older than any entry). 4 added the dirrenames column family (the records of directory renames);
-// a format 2 or 3 index opens as 4 with no records.
-inline constexpr uint32_t kIndexFormatVersion = 4;
+// a format 2 or 3 index opens as 4 with no records. 5: a record may be that of a directory
+// RENAME_EXCHANGE (DirRenameRecord::exchange, a kind byte after `to`); a format 2 to 4 index opens as 5.
+inline constexpr uint32_t kIndexFormatVersion = 5;
 
 struct IndexDbOptions {
   std::string dir;                          // local directory (never on NFS); created if missing
@@ -144,22 +145,29 @@ struct Tombstone {
 // `to` (absolute index paths). Kept forever in the index (column family dirrenames) and exported by the
 // renaming node's snapshots, so that every rebuild redirects the entries older than it that name `from`
 // or a path under it (index/dir_redirect.h), as the live nodes did (engine/dir_renames.h).
+//
+// exchange: the record of a renameat2(RENAME_EXCHANGE) with a directory on at least one side: `from` and
+// `to` swapped what they name at (stamp, node). It redirects both ways in one step (an older entry under
+// `from` lands under `to` and one under `to` under `from`, never back), and one record stands for the
+// whole exchange (its key is its (stamp, node), like a rename's).
 struct DirRenameRecord {
   std::string from, to;
   uint64_t stamp = 0;
   std::string node;
+  bool exchange = false;
   bool operator==(const DirRenameRecord&) const = default;
 };
 
 // One journal entry to apply (docs/design.md §2 "Journal"). Fields not used by a kind are ignored.
 struct ApplyOp {
   // kDirRenameRecord: a snapshot's RENAME entry, the record of a directory rename (path = from, to,
-  // stamp, node): stored in dirrenames, nothing is moved (the snapshot holds the result).
+  // stamp, node, exchange): stored in dirrenames, nothing is moved (the snapshot holds the result).
   enum class Kind : uint8_t { kPut, kRename, kUnlink, kMkdir, kRmdir, kSetattr, kXattr, kMove, kSeal, kDrop, kCut,
                               kExchange, kDirRenameRecord };
   Kind kind = Kind::kPut;
   std::string path;        // PUT/UNLINK/MKDIR/RMDIR/SETATTR/XATTR/MOVE; RENAME: from
   std::string to;          // RENAME, DIRRENAME record: destination; EXCHANGE: the other name
+  bool exchange = false;   // DIRRENAME record: of a directory RENAME_EXCHANGE (DirRenameRecord::exchange)
   Location location;       // PUT, RENAME (the moved file's location; may be empty), MOVE: new location
   Location old_location;   // MOVE: replaces this record (the file's location, or the record of every
                            // extent that references it); nothing if the file does not use it
@@ -279,7 +287,10 @@ class IndexDb {
   // swap what they name in one transaction; any types (file, directory, symlink, special, staged). A
   // directory that would end up inside itself is InvalidArgument. Returns (the node that was at
   // parent/name, now at new_parent/new_name; the other one). stamp != 0: both dentries take it (the
-  // caller journals an EXCHANGE); same inode on both names: nothing changes.
+  // caller journals bindings); same inode on both names: nothing changes. With a directory on a side,
+  // each name keeps its binding and stamp != 0 writes the exchange's record (DirRenameRecord::exchange;
+  // the caller journals an EXCHANGE), or, when the other side is a staged file, the record of the
+  // directory's rename to that file's name (the caller journals that RENAME).
   Result<std::pair<Node, Node>> Exchange(uint64_t parent, std::string_view name, uint64_t new_parent,
                                          std::string_view new_name, uint64_t stamp = 0);
   // Sets the masked fields (the caller sets ctime via kSetCtime). Returns the new Attr.
@@ -390,6 +401,7 @@ class IndexDb {
     std::string path;   // absolute; empty for kSegment
     std::string to;     // kDirRename
     std::string record_node;  // kDirRename
+    bool exchange = false;    // kDirRename: DirRenameRecord::exchange
     Attr attr;          // kDir, kFile, kSymlink
     Location location;  // kFile
     ExtentMapRef extents;  // kFile that is not one record (location empty)

@@ -23,6 +23,8 @@
 //   dirrenames  stamp u64 BE | node                    from str, to str: the record of a directory    namespace
 //                                                      rename (the (stamp, node) of the RENAME entry
 //                                                      that moved it; format 4; never pruned)
+//                                                      [, kind u8 1: a directory RENAME_EXCHANGE's
+//                                                      record, both ways at once; format 5]
 //   staged      ino u64 BE                             (empty)  uncommitted files; dropped at Open    namespace
 //   tombstones  full path                              stamp u64, node str[, removed stamp u64, node str]  namespace
 //   segments    node | 0x00 | gen u64 BE | seq u64 BE  state u8, live_bytes u64, live_records u64,    location
@@ -372,7 +374,8 @@ inline bool DecodeXattrStamp(std::string_view v, XattrStamp* x) {
   return rd.ok && r <= 1 && rd.s.empty();
 }
 
-// dirrenames key: stamp u64 BE | node (so records list in (stamp, node) order); value: from str, to str.
+// dirrenames key: stamp u64 BE | node (so records list in (stamp, node) order); value: from str, to str
+// [, kind u8: 1 = the record of a directory RENAME_EXCHANGE (index format 5); absent = a rename].
 inline std::string DirRenameKey(uint64_t stamp, std::string_view node) {
   std::string k;
   PutBE64(&k, stamp);
@@ -383,6 +386,7 @@ inline std::string EncodeDirRename(const DirRenameRecord& r) {
   std::string v;
   PutStr(&v, r.from);
   PutStr(&v, r.to);
+  if (r.exchange) v.push_back(1);
   return v;
 }
 // False for a damaged record: a short key, no node, a value that does not decode exactly, paths that
@@ -394,6 +398,12 @@ inline bool DecodeDirRename(std::string_view k, std::string_view v, DirRenameRec
   Reader rd{v};
   r->from = rd.Str();
   r->to = rd.Str();
+  r->exchange = false;
+  if (rd.ok && !rd.s.empty()) {
+    const uint8_t kind = rd.U8();
+    if (kind != 1) return false;
+    r->exchange = true;
+  }
   return rd.ok && rd.s.empty() && r->stamp != 0 && r->from.size() > 1 && r->from[0] == '/' && r->to.size() > 1 &&
          r->to[0] == '/';
 }
