@@ -406,7 +406,17 @@ struct Applier {
         !SplitPath(op.to, &comps).ok() || comps.empty()) {
       return Status::InvalidArgument("bad directory rename record '" + op.path + "' -> '" + op.to + "'");
     }
-    PutDirRename(op.path, op.to, op.stamp);
+    if (op.exchange) {
+      // Both ends are looked up by a redirect: neither may lie under the other.
+      auto under = [](const std::string& p, const std::string& anc) {
+        return p.size() > anc.size() && p.compare(0, anc.size(), anc) == 0 && p[anc.size()] == '/';
+      };
+      if (under(op.path, op.to) || under(op.to, op.path)) {
+        return Status::InvalidArgument("bad directory exchange record '" + op.path + "' <-> '" + op.to + "'");
+      }
+    }
+    t.Put(kDirRenames, DirRenameKey(op.stamp, node),
+          EncodeDirRename(DirRenameRecord{op.path, op.to, op.stamp, node, op.exchange}));
     t.RaiseHlc(op.stamp);
     return true;
   }
@@ -433,9 +443,19 @@ struct Applier {
     KVFS_RETURN_IF_ERROR(o.GetRec(da->ino, &ra));
     KVFS_RETURN_IF_ERROR(o.GetRec(db->ino, &rb));
     if (!ra || !rb) return false;
+    const bool with_dir = ra->is_dir() || rb->is_dir();
+    if (with_dir && op.stamp != 0) {
+      // Already reflected: this index holds the exchange's record (a snapshot that holds it was applied,
+      // whose names are already swapped; or the entry was applied before). Swapping again would undo it.
+      std::string v;
+      bool found = false;
+      KVFS_RETURN_IF_ERROR(t.Get(kDirRenames, DirRenameKey(op.stamp, node), &v, &found));
+      if (found) return false;
+    }
     for (const auto& [d, r] : {std::pair{&*da, &*ra}, std::pair{&*db, &*rb}}) {
       if (!r->is_dir() && !r->committed) return false;
-      if (!Newer(op.stamp, node, d->stamp, d->node)) return false;
+      // A directory's dentry carries no binding to compare (directories have no stamps).
+      if (!r->is_dir() && !Newer(op.stamp, node, d->stamp, d->node)) return false;
     }
     if (*pa != *pb) {
       if (ra->is_dir()) {
@@ -449,9 +469,18 @@ struct Applier {
         if (*under) return false;
       }
     }
-    KVFS_RETURN_IF_ERROR(o.SwapDentries(*pa, la, *da, *ra, *pb, lb, *db, *rb, op.stamp, node));
+    KVFS_RETURN_IF_ERROR(o.SwapDentries(*pa, la, *da, *ra, *pb, lb, *db, *rb, op.stamp, node, with_dir));
     res.changed.push_back({*pa, la, ra->attr.ino, rb->attr.ino});
     res.changed.push_back({*pb, lb, rb->attr.ino, ra->attr.ino});
+    if (with_dir) {
+      // Its record (both ways at once): every later rebuild redirects the entries older than it, and a
+      // snapshot holding it marks this EXCHANGE as reflected (above).
+      if (op.stamp != 0) {
+        t.Put(kDirRenames, DirRenameKey(op.stamp, node),
+              EncodeDirRename(DirRenameRecord{op.path, op.to, op.stamp, node, true}));
+      }
+      res.moved_dirs.push_back(op_index);
+    }
     t.RaiseHlc(op.stamp);
     return true;
   }

@@ -424,17 +424,24 @@ struct Ops {
   // repeats either name) and gets (stamp, node); each inode record moves to the other name (ctime now;
   // non-directories take (stamp, node) as their binding). A directory exchanged with a non-directory
   // across parents moves one link count between them. The caller checked existence and cycles.
+  // keep_bindings (an exchange with a directory on a side): each inode keeps its dentry's (stamp, node)
+  // and its own, as the files under a renamed directory do: the exchange is its record, not a binding.
   Status SwapDentries(uint64_t pa, std::string_view na, const DentryVal& da, const InodeRec& ra, uint64_t pb,
                       std::string_view nb, const DentryVal& db, const InodeRec& rb, uint64_t stamp,
-                      std::string_view node) {
-    KVFS_RETURN_IF_ERROR(Link(pa, na, rb.attr.ino, rb.attr.mode, stamp, node, da.cookie));
-    KVFS_RETURN_IF_ERROR(Link(pb, nb, ra.attr.ino, ra.attr.mode, stamp, node, db.cookie));
+                      std::string_view node, bool keep_bindings = false) {
+    if (keep_bindings) {
+      KVFS_RETURN_IF_ERROR(Link(pa, na, rb.attr.ino, rb.attr.mode, db.stamp, db.node, da.cookie));
+      KVFS_RETURN_IF_ERROR(Link(pb, nb, ra.attr.ino, ra.attr.mode, da.stamp, da.node, db.cookie));
+    } else {
+      KVFS_RETURN_IF_ERROR(Link(pa, na, rb.attr.ino, rb.attr.mode, stamp, node, da.cookie));
+      KVFS_RETURN_IF_ERROR(Link(pb, nb, ra.attr.ino, ra.attr.mode, stamp, node, db.cookie));
+    }
     const int64_t now = NowNs();
     InodeRec ma = ra, mb = rb;
     ma.parent = pb, ma.name = std::string(nb), ma.attr.ctime_ns = now;
     mb.parent = pa, mb.name = std::string(na), mb.attr.ctime_ns = now;
-    if (stamp && !ma.is_dir()) ma.stamp = stamp, ma.stamp_node = std::string(node);
-    if (stamp && !mb.is_dir()) mb.stamp = stamp, mb.stamp_node = std::string(node);
+    if (stamp && !keep_bindings && !ma.is_dir()) ma.stamp = stamp, ma.stamp_node = std::string(node);
+    if (stamp && !keep_bindings && !mb.is_dir()) mb.stamp = stamp, mb.stamp_node = std::string(node);
     KVFS_RETURN_IF_ERROR(UpdateRec(ra, ma));
     KVFS_RETURN_IF_ERROR(UpdateRec(rb, mb));
     // A subdirectory's ".." counts in its parent's nlink.

@@ -394,9 +394,25 @@ Result<std::pair<Node, Node>> IndexDb::Exchange(uint64_t parent, std::string_vie
     if (!under.ok()) return under.status();
     if (*under) return Status::InvalidArgument("exchange would move a directory into its own subtree");
   }
+  const bool with_dir = ra->is_dir() || rb->is_dir();
+  if (with_dir && stamp) {
+    // The record of this exchange (index_keys.h dirrenames; exported by our snapshots): both ways at
+    // once. With a staged non-directory on the other side (not in the journal yet: the caller journals
+    // the directory's RENAME to that name) it is the record of that rename.
+    auto pp = o.PathOf(parent);
+    if (!pp.ok()) return pp.status();
+    auto np_path = o.PathOf(new_parent);
+    if (!np_path.ok()) return np_path.status();
+    const std::string a_path = JoinPath(*pp, name), b_path = JoinPath(*np_path, new_name);
+    DirRenameRecord rec{a_path, b_path, stamp, impl_->node, true};
+    if (!ra->is_dir() && !ra->committed) rec = DirRenameRecord{b_path, a_path, stamp, impl_->node, false};
+    if (!rb->is_dir() && !rb->committed) rec = DirRenameRecord{a_path, b_path, stamp, impl_->node, false};
+    t.Put(kDirRenames, DirRenameKey(stamp, impl_->node), EncodeDirRename(rec));
+  }
   // A dentry journaled by this exchange takes its stamp; an unjournaled one (stamp 0) keeps the other's.
+  // With a directory on a side every name keeps its binding: the exchange is its record (above).
   KVFS_RETURN_IF_ERROR(o.SwapDentries(parent, name, *da, *ra, new_parent, new_name, *db, *rb, stamp,
-                                      stamp ? std::string_view(impl_->node) : std::string_view()));
+                                      stamp ? std::string_view(impl_->node) : std::string_view(), with_dir));
   KVFS_RETURN_IF_ERROR(t.Commit());
   auto a = o.MustRec(da->ino);
   if (!a.ok()) return a.status();
