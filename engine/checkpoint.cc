@@ -141,6 +141,12 @@ Status WriteSnapshotFromIndex(Env* env, IndexDb* index, const IndexDb::View& vie
         // peer's names that peer in its location's node (every other field 0).
         Location by;
         if (it.record_node != node) by.segment.node = it.record_node;
+        if (it.exchange) {
+          // A directory exchange's (version 5): marked in the location, which then always names the node
+          // (an empty location is encoded as absent).
+          by.segment.node = it.record_node;
+          by.segment.seq = kSnapshotExchangeRecord;
+        }
         return sw->Add(JournalEntry::Rename(it.path, it.to, by, it.stamp));
       }
       case K::kPeerFileChanges:

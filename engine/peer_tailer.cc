@@ -287,7 +287,10 @@ Status PeerTailer::ReadJournalFile(const std::string& node, PeerState* st, std::
         }
         r = index_->ApplyBatch(ops, node, last.ToString());
         if (r.ok() && opts_.dir_renames) {
-          for (size_t i : r->moved_dirs) opts_.dir_renames->Note(ops[i].path, ops[i].to, ops[i].stamp, node);
+          for (size_t i : r->moved_dirs) {
+            opts_.dir_renames->Note(ops[i].path, ops[i].to, ops[i].stamp, node,
+                                    ops[i].kind == ApplyOp::Kind::kExchange);
+          }
         }
       }
       if (!r.ok()) return r.status();
@@ -375,7 +378,7 @@ Status PeerTailer::ApplyPeerSnapshot(const std::string& node, const std::vector<
             for (const auto& op : *ops) {
               if (op.kind == ApplyOp::Kind::kDirRenameRecord) {
                 const std::string& by = op.node.empty() ? node : op.node;
-                opts_.dir_renames->Note(op.path, op.to, op.stamp, by);
+                opts_.dir_renames->Note(op.path, op.to, op.stamp, by, op.exchange);
                 reflected.emplace(op.stamp, by);
               }
             }

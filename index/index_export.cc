@@ -155,6 +155,7 @@ Status IndexDb::ExportLive(const View& view, std::string_view node,
       item.to = std::move(r.to);
       item.stamp = r.stamp;
       item.record_node = std::move(r.node);
+      item.exchange = r.exchange;
       KVFS_RETURN_IF_ERROR(fn(item));
     }
     KVFS_RETURN_IF_ERROR(ToStatus(rit->status(), "export directory renames"));

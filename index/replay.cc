@@ -131,6 +131,7 @@ bool SnapshotEntryToApplyOp(const JournalEntry& e, ApplyOp* op) {
   if (!JournalEntryToApplyOp(e, op)) return false;
   if (e.op == JournalOp::kRename) {  // a record, never a move; a peer's names that peer in its location
     op->kind = ApplyOp::Kind::kDirRenameRecord;
+    op->exchange = IsExchangeRecord(e);
     op->node = e.location.segment.node;
     op->location = Location{};
   }
@@ -315,6 +316,11 @@ struct NodePlan {
   // The records the chosen snapshot holds (the node's own and the peers' it applied): its names, and
   // those of the journal tail written after it, already reflect them.
   DirRenameKeys reflected;
+  // The node's own records of directory exchanges that another snapshot holds and its own does not: its
+  // journal tail still has the EXCHANGE entry, which the index then skips (it holds the record: the other
+  // snapshot's names are swapped already), so the node's entries before that entry (its snapshot's and
+  // its tail's up to it) are moved by the record instead (dir_redirect.h own_pending).
+  DirRenameKeys pending;
 };
 
 // Lists the node's files and decides whether the replay starts from a snapshot: a replay from the
@@ -370,7 +376,7 @@ Status CollectSnapshotRecords(Env* env, const std::string& node, NodePlan* plan,
                    "rename record of invalid node id '{}'", sf.path, by);
         return Status::OK();
       }
-      found.push_back(DirRenameRecord{e.path, e.path2, e.stamp, by});
+      found.push_back(DirRenameRecord{e.path, e.path2, e.stamp, by, IsExchangeRecord(e)});
       return Status::OK();
     });
     if (s.ok() || stopped) {
@@ -407,7 +413,7 @@ Status PrepareNode(Env* env, const ReplaySource& src, NodePlan& plan, IndexDb* i
         env, node, candidates,
         [&](std::vector<ApplyOp>* ops, bool) -> Status {
           if (ops->empty()) return Status::OK();
-          for (auto& op : *ops) out->redirected += records.Redirect(&op, node, &plan.reflected) ? 1 : 0;
+          for (auto& op : *ops) out->redirected += records.Redirect(&op, node, &plan.reflected, &plan.pending) ? 1 : 0;
           auto r = index->ApplyBatch(*ops, node);
           if (!r.ok()) return r.status();
           out->unresolved_deltas += r->unresolved_deltas;
@@ -471,6 +477,12 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
   }
   const DirRenameSet renames(std::move(records));
   for (size_t i = 0; i < sources.size(); i++) {
+    for (const auto& r : renames.records()) {
+      const auto k = std::make_pair(r.stamp, r.node);
+      if (r.exchange && r.node == sources[i].node && !plans[i].reflected.count(k)) plans[i].pending.insert(k);
+    }
+  }
+  for (size_t i = 0; i < sources.size(); i++) {
     KVFS_RETURN_IF_ERROR(PrepareNode(env, sources[i], plans[i], index, renames, &cursors[i], &orphans));
   }
   for (auto& c : cursors) Advance(env, c);
@@ -516,7 +528,10 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
     ApplyOp op;
     if (JournalEntryToApplyOp(c.head, &op)) {
       if (sources.size() > 1) op.node = c.node;
-      c.out->redirected += renames.Redirect(&op, c.node, &plans[&c - cursors.data()].reflected) ? 1 : 0;
+      NodePlan& plan = plans[&c - cursors.data()];
+      c.out->redirected += renames.Redirect(&op, c.node, &plan.reflected, &plan.pending) ? 1 : 0;
+      // The node's own exchange reached: its later entries were written after it (not moved by it).
+      if (op.kind == ApplyOp::Kind::kExchange && !plan.pending.empty()) plan.pending.erase({op.stamp, c.node});
       ops.push_back(std::move(op));
     }
     c.last = c.head_end;

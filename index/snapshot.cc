@@ -42,7 +42,8 @@ bool SnapshotOp(const JournalEntry& e, uint32_t version) {
     case JournalOp::kSetattr:
       return version >= 3;
     case JournalOp::kRename:  // the record of a directory rename: at most a node in its location
-      return version >= 4 && e.location.segment.generation == 0 && e.location.segment.seq == 0 &&
+      return version >= 4 && e.location.segment.generation == 0 &&
+             (e.location.segment.seq == 0 || (version >= 5 && e.location.segment.seq == kSnapshotExchangeRecord)) &&
              e.location.record_offset == 0 && e.location.value_offset == 0 && e.location.length == 0 &&
              !e.extents;
     case JournalOp::kPut:
@@ -310,7 +311,7 @@ Status SnapshotWriter::Add(const JournalEntry& e) {
   max_stamp_ = std::max(max_stamp_, e.stamp);
   entry_version_ = std::max<uint32_t>(entry_version_, JournalEntryVersion(e));
   if (e.op == JournalOp::kSetattr) version_ = std::max<uint32_t>(version_, 3);
-  if (e.op == JournalOp::kRename) version_ = std::max<uint32_t>(version_, 4);
+  if (e.op == JournalOp::kRename) version_ = std::max<uint32_t>(version_, IsExchangeRecord(e) ? 5 : 4);
   if (chunk_.size() >= kSnapshotTargetChunk) return WriteChunk();
   return Status::OK();
 }

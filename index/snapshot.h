@@ -26,7 +26,8 @@
 //     that N applied (location.segment.node = that peer, every other field 0). A reader stores it as a
 //     record and moves nothing (the snapshot already holds the result); every rebuild redirects the
 //     entries older than it that name `from` or a path under it (index/replay.h ReplayNodes), except
-//     N's own entries by the records N's snapshot holds (N's names already reflect them);
+//     N's own entries by the records N's snapshot holds (N's names already reflect them); the record of
+//     a directory RENAME_EXCHANGE is such a RENAME with location.segment.seq = 1 (version 5);
 //   * SEAL / DROP for every segment of N the index knows as sealed / dropped;
 //   * CUT{segment file, offset} for every segment of N, not dropped, that a CUT entry cut (the lowest
 //     offset; IndexDb SegmentInfo::cut): the journal file holding the CUT is retired behind the snapshot,
@@ -79,7 +80,16 @@ inline constexpr char kSnapshotTrailerMagic[8] = {'K', 'V', 'F', 'S', 'S', 'E', 
 // to, no location, the rename's stamp), which a reader stores and never applies as a move. Written only
 // into a snapshot that holds one (else 3 or 2, as above), so an older kvfs refuses such a snapshot
 // (NotSupported) instead of applying a record as a rename.
-inline constexpr uint32_t kSnapshotVersion = 4;
+// 5: a RENAME record may be that of a directory RENAME_EXCHANGE (index_db.h DirRenameRecord::exchange:
+// both ways at once), marked by location.segment.seq = kSnapshotExchangeRecord (every other location
+// field 0; the node is always named, the snapshot's own too: an empty location is encoded as absent). Written only into a snapshot that holds one (else 4, 3 or 2, as above), so a
+// kvfs that reads at most version 4 refuses it (NotSupported) instead of taking it for a rename.
+inline constexpr uint32_t kSnapshotVersion = 5;
+inline constexpr uint64_t kSnapshotExchangeRecord = 1;
+// A snapshot's RENAME entry that is the record of a directory exchange (version 5).
+inline bool IsExchangeRecord(const JournalEntry& e) {
+  return e.op == JournalOp::kRename && e.location.segment.seq == kSnapshotExchangeRecord;
+}
 inline constexpr size_t kSnapshotHeaderFixed = 64;
 inline constexpr size_t kSnapshotChunkHeader = 16;
 inline constexpr size_t kSnapshotTrailerSize = 48;
