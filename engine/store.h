@@ -429,8 +429,9 @@ class Store {
   // committed (its content stays), NotFound if it has no name any more.
   virtual Status DropStaged(uint64_t ino) = 0;
   // flags: 0, RENAME_NOREPLACE or RENAME_EXCHANGE (alone; both names must exist, NotFound otherwise;
-  // neither may be a directory, InvalidArgument otherwise; they swap atomically, each journaled name
-  // as a binding of its new content at one stamp; *replaced_ino = 0).
+  // a directory that would end up in its own subtree is InvalidArgument; they swap atomically: two
+  // non-directories journaled as bindings of their new content at one stamp, an exchange with a
+  // directory as one EXCHANGE entry and its record; *replaced_ino = 0).
   // Replaces an existing non-directory destination atomically; *replaced_ino = the inode the
   // destination named before (0 if none).
   // Renaming a directory to another parent may answer EXDEV.

@@ -104,9 +104,10 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
   auto* fs = FS(req);
   if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE | RENAME_EXCHANGE)) return (void)fuse_reply_err(req, EINVAL);
   if (NameTooLong(newname)) return (void)fuse_reply_err(req, ENAMETOOLONG);
-  // RENAME_EXCHANGE swaps two non-directories (Store::Rename journals each name's new content as a
-  // binding); a directory on either side is EINVAL (docs/semantics.md §2). Both inodes keep their
-  // numbers and their names change in the kernel's dcache by the kernel itself: nothing to invalidate.
+  // RENAME_EXCHANGE swaps any two names (Store::Rename journals two non-directories' new content as
+  // bindings, an exchange with a directory as an EXCHANGE entry and its record: docs/semantics.md §2).
+  // Both inodes keep their numbers and their names change in the kernel's dcache by the kernel itself:
+  // nothing to invalidate.
   uint64_t replaced = 0;
   if (fs->RetryPending(newparent, newname)) {
     // A writer's open of the destination is being retried (it got ESTALE): the file it will find
