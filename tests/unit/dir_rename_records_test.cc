@@ -322,6 +322,141 @@ TEST_F(DirRenameRecordTest, APeersSnapshotIsNotRedirectedByTheRecordsItHolds) {
   for (const auto& r : records) EXPECT_EQ(r.node, "na");
 }
 
+// Directory RENAME_EXCHANGE (docs/semantics.md §2): A ("na") swaps its directories x and y while x holds
+// B's ("nb") file bf and A's af. B applies the EXCHANGE and checkpoints: its snapshot binds y/bf and holds
+// the exchange's record (a RENAME marked as an exchange, snapshot version 5). A is killed before it
+// checkpoints: its journal tail still has the EXCHANGE. A joining node (and A's replay: the same rebuild)
+// must have y/af and y/bf. Journaled as "swap these paths" (or as three RENAMEs through a temporary
+// name) it applied the swap again on top of B's snapshot and ended with x/bf.
+TEST_F(DirRenameRecordTest, ADirectoryExchangeInAJournalTailIsReflectedByAPeersSnapshotThatHoldsIt) {
+  const std::vector<JournalEntry> a_before = {
+      JournalEntry::Mkdir("/x", EntryAttrs{S_IFDIR | 0755}, 1), JournalEntry::Mkdir("/y", EntryAttrs{S_IFDIR | 0755}, 2),
+      JournalEntry::Put("/x/af", Location{SegmentId{"na", 1, 1}, 0, 4096, 11}, EntryAttrs{S_IFREG | 0644, 0, 0, 11}, 3)};
+  const std::vector<JournalEntry> b_entries = {
+      JournalEntry::Put("/x/bf", Location{SegmentId{"nb", 1, 1}, 0, 4096, 22}, EntryAttrs{S_IFREG | 0644, 0, 0, 22}, 5)};
+  {
+    auto a = OpenIndex("idx-a", "na");
+    Apply(a.get(), a_before, "na");
+    Apply(a.get(), b_entries, "nb");
+    // The local exchange keeps its record (both ways at once) and every name its binding.
+    ASSERT_TRUE(a->Exchange(kRootIno, "x", kRootIno, "y", 20).ok());
+    EXPECT_EQ(*a->ListDirRenames(), (std::vector<DirRenameRecord>{{"/x", "/y", 20, "na", true}}));
+    EXPECT_EQ(Paths(*a->DumpByPath()), (std::vector<std::string>{"/x", "/y", "/y/af", "/y/bf"}));
+  }
+  std::vector<JournalEntry> a_journal = a_before;
+  a_journal.push_back(JournalEntry::Exchange("/x", "/y", 20));
+  WriteJournal("na", 0, a_journal);
+  WriteJournal("nb", 0, b_entries);
+  {
+    auto b = OpenIndex("idx-b", "nb");
+    Apply(b.get(), a_before, "na");
+    Apply(b.get(), b_entries, "nb");
+    Apply(b.get(), {JournalEntry::Exchange("/x", "/y", 20)}, "na");
+    EXPECT_EQ(Paths(*b->DumpByPath()), (std::vector<std::string>{"/x", "/y", "/y/af", "/y/bf"}));
+    EXPECT_EQ(*b->ListDirRenames(), (std::vector<DirRenameRecord>{{"/x", "/y", 20, "na", true}}));
+    // Applied again (a tailer re-reading it, a replay): its record is there, nothing moves back.
+    Apply(b.get(), {JournalEntry::Exchange("/x", "/y", 20)}, "na");
+    EXPECT_EQ(Paths(*b->DumpByPath()), (std::vector<std::string>{"/x", "/y", "/y/af", "/y/bf"}));
+    Snapshot(b.get(), "nb");
+  }
+  const std::string bsnap = NodeDirPath(backing_, "nb") + "/" + SnapshotFileName(1, 1);
+  std::vector<JournalEntry> snap;
+  ASSERT_TRUE(ReadSnapshot(Env::Posix(), bsnap, "nb", [&](const JournalEntry& e) {
+    snap.push_back(e);
+    return Status::OK();
+  }).ok());
+  ASSERT_FALSE(snap.empty());
+  EXPECT_EQ(snap[0].op, JournalOp::kRename);
+  EXPECT_TRUE(IsExchangeRecord(snap[0]));
+  EXPECT_EQ(snap[0].location.segment.node, "na");
+  EXPECT_EQ(snap[0].path, "/x");
+  EXPECT_EQ(snap[0].path2, "/y");
+  std::string head(12, '\0');
+  {
+    FILE* f = fopen(bsnap.c_str(), "rb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(fread(head.data(), 1, 12, f), 12u);
+    fclose(f);
+  }
+  EXPECT_EQ(static_cast<uint8_t>(head[8]), 5u) << "a snapshot with an exchange record is version 5";
+  std::map<std::string, ReplayNodeResult> res;
+  std::vector<DirRenameRecord> records;
+  auto dump = Rebuilt("join", &res, &records);
+  EXPECT_EQ(Paths(dump), (std::vector<std::string>{"/x", "/y", "/y/af", "/y/bf"}));
+  ASSERT_TRUE(dump.count("/y/bf"));
+  EXPECT_EQ(dump.at("/y/bf").location.segment, (SegmentId{"nb", 1, 1}));
+  ASSERT_TRUE(dump.count("/y/af"));
+  EXPECT_EQ(dump.at("/y/af").location.segment, (SegmentId{"na", 1, 1}));
+  EXPECT_EQ(records, (std::vector<DirRenameRecord>{{"/x", "/y", 20, "na", true}}));
+  EXPECT_EQ(res["nb"].redirected, 0u);  // B's snapshot already reflects the exchange
+  // A's tail before its EXCHANGE (MKDIR x, MKDIR y, PUT x/af) follows the record; the EXCHANGE moves nothing.
+  EXPECT_EQ(res["na"].redirected, 3u);
+}
+
+// The same exchange with no snapshot holding its record (both nodes killed before a checkpoint): the
+// journal tails merged by stamp apply B's older x/bf first and the EXCHANGE then swaps it into y. And
+// with A's snapshot holding the record (A checkpointed after the exchange) and B's journal tail binding
+// x/bf (older than the exchange): B's entry follows the record to y/bf.
+TEST_F(DirRenameRecordTest, ADirectoryExchangeSurvivesJournalsOnlyAndTheExchangersCheckpoint) {
+  const std::vector<JournalEntry> a_before = {
+      JournalEntry::Mkdir("/x", EntryAttrs{S_IFDIR | 0755}, 1), JournalEntry::Mkdir("/y", EntryAttrs{S_IFDIR | 0755}, 2),
+      JournalEntry::Put("/y/ag", Location{SegmentId{"na", 1, 2}, 0, 4096, 33}, EntryAttrs{S_IFREG | 0644, 0, 0, 33}, 3)};
+  const std::vector<JournalEntry> b_entries = {
+      JournalEntry::Put("/x/bf", Location{SegmentId{"nb", 1, 1}, 0, 4096, 22}, EntryAttrs{S_IFREG | 0644, 0, 0, 22}, 5)};
+  std::vector<JournalEntry> a_journal = a_before;
+  a_journal.push_back(JournalEntry::Exchange("/x", "/y", 20));
+  WriteJournal("na", 0, a_journal);
+  WriteJournal("nb", 0, b_entries);
+  const std::vector<std::string> want{"/x", "/x/ag", "/y", "/y/bf"};
+  EXPECT_EQ(Paths(Rebuilt("journals")), want);
+  {
+    auto a = OpenIndex("idx-a", "na");
+    Apply(a.get(), a_before, "na");
+    ASSERT_TRUE(a->Exchange(kRootIno, "x", kRootIno, "y", 20).ok());
+    Snapshot(a.get(), "na");
+  }
+  std::map<std::string, ReplayNodeResult> res;
+  auto dump = Rebuilt("a-checkpointed", &res);
+  EXPECT_EQ(Paths(dump), want);
+  EXPECT_EQ(res["nb"].redirected, 1u);
+  ASSERT_TRUE(dump.count("/x/ag"));
+  EXPECT_EQ(dump.at("/x/ag").size, 33u);
+}
+
+// An exchange of a directory with a file (a mixed exchange): one record too; B's older binding of the
+// file's old name, in B's snapshot taken before it applied the exchange, follows the file to the
+// directory's old name, and the directory's files go the other way.
+TEST_F(DirRenameRecordTest, AnExchangeOfADirectoryWithAFileMovesBothWays) {
+  const std::vector<JournalEntry> b_entries = {
+      JournalEntry::Mkdir("/x", EntryAttrs{S_IFDIR | 0755}, 1),
+      JournalEntry::Put("/x/bf", Location{SegmentId{"nb", 1, 1}, 0, 4096, 22}, EntryAttrs{S_IFREG | 0644, 0, 0, 22}, 5),
+      JournalEntry::Put("/f", Location{SegmentId{"nb", 1, 2}, 0, 4096, 44}, EntryAttrs{S_IFREG | 0644, 0, 0, 44}, 6)};
+  WriteJournal("nb", 0, b_entries);
+  {
+    auto b = OpenIndex("idx-b", "nb");
+    Apply(b.get(), b_entries, "nb");
+    Snapshot(b.get(), "nb");  // before the exchange
+  }
+  {
+    auto a = OpenIndex("idx-a", "na");
+    Apply(a.get(), b_entries, "nb");
+    ASSERT_TRUE(a->Exchange(kRootIno, "x", kRootIno, "f", 20).ok());
+    auto f = a->ResolvePath("/x");
+    ASSERT_TRUE(f.ok());
+    EXPECT_TRUE(S_ISREG(a->GetInode(*f)->attr.mode));
+    WriteJournal("na", 0, {JournalEntry::Exchange("/x", "/f", 20)});
+    Snapshot(a.get(), "na");
+  }
+  std::map<std::string, ReplayNodeResult> res;
+  auto dump = Rebuilt("join", &res);
+  EXPECT_EQ(Paths(dump), (std::vector<std::string>{"/f", "/f/bf", "/x"}));
+  EXPECT_EQ(res["nb"].redirected, 3u);  // MKDIR /x, PUT /x/bf, PUT /f
+  ASSERT_TRUE(dump.count("/x"));
+  EXPECT_TRUE(S_ISREG(dump.at("/x").mode));
+  EXPECT_EQ(dump.at("/x").size, 44u);
+  EXPECT_TRUE(S_ISDIR(dump.at("/f").mode));
+}
+
 // The redirect rule itself (shared by DirRenameLog and the rebuild).
 TEST(DirRenameRedirectTest, OlderEntriesUnderTheSourceMoveNewerOnesAndSegmentOpsStay) {
   const DirRenameSet r({{"/d2", "/d3", 30, "a"}, {"/d", "/d2", 20, "a"}, {"/", "/x", 50, "a"}, {"/q", "/r", 0, "a"}});
@@ -406,6 +541,44 @@ TEST(DirRenameRedirectTest, IndexedLookupEqualsTheRuleAppliedRecordByRecord) {
       EXPECT_EQ(got, want) << "round " << round << " path " << path << " stamp " << stamp << " node " << node;
     }
   }
+}
+
+// An exchange record maps both of its paths in one step (never x -> y -> x), and the records after it
+// apply to where it sent a path; a node's own record applies to its own entries only when pending.
+TEST(DirRenameRedirectTest, AnExchangeRedirectsBothWaysInOneStep) {
+  const DirRenameSet r({{"/x", "/y", 20, "a", true}, {"/y", "/z", 30, "a", false}, {"/p", "/p/q", 40, "a", true}});
+  EXPECT_EQ(r.size(), 2u);  // an exchange of a directory with its own descendant is ignored
+  std::string p = "/x/f";
+  EXPECT_TRUE(r.RedirectPath(&p, 10, "b"));
+  EXPECT_EQ(p, "/z/f");  // x -> y by the exchange, then y -> z by the later rename
+  p = "/y/g";
+  EXPECT_TRUE(r.RedirectPath(&p, 10, "b"));
+  EXPECT_EQ(p, "/x/g");  // y -> x, and not back
+  p = "/y";
+  EXPECT_TRUE(r.RedirectPath(&p, 10, "b"));
+  EXPECT_EQ(p, "/x");
+  p = "/y/g";
+  EXPECT_TRUE(r.RedirectPath(&p, 25, "b"));  // newer than the exchange, older than the rename
+  EXPECT_EQ(p, "/z/g");
+  p = "/yy/g";
+  EXPECT_FALSE(r.RedirectPath(&p, 10, "b"));
+  p = "/x/f";
+  EXPECT_FALSE(r.RedirectPath(&p, 10, "a"));  // the exchanging node's own entry
+  const DirRenameKeys pending{{20, "a"}};
+  EXPECT_TRUE(r.RedirectPath(&p, 10, "a", nullptr, &pending));
+  EXPECT_EQ(p, "/y/f");  // only the pending exchange, not the rename
+  const DirRenameKeys reflected{{20, "a"}};
+  p = "/x/f";
+  EXPECT_FALSE(r.RedirectPath(&p, 10, "b", &reflected));
+  // As an op: an EXCHANGE entry's two paths, each by itself.
+  ApplyOp op;
+  op.kind = ApplyOp::Kind::kExchange;
+  op.path = "/x/a";
+  op.to = "/y/b";
+  op.stamp = 10;
+  EXPECT_TRUE(r.Redirect(&op, "b"));
+  EXPECT_EQ(op.path, "/z/a");
+  EXPECT_EQ(op.to, "/x/b");
 }
 
 }  // namespace

@@ -1111,6 +1111,78 @@ TEST_F(IndexDbTest, Format3IndexOpensAsFormat4AndDirectoryRenamesKeepRecords) {
   EXPECT_TRUE(db_->ListDirRenames().status().IsCorruption());
 }
 
+// Index format 5: a format-4 index opens as 5; an exchange with a directory on a side (journaled:
+// stamp != 0) keeps one record with exchange set (a kind byte after `to`) and every name its binding;
+// with a staged file on the other side the record is the directory's rename to the file's name; a
+// record with an unknown kind byte is Corruption.
+TEST_F(IndexDbTest, Format4IndexOpensAsFormat5AndDirectoryExchangesKeepRecords) {
+  uint64_t x = Mkdir(kRootIno, "x");
+  uint64_t y = Mkdir(kRootIno, "y");
+  CommitNew(x, "f", Loc("n1", 1, 0, 5), 10);
+  db_.reset();
+  {  // what a format-4 build left
+    rocksdb::Options o;
+    std::vector<rocksdb::ColumnFamilyDescriptor> cfds;
+    for (const char* n : {"dentries", "dircookies", "inodes", "xattrs", "staged", "segments", "segfiles",
+                          "tombstones", "meta", "xattrstamps", "dirrenames"})
+      cfds.emplace_back(n, rocksdb::ColumnFamilyOptions());
+    cfds.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> h;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(o, dir_, cfds, &h, &raw).ok());
+    std::string four("\x04\0\0\0", 4);
+    ASSERT_TRUE(raw->Put(rocksdb::WriteOptions(), h[8], "format", four).ok());
+    for (auto* r : h) ASSERT_TRUE(raw->DestroyColumnFamilyHandle(r).ok());
+    delete raw;
+  }
+  Reopen();
+  ASSERT_TRUE(db_->Exchange(kRootIno, "x", kRootIno, "y", 20).ok());
+  EXPECT_EQ(db_->ResolvePath("/y/f").ok(), true);
+  EXPECT_EQ(*db_->ResolvePath("/y"), x);
+  // A file with a directory: the file keeps its binding (21): a peer's PUT at 21.. loses, at 22 wins.
+  CommitNew(kRootIno, "g", Loc("n1", 1, 100, 6), 21);
+  ASSERT_TRUE(db_->Exchange(kRootIno, "g", kRootIno, "x", 22).ok());
+  EXPECT_TRUE(S_ISREG(db_->Lookup(kRootIno, "x")->attr.mode));
+  Attr fa;
+  fa.mode = S_IFREG | 0644;
+  fa.size = 7;
+  EXPECT_EQ(db_->ApplyPut("/x", Loc("n2", 1, 200, 7), fa, 21, "0")->applied, 0u);  // ("0" sorts first)
+  EXPECT_EQ(db_->ApplyPut("/x", Loc("n2", 1, 200, 7), fa, 21, "zzz")->applied, 1u);  // (restamped to 22 it would lose)
+  // A staged file with a directory: the record of the directory's rename to the file's name.
+  auto staged = db_->CreateFile(kRootIno, "s", 0644, 0, 0, true);
+  ASSERT_TRUE(staged.ok());
+  ASSERT_TRUE(db_->Exchange(kRootIno, "g", kRootIno, "s", 23).ok());
+  const std::string me = db_->node_id();
+  const std::vector<DirRenameRecord> want{{"/x", "/y", 20, me, true}, {"/g", "/x", 22, me, true},
+                                          {"/g", "/s", 23, me, false}};
+  EXPECT_EQ(*db_->ListDirRenames(), want);
+  (void)y;
+  Reopen();  // format 5 now, records kept
+  EXPECT_EQ(*db_->ListDirRenames(), want);
+  db_.reset();
+  {  // a record with an unknown kind byte
+    rocksdb::Options o;
+    std::vector<rocksdb::ColumnFamilyDescriptor> cfds;
+    for (const char* n : {"dentries", "dircookies", "inodes", "xattrs", "staged", "segments", "segfiles",
+                          "tombstones", "meta", "xattrstamps", "dirrenames"})
+      cfds.emplace_back(n, rocksdb::ColumnFamilyOptions());
+    cfds.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> h;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(o, dir_, cfds, &h, &raw).ok());
+    std::string five;
+    ASSERT_TRUE(raw->Get(rocksdb::ReadOptions(), h[8], "format", &five).ok());
+    EXPECT_EQ(five, std::string("\x05\0\0\0", 4));
+    std::string key("\0\0\0\0\0\0\0\x40zz", 10);
+    std::string val = std::string("\x02\0\0\0/a", 6) + std::string("\x02\0\0\0/b", 6) + "\x07";
+    ASSERT_TRUE(raw->Put(rocksdb::WriteOptions(), h[10], key, val).ok());
+    for (auto* r : h) ASSERT_TRUE(raw->DestroyColumnFamilyHandle(r).ok());
+    delete raw;
+  }
+  Reopen();
+  EXPECT_TRUE(db_->ListDirRenames().status().IsCorruption());
+}
+
 TEST_F(IndexDbTest, ReopenPersistsEverything) {
   uint64_t d = Mkdir(kRootIno, "d");
   Node f = CommitNew(d, "f", Loc("n1", 1, 0, 300), 40);

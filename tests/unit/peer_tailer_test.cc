@@ -348,6 +348,40 @@ TEST_F(PeerTailerTest, APeersSnapshotRecordOfADirectoryRenameRedirectsOlderEntri
   EXPECT_EQ(b_renames_.size(), 1u);
 }
 
+// node-a PUTs x/f; node-0 (read first) exchanged the directories x and y after it had seen that PUT. B
+// applies the EXCHANGE (one record, noted both ways), then node-a's older PUT: it follows its directory
+// to y/f. And node-a's older PUT y/g lands in x/g: the record maps both paths in one step.
+TEST_F(PeerTailerTest, APeersPutsOlderThanADirectoryExchangeReadFirstFollowTheirDirectories) {
+  auto x = store_->Mkdir(kRootIno, "x", S_IFDIR | 0755, 0, 0);
+  ASSERT_TRUE(x.ok());
+  auto y = store_->Mkdir(kRootIno, "y", S_IFDIR | 0755, 0, 0);
+  ASSERT_TRUE(y.ok());
+  ASSERT_TRUE(store_->Sync().ok());
+  ASSERT_TRUE(tailer_->RefreshAll().ok());  // B has x and y
+  const Location lf = WriteFile("f", Content("f", 4096, 5), nullptr, x->attr.ino);
+  const Location lg = WriteFile("g", Content("g", 4096, 6), nullptr, y->attr.ino);
+  ASSERT_TRUE(store_->Sync().ok());
+  const uint64_t later = AMaxStamp() + 1000;
+  WriteNode0Journal({JournalEntry::Exchange("/x", "/y", later)});
+  ASSERT_TRUE(tailer_->RefreshAll().ok());
+  EXPECT_EQ(BNames(), (std::vector<std::string>{"x", "y"}));
+  auto bx = b_index_->Lookup(kRootIno, "x");
+  ASSERT_TRUE(bx.ok());
+  auto by = b_index_->Lookup(kRootIno, "y");
+  ASSERT_TRUE(by.ok());
+  auto f = b_index_->Lookup(by->attr.ino, "f");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->location, lf);
+  auto g = b_index_->Lookup(bx->attr.ino, "g");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->location, lg);
+  EXPECT_FALSE(b_index_->Lookup(bx->attr.ino, "f").ok());
+  EXPECT_FALSE(b_index_->Lookup(by->attr.ino, "g").ok());
+  EXPECT_EQ(tailer_->GetStats().dir_rename_redirects, 2u);
+  EXPECT_EQ(*b_index_->ListDirRenames(), (std::vector<DirRenameRecord>{{"/x", "/y", later, "node-0", true}}));
+  EXPECT_EQ(b_renames_.size(), 1u);
+}
+
 // A poll that finds nothing new tells the listener nothing; an attribute change in place is reported as
 // the inode (B's number), not as a name.
 TEST_F(PeerTailerTest, ListenerHearsOnlyWhatChanged) {
