@@ -13,7 +13,11 @@ What is asserted (two daemons over one backing directory, as in multinode_test.p
   exchange       renameat2(RENAME_EXCHANGE) of files, symlinks and FIFOs swaps them on the node and on
                  the peer, xattrs and open files following their file, a staged side published under
                  its new name at close; exact after the names' creator checkpoints and the exchanging
-                 node is killed (a joining node, the replay); a directory on either side is EINVAL
+                 node is killed (a joining node, the replay); directories swap (with their files, open
+                 files following them) on the node, on the peer, after a remount, after a peer's
+                 checkpoint and the exchanging node's SIGKILL (a joining node, the replay), and a
+                 directory swaps with a file; EINVAL with a name below the directory, ENOENT if a side
+                 is missing
   peer rename    a peer's rename of committed names (an extent file, a file with an xattr, a symlink,
                  a FIFO) survives the creator's checkpoint and the renaming node's SIGKILL
 """
@@ -234,7 +238,8 @@ class SpecialFilesTest(unittest.TestCase):
         """renameat2(RENAME_EXCHANGE) of two non-directories: swapped on the node at once, on the peer,
         with xattrs following their file, an open file's later writes landing under its new name, a
         staged side published under its new name at close; across a checkpoint of the names' creator,
-        a SIGKILL of the exchanging node and a node joining later. A directory on either side: EINVAL."""
+        a SIGKILL of the exchanging node and a node joining later. A directory with a name below it:
+        EINVAL."""
         a, aproc = self.mount("A")
         b, bproc = self.mount("B")
         ra, rb = os.path.join(a, "r"), os.path.join(b, "r")
@@ -267,8 +272,9 @@ class SpecialFilesTest(unittest.TestCase):
             self.assertTrue(wait_for(lambda: is_fifo(os.path.join(r, "f1"))), "%s: f1 is the FIFO" % what)
             self.assertTrue(wait_for(lambda: os.path.islink(os.path.join(r, "fifo"))), "%s: fifo is the link" % what)
             self.assertEqual(os.readlink(os.path.join(r, "fifo")), "some/target")
-        # A directory on either side: EINVAL, nothing moves.
-        for x, y in (("d", "ln"), ("ln", "d"), ("d", os.path.join("d", "f2"))):
+        # A directory with a name inside it (it would move into its own subtree): EINVAL, nothing moves
+        # (directory exchanges: test_dir_exchange_*).
+        for x, y in (("d", os.path.join("d", "f2")), (os.path.join("d", "f2"), "d")):
             with self.assertRaises(OSError) as cm:
                 renameat2(os.path.join(ra, x), os.path.join(ra, y), RENAME_EXCHANGE)
             self.assertEqual(cm.exception.errno, errno.EINVAL, "exchange of %s and %s" % (x, y))
@@ -314,6 +320,174 @@ class SpecialFilesTest(unittest.TestCase):
         self.checkpoint_a_kill_b_then_join(aproc, bproc, check)
         a, _ = self.mount("A")
         check(a, "A remounted")
+
+    def tree(self, top):
+        """{relative path: bytes or "dir"} of everything below top."""
+        out = {}
+        for dirpath, dirnames, filenames in os.walk(top):
+            for d in dirnames:
+                out[os.path.relpath(os.path.join(dirpath, d), top)] = "dir"
+            for f in filenames:
+                out[os.path.relpath(os.path.join(dirpath, f), top)] = kf.read_file(os.path.join(dirpath, f))
+        return out
+
+    def expect_tree(self, top, want, what):
+        self.assertTrue(wait_for(lambda: self.tree(top) == want),
+                        "%s: %s is %r, expected %r" % (what, top, sorted(self.tree(top)), sorted(want)))
+
+    def test_dir_exchange_one_node(self):
+        """renameat2(RENAME_EXCHANGE) of two directories with files (and a subdirectory) on one node:
+        swapped at once with everything below them, the inodes keep their numbers, open descriptors
+        follow their files (a read and a write through descriptors opened before), and the swap is the
+        same after a clean remount (its snapshot) and after a SIGKILL + remount (its journal replayed)."""
+        a, aproc = self.mount("A")
+        x, y = os.path.join(a, "x"), os.path.join(a, "y")
+        os.makedirs(os.path.join(x, "s"))
+        os.makedirs(y)
+        a1, a2, deep, b1 = os.urandom(200000), os.urandom(3000), os.urandom(70000), os.urandom(9000)
+        kf.write_file(os.path.join(x, "a1"), a1)
+        kf.write_file(os.path.join(x, "a2"), a2)
+        kf.write_file(os.path.join(x, "s", "deep"), deep)
+        kf.write_file(os.path.join(y, "b1"), b1)
+        ino_x, ino_a1 = os.stat(x).st_ino, os.stat(os.path.join(x, "a1")).st_ino
+        rfd = os.open(os.path.join(x, "a1"), os.O_RDONLY)
+        wfd = os.open(os.path.join(y, "b1"), os.O_WRONLY)
+        renameat2(x, y, RENAME_EXCHANGE)
+        self.assertEqual(sorted(os.listdir(x)), ["b1"])
+        self.assertEqual(sorted(os.listdir(y)), ["a1", "a2", "s"])
+        self.assertEqual(os.stat(y).st_ino, ino_x, "the directory keeps its inode")
+        self.assertEqual(os.stat(os.path.join(y, "a1")).st_ino, ino_a1, "a file below it too")
+        self.assertEqual(os.pread(rfd, len(a1) + 1, 0), a1, "an open reader follows its file")
+        os.pwrite(wfd, b"WW", 0)
+        os.close(wfd)
+        os.close(rfd)
+        b1 = b"WW" + b1[2:]
+        self.assertEqual(kf.read_file(os.path.join(x, "b1")), b1, "an open writer's bytes land under the new name")
+        want = {"x": "dir", "x/b1": b1, "y": "dir", "y/a1": a1, "y/a2": a2, "y/s": "dir", "y/s/deep": deep}
+        self.assertEqual(self.tree(a), want)
+        kf.unmount(a)
+        aproc.wait(timeout=60)
+        a, aproc = self.mount("A")
+        self.assertEqual(self.tree(a), want, "A after a clean remount")
+        # Again, then SIGKILL: the second exchange only in the journal (replayed on top of the snapshot).
+        renameat2(os.path.join(a, "x"), os.path.join(a, "y"), RENAME_EXCHANGE)
+        want = {"y": "dir", "y/b1": b1, "x": "dir", "x/a1": a1, "x/a2": a2, "x/s": "dir", "x/s/deep": deep}
+        self.assertEqual(self.tree(a), want)
+        time.sleep(0.3)  # a group commit
+        a, _ = self.crash_and_remount("A", aproc)
+        self.assertEqual(self.tree(a), want, "A after SIGKILL + remount")
+
+    def test_dir_exchange_survives_peers_checkpoint_and_exchangers_sigkill(self):
+        """The case that sank the earlier designs (docs/semantics.md §2): A swaps its directories x and y
+        while x holds B's file bf; B applies it and checkpoints (a clean unmount: its snapshot binds y/bf);
+        A is SIGKILLed before it checkpoints (its journal still has the exchange). A node C joining, A's
+        replay and B remounted all show bf under y (and A's own file of x under y too, A's file of y
+        under x). Replayed as "swap x and y" on top of B's snapshot (or as three RENAMEs through a
+        temporary name), it ended with x/bf."""
+        a, aproc = self.mount("A")
+        b, bproc = self.mount("B")
+        os.makedirs(os.path.join(a, "x"))
+        os.makedirs(os.path.join(a, "y"))
+        af, ag, bf = os.urandom(40000), os.urandom(50000), os.urandom(60000)
+        kf.write_file(os.path.join(a, "x", "af"), af)
+        kf.write_file(os.path.join(a, "y", "ag"), ag)
+        self.expect_bytes(os.path.join(b, "x", "af"), af, "peer B")
+        kf.write_file(os.path.join(b, "x", "bf"), bf)
+        self.expect_bytes(os.path.join(a, "x", "bf"), bf, "peer A")
+        renameat2(os.path.join(a, "x"), os.path.join(a, "y"), RENAME_EXCHANGE)
+        want = {"x": "dir", "x/ag": ag, "y": "dir", "y/af": af, "y/bf": bf}
+        self.assertEqual(self.tree(a), want)
+        self.expect_tree(b, want, "peer B")
+        self.stop("B", bproc, clean=True)  # B's checkpoint: its snapshot binds y/bf, holds the record
+        self.stop("A", aproc, clean=False)  # A's journal tail has the EXCHANGE
+        c, _ = self.mount("C")
+        self.assertEqual(self.tree(c), want, "node C joining")
+        a, _ = self.mount("A")
+        self.assertEqual(self.tree(a), want, "A after SIGKILL + remount (replay)")
+        b, _ = self.mount("B")
+        self.assertEqual(self.tree(b), want, "B remounted")
+
+    def test_dir_exchange_reaches_peer_live(self):
+        """A peer sees a directory exchange within the visibility delay, also names it had looked up (its
+        kernel's cached dentries are dropped), and a file it then writes under one of the names lands in
+        the directory that has that name now."""
+        a, _ = self.mount("A")
+        b, _ = self.mount("B")
+        os.makedirs(os.path.join(a, "x", "sub"))
+        os.makedirs(os.path.join(a, "y"))
+        f1, f2, f3 = os.urandom(10000), os.urandom(20000), os.urandom(30000)
+        kf.write_file(os.path.join(a, "x", "f1"), f1)
+        kf.write_file(os.path.join(a, "x", "sub", "f2"), f2)
+        self.assertTrue(wait_for(lambda: os.path.isdir(os.path.join(b, "y"))))
+        kf.write_file(os.path.join(b, "y", "f3"), f3)
+        before = {"x": "dir", "x/f1": f1, "x/sub": "dir", "x/sub/f2": f2, "y": "dir", "y/f3": f3}
+        self.expect_tree(a, before, "A")
+        self.expect_tree(b, before, "B")
+        os.stat(os.path.join(b, "x", "sub", "f2"))  # in B's kernel caches
+        renameat2(os.path.join(a, "x"), os.path.join(a, "y"), RENAME_EXCHANGE)
+        after = {"y": "dir", "y/f1": f1, "y/sub": "dir", "y/sub/f2": f2, "x": "dir", "x/f3": f3}
+        self.assertEqual(self.tree(a), after)
+        self.expect_tree(b, after, "peer B")
+        self.assertIsNone(lstat_or_none(os.path.join(b, "x", "sub", "f2")), "B: a dentry it had cached")
+        kf.write_file(os.path.join(b, "x", "new"), b"written on B after the exchange")
+        self.expect_bytes(os.path.join(a, "x", "new"), b"written on B after the exchange", "peer A")
+        self.assertEqual(sorted(os.listdir(os.path.join(a, "x"))), ["f3", "new"])
+
+    def test_dir_exchange_with_a_file(self):
+        """A directory exchanged with a file: the directory (with its files) takes the file's name and the
+        file the directory's, on the node, on the peer, after the exchanging node's checkpoint and the
+        peer's SIGKILL (a joining node, the peer's replay). With a staged file (created, still open) the
+        directory moves at once and the file appears under the directory's old name when it closes."""
+        a, aproc = self.mount("A")
+        b, bproc = self.mount("B")
+        os.makedirs(os.path.join(a, "d"))
+        inner, fb = os.urandom(12345), os.urandom(23456)
+        kf.write_file(os.path.join(a, "d", "in"), inner)
+        kf.write_file(os.path.join(b, "f"), fb)  # B's file
+        self.expect_bytes(os.path.join(a, "f"), fb, "peer A")
+        self.expect_bytes(os.path.join(b, "d", "in"), inner, "peer B")
+        renameat2(os.path.join(a, "d"), os.path.join(a, "f"), RENAME_EXCHANGE)
+        want = {"d": fb, "f": "dir", "f/in": inner}
+        self.assertEqual(self.tree(a), want)
+        self.expect_tree(b, want, "peer B")
+        # A staged side: a file created on A and still open.
+        os.makedirs(os.path.join(a, "e"))
+        kf.write_file(os.path.join(a, "e", "ein"), b"in e")
+        self.expect_bytes(os.path.join(b, "e", "ein"), b"in e", "peer B")
+        sfd = os.open(os.path.join(a, "s"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(sfd, b"staged bytes")
+        renameat2(os.path.join(a, "s"), os.path.join(a, "e"), RENAME_EXCHANGE)
+        self.assertEqual(kf.read_file(os.path.join(a, "s", "ein")), b"in e")
+        self.expect_bytes(os.path.join(b, "s", "ein"), b"in e", "peer B, the directory at once")
+        self.assertIsNone(lstat_or_none(os.path.join(b, "e")), "peer B: the staged side before its close")
+        os.close(sfd)
+        want.update({"e": b"staged bytes", "s": "dir", "s/ein": b"in e"})
+        self.assertEqual(self.tree(a), want)
+        self.expect_tree(b, want, "peer B after the close")
+
+        def check(mnt, what):
+            self.assertEqual(self.tree(mnt), want, what)
+        self.checkpoint_a_kill_b_then_join(aproc, bproc, check)
+
+    def test_dir_exchange_errors(self):
+        """What Linux answers (checked on ext4): EINVAL for a directory with a name below it (either
+        order), ENOENT when a side is missing (either order); nothing moves. Then the same directories
+        exchange with a third one."""
+        a, _ = self.mount("A")
+        os.makedirs(os.path.join(a, "x", "sub"))
+        kf.write_file(os.path.join(a, "x", "sub", "f"), b"f")
+        os.makedirs(os.path.join(a, "y"))
+        before = self.tree(a)
+        for p, q, err in (("x", "x/sub", errno.EINVAL), ("x/sub", "x", errno.EINVAL),
+                          ("x", "x/sub/f", errno.EINVAL), ("x", "nope", errno.ENOENT),
+                          ("nope", "y", errno.ENOENT), ("y", "x/nope", errno.ENOENT)):
+            with self.assertRaises(OSError) as cm:
+                renameat2(os.path.join(a, p), os.path.join(a, q), RENAME_EXCHANGE)
+            self.assertEqual(cm.exception.errno, err, "exchange of %s and %s" % (p, q))
+        self.assertEqual(self.tree(a), before)
+        # The refusals are about those names: the same directories swap with each other.
+        renameat2(os.path.join(a, "x", "sub"), os.path.join(a, "y"), RENAME_EXCHANGE)
+        self.assertEqual(self.tree(a), {"x": "dir", "x/sub": "dir", "y": "dir", "y/f": b"f"})
 
     def test_peer_rename_survives_creator_checkpoint(self):
         """B renames A's committed names (an extent file: rewritten in place; a one-record file with an
