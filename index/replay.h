@@ -138,6 +138,10 @@ struct ReplaySource {
 // A SETATTR or XATTR that finds no name when applied (ApplyResult::no_target: a snapshot's change to a
 // peer's file whose binding comes later, or that lies under a directory renamed later) is applied again
 // once at the end, where last-writer-wins by stamp decides as always.
+// Every applied op is redirected by the records of directory renames and exchanges the chosen snapshots
+// hold (index/dir_redirect.h), except a node's ops by its own records and by those its snapshot holds; a
+// node's own exchange record that another snapshot holds and its own does not redirects the node's ops
+// until its journal tail reaches that EXCHANGE (which the index then skips: it holds the record).
 // Batches mix nodes (ApplyOp::node) and record every node's position they reach. Otherwise the rules
 // and errors of ReplayNode, per node; with one source it is ReplayNode.
 Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplaySource> sources, IndexDb* index);
