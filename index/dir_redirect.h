@@ -20,9 +20,10 @@
 // is looked up by both paths, and a path it moved is never moved by it again: x -> y -> x cannot happen).
 //
 // own_pending (rebuild only, index/replay.h): records of the entry's own node that DO apply to its own
-// entries. A rebuild sets it for a node's exchange records that another snapshot holds but the node's own
-// journal tail still has to reach: the EXCHANGE entry is then not applied as a swap (the index holds its
-// record: it is reflected), so the node's entries before it are moved by the record instead.
+// entries. A rebuild sets it for a node's rename and exchange records that another snapshot holds but the
+// node's own journal tail still has to reach: the entry then moves nothing (an EXCHANGE whose record the
+// index holds is skipped; a RENAME finds its destination, made by that snapshot, and stays put), so the
+// node's entries before it are moved by the record instead.
 //
 // Cost: a path is looked up by each of its ancestors (a map keyed by `from`), so an entry costs
 // O(depth x log records) per rename that applies to it, whatever the number of records (they are never

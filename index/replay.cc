@@ -316,10 +316,12 @@ struct NodePlan {
   // The records the chosen snapshot holds (the node's own and the peers' it applied): its names, and
   // those of the journal tail written after it, already reflect them.
   DirRenameKeys reflected;
-  // The node's own records of directory exchanges that another snapshot holds and its own does not: its
-  // journal tail still has the EXCHANGE entry, which the index then skips (it holds the record: the other
-  // snapshot's names are swapped already), so the node's entries before that entry (its snapshot's and
-  // its tail's up to it) are moved by the record instead (dir_redirect.h own_pending).
+  // The node's own records of directory renames and exchanges that another snapshot holds and its own
+  // does not: its journal tail still has the RENAME or EXCHANGE entry, which then moves nothing (an
+  // EXCHANGE whose record the index holds is skipped: the other snapshot's names are swapped already; a
+  // RENAME finds its destination there and stays put), so the node's entries before that entry (its
+  // snapshot's and its tail's up to it) are moved by the record instead (dir_redirect.h own_pending).
+  // Before, for a rename, they stayed under the old path beside the renamed directory.
   DirRenameKeys pending;
 };
 
@@ -479,7 +481,7 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
   for (size_t i = 0; i < sources.size(); i++) {
     for (const auto& r : renames.records()) {
       const auto k = std::make_pair(r.stamp, r.node);
-      if (r.exchange && r.node == sources[i].node && !plans[i].reflected.count(k)) plans[i].pending.insert(k);
+      if (r.node == sources[i].node && !plans[i].reflected.count(k)) plans[i].pending.insert(k);
     }
   }
   for (size_t i = 0; i < sources.size(); i++) {
@@ -530,8 +532,10 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
       if (sources.size() > 1) op.node = c.node;
       NodePlan& plan = plans[&c - cursors.data()];
       c.out->redirected += renames.Redirect(&op, c.node, &plan.reflected, &plan.pending) ? 1 : 0;
-      // The node's own exchange reached: its later entries were written after it (not moved by it).
-      if (op.kind == ApplyOp::Kind::kExchange && !plan.pending.empty()) plan.pending.erase({op.stamp, c.node});
+      // The node's own rename or exchange reached: its later entries were written after it (not moved by it).
+      if ((op.kind == ApplyOp::Kind::kExchange || op.kind == ApplyOp::Kind::kRename) && !plan.pending.empty()) {
+        plan.pending.erase({op.stamp, c.node});
+      }
       ops.push_back(std::move(op));
     }
     c.last = c.head_end;

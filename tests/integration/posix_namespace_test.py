@@ -407,6 +407,33 @@ class SpecialFilesTest(unittest.TestCase):
         b, _ = self.mount("B")
         self.assertEqual(self.tree(b), want, "B remounted")
 
+    def test_dir_rename_survives_peers_checkpoint_and_renamers_sigkill(self):
+        """A renames its directory d (holding A's own file af) to d2; B applies it, writes d2/bf and
+        checkpoints (a clean unmount: its snapshot has d2, d2/bf and A's record); A is SIGKILLed before
+        it checkpoints (its journal: d/af, then the RENAME). Before, a node joining, A's replay and B
+        remounted had af under d beside d2: A's own entries are never moved by A's own records, and the
+        replayed RENAME found d2 taken and stayed put."""
+        a, aproc = self.mount("A")
+        b, bproc = self.mount("B")
+        os.makedirs(os.path.join(a, "d"))
+        af, bf = os.urandom(40000), os.urandom(50000)
+        kf.write_file(os.path.join(a, "d", "af"), af)
+        self.expect_bytes(os.path.join(b, "d", "af"), af, "peer B")
+        os.rename(os.path.join(a, "d"), os.path.join(a, "d2"))
+        want = {"d2": "dir", "d2/af": af}
+        self.expect_tree(b, want, "peer B")
+        kf.write_file(os.path.join(b, "d2", "bf"), bf)
+        want["d2/bf"] = bf
+        self.expect_tree(a, want, "peer A")
+        self.stop("B", bproc, clean=True)  # B's checkpoint
+        self.stop("A", aproc, clean=False)  # A's journal tail has the RENAME
+        c, _ = self.mount("C")
+        self.assertEqual(self.tree(c), want, "node C joining")
+        a, _ = self.mount("A")
+        self.assertEqual(self.tree(a), want, "A after SIGKILL + remount (replay)")
+        b, _ = self.mount("B")
+        self.assertEqual(self.tree(b), want, "B remounted")
+
     def test_dir_exchange_reaches_peer_live(self):
         """A peer sees a directory exchange within the visibility delay, also names it had looked up (its
         kernel's cached dentries are dropped), and a file it then writes under one of the names lands in

@@ -397,6 +397,38 @@ TEST_F(DirRenameRecordTest, ADirectoryExchangeInAJournalTailIsReflectedByAPeersS
 // journal tails merged by stamp apply B's older x/bf first and the EXCHANGE then swaps it into y. And
 // with A's snapshot holding the record (A checkpointed after the exchange) and B's journal tail binding
 // x/bf (older than the exchange): B's entry follows the record to y/bf.
+// A plain directory rename in the renaming node's journal tail, whose result a peer's snapshot holds: A
+// (never checkpointed) bound /d/af and renamed /d to /d2; B applied both, bound /d2/bf after the rename
+// and checkpointed (its snapshot holds /d2/bf and A's record); A is killed. A joining node applies B's
+// snapshot (so /d2 exists) and A's journal: A's /d/af is A's own entry, older than A's own record (own
+// records never move own entries), and the tail's RENAME then finds /d2 taken and stays put: /d/af was
+// left under the old name beside /d2. The record pending for A's tail moves A's older entries instead.
+TEST_F(DirRenameRecordTest, ADirectoryRenameInAJournalTailWhoseResultAPeersSnapshotHoldsMovesItsNodesEntries) {
+  const std::vector<JournalEntry> a_before = {
+      JournalEntry::Mkdir("/d", EntryAttrs{S_IFDIR | 0755}, 1),
+      JournalEntry::Put("/d/af", Location{SegmentId{"na", 1, 1}, 0, 4096, 11}, EntryAttrs{S_IFREG | 0644, 0, 0, 11}, 3)};
+  const std::vector<JournalEntry> b_entries = {
+      JournalEntry::Put("/d2/bf", Location{SegmentId{"nb", 1, 1}, 0, 4096, 22}, EntryAttrs{S_IFREG | 0644, 0, 0, 22}, 25)};
+  std::vector<JournalEntry> a_journal = a_before;
+  a_journal.push_back(JournalEntry::Rename("/d", "/d2", Location{}, 20));
+  WriteJournal("na", 0, a_journal);
+  WriteJournal("nb", 0, b_entries);
+  {
+    auto b = OpenIndex("idx-b", "nb");
+    Apply(b.get(), a_journal, "na");
+    Apply(b.get(), b_entries, "nb");
+    EXPECT_EQ(Paths(*b->DumpByPath()), (std::vector<std::string>{"/d2", "/d2/af", "/d2/bf"}));
+    Snapshot(b.get(), "nb");
+  }
+  std::map<std::string, ReplayNodeResult> res;
+  std::vector<DirRenameRecord> records;
+  auto dump = Rebuilt("join", &res, &records);
+  EXPECT_EQ(Paths(dump), (std::vector<std::string>{"/d2", "/d2/af", "/d2/bf"}));
+  ASSERT_TRUE(dump.count("/d2/af"));
+  EXPECT_EQ(dump.at("/d2/af").location.segment, (SegmentId{"na", 1, 1}));
+  EXPECT_EQ(records, (std::vector<DirRenameRecord>{{"/d", "/d2", 20, "na"}}));
+}
+
 TEST_F(DirRenameRecordTest, ADirectoryExchangeSurvivesJournalsOnlyAndTheExchangersCheckpoint) {
   const std::vector<JournalEntry> a_before = {
       JournalEntry::Mkdir("/x", EntryAttrs{S_IFDIR | 0755}, 1), JournalEntry::Mkdir("/y", EntryAttrs{S_IFDIR | 0755}, 2),
