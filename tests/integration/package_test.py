@@ -170,8 +170,15 @@ class DebianPackage(unittest.TestCase):
         kf.write_file(os.path.join(self.b.mnt, "k0"), data)
         with open(os.path.join(self.b.mnt, "k0"), "rb") as f:
             self.assertEqual(f.read(), data)
-        r = run(["/usr/bin/kvfs", "stats", self.b.mnt, "--json"])
-        self.assertEqual(r.returncode, 0, r.stderr)
+        # `files` counts committed files: the close's commit is deferred (5 ms; later under load, where
+        # one read right after the close saw 0, 2026-12-07).
+        deadline = time.time() + 10
+        while True:
+            r = run(["/usr/bin/kvfs", "stats", self.b.mnt, "--json"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            if json.loads(r.stdout)["files"] == 1 or time.time() > deadline:
+                break
+            time.sleep(0.05)
         self.assertEqual(json.loads(r.stdout)["files"], 1)
         r = run(["/usr/bin/kvfs", "umount", self.b.mnt])
         self.assertEqual(r.returncode, 0, r.stderr)
