@@ -1,6 +1,8 @@
 // FUSE callbacks of file I/O: open (and the handle set-up create shares), read, write, flush, release,
 // fsync, fallocate, lseek, ioctl. Called by libfuse worker threads through the op table
 // (fuse/kvfs_fs.cc). Thread safety and invariants: fuse/kvfs_fs_impl.h.
+#include <limits>
+
 #include "fuse/kvfs_fs_impl.h"
 
 #ifndef FALLOC_FL_KEEP_SIZE
@@ -521,13 +523,21 @@ void OpIoctl(fuse_req_t req, fuse_ino_t, unsigned int, void*, fuse_file_info*, u
 void OpFallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t length, fuse_file_info* fi) {
   auto* fs = FS(req);
   Handle* h = H(fi);
-  // PUNCH_HOLE comes with KEEP_SIZE (the kernel refuses it alone); zero-range, collapse, insert: no.
+  // PUNCH_HOLE comes with KEEP_SIZE (the kernel refuses it alone). ZERO_RANGE, with or without
+  // KEEP_SIZE, is a punch of the part inside the file (there is no allocation to keep: holes read as
+  // zeros and cost nothing, as ext4's unwritten extents read as zeros and count as holes for
+  // SEEK_DATA) and, without KEEP_SIZE, a growth to its end. Collapse and insert never get here (the
+  // kernel answers EOPNOTSUPP for FUSE itself); any other mode: EOPNOTSUPP.
   const bool punch = mode == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE);
-  if (!punch && (mode & ~FALLOC_FL_KEEP_SIZE)) return (void)fuse_reply_err(req, EOPNOTSUPP);
+  const bool zero = (mode & ~FALLOC_FL_KEEP_SIZE) == FALLOC_FL_ZERO_RANGE;
+  if (!punch && !zero && (mode & ~FALLOC_FL_KEEP_SIZE)) return (void)fuse_reply_err(req, EOPNOTSUPP);
   if (!h->writable || !h->version) return (void)fuse_reply_err(req, EBADF);
   if (offset < 0 || length <= 0) return (void)fuse_reply_err(req, EINVAL);
+  if (static_cast<uint64_t>(length) > std::numeric_limits<int64_t>::max() - static_cast<uint64_t>(offset)) {
+    return (void)fuse_reply_err(req, EFBIG);
+  }
   Version& v = *h->version;
-  if (punch) {
+  if (punch || zero) {
     // The range reads as zeros and becomes holes of the version (ChunkBuffer::Punch): whole chunks
     // free their RAM, a FLUSH writes nothing for them; the kernel drops its cached pages of the range
     // after this reply. At most two partly covered chunks are read in.
@@ -546,9 +556,15 @@ void OpFallocate(fuse_req_t req, fuse_ino_t, int mode, off_t offset, off_t lengt
       }
       break;
     }
+    if (s.ok() && zero && !(mode & FALLOC_FL_KEEP_SIZE)) {
+      // The part past the end: the file grows to the range's end (a hole), as fallocate mode 0 does.
+      s = fs->Truncate(v, static_cast<uint64_t>(offset) + static_cast<uint64_t>(length), NowNs(),
+                       /*grow_only=*/true);
+    }
     if (!s.ok()) {
-      LogLimited(spdlog::level::err, LogKey("fuse-punch", s), "punch of {} (inode {}) at {}+{}: {}",
-                 fs->PathOf(h->inode->ino), h->inode->ino, offset, length, ErrnoText(s));
+      LogLimited(spdlog::level::err, LogKey("fuse-punch", s), "{} of {} (inode {}) at {}+{}: {}",
+                 zero ? "zero-range" : "punch", fs->PathOf(h->inode->ino), h->inode->ino, offset, length,
+                 ErrnoText(s));
     }
     return (void)fuse_reply_err(req, ToErrno(s));
   }

@@ -17,6 +17,7 @@ Counts, not timings. Environment: kvfs_fixture's KVFS_BINARY, KVFS_TEST_KEEP, KV
 """
 
 import errno
+import hashlib
 import os
 import random
 import shutil
@@ -182,6 +183,17 @@ def punch_hole(fd, off, length):
         raise OSError(e, os.strerror(e))
 
 
+def zero_range(fd, off, length, keep_size=False):
+    """fallocate(fd, FALLOC_FL_ZERO_RANGE [| FALLOC_FL_KEEP_SIZE], off, length)."""
+    import ctypes
+    import ctypes.util
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    mode = 0x10 | (0x01 if keep_size else 0)
+    if libc.fallocate(fd, ctypes.c_int(mode), ctypes.c_long(off), ctypes.c_long(length)) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
 def seek_answers(path, offsets):
     """(SEEK_DATA, SEEK_HOLE) answers of `path` at each offset: an offset, or the errno name."""
     out = []
@@ -253,6 +265,8 @@ class SeekDataHole(kf.SharedBackingCase):
                     os.ftruncate(fd, st[1])
                 elif st[0] == "punch":
                     punch_hole(fd, st[1], st[2])
+                elif st[0] in ("zero", "zero-keep"):
+                    zero_range(fd, st[1], st[2], keep_size=st[0] == "zero-keep")
                 elif st[0] == "close":
                     os.close(fd)
                     fd = -1
@@ -272,7 +286,7 @@ class SeekDataHole(kf.SharedBackingCase):
                 m += [st[1], st[1] + st[2], st[1] // 4096 * 4096, (st[1] + st[2] + 4095) // 4096 * 4096]
             elif st[0] == "ftruncate":
                 m.append(st[1])
-            elif st[0] == "punch":
+            elif st[0] in ("punch", "zero", "zero-keep"):
                 m += [st[1], st[1] + st[2]]
         return m
 
@@ -332,6 +346,109 @@ class SeekDataHole(kf.SharedBackingCase):
                     p = os.path.join(b, name)
                     self.assertTrue(wait_for(lambda: os.path.exists(p), 10.0), name)
                     self.assertEqual(seek_answers(p, [o for o, _ in want[name]]), want[name], "%s on node b" % name)
+
+
+@kf.skip_unless_fuse
+class ZeroRange(kf.SharedBackingCase):
+    """fallocate ZERO_RANGE (with and without KEEP_SIZE) on a mount leaves the same bytes and sizes as
+    ext4 (/tmp; tmpfs has no ZERO_RANGE) for the same steps: the range reads zeros and, without
+    KEEP_SIZE, the file grows to the range's end. The pages it covers whole are holes (ext4 may answer
+    them as data: zeros it wrote, or unwritten extents; a hole reported as data is allowed, the
+    reverse is not), the pages it covers in part hold written zeros. Every reported hole reads zeros,
+    and the SEEK_DATA / SEEK_HOLE answers are the same while open, committed, after a remount and on
+    a second node. Zeroing 2 MiB of a committed 8 MiB file writes no data bytes. Before 2026-12-07
+    (late) every ZERO_RANGE answered EOPNOTSUPP."""
+
+    PREFIX = "kvfs-zero-"
+    run_steps = SeekDataHole.run_steps
+    marks = SeekDataHole.marks
+
+    CASES = [
+        # Two whole 1 MiB chunks and a partial page on either side, in a committed 4 MiB file.
+        ("zero-committed.bin", [("pwrite", 0, 4 * MIB), ("close",), ("reopen",), ("zero", 1 * MIB - 100, 2 * MIB + 200)]),
+        # Inside a new file's written bytes, then past its end without KEEP_SIZE (grows: a hole), then
+        # past the new end with KEEP_SIZE (the size stays).
+        ("zero-new.bin", [("pwrite", 0, 3 * MIB), ("zero", 20480 + 7, 16384), ("zero", 3 * MIB + 5000, 70000),
+                          ("zero-keep", 3 * MIB + 60000, 1 * MIB)]),
+        # Across the end of a committed file with KEEP_SIZE: only the part inside is zeroed.
+        ("zero-keep.bin", [("pwrite", 0, 2 * MIB + 300), ("close",), ("reopen",), ("zero-keep", 2 * MIB - 4096, 1 * MIB)]),
+        # Entirely past the end of a sparse file, without KEEP_SIZE: a growth only.
+        ("zero-past.bin", [("ftruncate", 1 * MIB), ("pwrite", 512 * KIB, 4096), ("zero", 5 * MIB, 4096)]),
+    ]
+
+    def contents(self, root):
+        return {name: hashlib.sha256(kf.read_file(os.path.join(root, name))).hexdigest() for name, _ in self.CASES}
+
+    def holes_read_zeros(self, path, answers):
+        data = kf.read_file(path)
+        for off, (d, _) in answers:
+            end = len(data) if isinstance(d, str) else d
+            if off < end:
+                self.assertEqual(data[off:end].count(0), end - off,
+                                 "%s: SEEK_DATA(%d) = %s skips non-zero bytes" % (path, off, d))
+
+    def test_zero_range_bytes_match_ext4_and_zeroed_pages_are_holes(self):
+        ref = tempfile.mkdtemp(prefix="kvfs-zero-ref-", dir="/tmp")
+        self.addCleanup(shutil.rmtree, ref, True)
+        offs, sizes = {}, {}
+        for name, steps in self.CASES:
+            p = self.run_steps(ref, name, steps)
+            sizes[name] = os.stat(p).st_size
+            offs[name] = probe_offsets(sizes[name], self.marks(steps))
+        want_bytes = self.contents(ref)
+        self.assertEqual(sizes["zero-new.bin"], 3 * MIB + 75000)
+        self.assertEqual(sizes["zero-keep.bin"], 2 * MIB + 300)
+        self.assertEqual(sizes["zero-past.bin"], 5 * MIB + 4096)
+        spec = self.node("a")
+        got = {}
+        with kf.mounted(backing=spec, node_id="a") as (mnt, _, _):
+            staged, staged_size = {}, {}
+
+            def check_open(p, n):
+                staged[n] = seek_answers(p, offs[n])
+                staged_size[n] = os.stat(p).st_size
+            for name, steps in self.CASES:
+                path = self.run_steps(mnt, name, steps, check_open=lambda p, n=name: check_open(p, n))
+                self.assertEqual(staged_size[name], sizes[name], "%s while open" % name)
+                self.assertEqual(os.stat(path).st_size, sizes[name], name)
+                got[name] = seek_answers(path, offs[name])
+                self.assertEqual(staged[name], got[name], "%s: answers while open and committed differ" % name)
+                self.holes_read_zeros(path, got[name])
+            self.assertEqual(self.contents(mnt), want_bytes)
+            # The whole pages of the zeroed range are a hole; its partial pages are data (written zeros).
+            a = dict(got["zero-committed.bin"])
+            self.assertEqual(a[0], (0, 1 * MIB))
+            self.assertEqual(a[1 * MIB], (3 * MIB, 1 * MIB))
+            a = dict(got["zero-new.bin"])  # zeroed [20487, 36871): whole pages [24576, 36864)
+            self.assertEqual(a[20488], (20488, 24576))
+            self.assertEqual(a[36870], (36870, 3 * MIB))
+            self.assertEqual(dict(got["zero-past.bin"])[512 * KIB + 4096], ("ENXIO", 512 * KIB + 4096))
+            data = bytearray(os.urandom(8 * MIB))
+            kf.write_file(os.path.join(mnt, "zero2.bin"), bytes(data))
+            time.sleep(0.2)  # committed (the commit delay), so the zeroing opens a copy-on-write version
+
+            def zero():
+                fd = os.open(os.path.join(mnt, "zero2.bin"), os.O_RDWR)
+                try:
+                    zero_range(fd, 3 * MIB, 2 * MIB)
+                    self.assertEqual(os.fstat(fd).st_size, 8 * MIB)
+                finally:
+                    os.close(fd)
+            wrote = ExtentFiles.written(self, mnt, zero)
+            self.assertLess(wrote, 16 * KIB, "zeroing 2 MiB wrote %d bytes" % wrote)
+            data[3 * MIB:5 * MIB] = bytes(2 * MIB)
+            self.assertTrue(kf.read_file(os.path.join(mnt, "zero2.bin")) == data)
+        with kf.mounted(backing=spec, node_id="a", peer_poll_ms=200) as (mnt, _, _):
+            for name, _ in self.CASES:
+                self.assertEqual(seek_answers(os.path.join(mnt, name), offs[name]), got[name], "%s after a remount" % name)
+            self.assertEqual(self.contents(mnt), want_bytes)
+            self.assertTrue(kf.read_file(os.path.join(mnt, "zero2.bin")) == data)
+            with kf.mounted(backing=self.node("b"), node_id="b", peer_poll_ms=200) as (b, _, _):
+                for name, _ in self.CASES:
+                    p = os.path.join(b, name)
+                    self.assertTrue(wait_for(lambda: os.path.exists(p), 10.0), name)
+                    self.assertEqual(seek_answers(p, offs[name]), got[name], "%s on node b" % name)
+                self.assertEqual(self.contents(b), want_bytes)
 
 
 @kf.skip_unless_fuse

@@ -33,6 +33,7 @@ SEEK_DATA = getattr(os, "SEEK_DATA", 3)
 SEEK_HOLE = getattr(os, "SEEK_HOLE", 4)
 FALLOC_FL_KEEP_SIZE = 1
 FALLOC_FL_PUNCH_HOLE = 2
+FALLOC_FL_ZERO_RANGE = 0x10
 
 
 class Timespec(ctypes.Structure):
@@ -372,13 +373,26 @@ class BasicOps(MountedTestCase):
             fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 1, 1)
             self.assertEqual(os.fstat(fd).st_size, 8192)
             self.assertEqual(os.pread(fd, 4, 0), b"x\0z\0")
-            for mode in (FALLOC_FL_PUNCH_HOLE, 0x10):  # without KEEP_SIZE; ZERO_RANGE
+            with self.assertRaises(OSError) as cm:  # PUNCH_HOLE without KEEP_SIZE: refused, as on Linux
+                fallocate(fd, FALLOC_FL_PUNCH_HOLE, 0, 4096)
+            self.assertEqual(cm.exception.errno, errno.EOPNOTSUPP)
+            # ZERO_RANGE: the range reads zeros; without KEEP_SIZE the file grows to its end, with it not.
+            os.pwrite(fd, b"abcdef", 8192 - 6)
+            fallocate(fd, FALLOC_FL_ZERO_RANGE, 8192 - 4, 2)
+            self.assertEqual(os.fstat(fd).st_size, 8192)
+            self.assertEqual(os.pread(fd, 6, 8192 - 6), b"ab\0\0ef")
+            fallocate(fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, 8192 - 1, 4096)
+            self.assertEqual(os.fstat(fd).st_size, 8192)
+            self.assertEqual(os.pread(fd, 6, 8192 - 6), b"ab\0\0e\0")
+            fallocate(fd, FALLOC_FL_ZERO_RANGE, 8192 + 100, 50)
+            self.assertEqual(os.fstat(fd).st_size, 8192 + 150)
+            for mode in (0x8, 0x20):  # COLLAPSE_RANGE, INSERT_RANGE
                 with self.assertRaises(OSError) as cm:
                     fallocate(fd, mode, 0, 4096)
                 self.assertEqual(cm.exception.errno, errno.EOPNOTSUPP)
         finally:
             os.close(fd)
-        self.assertEqual(kf.read_file(path), b"x\0z" + b"\0" * (8192 - 3))
+        self.assertEqual(kf.read_file(path), b"x\0z" + b"\0" * (8192 - 9) + b"ab\0\0e" + b"\0" * 151)
 
 
 class AttrOps(MountedTestCase):

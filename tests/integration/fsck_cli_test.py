@@ -54,7 +54,11 @@ class BreakerDamage(unittest.TestCase):
 
     def read_all(self):
         with kf.mounted(backing=self.b, node_id="ng") as (mnt, _, _):
-            return {n: open(os.path.join(mnt, n)).read() for n in os.listdir(mnt)}
+            out = {}
+            for n in os.listdir(mnt):
+                with open(os.path.join(mnt, n)) as f:
+                    out[n] = f.read()
+            return out
 
     def test_damaged_segment_header_unlinks_nothing(self):
         seg = os.path.join(self.node_dir, "seg")
