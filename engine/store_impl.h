@@ -133,7 +133,7 @@ class StoreImpl final : public Store {
   }
   // RENAME_EXCHANGE (store_namespace.cc); ns_mu_ held.
   Status ExchangeLocked(uint64_t parent, std::string_view name, uint64_t new_parent, std::string_view new_name);
-  // The same for two directories (a and b: the nodes at the two names, pa and pb their paths).
+  // The same with a directory on a side (a and b: the nodes at the two names, pa and pb their paths).
   Status ExchangeDirLocked(uint64_t parent, std::string_view name, uint64_t new_parent, std::string_view new_name,
                            const Node& a, const Node& b, const std::string& pa, const std::string& pb);
   // The entry binding path to committed non-directory ino's content (store_namespace.cc); ns_mu_ held.

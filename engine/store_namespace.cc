@@ -190,14 +190,7 @@ Status StoreImpl::ExchangeLocked(uint64_t parent, std::string_view name, uint64_
   if (!pa.ok()) return pa.status();
   auto pb = PathOf(new_parent, new_name);
   if (!pb.ok()) return pb.status();
-  if (S_ISDIR(a->attr.mode) != S_ISDIR(b->attr.mode)) {
-    // A directory with a non-directory: journaled as an EXCHANGE and its record like two directories,
-    // a breaker session (2026-12-07) found the exchanging node's replay, after a peer had checkpointed,
-    // turning the file into an empty directory (12 of 12 when the directory had a subdirectory):
-    // refused until that is fixed (docs/semantics.md §2).
-    return Status::InvalidArgument("RENAME_EXCHANGE of a directory with a non-directory is not supported");
-  }
-  if (S_ISDIR(a->attr.mode)) return ExchangeDirLocked(parent, name, new_parent, new_name, *a, *b, *pa, *pb);
+  if (S_ISDIR(a->attr.mode) || S_ISDIR(b->attr.mode)) return ExchangeDirLocked(parent, name, new_parent, new_name, *a, *b, *pa, *pb);
   const bool ja = a->committed, jb = b->committed;
   const uint64_t stamp = hlc_.Now();
   auto r = index_->Exchange(parent, name, new_parent, new_name, ja || jb ? stamp : 0);
@@ -227,13 +220,18 @@ Status StoreImpl::ExchangeLocked(uint64_t parent, std::string_view name, uint64_
   return Status::OK();
 }
 
-// renameat2(RENAME_EXCHANGE) of two directories (docs/semantics.md §2). A directory has no content a
-// binding could carry (the files below it are bound by path by the nodes that wrote them), so the
-// exchange is journaled as one EXCHANGE entry and kept as one *record* (index_db.h DirRenameRecord,
+// renameat2(RENAME_EXCHANGE) with a directory on at least one side (docs/semantics.md §2). A directory has
+// no content a binding could carry (the files below it are bound by path by the nodes that wrote them), so
+// the exchange is journaled as one EXCHANGE entry and kept as one *record* (index_db.h DirRenameRecord,
 // exchange set) at its stamp, like a directory rename: every name keeps its binding, a peer's entry older
 // than the exchange under either path follows its directory to the other path (engine/dir_renames.h live,
 // index/dir_redirect.h in every rebuild), and an EXCHANGE entry whose record the index already holds (a
 // snapshot that holds the record was applied: its names are swapped already) moves nothing.
+//
+// With a staged non-directory S on the other side (not in the journal yet, its PUT comes at its commit,
+// under its new name), the directory D's move to S's name is a plain directory rename: journaled as the
+// RENAME D -> S's name (after an UNLINK of that name if S replaced a committed file there: the journal's
+// file there is gone), with a rename's record.
 Status StoreImpl::ExchangeDirLocked(uint64_t parent, std::string_view name, uint64_t new_parent,
                                     std::string_view new_name, const Node& a, const Node& b, const std::string& pa,
                                     const std::string& pb) {
@@ -241,9 +239,21 @@ Status StoreImpl::ExchangeDirLocked(uint64_t parent, std::string_view name, uint
   auto r = index_->Exchange(parent, name, new_parent, new_name, stamp);
   if (!r.ok()) return r.status();
   if (a.attr.ino == b.attr.ino) return Status::OK();
-  EnqueueLocked(JournalEntry::Exchange(pa, pb, stamp));
-  // A peer's entry older than this exchange, still on its way here, follows it (dir_renames.h).
-  dir_renames_.Note(pa, pb, stamp, opts_.node_id, /*exchange=*/true);
+  const Node* staged = nullptr;  // the staged non-directory side, if any
+  const std::string* staged_path = nullptr;
+  const std::string* dir_path = nullptr;
+  if (!S_ISDIR(a.attr.mode) && !a.committed) staged = &a, staged_path = &pa, dir_path = &pb;
+  if (!S_ISDIR(b.attr.mode) && !b.committed) staged = &b, staged_path = &pb, dir_path = &pa;
+  if (staged == nullptr) {
+    EnqueueLocked(JournalEntry::Exchange(pa, pb, stamp));
+    // A peer's entry older than this exchange, still on its way here, follows it (dir_renames.h).
+    dir_renames_.Note(pa, pb, stamp, opts_.node_id, /*exchange=*/true);
+    return Status::OK();
+  }
+  // The staged file now has the directory's old name, where the journal has no file.
+  if (shadowing_.erase(staged->attr.ino) != 0) EnqueueLocked(JournalEntry::Unlink(*staged_path, stamp));
+  EnqueueLocked(JournalEntry::Rename(*dir_path, *staged_path, Location{}, stamp));
+  dir_renames_.Note(*dir_path, *staged_path, stamp, opts_.node_id);
   return Status::OK();
 }
 
