@@ -15,8 +15,11 @@ What is asserted (two daemons over one backing directory, as in multinode_test.p
                  its new name at close; exact after the names' creator checkpoints and the exchanging
                  node is killed (a joining node, the replay); directories swap (with their files, open
                  files following them) on the node, on the peer, after a remount, after a peer's
-                 checkpoint and the exchanging node's SIGKILL (a joining node, the replay); EINVAL for a
-                 directory with a non-directory or a name below it, ENOENT if a side is missing
+                 checkpoint and the exchanging node's SIGKILL (a joining node, the replay); a directory
+                 swaps with a file, a symlink or a staged file the same ways (the directory on either
+                 side, exchanged once, twice or three times, written into after it, applied live by a
+                 peer that checkpoints); EINVAL with a name below the directory, ENOENT if a side is
+                 missing
   peer rename    a peer's rename of committed names (an extent file, a file with an xattr, a symlink,
                  a FIFO) survives the creator's checkpoint and the renaming node's SIGKILL
 """
@@ -237,8 +240,8 @@ class SpecialFilesTest(unittest.TestCase):
         """renameat2(RENAME_EXCHANGE) of two non-directories: swapped on the node at once, on the peer,
         with xattrs following their file, an open file's later writes landing under its new name, a
         staged side published under its new name at close; across a checkpoint of the names' creator,
-        a SIGKILL of the exchanging node and a node joining later. A directory with a non-directory or
-        with a name below it: EINVAL."""
+        a SIGKILL of the exchanging node and a node joining later. A directory with a name below it:
+        EINVAL."""
         a, aproc = self.mount("A")
         b, bproc = self.mount("B")
         ra, rb = os.path.join(a, "r"), os.path.join(b, "r")
@@ -273,7 +276,7 @@ class SpecialFilesTest(unittest.TestCase):
             self.assertEqual(os.readlink(os.path.join(r, "fifo")), "some/target")
         # A directory with a name inside it (it would move into its own subtree): EINVAL, nothing moves
         # (directory exchanges: test_dir_exchange_*).
-        for x, y in (("d", "ln"), ("ln", "d"), ("d", os.path.join("d", "f2")), (os.path.join("d", "f2"), "d")):
+        for x, y in (("d", os.path.join("d", "f2")), (os.path.join("d", "f2"), "d")):
             with self.assertRaises(OSError) as cm:
                 renameat2(os.path.join(ra, x), os.path.join(ra, y), RENAME_EXCHANGE)
             self.assertEqual(cm.exception.errno, errno.EINVAL, "exchange of %s and %s" % (x, y))
@@ -321,13 +324,17 @@ class SpecialFilesTest(unittest.TestCase):
         check(a, "A remounted")
 
     def tree(self, top):
-        """{relative path: bytes or "dir"} of everything below top."""
+        """{relative path: bytes, "dir" or "-> target" (a symlink)} of everything below top."""
         out = {}
         for dirpath, dirnames, filenames in os.walk(top):
-            for d in dirnames:
-                out[os.path.relpath(os.path.join(dirpath, d), top)] = "dir"
-            for f in filenames:
-                out[os.path.relpath(os.path.join(dirpath, f), top)] = kf.read_file(os.path.join(dirpath, f))
+            for n in dirnames + filenames:
+                p = os.path.join(dirpath, n)
+                if os.path.islink(p):
+                    out[os.path.relpath(p, top)] = "-> " + os.readlink(p)
+                elif n in dirnames:
+                    out[os.path.relpath(p, top)] = "dir"
+                else:
+                    out[os.path.relpath(p, top)] = kf.read_file(p)
         return out
 
     def expect_tree(self, top, want, what):
@@ -464,28 +471,199 @@ class SpecialFilesTest(unittest.TestCase):
         self.expect_bytes(os.path.join(a, "x", "new"), b"written on B after the exchange", "peer A")
         self.assertEqual(sorted(os.listdir(os.path.join(a, "x"))), ["f3", "new"])
 
-    def test_dir_exchange_with_a_file_is_refused(self):
-        """A directory exchanged with a non-directory (a file, a staged file, a symlink): EINVAL, nothing
-        moves (docs/semantics.md §2). It swapped for a while (2026-12-07), but the exchanging node's replay
-        after a peer had checkpointed turned the file into an empty directory (a breaker session: 12 of 12
-        when the directory held a subdirectory); refused until that is fixed."""
+    def dir_file_exchange_after_sigkill(self, mk_other, sides=("d", "f"), times=1, committed=False,
+                                        write_after=False, peer=False):
+        """A makes a directory d (holding a file f1 and a subdirectory e) and a non-directory f (mk_other:
+        its tree() value), exchanges the names `times` times (RENAME_EXCHANGE of sides) and is SIGKILLed
+        before it checkpoints. committed: f's commit is awaited before the exchange (journaled as one
+        EXCHANGE); else f is still staged (its close's commit is deferred to the next group commit: the
+        directory's RENAME to f's name, then f's PUT under d). A peer that applied the exchange (peer: B,
+        live; else C, joining after the SIGKILL) chmods f1 and unmounts cleanly (its snapshot holds the
+        swapped names and A's record). Then a node joining, A's replay, the peer remounted and a node D
+        joining last all have the tree A had."""
+        a, aproc = self.mount("A")
+        if peer:
+            b, bproc = self.mount("B")
+        os.mkdir(os.path.join(a, "d"))
+        f1 = os.urandom(30000)
+        kf.write_file(os.path.join(a, "d", "f1"), f1)
+        os.mkdir(os.path.join(a, "d", "e"))
+        other = mk_other(os.path.join(a, "f"))
+        if committed:
+            time.sleep(0.3)  # a group commit: f's PUT is in the journal
+        for _ in range(times):
+            renameat2(os.path.join(a, sides[0]), os.path.join(a, sides[1]), RENAME_EXCHANGE)
+        if times % 2:
+            want = {"f": "dir", "f/f1": f1, "f/e": "dir", "d": other}
+            top = "f"
+        else:
+            want = {"d": "dir", "d/f1": f1, "d/e": "dir", "f": other}
+            top = "d"
+        if write_after:
+            later = os.urandom(5000)
+            kf.write_file(os.path.join(a, top, "e", "later"), later)
+            os.mkdir(os.path.join(a, top, "e2"))
+            want.update({top + "/e/later": later, top + "/e2": "dir"})
+        self.assertEqual(self.tree(a), want, "A")
+
+        def check(mnt, what):
+            got = self.tree(mnt)
+            self.assertEqual(sorted((k, v if isinstance(v, str) else len(v)) for k, v in got.items()),
+                             sorted((k, v if isinstance(v, str) else len(v)) for k, v in want.items()), what)
+            self.assertEqual(got, want, what)
+            self.assertEqual(stat.S_IMODE(os.stat(os.path.join(mnt, top, "f1")).st_mode), 0o600, what)
+
+        def peer_changes(mnt, what):
+            self.expect_tree(mnt, want, what)
+            os.chmod(os.path.join(mnt, top, "f1"), 0o600)  # something to checkpoint
+            check(mnt, what)
+
+        if peer:
+            peer_changes(b, "peer B, live")
+            self.stop("B", bproc, clean=True)  # B's checkpoint: its snapshot holds the swapped names
+        time.sleep(0.3)  # a group commit
+        self.stop("A", aproc, clean=False)  # A's journal tail has the exchange
+        if peer:
+            c, _ = self.mount("C")
+            check(c, "node C joining")
+        else:
+            c, cproc = self.mount("C")
+            peer_changes(c, "node C joining")
+            self.stop("C", cproc, clean=True)  # C's checkpoint
         a, _ = self.mount("A")
-        os.makedirs(os.path.join(a, "d", "e"))
-        kf.write_file(os.path.join(a, "d", "in"), b"inner")
-        kf.write_file(os.path.join(a, "f"), b"plain file")
-        os.symlink("f", os.path.join(a, "ln"))
+        check(a, "A after SIGKILL + remount (replay)")
+        if peer:
+            b, _ = self.mount("B")
+            check(b, "B remounted")
+        else:
+            c, _ = self.mount("C")
+            check(c, "C remounted")
+        d, _ = self.mount("D")
+        check(d, "node D joining last")
+
+    @staticmethod
+    def make_file(path):
+        body = os.urandom(20000)
+        kf.write_file(path, body)
+        return body
+
+    @staticmethod
+    def make_symlink(path):
+        os.symlink("some/target", path)
+        return "-> some/target"
+
+    @staticmethod
+    def make_replacing_file(path):
+        """A committed file, then a staged one renamed over it (the exchange journals an UNLINK of the
+        name: the journal's file there is gone)."""
+        kf.write_file(path, os.urandom(7000))
+        time.sleep(0.3)  # a group commit: its PUT is in the journal
+        body = os.urandom(9000)
+        kf.write_file(path + ".tmp", body)
+        os.rename(path + ".tmp", path)
+        return body
+
+    @staticmethod
+    def make_rewritten_file(path):
+        """A committed file rewritten in place (O_TRUNC) just before the exchange."""
+        kf.write_file(path, os.urandom(7000))
+        time.sleep(0.3)  # a group commit
+        body = os.urandom(9000)
+        kf.write_file(path, body)
+        return body
+
+    def test_dir_exchange_with_a_file_replacing_a_committed_one_survives_peers_checkpoint_and_exchangers_sigkill(self):
+        self.dir_file_exchange_after_sigkill(self.make_replacing_file)
+
+    def test_dir_exchange_with_a_rewritten_file_survives_peers_checkpoint_and_exchangers_sigkill(self):
+        self.dir_file_exchange_after_sigkill(self.make_rewritten_file)
+
+    def test_dir_exchange_with_a_staged_file_survives_peers_checkpoint_and_exchangers_sigkill(self):
+        """The breaker's case of 2026-12-07 (the file still staged, so the directory's RENAME to its name
+        and then its PUT under the directory's old name): before f3ab728 the replay left d/ and d/e/
+        where the file was (A's own entries before its RENAME were not moved by its own record, which
+        C's snapshot held; the RENAME found f taken and stayed put; the file's PUT lost to d/)."""
+        self.dir_file_exchange_after_sigkill(self.make_file)
+
+    def test_dir_exchange_with_a_committed_file_survives_peers_checkpoint_and_exchangers_sigkill(self):
+        self.dir_file_exchange_after_sigkill(self.make_file, committed=True)
+
+    def test_file_exchange_with_a_dir_survives_peers_checkpoint_and_exchangers_sigkill(self):
+        """The directory on the other side of the exchange (renameat2(f, d)), staged and committed."""
+        self.dir_file_exchange_after_sigkill(self.make_file, sides=("f", "d"))
+
+    def test_file_exchange_with_a_dir_committed_survives_peers_checkpoint_and_exchangers_sigkill(self):
+        self.dir_file_exchange_after_sigkill(self.make_file, sides=("f", "d"), committed=True)
+
+    def test_dir_exchange_with_a_symlink_survives_peers_checkpoint_and_exchangers_sigkill(self):
+        self.dir_file_exchange_after_sigkill(self.make_symlink)
+
+    def test_dir_exchange_with_a_file_twice_survives_peers_checkpoint_and_exchangers_sigkill(self):
+        """Exchanged and exchanged back (staged: two RENAMEs; committed: two EXCHANGEs), and three times."""
+        self.dir_file_exchange_after_sigkill(self.make_file, times=2)
+
+    def test_dir_exchange_with_a_committed_file_twice_survives_peers_checkpoint_and_exchangers_sigkill(self):
+        self.dir_file_exchange_after_sigkill(self.make_file, times=2, committed=True)
+
+    def test_dir_exchange_with_a_file_three_times_survives_peers_checkpoint_and_exchangers_sigkill(self):
+        self.dir_file_exchange_after_sigkill(self.make_file, times=3, committed=True)
+
+    def test_dir_exchange_with_a_file_then_writes_survive_peers_checkpoint_and_exchangers_sigkill(self):
+        """A file and a directory made in the swapped directory after the exchange."""
+        self.dir_file_exchange_after_sigkill(self.make_file, write_after=True)
+
+    def test_dir_exchange_with_a_committed_file_then_writes_survive_peers_checkpoint_and_exchangers_sigkill(self):
+        self.dir_file_exchange_after_sigkill(self.make_file, committed=True, write_after=True)
+
+    def test_dir_exchange_with_a_file_applied_live_by_a_checkpointing_peer(self):
+        """B applies the exchange live and checkpoints, then A is SIGKILLed (its journal has the exchange)."""
+        self.dir_file_exchange_after_sigkill(self.make_file, peer=True)
+
+    def test_dir_exchange_with_a_committed_file_applied_live_by_a_checkpointing_peer(self):
+        self.dir_file_exchange_after_sigkill(self.make_file, committed=True, peer=True)
+
+    def test_dir_exchange_with_a_file(self):
+        """A directory exchanged with a file, a symlink and a staged file (created, still open): the
+        directory (with its files) takes the other's name and the other the directory's, on the node, on
+        the peer, after the exchanging node's checkpoint and the peer's SIGKILL (a joining node, the
+        peer's replay). The staged file appears under the directory's old name when it closes."""
+        a, aproc = self.mount("A")
+        b, bproc = self.mount("B")
+        os.makedirs(os.path.join(a, "d"))
+        inner, fb = os.urandom(12345), os.urandom(23456)
+        kf.write_file(os.path.join(a, "d", "in"), inner)
+        kf.write_file(os.path.join(b, "f"), fb)  # B's file
+        self.expect_bytes(os.path.join(a, "f"), fb, "peer A")
+        self.expect_bytes(os.path.join(b, "d", "in"), inner, "peer B")
+        renameat2(os.path.join(a, "d"), os.path.join(a, "f"), RENAME_EXCHANGE)
+        want = {"d": fb, "f": "dir", "f/in": inner}
+        self.assertEqual(self.tree(a), want)
+        self.expect_tree(b, want, "peer B")
+        # A symlink, the directory on the other side.
+        os.makedirs(os.path.join(a, "g", "sub"))
+        os.symlink("some/target", os.path.join(a, "ln"))
+        renameat2(os.path.join(a, "ln"), os.path.join(a, "g"), RENAME_EXCHANGE)
+        want.update({"g": "-> some/target", "ln": "dir", "ln/sub": "dir"})
+        self.assertEqual(self.tree(a), want)
+        self.expect_tree(b, want, "peer B")
+        # A staged side: a file created on A and still open.
+        os.makedirs(os.path.join(a, "e"))
+        kf.write_file(os.path.join(a, "e", "ein"), b"in e")
+        self.expect_bytes(os.path.join(b, "e", "ein"), b"in e", "peer B")
         sfd = os.open(os.path.join(a, "s"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            os.write(sfd, b"staged")
-            before = self.tree(a)
-            for x, y in (("d", "f"), ("f", "d"), ("d", "ln"), ("ln", "d"), ("d", "s"), ("s", "d")):
-                with self.assertRaises(OSError) as cm:
-                    renameat2(os.path.join(a, x), os.path.join(a, y), RENAME_EXCHANGE)
-                self.assertEqual(cm.exception.errno, errno.EINVAL, (x, y))
-                self.assertEqual(self.tree(a), before, (x, y))
-        finally:
-            os.close(sfd)
-        self.assertEqual(kf.read_file(os.path.join(a, "s")), b"staged")
+        os.write(sfd, b"staged bytes")
+        renameat2(os.path.join(a, "s"), os.path.join(a, "e"), RENAME_EXCHANGE)
+        self.assertEqual(kf.read_file(os.path.join(a, "s", "ein")), b"in e")
+        self.expect_bytes(os.path.join(b, "s", "ein"), b"in e", "peer B, the directory at once")
+        self.assertIsNone(lstat_or_none(os.path.join(b, "e")), "peer B: the staged side before its close")
+        os.close(sfd)
+        want.update({"e": b"staged bytes", "s": "dir", "s/ein": b"in e"})
+        self.assertEqual(self.tree(a), want)
+        self.expect_tree(b, want, "peer B after the close")
+
+        def check(mnt, what):
+            self.assertEqual(self.tree(mnt), want, what)
+        self.checkpoint_a_kill_b_then_join(aproc, bproc, check)
 
     def test_dir_exchange_errors(self):
         """What Linux answers (checked on ext4): EINVAL for a directory with a name below it (either

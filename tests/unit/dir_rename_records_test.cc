@@ -489,6 +489,49 @@ TEST_F(DirRenameRecordTest, AnExchangeOfADirectoryWithAFileMovesBothWays) {
   EXPECT_TRUE(S_ISDIR(dump.at("/f").mode));
 }
 
+// A directory exchanged with a *staged* file (closed, its commit deferred to the next group commit: no
+// PUT in the journal yet) is journaled as the directory's RENAME to the file's name, and the file's PUT
+// under the directory's old name follows at its commit (store_namespace.cc ExchangeDirLocked). The case
+// a breaker session found (2026-12-07, 12 of 12): A makes /d, /d/e and /d/f1, writes /f and exchanges
+// /d and /f at once, and is killed before it checkpoints; C joins (it rebuilds from A's journal), changes
+// A's file /f/f1 (a chmod: something to checkpoint) and checkpoints (its snapshot holds /f, /f/e and
+// A's rename record); A's replay (and every node joining later) must have the file at /d. Before
+// f3ab728 A's own entries before its RENAME (MKDIR /d, MKDIR /d/e) were not moved by A's own record,
+// the RENAME then found /f taken (C's snapshot made it) and stayed put, and the file's PUT lost to the
+// directory left at /d: the rebuild had /d and /d/e where the file was (the same bug as a plain
+// directory rename: ADirectoryRenameInAJournalTailWhoseResultAPeersSnapshotHoldsMovesItsNodesEntries).
+TEST_F(DirRenameRecordTest, ADirectoryExchangedWithAStagedFileSurvivesAPeersCheckpointAndTheExchangersReplay) {
+  const std::vector<JournalEntry> a_journal = {
+      JournalEntry::Mkdir("/d", DirAttrs(), 1), JournalEntry::Mkdir("/d/e", DirAttrs(), 2),
+      JournalEntry::Rename("/d", "/f", Location{}, 3),
+      JournalEntry::Put("/f/f1", Rec("na", 1, 11), FileAttrs(11), 4),
+      JournalEntry::Put("/d", Rec("na", 2, 22), FileAttrs(22), 5)};
+  WriteJournal("na", 0, a_journal);
+  const std::vector<std::string> want{"/d", "/f", "/f/e", "/f/f1"};
+  EXPECT_EQ(Paths(Rebuilt("journal-only")), want);
+  {
+    auto c = OpenIndex("idx-c", "nc");
+    Apply(c.get(), a_journal, "na");
+    EXPECT_EQ(Paths(*c->DumpByPath()), want);
+    auto f1 = c->ResolvePath("/f/f1");
+    ASSERT_TRUE(f1.ok());
+    Attr attr;
+    attr.mode = 0600;
+    ASSERT_TRUE(c->SetAttr(*f1, attr, kSetMode, 30).ok());
+    WriteJournal("nc", 0, {JournalEntry::Setattr("/f/f1", EntryAttrs{S_IFREG | 0600, 0, 0, 11}, kSetMode, 30)});
+    Snapshot(c.get(), "nc");
+  }
+  std::map<std::string, ReplayNodeResult> res;
+  auto dump = Rebuilt("after-c", &res);
+  EXPECT_EQ(Paths(dump), want);
+  ASSERT_TRUE(dump.count("/d"));
+  EXPECT_TRUE(S_ISREG(dump.at("/d").mode));
+  EXPECT_EQ(dump.at("/d").size, 22u);
+  ASSERT_TRUE(dump.count("/f/f1"));
+  EXPECT_EQ(dump.at("/f/f1").mode & 07777, 0600u);
+  EXPECT_EQ(res["na"].redirected, 2u);  // MKDIR /d, MKDIR /d/e: moved by A's record that C's snapshot holds
+}
+
 // The redirect rule itself (shared by DirRenameLog and the rebuild).
 TEST(DirRenameRedirectTest, OlderEntriesUnderTheSourceMoveNewerOnesAndSegmentOpsStay) {
   const DirRenameSet r({{"/d2", "/d3", 30, "a"}, {"/d", "/d2", 20, "a"}, {"/", "/x", 50, "a"}, {"/q", "/r", 0, "a"}});
