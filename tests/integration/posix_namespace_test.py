@@ -341,7 +341,9 @@ class SpecialFilesTest(unittest.TestCase):
         def same():
             try:
                 return self.tree(top) == want
-            except FileNotFoundError:  # listed, then moved by the peer's change being applied: look again
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                # listed, then moved (or swapped with a name of another type) by the peer's change being
+                # applied: look again
                 return False
         self.assertTrue(wait_for(same),
                         "%s: %s is %r, expected %r" % (what, top, sorted(self.tree(top)), sorted(want)))
