@@ -2,6 +2,9 @@
 
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>
+#if defined(__x86_64__)
+#include <xxh_x86dispatch.h>  // Hash64: the runtime-dispatched XXH3 (AVX2 / AVX-512), as segment_writer.cc
+#endif
 
 #include <charconv>
 #include <cinttypes>

@@ -148,7 +148,9 @@ inline constexpr uint64_t RecordSpan(uint64_t path_len, uint64_t value_len) {
   return ValueDelta(path_len, value_len) + AlignUp(value_len);
 }
 
-uint64_t Hash64(const void* data, size_t len);  // XXH3_64bits
+// XXH3_64bits (on x86-64 libxxhash's runtime-dispatched version: AVX2 / AVX-512 where present, the
+// same values). Thread-safe.
+uint64_t Hash64(const void* data, size_t len);
 // XXH3-64 of path || table (table = block_count little-endian u64 checksums).
 uint64_t MetaChecksum(std::string_view path, const uint64_t* table, size_t block_count);
 

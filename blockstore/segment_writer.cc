@@ -4,6 +4,12 @@
 
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
+#if defined(__x86_64__)
+// XXH3_64bits / XXH3_64bits_update become libxxhash's runtime-dispatched versions (AVX2 or AVX-512
+// where the CPU has them; the plain entry points are built for the x86-64 baseline, SSE2). Same
+// results on every path (the XXH3 specification), so the format does not change.
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <stdlib.h>
 

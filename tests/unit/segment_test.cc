@@ -1013,5 +1013,27 @@ TEST_F(SegmentTest, MayBeLostMarksExactlyTheRecordsPastTheLastSuccessfulSync) {
   EXPECT_FALSE(w2->MayBeLost(*c));
 }
 
+// Every checksum on the export (block checksums, footers, headers) is XXH3-64 (format.md). Hash64 uses
+// libxxhash's runtime-dispatched XXH3 (AVX2 / AVX-512 where the CPU has them); these values were computed
+// with the library's baseline XXH3_64bits, so a dispatch (or library) that hashed differently would make
+// every existing segment unreadable and fails here. Sizes cover XXH3's short, mid and long (striped)
+// paths and the 64 KiB checksum block.
+TEST(FormatHashTest, Hash64IsXxh3OfTheSpecificationOnEveryPath) {
+  std::vector<unsigned char> b(200000);
+  uint32_t x = 1;
+  for (auto& c : b) {
+    x = x * 1664525u + 1013904223u;
+    c = static_cast<unsigned char>(x >> 24);
+  }
+  const std::pair<size_t, uint64_t> want[] = {
+      {0, 0x2d06800538d394c2ull},      {1, 0x429e81bc6744101cull},      {3, 0x32dbb5c7774cc94full},
+      {17, 0xb5d6b9c1898bd9d6ull},     {128, 0xc59e505a97d029e0ull},    {240, 0x967597e635f3c527ull},
+      {241, 0xd6afac6f8fa85b01ull},    {1000, 0xce7f62c0bb515a3cull},   {4096, 0x436f521f6688c5edull},
+      {65536, 0xb25b6166131fa281ull},  {65537, 0x49235290459c83ccull},  {131072, 0x4176cdb08f2fe75eull},
+      {199999, 0x763715e2de0314acull},
+  };
+  for (const auto& [n, h] : want) EXPECT_EQ(format::Hash64(b.data(), n), h) << n << " bytes";
+}
+
 }  // namespace
 }  // namespace kvfs
