@@ -213,16 +213,17 @@ void KvfsFs::Impl::QueueInval(uint64_t ino) {
 }
 
 void KvfsFs::Impl::OnPeerChanges(const PeerChanges& c) {
+  // Called by the store with peers' changes applied to the index: on the peer thread, or on a FUSE
+  // worker whose Store::PinRecord of a peer's record polled that peer (engine/peer_holds.cc), possibly
+  // under the mu of an inode these changes name (an O_RDWR open of a file the peer just rewrote:
+  // before, that worker waited on its own lock for good, and the peer tailer with it). So nothing here
+  // takes an inode's mu: everything goes to the notifier thread, in this order.
+  std::lock_guard<std::mutex> g(nq_mu);
   // A staged file whose name a peer's PUT took (detached in the index): its commit takes the name back
   // and must drop the kernel's dentry then (Commit), and its attributes are no longer cacheable.
   for (const auto& n : c.names) {
-    if (n.old_ino == 0) continue;
-    if (auto in = Get(n.old_ino)) {
-      std::lock_guard<std::mutex> ig(in->mu);
-      if (in->primary || !in->writing.empty()) in->detached = true;
-    }
+    if (n.old_ino != 0) nq.push_back(Notice{n.old_ino, 0, {}, false, /*detach=*/true});
   }
-  std::lock_guard<std::mutex> g(nq_mu);
   // The name's dentry (positive, or a negative entry of an absent name), then the parent directory's
   // attributes (mtime, nlink): the kernel drops those itself only when it had a dentry of the name.
   std::vector<uint64_t> parents;
@@ -299,6 +300,14 @@ void KvfsFs::Impl::NotifierMain() {
       nq.pop_front();
     }
     lk.unlock();
+    if (n.detach) {
+      if (auto in = Get(n.ino)) {
+        std::lock_guard<std::mutex> ig(in->mu);
+        if (in->primary || !in->writing.empty()) in->detached = true;
+      }
+      lk.lock();
+      continue;
+    }
     fuse_session* se = session.get();
     bool again = false;
     if (se && !n.name.empty()) {

@@ -515,6 +515,10 @@ struct KvfsFs::Impl {
     uint64_t parent = 0;    // inval_entry when name is not empty
     std::string name;
     bool attrs_only = false;  // inval_inode of the attributes only (a directory a peer changed)
+    // No kernel call: mark inode `ino` detached (Inode::detached) if it is still being written. Queued
+    // by OnPeerChanges, which must not take an inode's mu itself: a peer poll can run on a FUSE worker
+    // that holds that very mu (an open pinning a peer's record polls the peer: Store::PinRecord).
+    bool detach = false;
   };
   std::deque<Notice> nq;
   struct ListenerGate {

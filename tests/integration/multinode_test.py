@@ -374,6 +374,45 @@ class MultiNodeTest(unittest.TestCase):
         finally:
             os.close(fd)
 
+    def test_writable_open_of_a_file_the_peer_just_rewrote_returns(self):
+        """B's O_RDWR open of a peer's file that the peer has just rewritten, before B's poll read the
+        rewrite: the open pins the old record, the first hold of A's segment polls A's journal on the
+        opening thread (Store::PinRecord), and the rewrite's notification marked the inode detached
+        under the inode's lock, which that thread already held. Before (a breaker session, 4 of 5
+        runs, 2 of 2 with B polling every 5 s; this test 2 of 2) the open never returned, and B's
+        tailer, `kvfs stats` and checkpoints hung with it. Now the open returns and both nodes end
+        with the same whole version."""
+        a, _ = self.mount("A")
+        b, bproc = self.mount("B", peer_poll_ms=5000, peer_poll_max_ms=5000)
+        v1, v2 = b"1" * 100000, b"2" * 100000
+        kf.write_file(os.path.join(a, "x"), v1)
+        self.assertTrue(wait_for(lambda: os.path.exists(os.path.join(b, "x")))[0], "B never saw x")
+        kf.write_file(os.path.join(a, "x"), v2)  # a PUT in A's journal that B has not read
+        time.sleep(0.1)  # A's group commit (20 ms) publishes it; B's next regular poll is seconds away
+        code = ("import os; fd = os.open(%r, os.O_RDWR); os.pwrite(fd, b'B', 0); os.close(fd)"
+                % os.path.join(b, "x"))
+        child = subprocess.Popen([sys.executable, "-c", code])
+        try:
+            child.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            bproc.send_signal(signal.SIGKILL)  # the wedged daemon we started; the open then fails
+            child.kill()
+            child.wait()
+            self.fail("B's O_RDWR open of x did not return in 20 s (the daemon deadlocked)")
+        self.assertEqual(child.returncode, 0)
+        # B's write over v1 (opened before the rewrite applied, committed last), over v2 (opened after),
+        # or lost with v1's number when the rewrite was applied during the open (a peer's PUT binds the
+        # name to a new number: B wrote to the replaced file and loses its write, semantics.md §6 item 11).
+        allowed = (b"B" + v1[1:], b"B" + v2[1:], v2)
+
+        def agree():
+            da, db = try_read(os.path.join(a, "x"))[0], try_read(os.path.join(b, "x"))[0]
+            return da is not None and da == db and da in allowed
+        self.assertTrue(wait_for(agree, timeout=20)[0],
+                        "A and B disagree on x or hold a mix: %r / %r" % (
+                            (try_read(os.path.join(a, "x"))[0] or b"")[:2],
+                            (try_read(os.path.join(b, "x"))[0] or b"")[:2]))
+
     def test_lww_concurrent_writers(self):
         a, _ = self.mount("A")
         b, _ = self.mount("B")
