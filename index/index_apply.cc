@@ -12,6 +12,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "index/index_keys.h"
@@ -634,6 +635,38 @@ struct Applier {
     return true;
   }
 
+  // Replaces op.old_location by op.location in rec (a committed regular file); false (nothing to
+  // write) when rec does not reference the old record.
+  Result<bool> MoveIn(const InodeRec& r, const ApplyOp& op) {
+    if (!r.committed || !r.is_reg()) return false;
+    InodeRec n = r;
+    if (r.extents) {
+      // An extent file: the moved record is replaced in every extent that references it (value
+      // offsets unchanged; the record's value is the same bytes).
+      ExtentMap m = *r.extents;
+      auto replaced = m.ReplaceRecord(op.old_location, op.location);
+      if (!replaced.ok()) return replaced.status();
+      if (*replaced == 0) return false;
+      n.extents = NormalizeExtents(std::move(m), &n.loc);
+    } else {
+      if (!(r.loc == op.old_location)) return false;
+      n.loc = op.location;
+    }
+    KVFS_RETURN_IF_ERROR(o.UpdateRec(r, n));
+    return true;
+  }
+
+  // A MOVE applies to the file at its path when that file references the old record. Otherwise it
+  // applies to the bound files that do (found through the old record's segfiles keys): a MOVE carries
+  // its PUT's stamp but names the path its writer saw when it wrote it, which may lie behind a peer's
+  // later rename or exchange (of the file or a directory above it) that this index has not applied yet
+  // (a merged replay orders the MOVE by its old stamp, a tailer may read the writer's journal first),
+  // or that the redirect rule sent elsewhere. Without this the writer's DROP of the old segment then
+  // removed the file. The old record is the writer's own segment, which only its writer re-appends
+  // and drops, so a file still referencing it can only be what the MOVE copied: replacing it changes
+  // no content (the new record holds the same bytes) and binds no name, so nothing unlinked or
+  // replaced later comes back. A record several files share (a link(2) copy of an extent file; one
+  // MOVE per file) goes to the file of the MOVE's leaf name when one matches, else to all of them.
   Result<bool> Move(const ApplyOp& op) {
     auto dropped = o.InDroppedSegment(op.location);
     if (!dropped.ok()) return dropped.status();
@@ -642,28 +675,59 @@ struct Applier {
     bool skip;
     auto parent = Parent(op.path, false, op.attr, &leaf, &skip);
     if (!parent.ok()) return parent.status();
-    if (skip) return false;
-    std::optional<DentryVal> cur;
-    KVFS_RETURN_IF_ERROR(o.GetDentry(*parent, leaf, &cur));
-    if (!cur) return false;
-    std::optional<InodeRec> r;
-    KVFS_RETURN_IF_ERROR(o.GetRec(cur->ino, &r));
-    if (!r || !r->committed || !r->is_reg()) return false;
-    InodeRec n = *r;
-    if (r->extents) {
-      // An extent file: the moved record is replaced in every extent that references it (value
-      // offsets unchanged; the record's value is the same bytes).
-      ExtentMap m = *r->extents;
-      auto replaced = m.ReplaceRecord(op.old_location, op.location);
-      if (!replaced.ok()) return replaced.status();
-      if (*replaced == 0) return false;
-      n.extents = NormalizeExtents(std::move(m), &n.loc);
+    if (!skip) {
+      std::optional<DentryVal> cur;
+      KVFS_RETURN_IF_ERROR(o.GetDentry(*parent, leaf, &cur));
+      if (cur) {
+        std::optional<InodeRec> r;
+        KVFS_RETURN_IF_ERROR(o.GetRec(cur->ino, &r));
+        if (r) {
+          auto moved = MoveIn(*r, op);
+          if (!moved.ok() || *moved) return moved;
+        }
+      }
     } else {
-      if (!(r->loc == op.old_location)) return false;
-      n.loc = op.location;
+      leaf.clear();
+      std::vector<std::string_view> comps;
+      if (SplitPath(op.path, &comps).ok() && !comps.empty()) leaf = std::string(comps.back());
     }
-    KVFS_RETURN_IF_ERROR(o.UpdateRec(*r, n));
-    return true;
+    return MoveByRecord(op, leaf);
+  }
+
+  Result<bool> MoveByRecord(const ApplyOp& op, const std::string& leaf) {
+    const std::string prefix = SegKey(op.old_location.segment);
+    std::vector<uint64_t> inos;
+    KVFS_RETURN_IF_ERROR(t.ForEachPrefix(kSegFiles, prefix, [&](auto& k, auto&) {
+      if (k.size() == prefix.size() + 8) inos.push_back(GetBE64(k.data() + prefix.size()));
+      return true;
+    }));
+    std::vector<InodeRec> found;
+    for (uint64_t ino : inos) {
+      std::optional<InodeRec> r;
+      KVFS_RETURN_IF_ERROR(o.GetRec(ino, &r));
+      if (!r || !r->committed || !r->is_reg()) continue;
+      bool refs = r->loc == op.old_location;
+      if (r->extents) {
+        ExtentMap m = *r->extents;
+        auto n = m.ReplaceRecord(op.old_location, op.location);
+        if (!n.ok()) return n.status();
+        refs = *n > 0;
+      }
+      if (!refs) continue;
+      std::optional<DentryVal> d;  // bound: a file some name reaches
+      KVFS_RETURN_IF_ERROR(o.GetDentry(r->parent, r->name, &d));
+      if (d && d->ino == ino) found.push_back(std::move(*r));
+    }
+    if (std::any_of(found.begin(), found.end(), [&](const InodeRec& r) { return r.name == leaf; })) {
+      std::erase_if(found, [&](const InodeRec& r) { return r.name != leaf; });
+    }
+    bool any = false;
+    for (const InodeRec& r : found) {
+      auto moved = MoveIn(r, op);
+      if (!moved.ok()) return moved.status();
+      any = any || *moved;
+    }
+    return any;
   }
 
   // The segment's record (default SegmentInfo when absent), with *found.

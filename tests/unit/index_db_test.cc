@@ -895,9 +895,11 @@ TEST_F(IndexDbTest, ApplyRenameMkdirRmdirSetattrXattrMove) {
   EXPECT_EQ(db_->ApplyXattr("/e/k", "user.x", "", true, 22, "p")->applied, 1u);
   EXPECT_TRUE(db_->GetXattr(ino, "user.x").status().IsNotFound());
 
-  // MOVE only if the current location matches.
+  // MOVE only where the old location still matches: at its path, else in a file bound elsewhere (a
+  // MOVE ordered before a peer's rename of its path, index_apply.cc Move); a record no file references
+  // moves nothing.
   Location l9 = Loc("p", 9, 0, 5);
-  EXPECT_EQ(db_->ApplyMove("/e/k", Loc("p", 1, 4096, 5), l9)->skipped, 1u);
+  EXPECT_EQ(db_->ApplyMove("/e/k", Loc("p", 1, 8192, 5), l9)->skipped, 1u);
   EXPECT_EQ(db_->ApplyMove("/e/k", l1, l9)->applied, 1u);
   EXPECT_EQ(db_->GetInode(ino)->location, l9);
   EXPECT_EQ(db_->GetSegment(l9.segment)->live_records, 1u);

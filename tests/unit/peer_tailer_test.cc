@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -105,6 +106,26 @@ class PeerTailerTest : public testing_harness::StoreHarness {
     ASSERT_TRUE((*w)->Sync().ok());
   }
 
+  // Appends `entries` to the journal of a fake peer `node` (one writer per node, kept open: a later call
+  // continues the same file) and syncs them.
+  void AppendPeerJournal(const std::string& node, std::vector<JournalEntry> entries) {
+    auto& w = peer_writers_[node];
+    if (!w) {
+      const std::string dir = NodeDirPath(backing_, node);
+      std::filesystem::create_directories(dir);
+      JournalWriterOptions o;
+      o.env = Env::Posix();
+      o.dir = dir;
+      o.node = node;
+      o.generation = 1;
+      auto opened = JournalWriter::Open(o);
+      ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+      w = std::move(*opened);
+    }
+    for (auto& e : entries) w->Append(std::move(e));
+    ASSERT_TRUE(w->Sync().ok());
+  }
+
   // Every name the notify hook was given, in order; clears what was heard.
   std::vector<std::string> TakeNames() {
     std::lock_guard<std::mutex> l(heard_mu_);
@@ -186,6 +207,7 @@ class PeerTailerTest : public testing_harness::StoreHarness {
   }
 
   std::unique_ptr<IndexDb> b_index_;
+  std::map<std::string, std::unique_ptr<JournalWriter>> peer_writers_;
 
   DirRenameLog b_renames_;
   HybridClock b_hlc_;
@@ -380,6 +402,77 @@ TEST_F(PeerTailerTest, APeersPutsOlderThanADirectoryExchangeReadFirstFollowTheir
   EXPECT_EQ(tailer_->GetStats().dir_rename_redirects, 2u);
   EXPECT_EQ(*b_index_->ListDirRenames(), (std::vector<DirRenameRecord>{{"/x", "/y", later, "node-0", true}}));
   EXPECT_EQ(b_renames_.size(), 1u);
+}
+
+// Two fake peers: the mover makes /d and binds /d/bf (stamp 5); the renamer renames /d to /d2 (stamp
+// 20); the mover, having applied the rename, re-appends bf's record (MOVE /d2/bf, stamp 5) and drops
+// the old segment (stamp 21). B reads the mover's MOVE and DROP before the RENAME (the mover sorts
+// first) or after it: either way the MOVE finds bf (by its old record when /d2/bf is not there yet) and
+// B ends with /d2/bf at the new record. Before, in the first order B had an empty /d2.
+TEST_F(PeerTailerTest, APeersMoveWrittenAfterADirectoryRenameKeepsTheFileInEitherReadOrder) {
+  for (const bool move_first : {true, false}) {
+    SCOPED_TRACE(move_first ? "MOVE read before the RENAME" : "MOVE read after the RENAME");
+    const std::string mover = move_first ? "node-0" : "node-1", renamer = move_first ? "node-1" : "node-0";
+    const std::string d = move_first ? "/d" : "/e", d2 = d + "2";
+    Location old_rec, new_rec;
+    old_rec.segment = SegmentId{mover, 1, 1};
+    old_rec.value_offset = 4096;
+    old_rec.length = 10;
+    new_rec = old_rec;
+    new_rec.segment.seq = 2;
+    EntryAttrs da, fa;
+    da.mode = S_IFDIR | 0755;
+    fa.mode = S_IFREG | 0644;
+    fa.size = 10;
+    AppendPeerJournal(mover, {JournalEntry::Mkdir(d, da, 1), JournalEntry::Put(d + "/bf", old_rec, fa, 5)});
+    ASSERT_TRUE(tailer_->RefreshAll().ok());
+    auto bd = b_index_->Lookup(kRootIno, d.substr(1));
+    ASSERT_TRUE(bd.ok()) << bd.status().ToString();
+    ASSERT_TRUE(b_index_->Lookup(bd->attr.ino, "bf").ok());
+    AppendPeerJournal(mover, {JournalEntry::Move(d2 + "/bf", old_rec, new_rec, 5),
+                              JournalEntry::Drop(old_rec.segment, 21)});
+    AppendPeerJournal(renamer, {JournalEntry::Rename(d, d2, Location{}, 20)});
+    ASSERT_TRUE(tailer_->RefreshAll().ok());
+    EXPECT_FALSE(b_index_->Lookup(kRootIno, d.substr(1)).ok());
+    auto bd2 = b_index_->Lookup(kRootIno, d2.substr(1));
+    ASSERT_TRUE(bd2.ok()) << bd2.status().ToString();
+    auto bf = b_index_->Lookup(bd2->attr.ino, "bf");
+    ASSERT_TRUE(bf.ok()) << bf.status().ToString();
+    EXPECT_EQ(bf->location, new_rec);
+  }
+}
+
+// The exchanger (read first) swaps /x and /y (stamp 20) after the mover bound /x/bf (stamp 5); the
+// mover, having applied the exchange, journals MOVE /y/bf (stamp 5) and the DROP. B applies the
+// EXCHANGE, then the MOVE: the redirect rule sends its path back to /x/bf (older than the exchange's
+// record), where nothing references the old record, so it finds bf at /y/bf by the record. Before, the
+// DROP removed /y/bf.
+TEST_F(PeerTailerTest, APeersMoveAfterADirectoryExchangeIsNotLostToTheRedirect) {
+  Location old_rec;
+  old_rec.segment = SegmentId{"node-1", 1, 1};
+  old_rec.value_offset = 4096;
+  old_rec.length = 10;
+  Location new_rec = old_rec;
+  new_rec.segment.seq = 2;
+  EntryAttrs da, fa;
+  da.mode = S_IFDIR | 0755;
+  fa.mode = S_IFREG | 0644;
+  fa.size = 10;
+  AppendPeerJournal("node-1", {JournalEntry::Mkdir("/x", da, 1), JournalEntry::Mkdir("/y", da, 2),
+                               JournalEntry::Put("/x/bf", old_rec, fa, 5)});
+  ASSERT_TRUE(tailer_->RefreshAll().ok());
+  AppendPeerJournal("node-0", {JournalEntry::Exchange("/x", "/y", 20)});
+  AppendPeerJournal("node-1", {JournalEntry::Move("/y/bf", old_rec, new_rec, 5),
+                               JournalEntry::Drop(old_rec.segment, 21)});
+  ASSERT_TRUE(tailer_->RefreshAll().ok());
+  auto bx = b_index_->Lookup(kRootIno, "x");
+  auto by = b_index_->Lookup(kRootIno, "y");
+  ASSERT_TRUE(bx.ok() && by.ok());
+  EXPECT_FALSE(b_index_->Lookup(bx->attr.ino, "bf").ok());
+  auto bf = b_index_->Lookup(by->attr.ino, "bf");
+  ASSERT_TRUE(bf.ok()) << bf.status().ToString();
+  EXPECT_EQ(bf->location, new_rec);
+  EXPECT_EQ(tailer_->GetStats().dir_rename_redirects, 1u);
 }
 
 // A poll that finds nothing new tells the listener nothing; an attribute change in place is reported as

@@ -138,5 +138,94 @@ TEST_F(ReplayMergeTest, EachJournalKeepsItsOrderAndLastWriterWins) {
   EXPECT_EQ(one.entries, 2u);
 }
 
+// A MOVE names its file's path when it is written but carries the file's PUT stamp. nb bound /d/bf
+// (stamp 5); na renamed /d to /d2 (stamp 20); nb, having applied the rename, re-appended bf's record
+// (MOVE /d2/bf, stamp 5) and dropped the old segment (stamp 21). The merge applies the MOVE at its
+// stamp, before the RENAME: it finds bf by its old location. Before, it found no /d2/bf, changed
+// nothing, and the DROP removed the file: the rebuilt /d2 was empty.
+TEST_F(ReplayMergeTest, AMoveWrittenAfterAPeersDirectoryRenameFollowsItsRecord) {
+  EntryAttrs da;
+  da.mode = S_IFDIR | 0755;
+  const Location old_rec = Rec("nb", 1, 10), new_rec = Rec("nb", 2, 10);
+  WriteJournal("na", {JournalEntry::Mkdir("/d", da, 1), JournalEntry::Rename("/d", "/d2", Location{}, 20)});
+  WriteJournal("nb", {JournalEntry::Put("/d/bf", old_rec, FileAttrs(0644, 10), 5),
+                      JournalEntry::Move("/d2/bf", old_rec, new_rec, 5),
+                      JournalEntry::Drop(old_rec.segment, 21)});
+  auto idx = OpenIndex("idx");
+  ASSERT_TRUE(ReplayAllNodes(Env::Posix(), backing_, idx.get()).ok());
+  auto dump = idx->DumpByPath();
+  ASSERT_TRUE(dump.ok());
+  EXPECT_EQ(dump->count("/d"), 0u);
+  EXPECT_EQ(dump->count("/d/bf"), 0u);
+  ASSERT_TRUE(dump->count("/d2/bf"));
+  EXPECT_EQ(dump->at("/d2/bf").location, new_rec);
+  EXPECT_EQ(dump->at("/d2/bf").size, 10u);
+  auto dropped = idx->GetSegment(old_rec.segment);
+  ASSERT_TRUE(dropped.ok());
+  EXPECT_EQ(dropped->state, SegmentState::kDropped);
+  auto kept = idx->GetSegment(new_rec.segment);
+  EXPECT_TRUE(!kept.ok() || kept->state != SegmentState::kDropped);
+}
+
+// The same through a directory exchange (na swaps /x and /y at stamp 20 after nb bound /x/bf; nb
+// journals MOVE /y/bf), and a MOVE found by its record never brings back a file unlinked later (na
+// unlinks /y/bh at 30) nor overrides a newer PUT (na rewrites /y/g at 31).
+TEST_F(ReplayMergeTest, AMoveAfterAPeersExchangeFollowsItsRecordAndNeverUndoesLaterChanges) {
+  EntryAttrs da;
+  da.mode = S_IFDIR | 0755;
+  const Location f_old = Rec("nb", 1, 10), f_new = Rec("nb", 2, 10);
+  auto at = [](Location l, uint64_t off) {
+    l.record_offset = off;
+    l.value_offset = off + 4096;
+    return l;
+  };
+  const Location g_old = at(Rec("nb", 1, 20), 8192), g_new = at(Rec("nb", 2, 20), 8192), g_na = Rec("na", 1, 30);
+  const Location h_old = at(Rec("nb", 1, 40), 16384), h_new = at(Rec("nb", 2, 40), 16384);
+  WriteJournal("na", {JournalEntry::Mkdir("/x", da, 1), JournalEntry::Mkdir("/y", da, 2),
+                      JournalEntry::Exchange("/x", "/y", 20),
+                      JournalEntry::Unlink("/y/bh", 30),
+                      JournalEntry::Put("/y/g", g_na, FileAttrs(0600, 30), 31)});
+  WriteJournal("nb", {JournalEntry::Put("/x/bf", f_old, FileAttrs(0644, 10), 5),
+                      JournalEntry::Put("/x/g", g_old, FileAttrs(0644, 20), 6),
+                      JournalEntry::Put("/x/bh", h_old, FileAttrs(0644, 40), 7),
+                      JournalEntry::Move("/y/bf", f_old, f_new, 5),
+                      JournalEntry::Move("/y/g", g_old, g_new, 6),
+                      JournalEntry::Move("/y/bh", h_old, h_new, 7),
+                      JournalEntry::Drop(f_old.segment, 21)});
+  auto idx = OpenIndex("idx");
+  ASSERT_TRUE(ReplayAllNodes(Env::Posix(), backing_, idx.get()).ok());
+  auto dump = idx->DumpByPath();
+  ASSERT_TRUE(dump.ok());
+  EXPECT_EQ(dump->count("/x/bf"), 0u);
+  ASSERT_TRUE(dump->count("/y/bf"));
+  EXPECT_EQ(dump->at("/y/bf").location, f_new);
+  ASSERT_TRUE(dump->count("/y/g"));
+  EXPECT_EQ(dump->at("/y/g").location, g_na);
+  EXPECT_EQ(dump->at("/y/g").size, 30u);
+  EXPECT_EQ(dump->count("/y/bh"), 0u);
+  EXPECT_EQ(dump->count("/x/bh"), 0u);
+}
+
+// Two files sharing one record (a link(2) copy of an extent file: one MOVE per file, each naming its
+// own path): MOVEs found by their record go each to the file of their leaf name, as on the writer.
+TEST_F(ReplayMergeTest, MovesOfASharedRecordFoundByTheRecordKeepTheirOwnFiles) {
+  EntryAttrs da;
+  da.mode = S_IFDIR | 0755;
+  const Location r = Rec("nb", 1, 10), r2 = Rec("nb", 2, 10), r3 = Rec("nb", 3, 10);
+  WriteJournal("na", {JournalEntry::Mkdir("/d", da, 1), JournalEntry::Rename("/d", "/e", Location{}, 20)});
+  WriteJournal("nb", {JournalEntry::Put("/d/f1", r, FileAttrs(0644, 10), 5),
+                      JournalEntry::Put("/d/f2", r, FileAttrs(0644, 10), 6),
+                      JournalEntry::Move("/e/f2", r, r2, 6),
+                      JournalEntry::Move("/e/f1", r, r3, 5),
+                      JournalEntry::Drop(r.segment, 21)});
+  auto idx = OpenIndex("idx");
+  ASSERT_TRUE(ReplayAllNodes(Env::Posix(), backing_, idx.get()).ok());
+  auto dump = idx->DumpByPath();
+  ASSERT_TRUE(dump.ok());
+  ASSERT_TRUE(dump->count("/e/f1") && dump->count("/e/f2"));
+  EXPECT_EQ(dump->at("/e/f1").location, r3);
+  EXPECT_EQ(dump->at("/e/f2").location, r2);
+}
+
 }  // namespace
 }  // namespace kvfs
