@@ -231,6 +231,9 @@ struct NodeCursor {
   JournalPosition head_end;
   bool has_head = false;
   uint64_t clock = 0;              // the highest stamp taken from this journal so far (merge key)
+  // The MOVEs taken since the journal's last entry that is not a MOVE: applied once more just before
+  // the next one (or at the end of the merge), see ReplayNodes.
+  std::vector<ApplyOp> moves_again;
   JournalPosition last, recorded;  // end of the last entry taken / recorded as applied in the index
 };
 
@@ -493,6 +496,16 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
   //    (an entry that carries an older stamp, a MOVE, keeps its place in its own journal). Each
   //    journal's own order is kept, and an entry a node wrote after it applied a peer's entry (its HLC
   //    then exceeds that entry's stamp) comes after it, as on the live nodes.
+  //    A MOVE carries its record's old stamp, so its place here (its journal's clock) may come before
+  //    peers' entries its writer had applied when it wrote it: a peer's rename of the file (UNLINK and
+  //    a PUT binding the record under the new name), or of a directory above it. The MOVE finds the
+  //    file by its old record where its path does not reference it (index_apply.cc Move); and it is
+  //    applied once more just before its journal's next entry that is not a MOVE, whose stamp covers
+  //    everything the writer had applied (or at the end): a binding of the old record made in between
+  //    follows it there, as on the writer. Before, such a binding kept the old record and the writer's
+  //    DROP of its segment removed the file. The first application stays where it was: a peer's delta
+  //    computed against the moved map after it applied the MOVE finds that map (format.md "Extent
+  //    deltas"); applying it again changes nothing that no longer references the old record.
   auto key = [](const NodeCursor& c) { return std::max(c.clock, c.head.stamp); };
   std::vector<ApplyOp> ops;
   const std::string& batch_node = sources.front().node;
@@ -523,10 +536,19 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
   for (size_t i = 0; i < cursors.size(); i++) {
     if (cursors[i].has_head) heap.emplace(key(cursors[i]), &cursors[i].node, i);
   }
+  auto again = [&](NodeCursor& c) -> Status {
+    for (auto& op : c.moves_again) {
+      ops.push_back(std::move(op));
+      if (ops.size() >= kReplayBatch) KVFS_RETURN_IF_ERROR(flush());
+    }
+    c.moves_again.clear();
+    return Status::OK();
+  };
   while (!heap.empty()) {
     NodeCursor& c = cursors[std::get<2>(heap.top())];
     heap.pop();
     c.clock = key(c);
+    if (c.head.op != JournalOp::kMove) KVFS_RETURN_IF_ERROR(again(c));
     ApplyOp op;
     if (JournalEntryToApplyOp(c.head, &op)) {
       if (sources.size() > 1) op.node = c.node;
@@ -536,6 +558,7 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
       if ((op.kind == ApplyOp::Kind::kExchange || op.kind == ApplyOp::Kind::kRename) && !plan.pending.empty()) {
         plan.pending.erase({op.stamp, c.node});
       }
+      if (op.kind == ApplyOp::Kind::kMove) c.moves_again.push_back(op);
       ops.push_back(std::move(op));
     }
     c.last = c.head_end;
@@ -543,6 +566,7 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
     if (c.has_head) heap.emplace(key(c), &c.node, &c - cursors.data());
     if (ops.size() >= kReplayBatch) KVFS_RETURN_IF_ERROR(flush());
   }
+  for (auto& c : cursors) KVFS_RETURN_IF_ERROR(again(c));
   // Also positions past entries the index does not apply (CUTs) since the last batch: a replay from
   // them (Store::Open of a clean index) does not read them again.
   KVFS_RETURN_IF_ERROR(flush());

@@ -227,5 +227,26 @@ TEST_F(ReplayMergeTest, MovesOfASharedRecordFoundByTheRecordKeepTheirOwnFiles) {
   EXPECT_EQ(dump->at("/e/f2").location, r2);
 }
 
+// A peer's rename of the file itself is journaled as UNLINK and a PUT of the new name bound to the same
+// record (na: /f -> /g at stamp 20, after nb bound /f at 5); nb, having applied it, re-appends the
+// record (MOVE /g, stamp 5) and drops the old segment. The MOVE is applied where nb wrote it, after the
+// entries nb had applied (before its next entry of a later stamp, the DROP): /g follows it to the new
+// record. Before, the MOVE came first (moving /f), na's PUT bound /g to the old record again, and the
+// DROP removed /g.
+TEST_F(ReplayMergeTest, AMoveWrittenAfterAPeersFileRenameFollowsTheRenamedFile) {
+  const Location old_rec = Rec("nb", 1, 10), new_rec = Rec("nb", 2, 10);
+  WriteJournal("na", {JournalEntry::Unlink("/f", 20), JournalEntry::Put("/g", old_rec, FileAttrs(0644, 10), 20)});
+  WriteJournal("nb", {JournalEntry::Put("/f", old_rec, FileAttrs(0644, 10), 5),
+                      JournalEntry::Move("/g", old_rec, new_rec, 5),
+                      JournalEntry::Drop(old_rec.segment, 21)});
+  auto idx = OpenIndex("idx");
+  ASSERT_TRUE(ReplayAllNodes(Env::Posix(), backing_, idx.get()).ok());
+  auto dump = idx->DumpByPath();
+  ASSERT_TRUE(dump.ok());
+  EXPECT_EQ(dump->count("/f"), 0u);
+  ASSERT_TRUE(dump->count("/g"));
+  EXPECT_EQ(dump->at("/g").location, new_rec);
+}
+
 }  // namespace
 }  // namespace kvfs
