@@ -667,6 +667,7 @@ struct Applier {
   // no content (the new record holds the same bytes) and binds no name, so nothing unlinked or
   // replaced later comes back. A record several files share (a link(2) copy of an extent file; one
   // MOVE per file) goes to the file of the MOVE's leaf name when one matches, else to all of them.
+  // Cost: only a MOVE that misses at its path reads the old segment's remaining files (one inode each).
   Result<bool> Move(const ApplyOp& op) {
     auto dropped = o.InDroppedSegment(op.location);
     if (!dropped.ok()) return dropped.status();
@@ -691,6 +692,7 @@ struct Applier {
       std::vector<std::string_view> comps;
       if (SplitPath(op.path, &comps).ok() && !comps.empty()) leaf = std::string(comps.back());
     }
+    if (op.move_at_path_only) return false;
     return MoveByRecord(op, leaf);
   }
 

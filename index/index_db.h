@@ -171,6 +171,9 @@ struct ApplyOp {
   Location location;       // PUT, RENAME (the moved file's location; may be empty), MOVE: new location
   Location old_location;   // MOVE: replaces this record (the file's location, or the record of every
                            // extent that references it); nothing if the file does not use it
+  // MOVE: only the file at `path` (not the files found by the old record, index_apply.cc Move): a
+  // rebuild's second application of a MOVE (index/replay.cc), which need not scan the segment again.
+  bool move_at_path_only = false;
   ExtentMapRef extents;    // PUT: the file's extent map (location empty); null = a single record
   // PUT (entry version 5): the map as a delta against the binding of `path` by the applying node with
   // stamp delta->base_stamp; resolved by the apply (PutDelta in index_apply.cc), or, when that binding

@@ -558,7 +558,10 @@ Status ReplayNodes(Env* env, const std::string& backing, std::span<const ReplayS
       if ((op.kind == ApplyOp::Kind::kExchange || op.kind == ApplyOp::Kind::kRename) && !plan.pending.empty()) {
         plan.pending.erase({op.stamp, c.node});
       }
-      if (op.kind == ApplyOp::Kind::kMove) c.moves_again.push_back(op);
+      if (op.kind == ApplyOp::Kind::kMove) {
+        c.moves_again.push_back(op);
+        c.moves_again.back().move_at_path_only = true;  // what its record reached it moved the first time
+      }
       ops.push_back(std::move(op));
     }
     c.last = c.head_end;
